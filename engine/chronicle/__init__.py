@@ -1,0 +1,1 @@
+"""The chronicle: sections a summariser writes over closed ranges of the log."""

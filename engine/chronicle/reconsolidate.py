@@ -1,0 +1,111 @@
+"""Re-consolidation: a better account of a range, written as the next generation.
+
+It reads the range again from the log, draws a new consolidation and appends it through the
+strict path (`append_new`), superseding the current section. Only the current section of a range
+can be superseded; a superseded one is refused before the summariser is called, naming the
+current one. Nothing in the log records a re-consolidation, so a rebuild discards it; every call
+says so on the `chronicle.reconsolidation` logger.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import ChronicleFork, UsageError
+from ..log.events import EventReader
+from ..log.store import StoredEvent
+from .sections import (
+    Anchor,
+    AsyncSummarizer,
+    Consolidation,
+    Section,
+    Summarizer,
+    is_async_summarizer,
+    section_id_for,
+)
+from .store import SQLiteChronicleStore
+
+__all__ = ["reconsolidate", "reconsolidate_async"]
+
+log = logging.getLogger("chronicle_engine.chronicle.reconsolidation")
+
+
+def _target(chronicle: SQLiteChronicleStore, section_id: str) -> Section:
+    section = chronicle.get(section_id)
+    if section is None:
+        raise UsageError(f"no section {section_id!r} in chronicle {chronicle.name!r}")
+    if chronicle.successor(section_id) is not None:
+        raise ChronicleFork(
+            f"section {section_id!r} is already superseded; the current one is "
+            f"{chronicle.current_of(section_id)!r}"
+        )
+    return section
+
+
+def _events(
+    reader: EventReader, a: Anchor, admit: Callable[[StoredEvent], bool] | None
+) -> list[StoredEvent]:
+    events = list(reader.read(after=a.from_seq - 1, upto=a.to_seq))
+    return [e for e in events if admit(e)] if admit else events
+
+
+def _write(
+    chronicle: SQLiteChronicleStore, old: Section, consolidation: Consolidation
+) -> Section:
+    a = old.anchor
+    new_id = section_id_for(a.from_seq, a.to_seq, a.generation + 1)
+    section = chronicle.append_new(
+        Section(
+            Anchor(new_id, a.from_seq, a.to_seq, a.unit, supersedes=a.section_id),
+            consolidation.prose,
+            tuple(consolidation.pins),
+            meta=dict(consolidation.meta),
+        )
+    )
+    log.warning(
+        "re-consolidated %s as %s (seq %d..%d): runs that read the old prose will diverge on "
+        "replay, and a rebuild of the chronicle discards the new section",
+        a.section_id,
+        new_id,
+        a.from_seq,
+        a.to_seq,
+    )
+    return section
+
+
+def reconsolidate(
+    chronicle: SQLiteChronicleStore,
+    reader: EventReader,
+    section_id: str,
+    summarize: Summarizer,
+    *,
+    admit: Callable[[StoredEvent], bool] | None = None,
+) -> Section:
+    if is_async_summarizer(summarize):
+        raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
+    old = _target(chronicle, section_id)
+    result: Any = summarize(_events(reader, old.anchor, admit))
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
+    return _write(chronicle, old, result)
+
+
+async def reconsolidate_async(
+    chronicle: SQLiteChronicleStore,
+    reader: EventReader,
+    section_id: str,
+    summarize: Summarizer | AsyncSummarizer,
+    *,
+    admit: Callable[[StoredEvent], bool] | None = None,
+) -> Section:
+    old = _target(chronicle, section_id)
+    result: Any = summarize(_events(reader, old.anchor, admit))
+    if inspect.isawaitable(result):
+        result = await result
+    return _write(chronicle, old, result)

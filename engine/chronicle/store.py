@@ -1,0 +1,273 @@
+"""The chronicle store: sections in their own table, never updated, never deleted one by one.
+
+Invariants (checked on every write, through `append`, `append_new` and `load`):
+- current sections (those nothing supersedes) of one chronicle never overlap;
+- a superseding section covers exactly the range of the section it supersedes, and only the
+  current section of a range can be superseded, so no consolidated range is ever left uncovered.
+A write that would break either raises `ChronicleFork`. `reset` is the one bulk removal, for a
+rebuild that was acknowledged (`discard_generated=True`).
+
+One database holds many chronicles, told apart by name (one per conversation lineage, plus the
+condensed levels), each with its own invariants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ..errors import ChronicleFork, SectionCollision, UsageError
+from ..log.store import Migration, SQLiteEventStore, run_script, sqlite_errors, utc_now
+from .sections import Anchor, Section
+
+__all__ = ["SQLiteChronicleStore", "CHRONICLE_MIGRATIONS"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sections (
+    written    INTEGER PRIMARY KEY AUTOINCREMENT,
+    chronicle  TEXT    NOT NULL,
+    section_id TEXT    NOT NULL,
+    from_seq   INTEGER NOT NULL,
+    to_seq     INTEGER NOT NULL,
+    unit       INTEGER NOT NULL,
+    supersedes TEXT,
+    prose      TEXT    NOT NULL,
+    pins       TEXT    NOT NULL,
+    created_at TEXT    NOT NULL,
+    meta       TEXT    NOT NULL DEFAULT '{}',
+    UNIQUE (chronicle, section_id)
+);
+CREATE INDEX IF NOT EXISTS sections_by_range ON sections(chronicle, from_seq, to_seq);
+CREATE INDEX IF NOT EXISTS sections_by_supersedes ON sections(chronicle, supersedes);
+CREATE TRIGGER IF NOT EXISTS sections_never_update BEFORE UPDATE ON sections
+BEGIN SELECT RAISE(ABORT, 'chronicle: sections are never updated; supersede instead'); END;
+"""
+
+
+def _m001_sections(conn: sqlite3.Connection) -> None:
+    run_script(conn, _SCHEMA)
+
+
+CHRONICLE_MIGRATIONS = (Migration("chronicle.m001_sections", _m001_sections),)
+
+_COLUMNS = "section_id, from_seq, to_seq, unit, supersedes, prose, pins, created_at, meta"
+_CURRENT = (
+    "NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = s.chronicle"
+    " AND nx.supersedes = s.section_id)"
+)
+
+
+def _row(row: tuple[Any, ...]) -> Section:
+    section_id, from_seq, to_seq, unit, supersedes, prose, pins, created_at, meta = row
+    return Section(
+        Anchor(section_id, from_seq, to_seq, unit, supersedes),
+        prose,
+        tuple(json.loads(pins)),
+        created_at,
+        json.loads(meta),
+    )
+
+
+class SQLiteChronicleStore:
+    """One named chronicle in the event store's database."""
+
+    def __init__(self, store: SQLiteEventStore, name: str = "default") -> None:
+        self.store = store
+        self.name = name
+        store.migrate(CHRONICLE_MIGRATIONS)
+
+    def named(self, name: str) -> SQLiteChronicleStore:
+        """Another chronicle in the same database."""
+        return SQLiteChronicleStore(self.store, name)
+
+    @contextlib.contextmanager
+    def _conn(self, conn: sqlite3.Connection | None) -> Iterator[sqlite3.Connection]:
+        if conn is not None:
+            yield conn
+        else:
+            with self.store.reading() as c:
+                yield c
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, section_id: str, conn: sqlite3.Connection | None = None) -> Section | None:
+        with sqlite_errors("reading a section"), self._conn(conn) as c:
+            row = c.execute(
+                f"SELECT {_COLUMNS} FROM sections WHERE chronicle = ? AND section_id = ?",
+                (self.name, section_id),
+            ).fetchone()
+        return _row(row) if row else None
+
+    def successor(self, section_id: str, conn: sqlite3.Connection | None = None) -> str | None:
+        with sqlite_errors("reading a section"), self._conn(conn) as c:
+            row = c.execute(
+                "SELECT section_id FROM sections WHERE chronicle = ? AND supersedes = ?",
+                (self.name, section_id),
+            ).fetchone()
+        return row[0] if row else None
+
+    def current_of(self, section_id: str, conn: sqlite3.Connection | None = None) -> str:
+        """Follow supersession to the current generation of a section's range."""
+        seen = section_id
+        while (nxt := self.successor(seen, conn)) is not None:
+            seen = nxt
+        return seen
+
+    def current(
+        self,
+        conn: sqlite3.Connection | None = None,
+        *,
+        from_seq: int | None = None,
+        to_seq: int | None = None,
+    ) -> list[Section]:
+        """Current sections ordered by range; optionally only those overlapping from..to."""
+        where = ["s.chronicle = ?", _CURRENT]
+        params: list[Any] = [self.name]
+        if to_seq is not None:
+            where.append("s.from_seq <= ?")
+            params.append(to_seq)
+        if from_seq is not None:
+            where.append("s.to_seq >= ?")
+            params.append(from_seq)
+        with sqlite_errors("reading sections"), self._conn(conn) as c:
+            rows = c.execute(
+                f"SELECT {', '.join('s.' + x.strip() for x in _COLUMNS.split(','))}"
+                f" FROM sections s WHERE {' AND '.join(where)} ORDER BY s.from_seq",
+                params,
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def consolidated_through(self, conn: sqlite3.Connection | None = None) -> int:
+        with sqlite_errors("reading sections"), self._conn(conn) as c:
+            row = c.execute(
+                f"SELECT MAX(s.to_seq) FROM sections s WHERE s.chronicle = ? AND {_CURRENT}",
+                (self.name,),
+            ).fetchone()
+        return int(row[0] or 0)
+
+    def export(self) -> list[Section]:
+        """Every row, superseded ones included, in the order they were written."""
+        with sqlite_errors("exporting sections"), self.store.reading() as c:
+            rows = c.execute(
+                f"SELECT {_COLUMNS} FROM sections WHERE chronicle = ? ORDER BY written",
+                (self.name,),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def __len__(self) -> int:
+        with sqlite_errors("counting sections"), self.store.reading() as c:
+            return int(
+                c.execute("SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,))
+                .fetchone()[0]
+            )
+
+    # -- writes --------------------------------------------------------------------------
+
+    def append(self, section: Section, conn: sqlite3.Connection | None = None) -> bool:
+        """Write a section unless its id is already stored (a replayed fold batch keeps the
+        existing row). Returns whether it was written. Raises ChronicleFork on a fork."""
+        with self._writing(conn) as c:
+            if self.get(section.anchor.section_id, c) is not None:
+                return False
+            self._check(c, section)
+            self._insert(c, section)
+            return True
+
+    def append_new(self, section: Section, conn: sqlite3.Connection | None = None) -> Section:
+        """The strict write: raises SectionCollision if the id is already stored."""
+        with self._writing(conn) as c:
+            existing = self.get(section.anchor.section_id, c)
+            if existing is not None:
+                raise SectionCollision(
+                    f"section {section.anchor.section_id!r} is already stored in chronicle "
+                    f"{self.name!r}; supersede the current one ({self.current_of(existing.anchor.section_id, c)!r}) instead"
+                )
+            self._check(c, section)
+            return self._insert(c, section)
+
+    def load(self, sections: Iterable[Section]) -> int:
+        """Carry sections in from another store. Skips ids already present; refuses the whole
+        transfer if any section would fork this chronicle. Returns how many were written."""
+        written = 0
+        with self._writing(None) as c:
+            for section in sections:
+                if self.get(section.anchor.section_id, c) is not None:
+                    continue
+                self._check(c, section)
+                self._insert(c, section)
+                written += 1
+        return written
+
+    def reset(self, conn: sqlite3.Connection | None = None) -> None:
+        """Remove every section of this chronicle: only for an acknowledged rebuild."""
+        with self._writing(conn) as c:
+            c.execute("DELETE FROM sections WHERE chronicle = ?", (self.name,))
+
+    @contextlib.contextmanager
+    def _writing(self, conn: sqlite3.Connection | None) -> Iterator[sqlite3.Connection]:
+        with sqlite_errors(f"writing chronicle {self.name!r}"):
+            if conn is not None:
+                yield conn
+            else:
+                with self.store.atomic() as c:
+                    yield c
+
+    def _insert(self, c: sqlite3.Connection, section: Section) -> Section:
+        a = section.anchor
+        created = section.created_at or utc_now()
+        c.execute(
+            "INSERT INTO sections(chronicle, section_id, from_seq, to_seq, unit, supersedes, prose,"
+            " pins, created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.name,
+                a.section_id,
+                a.from_seq,
+                a.to_seq,
+                a.unit,
+                a.supersedes,
+                section.prose,
+                json.dumps(list(section.pins)),
+                created,
+                json.dumps(section.meta, sort_keys=True),
+            ),
+        )
+        if created == section.created_at:
+            return section
+        return Section(a, section.prose, section.pins, created, section.meta)
+
+    def _check(self, c: sqlite3.Connection, section: Section) -> None:
+        a = section.anchor
+        if a.from_seq > a.to_seq or a.from_seq < 1:
+            raise UsageError(
+                f"section {a.section_id!r} has an empty or negative range {a.from_seq}..{a.to_seq}"
+            )
+        if a.supersedes is not None:
+            target = self.get(a.supersedes, c)
+            if target is None:
+                raise ChronicleFork(
+                    f"section {a.section_id!r} supersedes {a.supersedes!r}, which this chronicle "
+                    "does not hold; load or write that section first"
+                )
+            if self.successor(a.supersedes, c) is not None:
+                raise ChronicleFork(
+                    f"section {a.supersedes!r} is already superseded; the current one is "
+                    f"{self.current_of(a.supersedes, c)!r}"
+                )
+            t = target.anchor
+            if (t.from_seq, t.to_seq) != (a.from_seq, a.to_seq):
+                raise ChronicleFork(
+                    f"section {a.section_id!r} ({a.from_seq}..{a.to_seq}) must cover exactly the "
+                    f"range of {t.section_id!r} ({t.from_seq}..{t.to_seq}) that it supersedes"
+                )
+        for other in self.current(c, from_seq=a.from_seq, to_seq=a.to_seq):
+            if other.anchor.section_id == a.supersedes:
+                continue
+            o = other.anchor
+            raise ChronicleFork(
+                f"section {a.section_id!r} ({a.from_seq}..{a.to_seq}) overlaps the current section "
+                f"{o.section_id!r} ({o.from_seq}..{o.to_seq}); supersede that section, over its "
+                "exact range, instead"
+            )

@@ -1,0 +1,158 @@
+"""Chronicle's configuration: every key declared once, here, with its default and its purpose.
+
+Invariants:
+- Every declared key is read by shipped code, or declared dormant with a reason
+  (tests/test_config_honesty.py fails the build otherwise). The README's reference table is
+  generated from these declarations, so it cannot drift.
+- An unknown key logs one warning naming it; a removed key logs a warning saying what replaced
+  it, and a removed security-relevant key is an error (silently ignoring it would leave an
+  operator believing in a protection that does not exist).
+
+Keys live under `chronicle:` in `$HERMES_HOME/config.yaml` (or `plugins.chronicle:`). The host's own
+`compression:` section is read too, because Hermes does not pass it to plugin engines.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+
+__all__ = ["Key", "KEYS", "REMOVED", "Config", "load_hermes_config", "default_db_path"]
+
+log = logging.getLogger("chronicle_engine.config")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    path: str
+    default: Any
+    doc: str
+    dormant: str | None = None  # a reason, when nothing reads the key yet
+    security: bool = False
+
+
+KEYS: tuple[Key, ...] = (
+    # -- storage ------------------------------------------------------------------------------
+    Key("db_path", None, "SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."),
+    Key("busy_timeout_ms", 5000, "How long a write waits for another process's lock before degrading."),
+    # -- capture (memory-provider slot) -----------------------------------------------------------
+    # -- context engine ----------------------------------------------------------------------------
+    # -- recall ------------------------------------------------------------------------------------
+    # -- scheduler and maintenance -------------------------------------------------------------------
+)
+
+# Keys that existed once. Value: what to do instead. Security-relevant ones are errors.
+REMOVED: dict[str, tuple[str, bool]] = {}
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and not any(k.path == path for k in KEYS):
+            out.update(_flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+class Config:
+    """Declared keys with the user's values over the defaults."""
+
+    def __init__(
+        self,
+        values: Mapping[str, Any] | None = None,
+        *,
+        compression: Mapping[str, Any] | None = None,
+        hermes_home: str | os.PathLike[str] | None = None,
+        raw: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.declared = {k.path: k for k in KEYS}
+        self.values: dict[str, Any] = {k.path: k.default for k in KEYS}
+        self.compression = dict(compression or {})
+        self.hermes_home = Path(hermes_home) if hermes_home else None
+        self.raw = dict(raw or {})
+        self.unknown: list[str] = []
+        for path, value in _flatten(values or {}).items():
+            if path in REMOVED:
+                instead, security = REMOVED[path]
+                if security:
+                    raise UsageError(
+                        f"config key chronicle.{path} was removed and is security-relevant: "
+                        f"{instead}. Remove it from config.yaml."
+                    )
+                log.warning("config key chronicle.%s was removed: %s", path, instead)
+                continue
+            if path not in self.declared:
+                self.unknown.append(path)
+                log.warning(
+                    "config key chronicle.%s is not a Chronicle setting and is ignored; "
+                    "`chronicle doctor` lists the valid keys",
+                    path,
+                )
+                continue
+            self.values[path] = value
+
+    def get(self, path: str) -> Any:
+        try:
+            return self.values[path]
+        except KeyError:
+            raise UsageError(f"chronicle.{path} is not a declared config key") from None
+
+    def __getitem__(self, path: str) -> Any:
+        return self.get(path)
+
+    def db_path(self) -> Path:
+        configured = self.get("db_path")
+        if configured:
+            return Path(os.path.expanduser(str(configured)))
+        return default_db_path(self.hermes_home)
+
+
+def default_db_path(hermes_home: str | os.PathLike[str] | None = None) -> Path:
+    home = Path(hermes_home) if hermes_home else _hermes_home()
+    return home / "chronicle" / "chronicle.db"
+
+
+def _hermes_home() -> Path:
+    env = os.environ.get("HERMES_HOME")
+    return Path(env) if env else Path.home() / ".hermes"
+
+
+def load_hermes_config(hermes_home: str | os.PathLike[str] | None = None) -> Config:
+    """Read `$HERMES_HOME/config.yaml`: the `chronicle:` section (or `plugins.chronicle:`) and the
+    host's `compression:` section. A missing or unreadable file gives the defaults, with a warning
+    for the unreadable case."""
+    home = Path(hermes_home) if hermes_home else _hermes_home()
+    path = home / "config.yaml"
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if isinstance(loaded, dict):
+                data = loaded
+            else:
+                log.warning("%s is not a mapping; using Chronicle's defaults", path)
+        except (OSError, yaml.YAMLError) as exc:
+            log.warning("could not read %s (%s); using Chronicle's defaults", path, exc)
+    section = data.get("chronicle")
+    if not isinstance(section, dict):
+        plugins = data.get("plugins")
+        section = plugins.get("chronicle") if isinstance(plugins, dict) else None
+    if not isinstance(section, dict):
+        section = {}
+    compression = data.get("compression")
+    return Config(
+        section,
+        compression=compression if isinstance(compression, dict) else {},
+        hermes_home=home,
+        raw=data,
+    )

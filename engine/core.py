@@ -1,0 +1,101 @@
+"""One core per database, shared by everything in the process.
+
+Hermes imports the plugin directory twice, under two module names, so anything kept at module
+level in the plugin is kept twice. Both copies import this package, `chronicle_engine`, by its one
+absolute name, so `ChronicleCore.get()` is the single place a database's core is found: by the
+memory-provider slot, the context-engine slot, the CLI and the tests alike.
+
+The core owns the store and the event registries. Subsystems (capture, sessions, recall, compaction,
+scheduler) hang off it and receive the core, never the other way round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+from .chronicle.store import SQLiteChronicleStore
+from .config import Config, load_hermes_config
+from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
+from .log.pins import register_builtin_events
+from .log.store import SQLiteEventStore
+
+__all__ = ["ChronicleCore"]
+
+log = logging.getLogger("chronicle_engine.core")
+
+
+class ChronicleCore:
+    """The store, the event vocabulary and the subsystems for one database."""
+
+    _registry: ClassVar[dict[str, ChronicleCore]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, db_path: str | os.PathLike[str], config: Config | None = None) -> None:
+        self.config = config or Config()
+        self.db_path = str(db_path)
+        self.store = SQLiteEventStore(
+            db_path, busy_timeout_ms=int(self.config.get("busy_timeout_ms"))
+        )
+        self.types = EventTypeRegistry()
+        self.upcasts = UpcastRegistry()
+        register_builtin_events(self.types)
+        self.reader = EventReader(self.store, self.upcasts, self.types)
+        self._closed = False
+
+    # -- the registry --------------------------------------------------------------------
+
+    @staticmethod
+    def _key(db_path: str | os.PathLike[str]) -> str:
+        text = str(db_path)
+        if text == ":memory:":
+            return text
+        return str(Path(text).expanduser().resolve())
+
+    @classmethod
+    def get(
+        cls, db_path: str | os.PathLike[str], *, config: Config | None = None
+    ) -> ChronicleCore:
+        """The process's core for `db_path`, opened on first use. `:memory:` is never shared."""
+        if str(db_path) == ":memory:":
+            return cls(db_path, config)
+        key = cls._key(db_path)
+        with cls._registry_lock:
+            core = cls._registry.get(key)
+            if core is None or core._closed:
+                core = cls(key, config)
+                cls._registry[key] = core
+            return core
+
+    @classmethod
+    def for_hermes_home(cls, hermes_home: str | os.PathLike[str] | None = None) -> ChronicleCore:
+        config = load_hermes_config(hermes_home)
+        return cls.get(config.db_path(), config=config)
+
+    @classmethod
+    def open_cores(cls) -> list[ChronicleCore]:
+        with cls._registry_lock:
+            return [c for c in cls._registry.values() if not c._closed]
+
+    # -- reading -------------------------------------------------------------------------
+
+    def chronicle(self, name: str = "default") -> SQLiteChronicleStore:
+        return SQLiteChronicleStore(self.store, name)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Checkpoint the WAL and close every connection. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._registry_lock:
+            if self._registry.get(self._key(self.db_path)) is self:
+                del self._registry[self._key(self.db_path)]
+        self.store.close()
+
+    def __repr__(self) -> str:
+        return f"ChronicleCore({self.db_path!r})"

@@ -1,0 +1,85 @@
+"""Every error Chronicle raises on purpose.
+
+One base, `ChronicleError`. A subclass also inherits the builtin it resembles, so callers that
+already catch `KeyError` or `TypeError` keep working. `UsageError` is a caller's mistake (fix the
+call); `ChronicleRuntimeError` is something that went wrong while running (retry, degrade, report).
+Messages say what to do next.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChronicleError",
+    "UsageError",
+    "ChronicleRuntimeError",
+    "StoreError",
+    "StoreBusy",
+    "StoreReadOnly",
+    "AppendOnlyViolation",
+    "UnknownEventType",
+    "SectionCollision",
+    "ChronicleFork",
+    "GenerativeRebuild",
+    "PinMiss",
+    "SummaryFailed",
+    "FormatError",
+]
+
+
+class ChronicleError(Exception):
+    """Base of every error Chronicle raises deliberately."""
+
+
+class UsageError(ChronicleError):
+    """The caller asked for something that cannot work as asked."""
+
+
+class ChronicleRuntimeError(ChronicleError, RuntimeError):
+    """Something failed while running; the caller's request itself was sound."""
+
+
+class StoreError(ChronicleRuntimeError):
+    """The database could not do what was asked. Wraps the `sqlite3` error as `__cause__`."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the write lock for longer than the store is willing to wait."""
+
+
+class StoreReadOnly(StoreError, PermissionError):
+    """The database file (or its directory) is not writable."""
+
+
+class AppendOnlyViolation(StoreError):
+    """Something tried to update or delete an event; the log only grows."""
+
+
+class UnknownEventType(UsageError, LookupError):
+    """An event's (namespace, type) is not registered, so it cannot be encoded or decoded."""
+
+
+class SectionCollision(UsageError, KeyError):
+    """A strict write (`append_new`) named a section id that is already stored."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ChronicleFork(UsageError):
+    """The write would leave two current sections over one seq, or part of a range uncovered."""
+
+
+class GenerativeRebuild(UsageError):
+    """A generative fold was asked to rebuild without `discard_generated=True`."""
+
+
+class PinMiss(ChronicleRuntimeError, LookupError):
+    """A replay resolver was asked for a model call that the log never recorded."""
+
+
+class SummaryFailed(ChronicleRuntimeError):
+    """A summariser could not produce a consolidation (model down, timeout, bad output)."""
+
+
+class FormatError(UsageError, ValueError):
+    """An imported file is malformed. The message names the line."""

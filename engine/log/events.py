@@ -1,0 +1,175 @@
+"""Typed domain events, kept apart from the rows that store them.
+
+A domain event is a frozen pydantic model registered under (namespace, type) with a version. The
+log stores its payload as JSON; reading decodes it back, first upcasting payloads written by an
+older version, step by step. Stored rows are never rewritten: an upcast happens on every read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ..errors import UnknownEventType, UsageError
+from .store import PendingEvent, SQLiteEventStore, StoredEvent
+
+__all__ = [
+    "DomainEvent",
+    "EventTypeRegistry",
+    "UpcastRegistry",
+    "EventReader",
+]
+
+E = TypeVar("E", bound="DomainEvent")
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class DomainEvent(BaseModel):
+    """Base of every event the log holds. Subclass with `frozen=True`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EventTypeRegistry:
+    """Maps (namespace, type) to an event class and its current version, and back."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, str], tuple[type[DomainEvent], int]] = {}
+        self._by_class: dict[type[DomainEvent], tuple[str, str, int]] = {}
+
+    def event(
+        self, namespace: str, type_: str, *, version: int = 1
+    ) -> Callable[[type[E]], type[E]]:
+        """Class decorator: register an event class under (namespace, type) at `version`."""
+
+        def register(cls: type[E]) -> type[E]:
+            self.register(namespace, type_, cls, version=version)
+            return cls
+
+        return register
+
+    def register(
+        self, namespace: str, type_: str, cls: type[DomainEvent], *, version: int = 1
+    ) -> None:
+        key = (namespace, type_)
+        existing = self._by_key.get(key)
+        if existing is not None and existing[0] is not cls:
+            raise UsageError(
+                f"{namespace}.{type_} is already registered to {existing[0].__name__}; "
+                "pick another type name or register the class once"
+            )
+        self._by_key[key] = (cls, version)
+        self._by_class[cls] = (namespace, type_, version)
+
+    def key_of(self, cls: type[DomainEvent]) -> tuple[str, str, int]:
+        try:
+            return self._by_class[cls]
+        except KeyError:
+            raise UnknownEventType(
+                f"{cls.__name__} is not registered; decorate it with @types.event(namespace, type)"
+            ) from None
+
+    def class_of(self, namespace: str, type_: str) -> tuple[type[DomainEvent], int]:
+        try:
+            return self._by_key[(namespace, type_)]
+        except KeyError:
+            raise UnknownEventType(
+                f"no event class is registered for {namespace}.{type_}; register it before reading"
+            ) from None
+
+    def knows(self, namespace: str, type_: str) -> bool:
+        return (namespace, type_) in self._by_key
+
+    def pending(
+        self,
+        event: DomainEvent,
+        *,
+        session: str | None = None,
+        id: str | None = None,
+        created_at: str | None = None,
+    ) -> PendingEvent:
+        """Wrap a domain event for `store.append`."""
+        namespace, type_, version = self.key_of(type(event))
+        extra: dict[str, Any] = {}
+        if id is not None:
+            extra["id"] = id
+        if created_at is not None:
+            extra["created_at"] = created_at
+        return PendingEvent(
+            namespace=namespace,
+            type=type_,
+            version=version,
+            payload=event.model_dump(mode="json"),
+            session=session,
+            **extra,
+        )
+
+
+class UpcastRegistry:
+    """Steps that turn a payload written at version N into version N+1."""
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[str, str, int], Upcaster] = {}
+
+    def register(self, namespace: str, type_: str, from_version: int, step: Upcaster) -> None:
+        self._steps[(namespace, type_, from_version)] = step
+
+    def upcast(
+        self, namespace: str, type_: str, version: int, target: int, payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        while version < target:
+            step = self._steps.get((namespace, type_, version))
+            if step is None:
+                raise UnknownEventType(
+                    f"{namespace}.{type_} v{version} has no upcaster to v{version + 1}; "
+                    "register one with UpcastRegistry.register"
+                )
+            payload = step(dict(payload))
+            version += 1
+        return payload
+
+
+class EventReader:
+    """Reads the log with every payload upcast to its current version; decodes on request."""
+
+    def __init__(
+        self, store: SQLiteEventStore, upcasts: UpcastRegistry, types: EventTypeRegistry
+    ) -> None:
+        self.store = store
+        self.upcasts = upcasts
+        self.types = types
+
+    def read(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        session: str | None = None,
+        sessions: Sequence[str] | None = None,
+        namespaces: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[StoredEvent]:
+        for event in self.store.read(
+            after=after,
+            upto=upto,
+            session=session,
+            sessions=sessions,
+            namespaces=namespaces,
+            limit=limit,
+        ):
+            yield self.current(event)
+
+    def current(self, event: StoredEvent) -> StoredEvent:
+        """The event with its payload at the registered version (unknown types pass through)."""
+        env = event.envelope
+        known = self.types._by_key.get((env.namespace, env.type))
+        if known is None or env.version >= known[1]:
+            return event
+        payload = self.upcasts.upcast(env.namespace, env.type, env.version, known[1], event.payload)
+        return StoredEvent(env, payload)
+
+    def decode(self, event: StoredEvent) -> DomainEvent:
+        cls, _ = self.types.class_of(event.envelope.namespace, event.envelope.type)
+        return cls.model_validate(self.current(event).payload)

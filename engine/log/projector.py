@@ -1,0 +1,237 @@
+"""Folds turn the log into projections; the Projector drives them.
+
+Invariants:
+- Each fold has its own position, written in the same transaction as the state it produced, so a
+  catch-up is idempotent and resumable: after a crash the next one redoes exactly the lost batch.
+- A generative fold draws (calls a model) in `prepare`, before the write transaction opens; `apply`
+  only writes what was prepared. A slow model therefore never holds the write lock.
+- A failed batch writes nothing and moves no position.
+- `catch_up()`/`rebuild()` refuse a fold that only prepares asynchronously, with TypeError, before
+  reading or resetting anything; `catch_up_async()` awaits each draw with no transaction open and
+  writes on the calling thread, so the store never leaves the thread that opened it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from ..errors import GenerativeRebuild, UsageError
+from .events import EventReader
+from .store import SQLiteEventStore, StoredEvent
+
+__all__ = ["Fold", "GenerativeFold", "AsyncGenerativeFold", "Projector", "prepares_async"]
+
+
+@runtime_checkable
+class Fold(Protocol):
+    """A deterministic fold: same log, same state."""
+
+    name: str
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        """Write the effect of `events` (already in seq order) inside the open transaction."""
+        ...
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        """Drop the fold's state (for a rebuild), inside the open transaction."""
+        ...
+
+
+class GenerativeFold(Fold, Protocol):
+    """A fold whose output a model writes. `prepare` draws; `apply` only writes."""
+
+    generative: ClassVar[bool]
+
+    def prepare(self, events: Sequence[StoredEvent]) -> Any: ...
+
+
+class AsyncGenerativeFold(GenerativeFold, Protocol):
+    async def prepare_async(self, events: Sequence[StoredEvent]) -> Any: ...
+
+
+def is_generative(fold: object) -> bool:
+    return bool(getattr(fold, "generative", False))
+
+
+def prepares_async(fold: object) -> bool:
+    """True when the fold can only prepare by being awaited."""
+    probe = getattr(fold, "prepares_async", None)
+    if isinstance(probe, bool):
+        return probe
+    return hasattr(fold, "prepare_async") and not hasattr(fold, "prepare")
+
+
+def _refuse_async(fold: object) -> None:
+    if prepares_async(fold):
+        name = getattr(fold, "name", type(fold).__name__)
+        raise TypeError(
+            f"{name!r} only prepares asynchronously: drive it with catch_up_async() or "
+            "rebuild_async(); nothing was folded or reset"
+        )
+
+
+class Projector:
+    """Drives a set of folds over the log, each from its own position."""
+
+    def __init__(
+        self,
+        store: SQLiteEventStore,
+        reader: EventReader,
+        folds: Sequence[Fold],
+        *,
+        batch_size: int = 1000,
+    ) -> None:
+        names = [f.name for f in folds]
+        if len(set(names)) != len(names):
+            raise UsageError(f"fold names must be unique within a projector, got {names}")
+        self.store = store
+        self.reader = reader
+        self.folds = list(folds)
+        self.batch_size = batch_size
+
+    # -- catch-up ------------------------------------------------------------------------
+
+    def catch_up(self, *, upto: int | None = None) -> int:
+        """Fold every event not yet folded. Returns the number of events read."""
+        for fold in self.folds:
+            _refuse_async(fold)
+        total = 0
+        while True:
+            batch, positions = self._next_batch(self.folds, upto)
+            if not batch:
+                return total
+            prepared = {
+                f.name: f.prepare(_pending_for(batch, positions[f.name]))  # type: ignore[attr-defined]
+                for f in self.folds
+                if is_generative(f) and _pending_for(batch, positions[f.name])
+            }
+            for name, value in prepared.items():
+                if inspect.isawaitable(value):
+                    _close_awaitable(value)
+                    raise TypeError(
+                        f"{name!r} has an async summarizer: write it as an async def and drive the "
+                        "projector with catch_up_async()"
+                    )
+            self._apply(self.folds, batch, positions, prepared)
+            total += len(batch)
+
+    async def catch_up_async(self, *, upto: int | None = None) -> int:
+        """Like catch_up, but awaits each fold's draw with no transaction open."""
+        total = 0
+        while True:
+            batch, positions = self._next_batch(self.folds, upto)
+            if not batch:
+                return total
+            prepared: dict[str, Any] = {}
+            for f in self.folds:
+                pending = _pending_for(batch, positions[f.name])
+                if not is_generative(f) or not pending:
+                    continue
+                if hasattr(f, "prepare_async"):
+                    prepared[f.name] = await f.prepare_async(pending)  # type: ignore[attr-defined]
+                else:
+                    value = f.prepare(pending)  # type: ignore[attr-defined]
+                    prepared[f.name] = await value if inspect.isawaitable(value) else value
+            self._apply(self.folds, batch, positions, prepared)
+            total += len(batch)
+
+    def _next_batch(
+        self, folds: Sequence[Fold], upto: int | None
+    ) -> tuple[list[StoredEvent], dict[str, int]]:
+        positions = {f.name: self.store.position(f.name) for f in folds}
+        start = min(positions.values(), default=0)
+        batch = list(self.reader.read(after=start, upto=upto, limit=self.batch_size))
+        return batch, positions
+
+    def _apply(
+        self,
+        folds: Sequence[Fold],
+        batch: list[StoredEvent],
+        positions: dict[str, int],
+        prepared: dict[str, Any],
+    ) -> None:
+        end = batch[-1].seq
+        with self.store.atomic() as conn:
+            for f in folds:
+                pending = _pending_for(batch, positions[f.name])
+                if pending:
+                    f.apply(conn, pending, prepared.get(f.name))
+                if end > positions[f.name]:
+                    self.store.set_position(conn, f.name, end)
+
+    # -- rebuild -------------------------------------------------------------------------
+
+    def rebuild(
+        self,
+        name: str,
+        *,
+        reset: Callable[..., None] | None = None,
+        reset_in_transaction: bool = True,
+        discard_generated: bool = False,
+    ) -> int:
+        """Drop one fold's state and fold the whole log again."""
+        fold = self._fold(name)
+        _refuse_async(fold)
+        self._reset(fold, reset, reset_in_transaction, discard_generated)
+        return Projector(self.store, self.reader, [fold], batch_size=self.batch_size).catch_up()
+
+    async def rebuild_async(
+        self,
+        name: str,
+        *,
+        reset: Callable[..., None] | None = None,
+        reset_in_transaction: bool = True,
+        discard_generated: bool = False,
+    ) -> int:
+        fold = self._fold(name)
+        self._reset(fold, reset, reset_in_transaction, discard_generated)
+        projector = Projector(self.store, self.reader, [fold], batch_size=self.batch_size)
+        return await projector.catch_up_async()
+
+    def _fold(self, name: str) -> Fold:
+        for f in self.folds:
+            if f.name == name:
+                return f
+        raise UsageError(
+            f"this projector has no fold named {name!r}; it has {[f.name for f in self.folds]}"
+        )
+
+    def _reset(
+        self,
+        fold: Fold,
+        reset: Callable[..., None] | None,
+        reset_in_transaction: bool,
+        discard_generated: bool,
+    ) -> None:
+        if is_generative(fold) and not discard_generated:
+            raise GenerativeRebuild(
+                f"{fold.name!r} is a generative fold: rebuilding re-runs every model call it made "
+                "and returns the same anchors with different content. Carry it across instead, "
+                "or pass discard_generated=True to accept both."
+            )
+        if reset is not None and not reset_in_transaction:
+            reset()
+            with self.store.atomic() as conn:
+                self.store.set_position(conn, fold.name, 0)
+            return
+        with self.store.atomic() as conn:
+            if reset is not None:
+                reset(conn)
+            else:
+                fold.reset(conn)
+            self.store.set_position(conn, fold.name, 0)
+
+
+def _pending_for(batch: list[StoredEvent], position: int) -> list[StoredEvent]:
+    if not batch or batch[0].seq > position:
+        return batch
+    return [e for e in batch if e.seq > position]
+
+
+def _close_awaitable(value: object) -> None:
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()

@@ -1,0 +1,528 @@
+"""The SQLite event store: an append-only log with a monotonic `seq`.
+
+Invariants:
+- Events are only ever inserted. Triggers in the schema refuse UPDATE and DELETE on `events`, so
+  not even a bug elsewhere in the process can rewrite history.
+- Exactly one writer at a time per process: every write goes through `atomic()`, which holds a
+  process-wide lock for the store and opens `BEGIN IMMEDIATE` (so another process waits on
+  SQLite's own lock, bounded by `busy_timeout`). `database is locked` never escapes: it becomes
+  `StoreBusy`, one of our own errors, and the caller decides to retry or degrade.
+- A connection is only used by the thread that opened it. A file database gets one connection
+  per thread; an in-memory database has a single connection and every access takes the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import AppendOnlyViolation, StoreBusy, StoreError, StoreReadOnly
+
+__all__ = [
+    "Envelope",
+    "StoredEvent",
+    "PendingEvent",
+    "Migration",
+    "SQLiteEventStore",
+    "sqlite_errors",
+    "utc_now",
+    "run_script",
+]
+
+SYNCHRONOUS = "NORMAL"
+"""WAL + synchronous=NORMAL: a commit survives a crash of the process; a power loss or OS crash
+may lose the last transactions committed since the previous checkpoint, never corrupt the file."""
+
+_PAGE = 2000
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Where an event sits in the log and what it is, readable without decoding its payload."""
+
+    seq: int
+    id: str
+    namespace: str
+    type: str
+    version: int
+    created_at: str
+    session: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One row of the log: the envelope and the payload as plain JSON data."""
+
+    envelope: Envelope
+    payload: dict[str, Any]
+
+    @property
+    def seq(self) -> int:
+        return self.envelope.seq
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """An event on its way into the log (no seq yet)."""
+
+    namespace: str
+    type: str
+    version: int
+    payload: dict[str, Any]
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    session: str | None = None
+    created_at: str = field(default_factory=utc_now)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """A named schema step. Names are unique across the whole database ("log.m001_events")."""
+
+    name: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+_EVENT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    id         TEXT    NOT NULL UNIQUE,
+    namespace  TEXT    NOT NULL,
+    type       TEXT    NOT NULL,
+    version    INTEGER NOT NULL,
+    created_at TEXT    NOT NULL,
+    session    TEXT,
+    payload    TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_session ON events(session, seq);
+CREATE INDEX IF NOT EXISTS events_by_type ON events(namespace, type, seq);
+CREATE TRIGGER IF NOT EXISTS events_never_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'chronicle: events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_never_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'chronicle: events are append-only'); END;
+CREATE TABLE IF NOT EXISTS fold_positions (
+    fold     TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);
+"""
+
+
+def _m001_events(conn: sqlite3.Connection) -> None:
+    run_script(conn, _EVENT_SCHEMA)
+
+
+def run_script(conn: sqlite3.Connection, script: str) -> None:
+    # executescript() would COMMIT the open transaction; run statement by statement instead.
+    for statement in _split_sql(script):
+        conn.execute(statement)
+
+
+def _split_sql(script: str) -> list[str]:
+    statements: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                statements.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        statements.append(buf.strip())
+    return statements
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (Migration("log.m001_events", _m001_events),)
+
+
+@contextlib.contextmanager
+def sqlite_errors(what: str) -> Iterator[None]:
+    """The one place that turns `sqlite3` errors into Chronicle's own."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        message = str(exc)
+        if "locked" in message or "busy" in message:
+            raise StoreBusy(
+                f"{what}: the database stayed locked by another writer; retry later"
+            ) from exc
+        if "readonly" in message or "read-only" in message or "unable to open" in message:
+            raise StoreReadOnly(
+                f"{what}: the database is not writable ({message}); check the file's permissions"
+            ) from exc
+        raise StoreError(f"{what}: {message}") from exc
+    except sqlite3.IntegrityError as exc:
+        if "append-only" in str(exc):
+            raise AppendOnlyViolation(f"{what}: {exc}") from exc
+        raise StoreError(f"{what}: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{what}: {exc}") from exc
+
+
+class SQLiteEventStore:
+    """The append-only log in one SQLite database (a file in WAL mode, or `":memory:"`)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        busy_timeout_ms: int = 5000,
+        migrations: Sequence[Migration] = (),
+    ) -> None:
+        self.path = str(path)
+        self.in_memory = self.path == ":memory:" or self.path.startswith("file::memory:")
+        self.busy_timeout_ms = busy_timeout_ms
+        self._write_lock = threading.RLock()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._depth = 0  # savepoint nesting of the thread holding the write lock
+        self._shared: sqlite3.Connection | None = None
+        self._closed = False
+        if not self.in_memory:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.migrate(LOG_MIGRATIONS)
+        if migrations:
+            self.migrate(migrations)
+
+    # -- connections -----------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        with sqlite_errors(f"opening {self.path}"):
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,  # closed from shutdown(); otherwise used by its owner only
+                timeout=self.busy_timeout_ms / 1000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if not self.in_memory:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
+                conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (the single shared one for an in-memory store)."""
+        if self._closed:
+            raise StoreError(f"the store at {self.path} is closed; open a new one")
+        if self.in_memory:
+            if self._shared is None:
+                with self._write_lock:
+                    if self._shared is None:
+                        self._shared = self._open()
+            return self._shared
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open()
+            self._local.conn = conn
+        return conn
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A connection to read from. In memory, reads take the lock too (one shared connection)."""
+        if self.in_memory:
+            with self._write_lock:
+                yield self.connection
+        else:
+            yield self.connection
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; nested calls become savepoints. The only way anything writes."""
+        with self._write_lock:
+            conn = self.connection
+            if self._depth == 0:
+                self._begin(conn)
+                self._depth = 1
+                try:
+                    yield conn
+                except BaseException:
+                    self._depth = 0
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+                else:
+                    self._depth = 0
+                    try:
+                        with sqlite_errors("committing"):
+                            conn.execute("COMMIT")
+                    except BaseException:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                        raise
+            else:
+                name = f"sp{self._depth}"
+                conn.execute(f"SAVEPOINT {name}")
+                self._depth += 1
+                try:
+                    yield conn
+                except BaseException:
+                    self._depth -= 1
+                    conn.execute(f"ROLLBACK TO {name}")
+                    conn.execute(f"RELEASE {name}")
+                    raise
+                else:
+                    self._depth -= 1
+                    conn.execute(f"RELEASE {name}")
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        # busy_timeout already waits inside SQLite; this loop covers the cases where SQLite gives
+        # up early (a deadlock-avoidance SQLITE_BUSY on BEGIN IMMEDIATE returns at once).
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = 0.002
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    with sqlite_errors("starting a write"):
+                        raise
+                if time.monotonic() >= deadline:
+                    with sqlite_errors("starting a write"):
+                        raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def migrate(self, migrations: Iterable[Migration]) -> list[str]:
+        """Apply the migrations not yet recorded, each atomically with its record. Returns names."""
+        applied: list[str] = []
+        with sqlite_errors("migrating the schema"), self.atomic() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+            for migration in migrations:
+                if migration.name in done:
+                    continue
+                with self.atomic() as inner:
+                    migration.apply(inner)
+                    inner.execute(
+                        "INSERT INTO migrations(name, applied_at) VALUES (?, ?)",
+                        (migration.name, utc_now()),
+                    )
+                applied.append(migration.name)
+        return applied
+
+    # -- the log ---------------------------------------------------------------------------
+
+    def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        """Append events in one transaction and return them as stored, in order."""
+        if not events:
+            return []
+        rows = [
+            (
+                e.id,
+                e.namespace,
+                e.type,
+                e.version,
+                e.created_at,
+                e.session,
+                json.dumps(e.payload, ensure_ascii=False, separators=(",", ":")),
+            )
+            for e in events
+        ]
+        with sqlite_errors("appending events"), self.atomic() as conn:
+            conn.executemany(
+                "INSERT INTO events(id, namespace, type, version, created_at, session, payload)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            last = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        # Under the write lock the rows of one executemany get consecutive rowids.
+        first = last - len(events) + 1
+        return [
+            StoredEvent(
+                Envelope(first + i, e.id, e.namespace, e.type, e.version, e.created_at, e.session),
+                e.payload,
+            )
+            for i, e in enumerate(events)
+        ]
+
+    def append_new(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        """Append the events whose id is not in the log yet (idempotent capture). One transaction."""
+        if not events:
+            return []
+        stored: list[StoredEvent] = []
+        with sqlite_errors("appending events"), self.atomic() as conn:
+            for e in events:
+                cur = conn.execute(
+                    "INSERT OR IGNORE INTO events(id, namespace, type, version, created_at, session, payload)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        e.id,
+                        e.namespace,
+                        e.type,
+                        e.version,
+                        e.created_at,
+                        e.session,
+                        json.dumps(e.payload, ensure_ascii=False, separators=(",", ":")),
+                    ),
+                )
+                if cur.rowcount == 1:
+                    seq = cur.lastrowid
+                    assert seq is not None
+                    stored.append(
+                        StoredEvent(
+                            Envelope(
+                                seq, e.id, e.namespace, e.type, e.version, e.created_at, e.session
+                            ),
+                            e.payload,
+                        )
+                    )
+        return stored
+
+    def read(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        session: str | None = None,
+        sessions: Sequence[str] | None = None,
+        namespaces: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[StoredEvent]:
+        """Events with `after < seq <= upto`, in seq order, read a page at a time."""
+        where = ["seq > ?"]
+        params: list[Any] = []
+        if upto is not None:
+            where.append("seq <= ?")
+            params.append(upto)
+        if session is not None:
+            where.append("session = ?")
+            params.append(session)
+        if sessions is not None:
+            if not sessions:
+                return
+            where.append(f"session IN ({','.join('?' * len(sessions))})")
+            params.extend(sessions)
+        if namespaces is not None:
+            if not namespaces:
+                return
+            where.append(f"namespace IN ({','.join('?' * len(namespaces))})")
+            params.extend(namespaces)
+        sql = (
+            "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
+            f" WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
+        )
+        cursor = after
+        remaining = limit
+        while remaining is None or remaining > 0:
+            page = _PAGE if remaining is None else min(_PAGE, remaining)
+            with sqlite_errors("reading events"), self.reading() as conn:
+                rows = conn.execute(sql, (cursor, *params, page)).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield _row_to_event(row)
+            cursor = rows[-1][0]
+            if remaining is not None:
+                remaining -= len(rows)
+            if len(rows) < page:
+                return
+
+    def get(self, seq: int) -> StoredEvent | None:
+        with sqlite_errors("reading an event"), self.reading() as conn:
+            row = conn.execute(
+                "SELECT seq, id, namespace, type, version, created_at, session, payload"
+                " FROM events WHERE seq = ?",
+                (seq,),
+            ).fetchone()
+        return _row_to_event(row) if row else None
+
+    def get_by_id(self, event_id: str) -> StoredEvent | None:
+        with sqlite_errors("reading an event"), self.reading() as conn:
+            row = conn.execute(
+                "SELECT seq, id, namespace, type, version, created_at, session, payload"
+                " FROM events WHERE id = ?",
+                (event_id,),
+            ).fetchone()
+        return _row_to_event(row) if row else None
+
+    def last_seq(self) -> int:
+        with sqlite_errors("reading the log's end"), self.reading() as conn:
+            row = conn.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(row[0] or 0)
+
+    def count(self) -> int:
+        with sqlite_errors("counting events"), self.reading() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+
+    # -- fold positions ---------------------------------------------------------------------
+
+    def position(self, fold: str, conn: sqlite3.Connection | None = None) -> int:
+        if conn is not None:
+            row = conn.execute(
+                "SELECT position FROM fold_positions WHERE fold = ?", (fold,)
+            ).fetchone()
+            return int(row[0]) if row else 0
+        with sqlite_errors("reading a fold position"), self.reading() as c:
+            row = c.execute("SELECT position FROM fold_positions WHERE fold = ?", (fold,)).fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def set_position(conn: sqlite3.Connection, fold: str, position: int) -> None:
+        conn.execute(
+            "INSERT INTO fold_positions(fold, position) VALUES (?, ?)"
+            " ON CONFLICT(fold) DO UPDATE SET position = excluded.position",
+            (fold, position),
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Fold the WAL back into the database file and truncate it."""
+        if self.in_memory:
+            return
+        with sqlite_errors("checkpointing the WAL"), self._write_lock:
+            self.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def close(self) -> None:
+        """Checkpoint and close every connection this store opened (from any thread)."""
+        if self._closed:
+            return
+        with contextlib.suppress(StoreError):
+            self.checkpoint()
+        with self._write_lock, self._connections_lock:
+            for conn in self._connections:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            self._connections.clear()
+            self._closed = True
+
+    def __enter__(self) -> SQLiteEventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteEventStore({self.path!r})"
+
+
+def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
+    seq, event_id, namespace, type_, version, created_at, session, payload = row
+    return StoredEvent(
+        Envelope(seq, event_id, namespace, type_, version, created_at, session),
+        json.loads(payload),
+    )

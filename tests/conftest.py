@@ -1,0 +1,33 @@
+"""Shared test set-up: hermetic, no model requests unless a test scripts one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import warnings
+
+import pytest
+from pydantic_ai import models
+
+# A real model call from a test is a bug: scripted calls use FunctionModel / TestModel.
+models.ALLOW_MODEL_REQUESTS = False
+
+
+@pytest.fixture(autouse=True)
+def _close_leftover_event_loop():
+    """`Agent.run_sync` leaves a loop set on the thread; close it so the test ends clean."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with contextlib.suppress(RuntimeError):
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+            if not loop.is_running() and not loop.is_closed():
+                loop.close()
+            asyncio.set_event_loop(None)
+
+
+@pytest.fixture(autouse=True)
+def _no_home(tmp_path, monkeypatch):
+    """Nothing a test does may touch the real $HOME or HERMES_HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes_home"))
