@@ -15,13 +15,21 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .chronicle.store import SQLiteChronicleStore
 from .config import Config, load_hermes_config
 from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from .log.pins import register_builtin_events
 from .log.store import SQLiteEventStore
+
+if TYPE_CHECKING:
+    from .capture.capture import Capture
+    from .compaction.engine import Compaction
+    from .recall.recall import Recall
+    from .scheduler.scheduler import Scheduler
+    from .sessions.tree import SessionTree
 
 __all__ = ["ChronicleCore"]
 
@@ -45,6 +53,8 @@ class ChronicleCore:
         register_builtin_events(self.types)
         self.reader = EventReader(self.store, self.upcasts, self.types)
         self._closed = False
+        self._subsystems: dict[str, Any] = {}
+        self._subsystems_lock = threading.RLock()
 
     # -- the registry --------------------------------------------------------------------
 
@@ -79,6 +89,51 @@ class ChronicleCore:
     def open_cores(cls) -> list[ChronicleCore]:
         with cls._registry_lock:
             return [c for c in cls._registry.values() if not c._closed]
+
+    # -- subsystems ----------------------------------------------------------------------
+    # Each is built on first use, once, under the core's lock. Each module owns its subsystem and
+    # receives the core; the core never reaches into them beyond this.
+
+    def _subsystem(self, name: str, build: Callable[[ChronicleCore], Any]) -> Any:
+        found = self._subsystems.get(name)
+        if found is not None:
+            return found
+        with self._subsystems_lock:
+            found = self._subsystems.get(name)
+            if found is None:
+                found = build(self)
+                self._subsystems[name] = found
+            return found
+
+    @property
+    def capture(self) -> Capture:
+        from .capture.capture import Capture
+
+        return self._subsystem("capture", Capture)
+
+    @property
+    def sessions(self) -> SessionTree:
+        from .sessions.tree import SessionTree
+
+        return self._subsystem("sessions", SessionTree)
+
+    @property
+    def recall(self) -> Recall:
+        from .recall.recall import Recall
+
+        return self._subsystem("recall", Recall)
+
+    @property
+    def compaction(self) -> Compaction:
+        from .compaction.engine import Compaction
+
+        return self._subsystem("compaction", Compaction)
+
+    @property
+    def scheduler(self) -> Scheduler:
+        from .scheduler.scheduler import Scheduler
+
+        return self._subsystem("scheduler", Scheduler)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -13,9 +13,20 @@ from typing import Any, Literal
 
 from ..log.events import DomainEvent, EventTypeRegistry
 
-__all__ = ["NAMESPACE", "Speaker", "MessageCaptured", "register_capture_events", "message_text"]
+__all__ = [
+    "NAMESPACE",
+    "HANDOFF_MARKER",
+    "Speaker",
+    "MessageCaptured",
+    "register_capture_events",
+    "message_text",
+]
 
 NAMESPACE = "chronicle.chat"
+
+HANDOFF_MARKER = "[CONTEXT COMPACTION — REFERENCE ONLY]"
+"""The first line of every handoff message the context engine writes. Capture never records a
+message that starts with it as conversation: it is derived from the log, not part of it."""
 
 Speaker = Literal["person", "assistant", "tool", "host", "automation"]
 
