@@ -142,7 +142,7 @@ def test_expanding_the_cited_sections_returns_exactly_the_folded_messages(
     assert [f"{lo}-{hi}" for _, _, lo, hi in citations] == outcome.view
     kept = [m for m in outcome.messages if not is_own_handoff(m)]
     seqs = core.capture.capture_messages(host.session, before)
-    for level, section_id, lo, hi in citations:
+    for _level, section_id, lo, hi in citations:
         folded = [
             wire(m) for m, s in zip(before, seqs, strict=True) if s is not None and lo <= s <= hi
         ]
