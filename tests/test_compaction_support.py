@@ -155,8 +155,11 @@ class _StandInCore(ChronicleCore):
         return self._subsystem("sessions", SessionStandIn)
 
 
-def core_for(path: Any) -> ChronicleCore:
-    core = ChronicleCore.get(path) if str(path) != ":memory:" else ChronicleCore(path)
+def core_for(path: Any, config: Any = None) -> ChronicleCore:
+    if str(path) == ":memory:":
+        core = ChronicleCore(path, config)
+    else:
+        core = ChronicleCore.get(path, config=config)
     if not REAL_CAPTURE:
         core.__class__ = _StandInCore
     return core
