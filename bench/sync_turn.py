@@ -23,12 +23,45 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chronicle_engine.capture.events import MessageCaptured  # noqa: E402
+from chronicle_engine.capture.events import MessageCaptured, register_capture_events  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.log.store import PendingEvent  # noqa: E402
 from provider import ChronicleMemoryProvider  # noqa: E402
 
-WORDS = ["the", "deploy", "script", "failed", "on", "the", "staging", "host", "because", "the", "config", "file", "was", "missing", "a", "key", "we", "fixed", "the", "path", "and", "reran", "the", "migration", "then", "checked", "the", "logs", "for", "errors", "and", "warnings"]
+WORDS = [
+    "the",
+    "deploy",
+    "script",
+    "failed",
+    "on",
+    "the",
+    "staging",
+    "host",
+    "because",
+    "the",
+    "config",
+    "file",
+    "was",
+    "missing",
+    "a",
+    "key",
+    "we",
+    "fixed",
+    "the",
+    "path",
+    "and",
+    "reran",
+    "the",
+    "migration",
+    "then",
+    "checked",
+    "the",
+    "logs",
+    "for",
+    "errors",
+    "and",
+    "warnings",
+]
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -37,7 +70,7 @@ def sentence(rng: random.Random, n: int) -> str:
 
 def fill(core: ChronicleCore, events: int, rng: random.Random) -> None:
     """Pre-load the log with `events` captured messages across many other sessions."""
-    core.capture  # registers the capture events
+    register_capture_events(core.types)
     batch: list[PendingEvent] = []
     for i in range(events):
         text = sentence(rng, 30)
@@ -68,7 +101,10 @@ def turn(rng: random.Random, n: int) -> list[dict]:
                     {
                         "id": call_id,
                         "type": "function",
-                        "function": {"name": "terminal", "arguments": json.dumps({"cmd": f"ls {k}"})},
+                        "function": {
+                            "name": "terminal",
+                            "arguments": json.dumps({"cmd": f"ls {k}"}),
+                        },
                     }
                 ],
             }
@@ -101,7 +137,9 @@ def main() -> None:
     core = ChronicleCore.get(db)
     if core.store.count() < args.events:
         fill(core, args.events - core.store.count(), rng)
-    print(f"store: {core.store.count()} events in {db} (filled in {time.perf_counter() - started:.1f}s)")
+    print(
+        f"store: {core.store.count()} events in {db} (filled in {time.perf_counter() - started:.1f}s)"
+    )
 
     provider = ChronicleMemoryProvider()
     provider.initialize("bench-session", hermes_home=str(home), platform="cli")
@@ -111,7 +149,9 @@ def main() -> None:
         new = turn(rng, n)
         live.extend(new)
         t0 = time.perf_counter()
-        provider.sync_turn(new[0]["content"], new[-1]["content"], session_id="bench-session", messages=live)
+        provider.sync_turn(
+            new[0]["content"], new[-1]["content"], session_id="bench-session", messages=live
+        )
         timings.append((time.perf_counter() - t0) * 1000)
     # The first call after a restart sees fresh dicts and aligns by position and fingerprint.
     fresh_timings: list[float] = []

@@ -83,7 +83,9 @@ class BranchPath:
             seqs=self.seqs[: q + 1],
             fps=self.fps[: q + 1],
             turns=self.turns[: q + 1],
-            kept_from=self.kept_from if self.kept_from is not None and self.kept_from <= q else None,
+            kept_from=self.kept_from
+            if self.kept_from is not None and self.kept_from <= q
+            else None,
         )
 
     def copy(self) -> BranchPath:

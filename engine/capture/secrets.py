@@ -131,9 +131,7 @@ _KEY_WORDS = (
 )
 # Where an assignment may be: a key word, the rest of its name, then `=` or `:`.
 _KEY_WORD = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*[\"']?[ \t]*[=:]")
-_KEY_WORD_ANY_CASE = re.compile(
-    r"(?i)(?:pass|pwd|secret|token|key)[A-Za-z0-9_\-]*[\"']?[ \t]*[=:]"
-)
+_KEY_WORD_ANY_CASE = re.compile(r"(?i)(?:pass|pwd|secret|token|key)[A-Za-z0-9_\-]*[\"']?[ \t]*[=:]")
 _ASSIGNMENT = re.compile(
     r"(?i)([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))[\"']?"
     r"[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*"

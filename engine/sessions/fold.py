@@ -183,7 +183,9 @@ def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
         session = env.session or ""
         if isinstance(target, str) and _entry_exists(conn, target):
             _ensure_head(conn, session, env.seq)
-            conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (target, session))
+            conn.execute(
+                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (target, session)
+            )
 
 
 def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> None:
