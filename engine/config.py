@@ -44,6 +44,19 @@ KEYS: tuple[Key, ...] = (
     Key("db_path", None, "SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."),
     Key("busy_timeout_ms", 5000, "How long a write waits for another process's lock before degrading."),
     # -- capture (memory-provider slot) -----------------------------------------------------------
+    Key(
+        "capture.enabled",
+        True,
+        "Record every message of every turn into the log. false leaves the memory slot "
+        "recall-only: nothing new is captured, existing memory is still searched.",
+    ),
+    Key(
+        "capture.skip_agent_contexts",
+        [],
+        "Hermes agent contexts whose turns are not captured at all (e.g. [flush]). Turns of "
+        "cron, subagent and flush agents are otherwise captured, marked as automation, and "
+        "never become memory about the user.",
+    ),
     # -- context engine ----------------------------------------------------------------------------
     # -- recall ------------------------------------------------------------------------------------
     # -- scheduler and maintenance -------------------------------------------------------------------

@@ -295,6 +295,20 @@ class SessionTree:
             out.append(event)
         return out
 
+    def message_count(self, session_id: str) -> int:
+        """How many messages the session's scope holds in the log (every branch)."""
+        segments = self.scope(session_id)
+        total = 0
+        with self.store.reading() as conn:
+            for session, bound in segments:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM session_entries WHERE session = ? AND kind = 'message'"
+                    " AND seq <= ?",
+                    (session, bound if bound is not None else 2**62),
+                ).fetchone()
+                total += int(row[0])
+        return total
+
     # -- entries other subsystems record -------------------------------------------------------
 
     def _entry_at(self, seq: int | None) -> str | None:
