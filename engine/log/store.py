@@ -191,7 +191,8 @@ class SQLiteEventStore:
         self._depth = 0  # savepoint nesting of the thread holding the write lock
         self._shared: sqlite3.Connection | None = None
         self._closed = False
-        if not self.in_memory:
+        self.uri = self.path.startswith("file:")
+        if not self.in_memory and not self.uri:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.migrate(LOG_MIGRATIONS)
         if migrations:
@@ -205,6 +206,7 @@ class SQLiteEventStore:
                 self.path,
                 isolation_level=None,
                 check_same_thread=False,  # closed from shutdown(); otherwise used by its owner only
+                uri=self.uri,
                 timeout=self.busy_timeout_ms / 1000,
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
@@ -477,7 +479,9 @@ class SQLiteEventStore:
             ).fetchone()
             return int(row[0]) if row else 0
         with sqlite_errors("reading a fold position"), self.reading() as c:
-            row = c.execute("SELECT position FROM fold_positions WHERE fold = ?", (fold,)).fetchone()
+            row = c.execute(
+                "SELECT position FROM fold_positions WHERE fold = ?", (fold,)
+            ).fetchone()
         return int(row[0]) if row else 0
 
     @staticmethod
