@@ -61,8 +61,8 @@ KEYS: tuple[Key, ...] = (
     Key(
         "maintenance.budget_ms",
         5,
-        "Wall-clock ceiling (ms) for one hook call's scheduling decision. A due schedule that does "
-        "not fit waits for the next hook call.",
+        "Wall-clock ceiling (ms) for one hook call's scheduling decision. The first due schedule "
+        "is always tried; one that does not fit after it waits for the next hook call.",
     ),
     Key(
         "maintenance.drain_hooks",

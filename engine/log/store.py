@@ -477,7 +477,9 @@ class SQLiteEventStore:
             ).fetchone()
             return int(row[0]) if row else 0
         with sqlite_errors("reading a fold position"), self.reading() as c:
-            row = c.execute("SELECT position FROM fold_positions WHERE fold = ?", (fold,)).fetchone()
+            row = c.execute(
+                "SELECT position FROM fold_positions WHERE fold = ?", (fold,)
+            ).fetchone()
         return int(row[0]) if row else 0
 
     @staticmethod

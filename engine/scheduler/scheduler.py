@@ -114,6 +114,7 @@ class Scheduler:
         self._drain_hooks = self.settings.drain_hooks
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._handlers: dict[str, Callable[[TaskContext], SweepReport]] = dict(MAINTENANCE)
 
     # -- the hook path ---------------------------------------------------------------------
 
@@ -182,8 +183,8 @@ class Scheduler:
             self._load()
         budget = self.settings.budget_ms / 1000.0
         due = sorted((at, task) for task, at in self._next_due.items() if at <= now)
-        for _, task in due:
-            if time.perf_counter() - started > budget:
+        for attempt, (_, task) in enumerate(due):
+            if attempt and time.perf_counter() - started > budget:
                 break  # the rest waits for the next hook call
             if self._fire(task, now):
                 break
@@ -298,7 +299,7 @@ class Scheduler:
             return self._require_consolidator().reap(
                 self.clock(), self.settings.budget_for(job.kind)
             )
-        task = MAINTENANCE.get(job.kind)
+        task = self._handlers.get(job.kind)
         if task is None:
             raise LookupError(f"no handler for job kind {job.kind!r}")
         return task(self._context(job))
@@ -408,7 +409,15 @@ class Scheduler:
         self._resolve()
         return self._consolidator
 
-    # -- direct use (CLI, tests) -------------------------------------------------------------
+    # -- direct use (CLI, tests, other subsystems) -----------------------------------------------
+
+    def handle(self, kind: str, handler: Callable[[TaskContext], SweepReport]) -> None:
+        """Run jobs of `kind` with `handler` (a subsystem's own background work). The handler
+        gets a TaskContext (core, queue, sweep cursors, row budget, now) and returns a
+        SweepReport; enqueue with `queue.enqueue(JobSpec(kind, job_class, key))`."""
+        if kind in ("consolidate", "reap"):
+            raise ValueError(f"{kind!r} is the scheduler's own job kind")
+        self._handlers[kind] = handler
 
     def enqueue(self, task: str) -> int:
         """Queue one run of a scheduled task now, outside its schedule (e.g. `chronicle doctor`)."""
