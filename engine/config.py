@@ -42,7 +42,11 @@ class Key:
 KEYS: tuple[Key, ...] = (
     # -- storage ------------------------------------------------------------------------------
     Key("db_path", None, "SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."),
-    Key("busy_timeout_ms", 5000, "How long a write waits for another process's lock before degrading."),
+    Key(
+        "busy_timeout_ms",
+        5000,
+        "How long a write waits for another process's lock before degrading.",
+    ),
     # -- capture (memory-provider slot) -----------------------------------------------------------
     # -- context engine ----------------------------------------------------------------------------
     # -- recall ------------------------------------------------------------------------------------
