@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from chronicle_engine.capture.events import MessageCaptured, register_capture_events
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.cli import Exit, main

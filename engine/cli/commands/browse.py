@@ -199,9 +199,9 @@ def _sessions_of_chronicle(s: Session, owner: str | None, lo: int, hi: int) -> s
         return None
     found = set()
     for row in session_rows(core.store):
-        if row["last_seq"] >= lo and row["first_seq"] <= hi:
-            if sessions.chronicle_name(row["session"]) == owner:
-                found.add(row["session"])
+        overlaps = row["last_seq"] >= lo and row["first_seq"] <= hi
+        if overlaps and sessions.chronicle_name(row["session"]) == owner:
+            found.add(row["session"])
     return found
 
 
@@ -274,7 +274,7 @@ def tree(s: Session) -> Outcome:
         lineage = list(tree_api.lineage(sid))
         placed.update(lineage)
         lineages.append(lineage)
-    data = {
+    data: dict[str, list[dict[str, Any]]] = {
         "lineages": [
             {
                 "chronicle": tree_api.chronicle_name(lin[-1]) if lin else None,
