@@ -55,10 +55,10 @@ class StubModel:
     """The server and its record. Use as a context manager; `base_url` ends in /v1."""
 
     model: str = "stub-model"
-    replies: list[Reply | Script] = field(default_factory=list)
+    replies: list[Reply | Script] = field(default_factory=list, repr=False)
     default: Reply = field(default_factory=lambda: Reply(text="(stub: script exhausted)"))
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
+    requests: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    paths: list[str] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
