@@ -42,7 +42,11 @@ class Key:
 KEYS: tuple[Key, ...] = (
     # -- storage ------------------------------------------------------------------------------
     Key("db_path", None, "SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."),
-    Key("busy_timeout_ms", 5000, "How long a write waits for another process's lock before degrading."),
+    Key(
+        "busy_timeout_ms",
+        5000,
+        "How long a write waits for another process's lock before degrading.",
+    ),
     # -- capture (memory-provider slot) -----------------------------------------------------------
     Key(
         "capture.enabled",
@@ -60,6 +64,124 @@ KEYS: tuple[Key, ...] = (
     # -- context engine ----------------------------------------------------------------------------
     # -- recall ------------------------------------------------------------------------------------
     # -- scheduler and maintenance -------------------------------------------------------------------
+    # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
+    Key(
+        "maintenance.enabled",
+        True,
+        "Master switch for hook-driven scheduling. false: hooks never schedule or run background "
+        "jobs (no consolidation, reaping or maintenance).",
+    ),
+    Key(
+        "maintenance.budget_ms",
+        5,
+        "Wall-clock ceiling (ms) for one hook call's scheduling decision. The first due schedule "
+        "is always tried; one that does not fit after it waits for the next hook call.",
+    ),
+    Key(
+        "maintenance.drain_hooks",
+        ["sync_turn", "queue_prefetch", "on_session_end", "on_session_switch", "on_delegation"],
+        "Hooks that also run queued jobs. The default lists hooks Hermes calls off the user's "
+        "critical path; other hooks only schedule.",
+    ),
+    Key("maintenance.drain_per_hook", 4, "Jobs one draining hook call may run, shared by weight."),
+    Key(
+        "maintenance.drain_budget_ms",
+        250,
+        "A draining hook call claims no new job once it has spent this long (ms) running jobs.",
+    ),
+    Key(
+        "maintenance.schedules.consolidate",
+        "* * * * *",
+        'Cron (5 fields, UTC) for consolidating closed units into chronicle sections. "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.reap",
+        "*/5 * * * *",
+        'Cron (UTC) for closing idle conversations as units. "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.fts_optimize",
+        "30 3 * * *",
+        "Cron (UTC) for merging the full-text index's segments (recall's optimize hook). \"\" disables.",
+    ),
+    Key(
+        "maintenance.schedules.belief_sweep",
+        "0 4 * * *",
+        'Cron (UTC) for recall\'s belief decay and consistency sweep. "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.queue_retention",
+        "15 * * * *",
+        'Cron (UTC) for pruning finished job rows. "" disables (the job table then grows).',
+    ),
+    Key(
+        "maintenance.schedules.wal_checkpoint",
+        "*/15 * * * *",
+        'Cron (UTC) for a passive WAL checkpoint (never waits for readers). "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.integrity",
+        "45 4 * * *",
+        "Cron (UTC) for the integrity check: every current section's range lies in the log and "
+        'no two current sections of a chronicle overlap. "" disables.',
+    ),
+    Key(
+        "queue.lease_seconds",
+        600,
+        "How long a claimed job may run before it counts as abandoned (its process died) and is "
+        "re-armed. Keep it above your slowest job, or the job runs twice.",
+    ),
+    Key(
+        "queue.max_attempts",
+        5,
+        "Claims one job may use before it is failed with its last reason. A lease that expires "
+        "counts as an attempt.",
+    ),
+    Key("queue.shares.consolidation", 0.5, "Relative drain weight of consolidation jobs."),
+    Key("queue.shares.reaping", 0.2, "Relative drain weight of idle-session reaping jobs."),
+    Key(
+        "queue.shares.maintenance",
+        0.3,
+        "Relative drain weight of maintenance sweeps. The shares are normalised; a positive share "
+        "too small to round to a whole job still gets one per drain, so no class starves.",
+    ),
+    Key(
+        "queue.retention.days",
+        7,
+        "Finished job rows older than this are pruned. 0: no age bound. Pending and running rows, "
+        "and rows a pending job depends on, are never pruned.",
+    ),
+    Key(
+        "queue.retention.max_rows",
+        5000,
+        "At most this many finished job rows are kept (newest first). 0: no count bound.",
+    ),
+    Key(
+        "sweeps.row_budget",
+        2000,
+        "Rows one run of a maintenance sweep may visit; the sweep keeps a cursor and resumes.",
+    ),
+    Key(
+        "sweeps.budgets.consolidate",
+        500,
+        "Events one consolidation run may fold (its own budget: a closed unit may need a summary).",
+    ),
+    Key(
+        "consolidation.unit_turns",
+        20,
+        "A unit closes before the user message that would start its (N+1)th turn. 0: no turn bound.",
+    ),
+    Key(
+        "consolidation.idle_gap_minutes",
+        30,
+        "A silence longer than this closes a unit: between two messages, or (through the reaper) "
+        "after the last one. 0: no idle boundary and no reaping.",
+    ),
+    Key(
+        "consolidation.close_on_session_end",
+        True,
+        "A recorded session end closes the conversation's open unit.",
+    ),
 )
 
 # Keys that existed once. Value: what to do instead. Security-relevant ones are errors.

@@ -6,10 +6,11 @@ import json
 import threading
 
 import pytest
-from chronicle_engine.capture.events import HANDOFF_MARKER
-from chronicle_engine.core import ChronicleCore
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from chronicle_engine.capture.events import HANDOFF_MARKER
+from chronicle_engine.core import ChronicleCore
 
 
 @pytest.fixture(params=["memory", "file"])
