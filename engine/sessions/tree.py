@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
-CHRONICLE_PREFIX = "conversation:"
+CHRONICLE_PREFIX = "conv-"
 
 _MAX_DEPTH = 10_000_000  # guards the path walk against a cycle an import could smuggle in
 
