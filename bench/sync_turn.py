@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT))
 from chronicle_engine.capture.events import MessageCaptured, register_capture_events  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.log.store import PendingEvent  # noqa: E402
-
 from provider import ChronicleMemoryProvider  # noqa: E402
 
 WORDS = [
