@@ -21,7 +21,7 @@ import math
 import os
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,8 +222,8 @@ class JobQueue:
             self._cascade(conn, now)
         return int(job_id)
 
-    def claim(self, job_class: str | None = None) -> Job | None:
-        """Lease the oldest runnable job (of `job_class`, if given), or None."""
+    def claim(self, job_class: str | None = None, *, skip: Collection[int] = ()) -> Job | None:
+        """Lease the oldest runnable job (of `job_class`, if given, and not in `skip`), or None."""
         now = self.clock()
         where = (
             "j.state = 'pending' AND j.available_at <= ?"
@@ -233,6 +233,9 @@ class JobQueue:
         if job_class is not None:
             where += " AND j.job_class = ?"
             params.append(job_class)
+        if skip:
+            where += f" AND j.id NOT IN ({','.join('?' * len(skip))})"
+            params.extend(skip)
         with sqlite_errors("claiming a job"), self.store.atomic() as conn:
             row = conn.execute(
                 "SELECT j.id FROM scheduler_jobs j LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"

@@ -233,22 +233,23 @@ class Scheduler:
         total = self.settings.drain_per_hook
         quotas = allocate(total, self.settings.shares)
         order = sorted(JOB_CLASSES, key=lambda c: -self.settings.shares.get(c, 0.0))
-        claimed = 0
+        # A job runs at most once per call: one that asked to be retried waits for the next hook.
+        seen: list[int] = []
         for job_class in order:
             for _ in range(quotas.get(job_class, 0)):
                 if time.perf_counter() - started > budget:
                     return
-                found = self.queue.claim(job_class)
+                found = self.queue.claim(job_class, skip=seen)
                 if found is None:
                     break
-                claimed += 1
+                seen.append(found.id)
                 yield found
         # Slots a quiet class left unused go to whoever has work, oldest first.
-        while claimed < total and time.perf_counter() - started <= budget:
-            found = self.queue.claim()
+        while len(seen) < total and time.perf_counter() - started <= budget:
+            found = self.queue.claim(skip=seen)
             if found is None:
                 return
-            claimed += 1
+            seen.append(found.id)
             yield found
 
     def _drain(self) -> None:
