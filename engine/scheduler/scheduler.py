@@ -64,12 +64,10 @@ NOT_SCHEDULED: tuple[tuple[str, str], ...] = (
 )
 
 _BACKOFF_AFTER_ERROR = 30.0
-# Tasks whose report's `remaining` can be chased by an immediate continuation. A checkpoint that
-# could not finish is blocked by readers, and the reaper waits for consolidation to read its
+# A report with work left is chased by an immediate continuation, except for these: a checkpoint
+# that could not finish is blocked by readers, and the reaper waits for consolidation to read its
 # decisions, so neither gains from running again at once.
-_CONTINUES = frozenset(
-    {"consolidate", "fts_optimize", "belief_sweep", "queue_retention", "integrity"}
-)
+_NO_CONTINUATION = frozenset({"reap", "wal_checkpoint"})
 
 
 def _iso(moment: float | None) -> str | None:
@@ -307,7 +305,7 @@ class Scheduler:
 
     def _finish(self, job: Job, report: SweepReport) -> None:
         follow_ups: list[JobSpec] = []
-        if report.more and job.kind in _CONTINUES:
+        if report.more and job.kind not in _NO_CONTINUATION:
             follow_ups.append(JobSpec(job.kind, job.job_class, job.key, job.payload))
         if job.kind == "reap" and report.processed:
             # The reaper's decisions are boundaries only once the fold has read them.
