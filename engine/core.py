@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .chronicle.store import SQLiteChronicleStore

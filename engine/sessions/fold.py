@@ -1,0 +1,214 @@
+"""The session tree as tables, folded from the log.
+
+Invariants:
+- `session_entries` and `session_heads` are a deterministic fold of the "chronicle.chat"
+  MessageCaptured events and the "chronicle.session" events, in seq order: dropping both tables
+  and folding the log again gives the same rows (`Projector.rebuild` works on `SessionFold`).
+- Writers fold their own events in the same transaction that appends them (`fold_pending` first
+  catches up anything another writer appended), so the tables are never behind the writer.
+- An entry's parent is fixed when it is folded: the event's `parent`, or the session's leaf at
+  that point of the log when the event named none.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ..capture.events import NAMESPACE as CHAT_NAMESPACE
+from ..log.store import Migration, SQLiteEventStore, StoredEvent, run_script
+from .events import ENTRY_KINDS
+from .events import NAMESPACE as SESSION_NAMESPACE
+
+__all__ = ["SessionFold", "FOLD_NAME", "MIGRATIONS", "fold_pending", "NAMESPACES"]
+
+FOLD_NAME = "sessions.tree"
+NAMESPACES = (CHAT_NAMESPACE, SESSION_NAMESPACE)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS session_entries (
+    entry_id  TEXT PRIMARY KEY,
+    seq       INTEGER NOT NULL,
+    session   TEXT NOT NULL,
+    parent_id TEXT,
+    kind      TEXT NOT NULL,
+    fp        TEXT,
+    target_id TEXT
+);
+CREATE INDEX IF NOT EXISTS session_entries_by_session ON session_entries(session, seq);
+CREATE INDEX IF NOT EXISTS session_entries_by_seq ON session_entries(seq);
+CREATE TABLE IF NOT EXISTS session_heads (
+    session        TEXT PRIMARY KEY,
+    conversation   TEXT NOT NULL,
+    lineage_root   TEXT NOT NULL,
+    parent_session TEXT,
+    fork_seq       INTEGER,
+    reason         TEXT NOT NULL,
+    leaf_id        TEXT,
+    started_seq    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_heads_by_conversation ON session_heads(conversation);
+"""
+
+
+def _m001_tree(conn: sqlite3.Connection) -> None:
+    run_script(conn, _SCHEMA)
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration("sessions.m001_tree", _m001_tree),)
+
+
+class SessionFold:
+    """Folds messages and session events into the entry tree and each session's head."""
+
+    name = FOLD_NAME
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        for event in events:
+            apply_event(conn, event)
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM session_entries")
+        conn.execute("DELETE FROM session_heads")
+
+
+def _head(conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
+    row: tuple[Any, ...] | None = conn.execute(
+        "SELECT conversation, lineage_root, leaf_id FROM session_heads WHERE session = ?",
+        (session,),
+    ).fetchone()
+    return row
+
+
+def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> tuple[Any, ...]:
+    row = _head(conn, session)
+    if row is None:
+        conn.execute(
+            "INSERT INTO session_heads(session, conversation, lineage_root, reason, started_seq)"
+            " VALUES (?, ?, ?, 'new', ?)",
+            (session, session, session, seq),
+        )
+        return (session, session, None)
+    return row
+
+
+def _entry_exists(conn: sqlite3.Connection, entry_id: str) -> tuple[Any, ...] | None:
+    row: tuple[Any, ...] | None = conn.execute(
+        "SELECT seq, session FROM session_entries WHERE entry_id = ?", (entry_id,)
+    ).fetchone()
+    return row
+
+
+def _add_entry(
+    conn: sqlite3.Connection,
+    event: StoredEvent,
+    kind: str,
+    fp: str | None,
+    target: str | None,
+) -> None:
+    env = event.envelope
+    session = env.session or ""
+    head = _ensure_head(conn, session, env.seq)
+    parent = event.payload.get("parent")
+    if parent is None:
+        parent = head[2]
+    elif parent == "":
+        parent = None
+    conn.execute(
+        "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind, fp, target_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (env.id, env.seq, session, parent, kind, fp, target),
+    )
+    conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (env.id, session))
+
+
+def _switch(conn: sqlite3.Connection, event: StoredEvent) -> None:
+    env = event.envelope
+    session = env.session or ""
+    parent_session = str(event.payload.get("parent_session") or "")
+    reason = str(event.payload.get("reason") or "new")
+    existing = _head(conn, session)
+    if reason in ("compression", "branch") and parent_session and parent_session != session:
+        parent = _ensure_head(conn, parent_session, env.seq)
+        has_entries = conn.execute(
+            "SELECT 1 FROM session_entries WHERE session = ? LIMIT 1", (session,)
+        ).fetchone()
+        if has_entries:
+            return  # already lived a life of its own: linking it now would rewrite its past
+        fork_seq = None
+        if reason == "branch" and parent[2] is not None:
+            found = _entry_exists(conn, parent[2])
+            fork_seq = found[0] if found else None
+        lineage_root = parent[1] if reason == "compression" else session
+        conn.execute(
+            "INSERT INTO session_heads(session, conversation, lineage_root, parent_session,"
+            " fork_seq, reason, leaf_id, started_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(session) DO UPDATE SET conversation = excluded.conversation,"
+            " lineage_root = excluded.lineage_root, parent_session = excluded.parent_session,"
+            " fork_seq = excluded.fork_seq, reason = excluded.reason, leaf_id = excluded.leaf_id",
+            (
+                session,
+                parent[0],
+                lineage_root,
+                parent_session,
+                fork_seq,
+                reason,
+                parent[2],
+                env.seq,
+            ),
+        )
+        return
+    if existing is None:
+        conn.execute(
+            "INSERT INTO session_heads(session, conversation, lineage_root, parent_session,"
+            " reason, started_seq) VALUES (?, ?, ?, ?, ?, ?)",
+            (session, session, session, parent_session or None, reason, env.seq),
+        )
+
+
+def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
+    env = event.envelope
+    if env.namespace == CHAT_NAMESPACE:
+        if env.type == "MessageCaptured":
+            fp = event.payload.get("fingerprint")
+            _add_entry(conn, event, "message", fp if isinstance(fp, str) else None, None)
+        return
+    if env.namespace != SESSION_NAMESPACE:
+        return
+    kind = ENTRY_KINDS.get(env.type)
+    if kind is not None:
+        # A compaction's target is the first message it kept verbatim.
+        target = event.payload.get("first_kept_entry" if kind == "compaction" else "target")
+        _add_entry(conn, event, kind, None, target if isinstance(target, str) else None)
+    elif env.type == "SessionSwitched":
+        _switch(conn, event)
+    elif env.type == "LeafMoved":
+        target = event.payload.get("target")
+        session = env.session or ""
+        if isinstance(target, str) and _entry_exists(conn, target):
+            _ensure_head(conn, session, env.seq)
+            conn.execute(
+                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (target, session)
+            )
+
+
+def fold_pending(store: SQLiteEventStore, conn: sqlite3.Connection) -> int:
+    """Fold every event not yet folded, inside the caller's write transaction. Returns the seq
+    the fold now stands at (the log's end: nobody else can append while the caller writes)."""
+    position = store.position(FOLD_NAME, conn)
+    placeholders = ",".join("?" * len(NAMESPACES))
+    rows = conn.execute(
+        "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
+        f" WHERE seq > ? AND namespace IN ({placeholders}) ORDER BY seq",
+        (position, *NAMESPACES),
+    ).fetchall()
+    if rows:
+        from ..log.store import _row_to_event
+
+        for row in rows:
+            apply_event(conn, _row_to_event(row))
+    end = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+    if end != position:
+        store.set_position(conn, FOLD_NAME, end)
+    return end
