@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+
 from chronicle_engine import config as config_module
 from chronicle_engine.config import KEYS, Config, Key
 from chronicle_engine.config_audit import audit, find_reads, format_audit, main, shipped_files

@@ -7,9 +7,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from chronicle_engine.chronicle.sections import Anchor, Section
-from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import JobSpec
 from test_scheduler_support import (
     START,
     FakeClock,
@@ -18,6 +15,10 @@ from test_scheduler_support import (
     open_core,
     scheduler,
 )
+
+from chronicle_engine.chronicle.sections import Anchor, Section
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.scheduler import JobSpec
 
 
 @pytest.fixture(params=["memory", "file"])

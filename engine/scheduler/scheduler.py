@@ -393,7 +393,6 @@ class Scheduler:
                 unit_turns=self.settings.unit_turns,
                 idle_gap_seconds=self.settings.idle_gap_seconds,
                 close_on_session_end=self.settings.close_on_session_end,
-                session_end_types=_session_end_types(),
             ),
         )
 
@@ -515,11 +514,3 @@ def _summary(report: SweepReport) -> str:
         return f"skipped ({report.skipped})"
     return f"processed {report.processed}, remaining {report.remaining}"
 
-
-def _session_end_types() -> frozenset[tuple[str, str]]:
-    """The (namespace, type) of the events capture writes when a session ends, if it defines
-    them (`SESSION_END_TYPES` in capture's events module)."""
-    from ..capture import events as capture_events
-
-    found = getattr(capture_events, "SESSION_END_TYPES", ())
-    return frozenset(tuple(t) for t in found)
