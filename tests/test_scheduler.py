@@ -233,3 +233,13 @@ def test_the_core_builds_one_scheduler_per_database(tmp_path: Path) -> None:
     assert core.scheduler is core.scheduler
     core.scheduler.tick("on_turn_start")
     core.shutdown()
+
+
+def test_run_due_runs_every_due_schedule_at_once_for_a_command_line(where) -> None:
+    core = open_core(where, _on(integrity="* * * * *", queue_retention="* * * * *"))
+    sched = scheduler(core, FakeClock())
+    ran = sched.run_due()
+    assert sorted(j["kind"] for j in ran) == ["integrity", "queue_retention"]
+    assert all(j["state"] == "done" for j in ran)
+    assert sched.run_due() == []  # the same due times are not run twice
+    core.shutdown()

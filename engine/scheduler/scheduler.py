@@ -427,17 +427,33 @@ class Scheduler:
 
     def run_pending(self, max_jobs: int | None = None) -> int:
         """Run queued jobs now, whatever the hook, until none is runnable or `max_jobs` ran."""
-        ran = 0
+        return len(self._run_pending(max_jobs))
+
+    def run_due(self, max_jobs: int | None = None) -> list[dict[str, Any]]:
+        """For a command line, never a hook: enqueue every schedule that is due now (not one per
+        call), then run the queue until nothing is runnable. Returns each job run, as it ended."""
+        now = self.clock()
+        with self._lock:
+            if not self._loaded:
+                self._load()
+            for task, at in sorted(self._next_due.items(), key=lambda item: item[1]):
+                if at <= now:
+                    self._fire(task, now)
+            self._schedule_wake = min(self._next_due.values(), default=math.inf)
+        return [(self.queue.get(job.id) or job).as_dict() for job in self._run_pending(max_jobs)]
+
+    def _run_pending(self, max_jobs: int | None) -> list[Job]:
+        ran: list[Job] = []
         with self._lock:
             for reclaimed in self.queue.reclaim():
                 if reclaimed.state == "failed":
                     self._record_failure(reclaimed)
-            while max_jobs is None or ran < max_jobs:
-                job = self.queue.claim()
+            while max_jobs is None or len(ran) < max_jobs:
+                job = self.queue.claim(skip=[j.id for j in ran])
                 if job is None:
                     break
                 self._run(job)
-                ran += 1
+                ran.append(job)
             self._refresh_queue_wake()
         return ran
 
@@ -513,4 +529,3 @@ def _summary(report: SweepReport) -> str:
     if report.skipped:
         return f"skipped ({report.skipped})"
     return f"processed {report.processed}, remaining {report.remaining}"
-
