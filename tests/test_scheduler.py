@@ -169,10 +169,10 @@ def test_maintenance_disabled_means_no_work_at_all(where) -> None:
 def test_only_draining_hooks_run_jobs(where) -> None:
     core = open_core(where, _on(integrity="* * * * *"))
     sched = scheduler(core, FakeClock())
-    sched.tick("on_turn_start")
-    sched.tick("prefetch")
+    assert sched.tick("on_turn_start") == 0
+    assert sched.tick("prefetch") == 0
     assert [j["state"] for j in _jobs(core, "integrity")] == ["pending"]
-    sched.tick("sync_turn")
+    assert sched.tick("sync_turn") == 1
     assert [j["state"] for j in _jobs(core, "integrity")] == ["done"]
     core.shutdown()
 

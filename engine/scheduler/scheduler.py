@@ -116,35 +116,40 @@ class Scheduler:
 
     # -- the hook path ---------------------------------------------------------------------
 
-    def tick(self, hook: str = "") -> None:
-        """Called by the adapters on every hook. Never raises."""
+    def tick(self, hook: str = "") -> int:
+        """Called by the adapters on every hook. Never raises. Returns how many jobs it ran
+        (only a hook in `maintenance.drain_hooks` runs any)."""
         now = self.clock()
         if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
-            return
+            return 0
         if not self._lock.acquire(blocking=False):
-            return  # another thread is already scheduling or draining
+            return 0  # another thread is already scheduling or draining
         try:
             self._schedule(now)
             if hook in self._drain_hooks and now >= self._queue_wake:
-                self._drain()
+                return self._drain()
+            return 0
         except Exception as exc:  # a hook must never fail because maintenance did
             self._back_off(exc, now)
+            return 0
         finally:
             self._lock.release()
 
-    async def tick_async(self, hook: str = "") -> None:
+    async def tick_async(self, hook: str = "") -> int:
         """`tick` for async hosts: consolidation is awaited (catch_up_async), never run_sync."""
         now = self.clock()
         if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
-            return
+            return 0
         if not self._lock.acquire(blocking=False):
-            return
+            return 0
         try:
             self._schedule(now)
             if hook in self._drain_hooks and now >= self._queue_wake:
-                await self._drain_async()
+                return await self._drain_async()
+            return 0
         except Exception as exc:
             self._back_off(exc, now)
+            return 0
         finally:
             self._lock.release()
 
@@ -250,15 +255,21 @@ class Scheduler:
             seen.append(found.id)
             yield found
 
-    def _drain(self) -> None:
+    def _drain(self) -> int:
+        ran = 0
         for job in self._claims():
             self._run(job)
+            ran += 1
         self._refresh_queue_wake()
+        return ran
 
-    async def _drain_async(self) -> None:
+    async def _drain_async(self) -> int:
+        ran = 0
         for job in self._claims():
             await self._run_async(job)
+            ran += 1
         self._refresh_queue_wake()
+        return ran
 
     def _refresh_queue_wake(self) -> None:
         wake = self.queue.next_wake()
