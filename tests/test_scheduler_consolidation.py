@@ -298,25 +298,32 @@ def test_a_sync_hook_with_an_async_summariser_fails_the_attempt_and_says_why(whe
 
 _step = st.tuples(
     st.sampled_from(["a", "b", "c"]),
-    st.sampled_from(["user", "assistant", "end", "reap"]),
+    st.sampled_from(["user", "assistant", "end", "reap", "compress"]),
     st.sampled_from([1, 30, 700, 4000]),  # seconds since the previous step
 )
 
 
 def _play(core: ChronicleCore, script, budgets) -> Consolidator:
-    """Append the script's events, folding and reaping in pieces of the given budgets."""
+    """Append the script's events, folding and reaping in pieces of the given budgets. A
+    "compress" step continues the conversation under a new session id, as Hermes does after a
+    compaction, so a conversation's units span its lineage."""
     c = consolidator(core, unit_turns=3, idle_gap_seconds=1800)
     t = START
     pieces = iter(budgets)
-    for i, (session, kind, gap) in enumerate(script):
+    current = {name: name for name in "abc"}
+    for i, (name, kind, gap) in enumerate(script):
         t += gap
+        session = current[name]
         if kind == "end":
             core.store.append([session_end(core, session, t)])
         elif kind == "reap":
             c.run(budget=next(pieces, 7))
             c.reap(t, budget=2)
+        elif kind == "compress":
+            current[name] = f"{name}{i}"
+            core.sessions.switch(current[name], parent_session_id=session, reason="compression")
         else:
-            core.store.append([message(core, session, kind, f"{session}{i}", t)])
+            core.store.append([message(core, session, kind, f"{session}:{i}", t)])
         if i % 3 == 0:
             c.run(budget=next(pieces, 5))
     while c.run(budget=next(pieces, 4)).remaining:
@@ -362,7 +369,10 @@ def test_replaying_the_same_log_gives_identical_anchors(tmp_path_factory, script
             assert before.anchor.to_seq < after.anchor.from_seq  # never overlapping
         for s in sections:
             first = live.store.get(s.anchor.from_seq)
-            assert first is not None and first.envelope.session == session
+            assert first is not None and first.envelope.type == "MessageCaptured"
+            assert live.sessions.chronicle_name(first.envelope.session or "") == (
+                live.sessions.chronicle_name(session)
+            )
     live.shutdown()
     replay.shutdown()
 
