@@ -243,3 +243,19 @@ def test_run_due_runs_every_due_schedule_at_once_for_a_command_line(where) -> No
     assert all(j["state"] == "done" for j in ran)
     assert sched.run_due() == []  # the same due times are not run twice
     core.shutdown()
+
+
+def test_direct_use_refuses_what_cannot_work(where) -> None:
+    from chronicle_engine.errors import UsageError
+
+    core = open_core(where)
+    sched = scheduler(core, FakeClock())
+    with pytest.raises(UsageError, match="tasks are"):
+        sched.enqueue("defragment")
+    with pytest.raises(UsageError, match="own job kind"):
+        sched.handle("consolidate", lambda ctx: None)  # type: ignore[arg-type,return-value]
+    job_id = sched.enqueue("integrity")
+    assert sched.run_pending() == 1
+    done = sched.queue.get(job_id)
+    assert done is not None and done.state == "done"
+    core.shutdown()

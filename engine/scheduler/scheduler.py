@@ -26,6 +26,7 @@ from typing import Any
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS
+from ..errors import UsageError
 from ..log.store import sqlite_errors
 from .consolidation import Consolidator, Conversations
 from .cron import latest_due, next_due_after
@@ -425,13 +426,13 @@ class Scheduler:
         gets a TaskContext (core, queue, sweep cursors, row budget, now) and returns a
         SweepReport; enqueue with `queue.enqueue(JobSpec(kind, job_class, key))`."""
         if kind in ("consolidate", "reap"):
-            raise ValueError(f"{kind!r} is the scheduler's own job kind")
+            raise UsageError(f"{kind!r} is the scheduler's own job kind; pick another name")
         self._handlers[kind] = handler
 
     def enqueue(self, task: str) -> int:
         """Queue one run of a scheduled task now, outside its schedule (e.g. `chronicle doctor`)."""
         if task not in TASKS:
-            raise LookupError(f"no scheduled task {task!r}; the tasks are {sorted(TASKS)}")
+            raise UsageError(f"no scheduled task {task!r}; the tasks are {sorted(TASKS)}")
         job_id = self.queue.enqueue(JobSpec(task, TASKS[task], key=task))
         self._queue_wake = min(self._queue_wake, self.clock())
         return job_id
