@@ -45,7 +45,7 @@ def _captured(message: dict, turn: int) -> MessageCaptured:
     )
 
 
-def seed(db: Path, session: str = "s1", chronicle: str = "conv-s1") -> ChronicleCore:
+def seed(db: Path, session: str = "s1", chronicle: str = "conversation:s1") -> ChronicleCore:
     core = ChronicleCore.get(db)
     if not core.types.knows("chronicle.chat", "MessageCaptured"):
         register_capture_events(core.types)
@@ -86,16 +86,16 @@ def test_status_counts_events_sessions_and_chronicles(db, capsys):
     assert data["events"] == len(MESSAGES) and data["last_seq"] == len(MESSAGES)
     assert data["sessions"] == 1
     assert data["chronicles"] == [
-        {"chronicle": "conv-s1", "sections": 1, "current": 1, "through_seq": 4}
+        {"chronicle": "conversation:s1", "sections": 1, "current": 1, "through_seq": 4}
     ]
     assert main(["status", "--db", str(db)]) == 0
-    assert "conv-s1" in capsys.readouterr().out
+    assert "conversation:s1" in capsys.readouterr().out
 
 
 def test_sections_lists_ranges(db, capsys):
     code, data = run_json(capsys, "sections", "--db", str(db))
     assert code == Exit.OK
-    (section,) = data["conv-s1"]
+    (section,) = data["conversation:s1"]
     assert (section["id"], section["from_seq"], section["to_seq"]) == ("1-4", 1, 4)
 
 
@@ -138,11 +138,11 @@ def test_export_import_round_trip_is_idempotent(db, tmp_path, capsys):
 
 def test_chronicle_carry_between_databases(db, tmp_path, capsys):
     out = tmp_path / "sections.jsonl"
-    assert main(["export", "--chronicle", "conv-s1", "--db", str(db), "-o", str(out)]) == 0
+    assert main(["export", "--chronicle", "conversation:s1", "--db", str(db), "-o", str(out)]) == 0
     assert "exported 1 sections" in capsys.readouterr().out
     target = tmp_path / "replica.db"
     code, data = run_json(capsys, "import", str(out), "--db", str(target))
-    assert (code, data["loaded"], data["chronicle"]) == (Exit.OK, 1, "conv-s1")
+    assert (code, data["loaded"], data["chronicle"]) == (Exit.OK, 1, "conversation:s1")
     code, data = run_json(capsys, "import", str(out), "--db", str(target))
     assert data["loaded"] == 0
 
