@@ -209,3 +209,40 @@ def test_doctor_reports_config_problems_and_a_sound_database(db, tmp_path, capsy
     assert checks["quick_check"]["status"] == "ok"
     assert checks["no forks"]["status"] == "ok"
     assert "chronicle.no_such_key" in checks["unknown chronicle keys"]["detail"]
+
+
+def test_tree_shows_lineage_switch_and_compaction_points(tmp_path, capsys):
+    db = tmp_path / "tree.db"
+    core = ChronicleCore.get(db)
+    try:
+        seqs = core.capture.capture_messages("s1", MESSAGES)
+        core.sessions.switch("s2", parent_session_id="s1", reason="compression")
+        core.sessions.record_compaction(
+            "s1",
+            section_ids=["1-4"],
+            first_kept_seq=seqs[-1],
+            tokens_before=9000,
+            tokens_after=1200,
+        )
+        core.capture.capture_messages("s2", [{"role": "user", "content": "and the TLS cert?"}])
+    finally:
+        core.shutdown()
+    code, data = run_json(capsys, "tree", "--db", str(db))
+    assert code == Exit.OK
+    (lineage,) = data["lineages"]
+    assert lineage["chronicle"] == "conversation:s1"
+    first, second = lineage["sessions"]
+    assert (first["session"], second["session"]) == ("s1", "s2")
+    assert (second["reason"], second["parent"]) == ("compression", "s1")
+    (point,) = first["compactions"]
+    assert point["sections"] == ["1-4"] and point["tokens_after"] == 1200
+    assert main(["tree", "--db", str(db)]) == 0
+    assert "compaction" in capsys.readouterr().out
+
+
+def test_maintenance_reports_and_runs_pending_jobs(db, capsys):
+    code, data = run_json(capsys, "maintenance", "--db", str(db))
+    assert code == Exit.OK and data["ran"] is None
+    assert {"schedules", "queue", "consolidation"} <= set(data["status"])
+    code, data = run_json(capsys, "maintenance", "--run", "--db", str(db))
+    assert code == Exit.OK and isinstance(data["ran"], int)
