@@ -6,10 +6,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from chronicle_engine.core import ChronicleCore
-from chronicle_engine.log.store import SQLiteEventStore
-from chronicle_engine.scheduler import JobQueue, JobSpec, SweepReport, allocate
-from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_scheduler_support import (
@@ -18,6 +14,11 @@ from test_scheduler_support import (
     open_core,
     scheduler,
 )
+
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.log.store import SQLiteEventStore
+from chronicle_engine.scheduler import JobQueue, JobSpec, SweepReport, allocate
+from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -7,8 +7,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import NOT_SCHEDULED, Scheduler
 from croniter import croniter
 from test_scheduler_support import (
     START,
@@ -17,6 +15,9 @@ from test_scheduler_support import (
     open_core,
     scheduler,
 )
+
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.scheduler import NOT_SCHEDULED, Scheduler
 
 
 @pytest.fixture(params=["memory", "file"])
