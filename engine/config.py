@@ -63,6 +63,104 @@ KEYS: tuple[Key, ...] = (
     ),
     # -- context engine ----------------------------------------------------------------------------
     # -- recall ------------------------------------------------------------------------------------
+    Key(
+        "recall.search_limit",
+        10,
+        "Results chronicle_search returns when the caller names no limit.",
+    ),
+    Key(
+        "recall.candidates",
+        200,
+        "Full-text candidates per query that are re-ranked (recency, role, neighbours).",
+    ),
+    Key(
+        "recall.match_budget",
+        3000,
+        "Matching messages one query may score with bm25. Above it, the commonest query words only "
+        "rank within the most recent matches, so search time stays flat as memory grows.",
+    ),
+    Key("recall.name_weight", 0.2, "bm25 weight of the speaker's name (a message's `name`)."),
+    Key(
+        "recall.context_weight",
+        0.4,
+        "bm25 weight of the previous turn's words, indexed beside each message.",
+    ),
+    Key(
+        "recall.neighbour_weight",
+        0.4,
+        "Share of a hit's score given to the turns just before and after it.",
+    ),
+    Key("recall.speaker_boost", 2.0, "Score factor for a message whose speaker the query names."),
+    Key(
+        "recall.recency_weight",
+        0.1,
+        "How much newer messages gain: score x (1 + w x 2^(-age/half-life)).",
+    ),
+    Key(
+        "recall.recency_half_life_days",
+        30.0,
+        "Age (relative to the user's newest message) at which the recency gain halves.",
+    ),
+    Key(
+        "recall.role_weights",
+        {"person": 1.0, "assistant": 0.85, "tool": 0.7, "automation": 0.7, "host": 0.5},
+        "Score factor per speaker kind; the person's own words rank first.",
+    ),
+    Key(
+        "recall.session_share",
+        0.6,
+        "Largest share of one search's results a single session may take while others have hits.",
+    ),
+    Key(
+        "recall.rrf_k",
+        60,
+        "k of reciprocal rank fusion (full text with vectors; messages with beliefs and sections).",
+    ),
+    Key(
+        "recall.prefetch_relevance_gate",
+        True,
+        "Per-turn recall only for items sharing content words with the message (two when it has more than three).",
+    ),
+    Key("recall.prefetch_automation", False, "Per-turn recall on scheduled-job (cron) turns too."),
+    Key("recall.prefetch_limit", 5, "Items one per-turn recall injects at most."),
+    Key("recall.prefetch_max_chars", 1500, "Characters one per-turn recall injects at most."),
+    Key(
+        "recall.prefetch_min_similarity",
+        0.65,
+        "Vector similarity a single shared word needs to pass the gate (no vectors: left out).",
+    ),
+    Key(
+        "recall.prefetch_pair_similarity",
+        0.60,
+        "Vector similarity two or three shared words need when vectors exist.",
+    ),
+    Key(
+        "recall.answer_min_coverage",
+        0.6,
+        "Share of the question's content words the best evidence must contain; below it chronicle_answer abstains.",
+    ),
+    Key(
+        "recall.embeddings.url",
+        "",
+        "OpenAI-compatible embedding endpoint (e.g. http://127.0.0.1:11434/v1). Empty: full-text recall only.",
+    ),
+    Key("recall.embeddings.model", "", "Embedding model name sent to the endpoint."),
+    Key(
+        "recall.embeddings.allow_remote",
+        False,
+        "Permit sending memory excerpts to an embedding endpoint off this host and its private network.",
+        security=True,
+    ),
+    Key(
+        "recall.embeddings.timeout_s",
+        1.5,
+        "Timeout of one embedding request; a slow server turns vectors off for a minute.",
+    ),
+    Key(
+        "recall.vector_scan",
+        2000,
+        "Newest vectors of a user compared per query (brute force, no index).",
+    ),
     # -- scheduler and maintenance -------------------------------------------------------------------
     # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
     Key(
