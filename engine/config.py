@@ -62,6 +62,54 @@ KEYS: tuple[Key, ...] = (
         "never become memory about the user.",
     ),
     # -- context engine ----------------------------------------------------------------------------
+    Key(
+        "context.high_watermark_percent",
+        None,
+        "Compact when the prompt passes this share of the window. Default: the host's "
+        "compression.threshold (raised to 0.75 under 512K windows, as Hermes does), else 0.75.",
+    ),
+    Key(
+        "context.low_watermark_percent",
+        None,
+        "What a compaction folds the prompt down to. Default: 2 x threshold x "
+        "compression.target_ratio, else 0.55; always below the high watermark.",
+    ),
+    Key(
+        "context.handoff_max_tokens",
+        0,
+        "Budget of the handoff message. 0: 5% of the window, between 2,000 and 12,000 tokens. "
+        "Past it, sections are condensed into higher-level sections in one rebase.",
+    ),
+    Key(
+        "context.summarizer",
+        "extractive",
+        "Who writes section prose: 'extractive' (offline, deterministic), 'auxiliary' (Hermes' "
+        "auxiliary compression model) or 'endpoint' (an OpenAI-compatible server). A failed "
+        "or slow model call falls back to the extractive summary.",
+    ),
+    Key(
+        "context.summarizer_base_url",
+        "",
+        "Base URL of the OpenAI-compatible server for summarizer 'endpoint' "
+        "(e.g. http://127.0.0.1:8080/v1).",
+    ),
+    Key("context.summarizer_model", "", "Model name sent to the summarizer endpoint."),
+    Key(
+        "context.summarizer_api_key_env",
+        "",
+        "Name of the environment variable holding the endpoint's API key (never the key itself).",
+    ),
+    Key(
+        "context.summarizer_allow_remote",
+        False,
+        "Allow the summarizer endpoint to be off this host or its private network. Off by "
+        "default: summaries carry conversation content.",
+    ),
+    Key(
+        "context.summarizer_timeout_seconds",
+        30,
+        "How long one summary call may take before the extractive summary is used instead.",
+    ),
     # -- recall ------------------------------------------------------------------------------------
     Key(
         "recall.search_limit",
