@@ -45,7 +45,7 @@ def _captured(message: dict, turn: int) -> MessageCaptured:
     )
 
 
-def seed(db: Path, session: str = "s1", chronicle: str = "conv-s1") -> ChronicleCore:
+def seed(db: Path, session: str = "s1", chronicle: str = "conversation:s1") -> ChronicleCore:
     core = ChronicleCore.get(db)
     if not core.types.knows("chronicle.chat", "MessageCaptured"):
         register_capture_events(core.types)
@@ -86,16 +86,16 @@ def test_status_counts_events_sessions_and_chronicles(db, capsys):
     assert data["events"] == len(MESSAGES) and data["last_seq"] == len(MESSAGES)
     assert data["sessions"] == 1
     assert data["chronicles"] == [
-        {"chronicle": "conv-s1", "sections": 1, "current": 1, "through_seq": 4}
+        {"chronicle": "conversation:s1", "sections": 1, "current": 1, "through_seq": 4}
     ]
     assert main(["status", "--db", str(db)]) == 0
-    assert "conv-s1" in capsys.readouterr().out
+    assert "conversation:s1" in capsys.readouterr().out
 
 
 def test_sections_lists_ranges(db, capsys):
     code, data = run_json(capsys, "sections", "--db", str(db))
     assert code == Exit.OK
-    (section,) = data["conv-s1"]
+    (section,) = data["conversation:s1"]
     assert (section["id"], section["from_seq"], section["to_seq"]) == ("1-4", 1, 4)
 
 
@@ -138,11 +138,11 @@ def test_export_import_round_trip_is_idempotent(db, tmp_path, capsys):
 
 def test_chronicle_carry_between_databases(db, tmp_path, capsys):
     out = tmp_path / "sections.jsonl"
-    assert main(["export", "--chronicle", "conv-s1", "--db", str(db), "-o", str(out)]) == 0
+    assert main(["export", "--chronicle", "conversation:s1", "--db", str(db), "-o", str(out)]) == 0
     assert "exported 1 sections" in capsys.readouterr().out
     target = tmp_path / "replica.db"
     code, data = run_json(capsys, "import", str(out), "--db", str(target))
-    assert (code, data["loaded"], data["chronicle"]) == (Exit.OK, 1, "conv-s1")
+    assert (code, data["loaded"], data["chronicle"]) == (Exit.OK, 1, "conversation:s1")
     code, data = run_json(capsys, "import", str(out), "--db", str(target))
     assert data["loaded"] == 0
 
@@ -209,3 +209,40 @@ def test_doctor_reports_config_problems_and_a_sound_database(db, tmp_path, capsy
     assert checks["quick_check"]["status"] == "ok"
     assert checks["no forks"]["status"] == "ok"
     assert "chronicle.no_such_key" in checks["unknown chronicle keys"]["detail"]
+
+
+def test_tree_shows_lineage_switch_and_compaction_points(tmp_path, capsys):
+    db = tmp_path / "tree.db"
+    core = ChronicleCore.get(db)
+    try:
+        seqs = core.capture.capture_messages("s1", MESSAGES)
+        core.sessions.switch("s2", parent_session_id="s1", reason="compression")
+        core.sessions.record_compaction(
+            "s1",
+            section_ids=["1-4"],
+            first_kept_seq=seqs[-1],
+            tokens_before=9000,
+            tokens_after=1200,
+        )
+        core.capture.capture_messages("s2", [{"role": "user", "content": "and the TLS cert?"}])
+    finally:
+        core.shutdown()
+    code, data = run_json(capsys, "tree", "--db", str(db))
+    assert code == Exit.OK
+    (lineage,) = data["lineages"]
+    assert lineage["chronicle"] == "conversation:s1"
+    first, second = lineage["sessions"]
+    assert (first["session"], second["session"]) == ("s1", "s2")
+    assert (second["reason"], second["parent"]) == ("compression", "s1")
+    (point,) = first["compactions"]
+    assert point["sections"] == ["1-4"] and point["tokens_after"] == 1200
+    assert main(["tree", "--db", str(db)]) == 0
+    assert "compaction" in capsys.readouterr().out
+
+
+def test_maintenance_reports_and_runs_pending_jobs(db, capsys):
+    code, data = run_json(capsys, "maintenance", "--db", str(db))
+    assert code == Exit.OK and data["ran"] is None
+    assert {"schedules", "queue", "consolidation"} <= set(data["status"])
+    code, data = run_json(capsys, "maintenance", "--run", "--db", str(db))
+    assert code == Exit.OK and isinstance(data["ran"], int)

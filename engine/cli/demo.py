@@ -101,7 +101,9 @@ class DemoHost:
     sent: list[dict[str, Any]] = field(default_factory=list)  # every message, as first held
     compactions: list[Compaction] = field(default_factory=list)
     prefetched: list[tuple[int, str]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # one per model call
     _sessions: int = 1
+    _turn: int = 0
 
     def start(self) -> None:
         self.engine.update_model(
@@ -164,6 +166,14 @@ class DemoHost:
         )
 
     def _respond(self, prompt_tokens: int, text: str) -> None:
+        self.calls.append(
+            {
+                "turn": self._turn,
+                "tokens": prompt_tokens,
+                "uncompacted_tokens": _tokens(self.sent),
+                "compacted": bool(self.compactions and self.compactions[-1].turn == self._turn),
+            }
+        )
         completion = max(1, len(text) // 4)
         self.engine.update_from_response(
             {
@@ -181,6 +191,7 @@ class DemoHost:
         answer: dict[str, Any],
     ) -> None:
         text = user["content"]
+        self._turn = number
         self.provider.on_turn_start(number, text)
         recalled = self.provider.prefetch(text, session_id="")
         if recalled:

@@ -274,11 +274,14 @@ def tree(s: Session) -> Outcome:
         lineage = list(tree_api.lineage(sid))
         placed.update(lineage)
         lineages.append(lineage)
+    marks = _session_marks(core, {sid for lin in lineages for sid in lin})
     data: dict[str, list[dict[str, Any]]] = {
         "lineages": [
             {
                 "chronicle": tree_api.chronicle_name(lin[-1]) if lin else None,
-                "sessions": [{"session": sid, **rows.get(sid, {})} for sid in lin],
+                "sessions": [
+                    {"session": sid, **rows.get(sid, {}), **marks.get(sid, {})} for sid in lin
+                ],
             }
             for lin in lineages
         ]
@@ -289,17 +292,46 @@ def tree(s: Session) -> Outcome:
             console.print("no sessions yet")
             return
         for entry in data["lineages"]:
-            root = Tree(f"[bold]conversation[/] chronicle={entry['chronicle']!r}")
+            root = Tree(f"[bold]conversation[/] {entry['chronicle']}")
             node = root
-            for i, info in enumerate(entry["sessions"]):
+            for info in entry["sessions"]:
                 label = info["session"]
+                if info.get("reason"):
+                    label = f"↳ ({info['reason']} of {info.get('parent') or '-'}) " + label
                 if "events" in info:
-                    label += (
-                        f"  ({info['events']} events, seq {info['first_seq']}..{info['last_seq']})"
-                    )
-                if i:
-                    label = "↳ " + label
+                    label += f"  [dim]{info['events']} events, seq {info['first_seq']}..{info['last_seq']}[/]"
                 node = node.add(label)
+                for c in info.get("compactions", []):
+                    node.add(
+                        f"[yellow]compaction[/] at seq {c['seq']}: sections "
+                        f"{', '.join(c['sections']) or '-'}; tokens {c['tokens_before']:,} → "
+                        f"{c['tokens_after']:,}; verbatim from seq {c['first_kept_seq']}"
+                    )
             console.print(root)
 
     return Outcome(data, draw)
+
+
+def _session_marks(core: Any, sessions: set[str]) -> dict[str, dict[str, Any]]:
+    """Per session: how it started (switch reason, parent) and its compaction points."""
+    from ...sessions.events import NAMESPACE as SESSION_NS
+
+    marks: dict[str, dict[str, Any]] = {sid: {"compactions": []} for sid in sessions}
+    if not sessions:
+        return marks
+    for e in core.store.read(sessions=sorted(sessions), namespaces=[SESSION_NS]):
+        mark = marks[e.envelope.session or ""]
+        if e.envelope.type == "SessionSwitched" and e.payload.get("parent_session"):
+            mark["reason"] = e.payload.get("reason")
+            mark["parent"] = e.payload.get("parent_session")
+        elif e.envelope.type == "CompactionRecorded":
+            mark["compactions"].append(
+                {
+                    "seq": e.seq,
+                    "sections": list(e.payload.get("section_ids") or []),
+                    "tokens_before": int(e.payload.get("tokens_before") or 0),
+                    "tokens_after": int(e.payload.get("tokens_after") or 0),
+                    "first_kept_seq": e.payload.get("first_kept_seq"),
+                }
+            )
+    return marks

@@ -165,6 +165,21 @@ def _config_checks(s: Session) -> list[Check]:
         out.append(
             Check("config", "chronicle keys", "ok", "every chronicle.* key is a declared setting")
         )
+    from ...config_audit import audit
+
+    rows = audit()
+    unread = [r.path for r in rows if r.state == "UNREAD" or r.stale]
+    dormant_keys = [r.path for r in rows if r.state == "DORMANT"]
+    out.append(
+        Check(
+            "config",
+            "honesty audit",
+            "fail" if unread else "ok",
+            f"declared but never read: {', '.join(unread)}"
+            if unread
+            else f"{len(rows) - len(dormant_keys)} keys wired, {len(dormant_keys)} declared dormant",
+        )
+    )
     dormant = [k.path for k in KEYS if k.dormant and config.values.get(k.path) != k.default]
     if dormant:
         out.append(
