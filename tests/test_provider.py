@@ -227,7 +227,7 @@ def test_switches_hooks_and_masking_are_recorded(home):
     assert first["person_text"] == "my token is «masked:github_token»"
     assert first["user_id"] == "u-7"
     assert core.sessions.lineage("s3") == ["s3"]
-    assert core.sessions.chronicle_names("s2") == ["conv-s2", "conv-s1"]
+    assert core.sessions.chronicle_names("s2") == ["conversation:s2", "conversation:s1"]
     switches = [
         e.payload["reason"]
         for e in core.store.read(namespaces=["chronicle.session"])

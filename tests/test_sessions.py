@@ -185,9 +185,9 @@ def test_switches_map_onto_lineage_scope_and_chronicles(core):
     tree.switch("a2", parent_session_id="n1", reason="resume")
 
     assert tree.lineage("a2") == ["a1", "a2"]
-    assert tree.chronicle_name("a2") == tree.chronicle_name("a1") == "conv-a1"
-    assert tree.lineage("b1") == ["b1"] and tree.chronicle_name("b1") == "conv-b1"
-    assert tree.chronicle_names("b1") == ["conv-b1", "conv-a1"]
+    assert tree.chronicle_name("a2") == tree.chronicle_name("a1") == "conversation:a1"
+    assert tree.lineage("b1") == ["b1"] and tree.chronicle_name("b1") == "conversation:b1"
+    assert tree.chronicle_names("b1") == ["conversation:b1", "conversation:a1"]
     assert tree.lineage("n1") == ["n1"]
     # A branch's scope reaches its parent's messages up to the fork, not the parent's later ones.
     scoped = [e.payload["message"]["content"] for e in tree.message_events("b1", 1, 10**9)]
@@ -204,6 +204,8 @@ def test_switches_map_onto_lineage_scope_and_chronicles(core):
     ]
     with pytest.raises(UsageError, match="unknown session switch reason"):
         tree.switch("x", reason="teleport")
+    tree.switch("n2", parent_session_id="n1", reason="new_session")
+    assert tree.lineage("n2") == ["n2"]
 
 
 def test_usage_counts_every_model_call_including_chronicles_own(core):

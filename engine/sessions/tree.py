@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
-CHRONICLE_PREFIX = "conv-"
+CHRONICLE_PREFIX = "conversation:"
+
+# Reasons Hermes itself passes (memory_manager, cli) that name one of ours differently.
+_HOST_REASONS = {"new_session": "new", "undo": "rewound"}
 
 
 class TreeWriter:
@@ -143,7 +146,7 @@ class SessionTree:
     def switch(self, new_session_id: str, *, parent_session_id: str = "", reason: str = "") -> int:
         """Record that Hermes moved to `new_session_id`; reason is one of compression, resume,
         branch, reset, rewound, new. Returns the event's seq."""
-        reason = reason or "new"
+        reason = _HOST_REASONS.get(reason, reason) or "new"
         if reason not in SWITCH_REASONS:
             raise UsageError(
                 f"unknown session switch reason {reason!r}; use one of {sorted(SWITCH_REASONS)}"
