@@ -48,8 +48,167 @@ KEYS: tuple[Key, ...] = (
         "How long a write waits for another process's lock before degrading.",
     ),
     # -- capture (memory-provider slot) -----------------------------------------------------------
+    Key(
+        "capture.enabled",
+        True,
+        "Record every message of every turn into the log. false leaves the memory slot "
+        "recall-only: nothing new is captured, existing memory is still searched.",
+    ),
+    Key(
+        "capture.skip_agent_contexts",
+        [],
+        "Hermes agent contexts whose turns are not captured at all (e.g. [flush]). Turns of "
+        "cron, subagent and flush agents are otherwise captured, marked as automation, and "
+        "never become memory about the user.",
+    ),
     # -- context engine ----------------------------------------------------------------------------
+    Key(
+        "context.high_watermark_percent",
+        None,
+        "Compact when the prompt passes this share of the window. Default: the host's "
+        "compression.threshold (raised to 0.75 under 512K windows, as Hermes does), else 0.75.",
+    ),
+    Key(
+        "context.low_watermark_percent",
+        None,
+        "What a compaction folds the prompt down to. Default: 2 x threshold x "
+        "compression.target_ratio, else 0.55; always below the high watermark.",
+    ),
+    Key(
+        "context.handoff_max_tokens",
+        0,
+        "Budget of the handoff message. 0: 5% of the window, between 2,000 and 12,000 tokens. "
+        "Past it, sections are condensed into higher-level sections in one rebase.",
+    ),
+    Key(
+        "context.summarizer",
+        "extractive",
+        "Who writes section prose: 'extractive' (offline, deterministic), 'auxiliary' (Hermes' "
+        "auxiliary compression model) or 'endpoint' (an OpenAI-compatible server). A failed "
+        "or slow model call falls back to the extractive summary.",
+    ),
+    Key(
+        "context.summarizer_base_url",
+        "",
+        "Base URL of the OpenAI-compatible server for summarizer 'endpoint' "
+        "(e.g. http://127.0.0.1:8080/v1).",
+    ),
+    Key("context.summarizer_model", "", "Model name sent to the summarizer endpoint."),
+    Key(
+        "context.summarizer_api_key_env",
+        "",
+        "Name of the environment variable holding the endpoint's API key (never the key itself).",
+    ),
+    Key(
+        "context.summarizer_allow_remote",
+        False,
+        "Allow the summarizer endpoint to be off this host or its private network. Off by "
+        "default: summaries carry conversation content.",
+    ),
+    Key(
+        "context.summarizer_timeout_seconds",
+        30,
+        "How long one summary call may take before the extractive summary is used instead.",
+    ),
     # -- recall ------------------------------------------------------------------------------------
+    Key(
+        "recall.search_limit",
+        10,
+        "Results chronicle_search returns when the caller names no limit.",
+    ),
+    Key(
+        "recall.candidates",
+        200,
+        "Full-text candidates per query that are re-ranked (recency, role, neighbours).",
+    ),
+    Key(
+        "recall.match_budget",
+        3000,
+        "Matching messages one query may score with bm25. Above it, the commonest query words only "
+        "rank within the most recent matches, so search time stays flat as memory grows.",
+    ),
+    Key("recall.name_weight", 0.2, "bm25 weight of the speaker's name (a message's `name`)."),
+    Key(
+        "recall.context_weight",
+        0.4,
+        "bm25 weight of the previous turn's words, indexed beside each message.",
+    ),
+    Key(
+        "recall.neighbour_weight",
+        0.4,
+        "Share of a hit's score given to the turns just before and after it.",
+    ),
+    Key("recall.speaker_boost", 2.0, "Score factor for a message whose speaker the query names."),
+    Key(
+        "recall.recency_weight",
+        0.1,
+        "How much newer messages gain: score x (1 + w x 2^(-age/half-life)).",
+    ),
+    Key(
+        "recall.recency_half_life_days",
+        30.0,
+        "Age (relative to the user's newest message) at which the recency gain halves.",
+    ),
+    Key(
+        "recall.role_weights",
+        {"person": 1.0, "assistant": 0.85, "tool": 0.7, "automation": 0.7, "host": 0.5},
+        "Score factor per speaker kind; the person's own words rank first.",
+    ),
+    Key(
+        "recall.session_share",
+        0.6,
+        "Largest share of one search's results a single session may take while others have hits.",
+    ),
+    Key(
+        "recall.rrf_k",
+        60,
+        "k of reciprocal rank fusion (full text with vectors; messages with beliefs and sections).",
+    ),
+    Key(
+        "recall.prefetch_relevance_gate",
+        True,
+        "Per-turn recall only for items sharing content words with the message (two when it has more than three).",
+    ),
+    Key("recall.prefetch_automation", False, "Per-turn recall on scheduled-job (cron) turns too."),
+    Key("recall.prefetch_limit", 5, "Items one per-turn recall injects at most."),
+    Key("recall.prefetch_max_chars", 1500, "Characters one per-turn recall injects at most."),
+    Key(
+        "recall.prefetch_min_similarity",
+        0.65,
+        "Vector similarity a single shared word needs to pass the gate (no vectors: left out).",
+    ),
+    Key(
+        "recall.prefetch_pair_similarity",
+        0.60,
+        "Vector similarity two or three shared words need when vectors exist.",
+    ),
+    Key(
+        "recall.answer_min_coverage",
+        0.6,
+        "Share of the question's content words the best evidence must contain; below it chronicle_answer abstains.",
+    ),
+    Key(
+        "recall.embeddings.url",
+        "",
+        "OpenAI-compatible embedding endpoint (e.g. http://127.0.0.1:11434/v1). Empty: full-text recall only.",
+    ),
+    Key("recall.embeddings.model", "", "Embedding model name sent to the endpoint."),
+    Key(
+        "recall.embeddings.allow_remote",
+        False,
+        "Permit sending memory excerpts to an embedding endpoint off this host and its private network.",
+        security=True,
+    ),
+    Key(
+        "recall.embeddings.timeout_s",
+        1.5,
+        "Timeout of one embedding request; a slow server turns vectors off for a minute.",
+    ),
+    Key(
+        "recall.vector_scan",
+        2000,
+        "Newest vectors of a user compared per query (brute force, no index).",
+    ),
     # -- scheduler and maintenance -------------------------------------------------------------------
     # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
     Key(

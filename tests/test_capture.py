@@ -64,15 +64,36 @@ def test_growing_list_records_only_the_new_messages(core):
     assert seqs == sorted(seqs) and len(set(seqs)) == 4
 
 
+@pytest.mark.parametrize("return_seqs", [True, False])
 @pytest.mark.parametrize("same_objects", [True, False])
-def test_identical_messages_said_twice_are_two_messages(core, same_objects):
+def test_identical_messages_said_twice_are_two_messages(core, same_objects, return_seqs):
     live = [u("start"), a("ready")]
-    core.capture.capture_messages("s1", live)
+    core.capture.capture_messages("s1", live, return_seqs=return_seqs)
     for _ in range(3):
         live += [u("ok"), a("Done.")]
-        core.capture.capture_messages("s1", live if same_objects else fresh(live))
-        core.capture.capture_messages("s1", live if same_objects else fresh(live))
+        for _again in range(2):
+            seqs = core.capture.capture_messages(
+                "s1", live if same_objects else fresh(live), return_seqs=return_seqs
+            )
+            if return_seqs:
+                assert None not in seqs
     assert contents(core) == ["start", "ready"] + ["ok", "Done."] * 3
+
+
+def test_the_fast_path_fills_only_new_seqs_and_follows_host_edits(core):
+    live = [u("hello"), a("hi")]
+    core.capture.capture_messages("s1", live, return_seqs=False)
+    live += [u("ok")]  # an interrupted turn: no reply yet
+    seqs = core.capture.capture_messages("s1", live, return_seqs=False)
+    assert seqs[:2] == [None, None] and seqs[2] is not None
+    # Hermes merges the next user message into the unanswered one, in place: a new message,
+    # on a new branch from the reply before it (the unmerged one stays in the old branch).
+    live[2]["content"] = "ok\n\nand also this"
+    live.append(a("Both done."))
+    core.capture.capture_messages("s1", live, return_seqs=False)
+    assert contents(core) == ["hello", "hi", "ok", "ok\n\nand also this", "Both done."]
+    kinds = [e.kind for e in core.sessions.path("s1")]
+    assert kinds == ["message", "message", "branch_summary", "message", "message"]
 
 
 def test_result_is_aligned_with_the_live_list(core):

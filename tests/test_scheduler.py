@@ -169,10 +169,10 @@ def test_maintenance_disabled_means_no_work_at_all(where) -> None:
 def test_only_draining_hooks_run_jobs(where) -> None:
     core = open_core(where, _on(integrity="* * * * *"))
     sched = scheduler(core, FakeClock())
-    sched.tick("on_turn_start")
-    sched.tick("prefetch")
+    assert sched.tick("on_turn_start") == 0
+    assert sched.tick("prefetch") == 0
     assert [j["state"] for j in _jobs(core, "integrity")] == ["pending"]
-    sched.tick("sync_turn")
+    assert sched.tick("sync_turn") == 1
     assert [j["state"] for j in _jobs(core, "integrity")] == ["done"]
     core.shutdown()
 
@@ -232,4 +232,30 @@ def test_the_core_builds_one_scheduler_per_database(tmp_path: Path) -> None:
     core = ChronicleCore.get(tmp_path / "one.db")
     assert core.scheduler is core.scheduler
     core.scheduler.tick("on_turn_start")
+    core.shutdown()
+
+
+def test_run_due_runs_every_due_schedule_at_once_for_a_command_line(where) -> None:
+    core = open_core(where, _on(integrity="* * * * *", queue_retention="* * * * *"))
+    sched = scheduler(core, FakeClock())
+    ran = sched.run_due()
+    assert sorted(j["kind"] for j in ran) == ["integrity", "queue_retention"]
+    assert all(j["state"] == "done" for j in ran)
+    assert sched.run_due() == []  # the same due times are not run twice
+    core.shutdown()
+
+
+def test_direct_use_refuses_what_cannot_work(where) -> None:
+    from chronicle_engine.errors import UsageError
+
+    core = open_core(where)
+    sched = scheduler(core, FakeClock())
+    with pytest.raises(UsageError, match="tasks are"):
+        sched.enqueue("defragment")
+    with pytest.raises(UsageError, match="own job kind"):
+        sched.handle("consolidate", lambda ctx: None)  # type: ignore[arg-type,return-value]
+    job_id = sched.enqueue("integrity")
+    assert sched.run_pending() == 1
+    done = sched.queue.get(job_id)
+    assert done is not None and done.state == "done"
     core.shutdown()

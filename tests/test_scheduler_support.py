@@ -1,8 +1,8 @@
 """Shared pieces for the scheduler tests: an injected clock, captured messages, a summariser.
 
-`LogConversations` stands in for `core.sessions` until the session tree lands on main: one session
-is one conversation, and a range's messages are read straight from the log. It is built on the
-lower layer (the event store), not on a copy of the session tree.
+Messages are appended as `MessageCaptured` events at chosen times (the lower layer), so a test
+controls roles and silences exactly; conversations and their chronicles come from the real
+session tree (`core.sessions`).
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from chronicle_engine.capture.events import (
-    NAMESPACE as CHAT,
-)
-from chronicle_engine.capture.events import (
     MessageCaptured,
+    SessionEnded,
     register_capture_events,
 )
 from chronicle_engine.chronicle.sections import Consolidation
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.log.events import DomainEvent
 from chronicle_engine.log.store import PendingEvent, StoredEvent
 from chronicle_engine.scheduler import Scheduler
 
@@ -60,28 +57,8 @@ class FakeClock:
         return self.now
 
 
-class SessionEnded(DomainEvent):
-    """A session-end marker for tests (capture's own lands with the session tree)."""
-
-    reason: str = "end"
-
-
-SESSION_END = ("test.sessions", "SessionEnded")
-
-
-class LogConversations:
-    def __init__(self, core: ChronicleCore) -> None:
-        self.core = core
-
-    def chronicle_name(self, session_id: str) -> str:
-        return f"conversation/{session_id}"
-
-    def message_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredEvent]:
-        return list(
-            self.core.store.read(
-                after=from_seq - 1, upto=to_seq, session=session_id, namespaces=[CHAT]
-            )
-        )
+def chronicle_of(core: ChronicleCore, session: str) -> str:
+    return core.sessions.chronicle_name(session)
 
 
 def summarise(events: Sequence[StoredEvent]) -> Consolidation:
@@ -106,16 +83,13 @@ def merged(*parts: dict[str, Any]) -> dict[str, Any]:
 def open_core(where: str | Path, *overrides: dict[str, Any]) -> ChronicleCore:
     core = ChronicleCore(where, Config(merged(QUIET, *overrides)))
     register_capture_events(core.types)
-    core.types.register(*SESSION_END, SessionEnded)
     return core
 
 
 def scheduler(
     core: ChronicleCore, clock: FakeClock, *, summarize: Any = summarise, **kwargs: Any
 ) -> Scheduler:
-    return Scheduler(
-        core, clock=clock, summarize=summarize, conversations=LogConversations(core), **kwargs
-    )
+    return Scheduler(core, clock=clock, summarize=summarize, **kwargs)
 
 
 _fingerprints = itertools.count()
@@ -139,6 +113,7 @@ def message(
 
 
 def session_end(core: ChronicleCore, session: str, at: float) -> PendingEvent:
+    """What capture records on the host's on_session_end."""
     return core.types.pending(
         SessionEnded(), session=session, created_at=datetime.fromtimestamp(at, UTC).isoformat()
     )
@@ -156,7 +131,7 @@ def test_fake_clock_moves_only_when_told() -> None:
     assert clock() == START + 90
 
 
-def test_log_conversations_reads_one_sessions_messages_in_range(tmp_path: Path) -> None:
+def test_messages_and_session_ends_are_capture_events(tmp_path: Path) -> None:
     core = open_core(tmp_path / "c.db")
     core.store.append(
         [
@@ -166,7 +141,8 @@ def test_log_conversations_reads_one_sessions_messages_in_range(tmp_path: Path) 
             session_end(core, "a", START + 2),
         ]
     )
-    conversations = LogConversations(core)
-    assert [e.payload["text"] for e in conversations.message_events("a", 1, 4)] == ["one", "two"]
-    assert [e.seq for e in conversations.message_events("a", 2, 3)] == [3]
+    texts = [e.payload["text"] for e in core.sessions.message_events("a", 1, 4)]
+    assert texts == ["one", "two"]
+    assert [e.envelope.type for e in core.store.read()][-1] == "SessionEnded"
+    assert chronicle_of(core, "a") != chronicle_of(core, "b")
     core.shutdown()

@@ -49,6 +49,21 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if depth > 32:
+        return False
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
 def wire_message(message: Any) -> dict[str, Any]:
     """The message as it goes over the wire: private `_` keys removed, JSON-safe.
 
@@ -58,6 +73,8 @@ def wire_message(message: Any) -> dict[str, Any]:
     """
     if isinstance(message, dict):
         wire = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+        if _plain(wire):
+            return wire
         if all(isinstance(k, str) for k in wire):
             try:
                 json.dumps(wire, ensure_ascii=False)
@@ -79,10 +96,15 @@ def wire_message(message: Any) -> dict[str, Any]:
     return {"role": "unknown", "content": str(converted)}
 
 
-def fingerprint(wire: dict[str, Any]) -> str:
-    """A short, stable digest of the message's identity keys."""
-    ident = [wire.get(k) for k in IDENTITY_KEYS]
-    blob = json.dumps(ident, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+def fingerprint(message: Any) -> str:
+    """A short, stable digest of the message's identity keys. The same for a message and its
+    `wire_message`, so it can be taken from the host's dict without copying it."""
+    if not isinstance(message, dict):
+        message = wire_message(message)
+    ident = [message.get(k) for k in IDENTITY_KEYS]
+    blob = json.dumps(
+        ident, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_json_default
+    )
     return hashlib.blake2b(blob.encode("utf-8"), digest_size=12).hexdigest()
 
 

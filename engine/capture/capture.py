@@ -2,17 +2,21 @@
 
 Invariants:
 - Idempotent. A message of the live list is recorded only if it is not in the log yet: the live
-  list is aligned (`align.py`) against the messages on the session's active branch, and only what
-  follows the alignment point is new. Replays, the same list seen by sync_turn and compress,
-  compaction-shaped lists and concurrent calls record each message once.
+  list is aligned against the messages on the session's active branch, and only what follows the
+  alignment point is new. Replays, the same list seen by sync_turn and compress,
+  compaction-shaped lists and concurrent calls record each message once. How the alignment is
+  found, cheapest first: the last live dict the host kept since the previous capture (Hermes
+  keeps its dicts across turns); the position the live region must start at (the conversation's
+  start, or the first message the latest recorded compaction kept); a run of fingerprints
+  (`align.py`).
 - The wire message is stored exactly (minus the host's private `_` keys), `api_content` sidecar
   included: that is what the model was sent. Everything derived for reading (`text`,
-  `person_text`) is built from `content`, with credentials masked, so the sidecar's recalled
-  memory is never mistaken for the person's words and no credential reaches an index.
+  `person_text`) is built from `content` with credentials masked, so the sidecar's recalled
+  memory is never taken for the person's words and no credential reaches an index.
 - A message's event id is derived from the session, the message it follows and its fingerprint,
-  so a capture repeated after a crash or from another process stores nothing twice.
-- The in-memory alignment state is a cache of the session's path in the tree; it is checked
-  against the tree's leaf inside every write transaction and reloaded when it is stale.
+  so a capture repeated after a crash, or by another process, stores nothing twice.
+- Leaving the end of the branch (a rewind, a rewritten last message) starts a new branch at the
+  alignment point, with a short summary of what was abandoned; the old branch stays.
 """
 
 from __future__ import annotations
@@ -20,101 +24,25 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..log.store import PendingEvent
 from ..sessions.events import BranchSummarized
 from .align import align, fingerprint, wire_message
-from .events import (
-    HOST_NAMESPACE,
-    CompressionAhead,
-    DelegationObserved,
-    MemoryWritten,
-    MessageCaptured,
-    SessionEnded,
-    TurnStarted,
-    message_text,
-    register_capture_events,
-)
+from .events import MessageCaptured, message_text, register_capture_events
+from .hooks import HostRecorder
+from .path import BranchPath, positional
 from .secrets import mask
 from .speaker import attribute, is_handoff
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
-    from ..sessions.tree import PathEntry, TreeWriter
+    from ..sessions.tree import TreeWriter
 
 __all__ = ["Capture", "abandoned_summary"]
 
 _SUMMARY_LIMIT = 600
-
-
-@dataclass
-class _Path:
-    """The messages on a session's active branch, as capture last saw them."""
-
-    leaf: str | None = None
-    ids: list[str] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    fps: list[str] = field(default_factory=list)
-    turns: list[int] = field(default_factory=list)  # user messages up to and including each
-    roles: list[str] = field(default_factory=list)
-    kept_from: int | None = None  # path index of the first message the latest compaction kept
-    # id(live dict) -> (the dict, its content, its tool_calls, path index): the host keeps the
-    # same dict objects across turns, which tells repeated identical messages apart in-process.
-    identity: dict[int, tuple[Any, Any, Any, int]] = field(default_factory=dict)
-
-    def extend(self, entries: Sequence[PathEntry], roles: Sequence[str] | None = None) -> None:
-        for i, e in enumerate(entries):
-            if e.kind == "compaction":
-                self.kept_from = _index_of_id(self.ids, e.target) if e.target else None
-                continue
-            if e.kind != "message":
-                continue
-            role = roles[i] if roles is not None else ""
-            self.ids.append(e.entry_id)
-            self.seqs.append(e.seq)
-            self.fps.append(e.fp or "")
-            self.roles.append(role)
-            previous = self.turns[-1] if self.turns else 0
-            self.turns.append(previous + (1 if role == "user" else 0))
-
-    def truncated(self, q: int) -> _Path:
-        return _Path(
-            leaf=self.ids[q] if q >= 0 else None,
-            ids=self.ids[: q + 1],
-            seqs=self.seqs[: q + 1],
-            fps=self.fps[: q + 1],
-            turns=self.turns[: q + 1],
-            roles=self.roles[: q + 1],
-            kept_from=self.kept_from
-            if self.kept_from is not None and self.kept_from <= q
-            else None,
-        )
-
-    def copy(self) -> _Path:
-        return _Path(
-            leaf=self.leaf,
-            ids=list(self.ids),
-            seqs=list(self.seqs),
-            fps=list(self.fps),
-            turns=list(self.turns),
-            roles=list(self.roles),
-            kept_from=self.kept_from,
-        )
-
-
-class _Stale(Exception):
-    """The tree moved under the cached path in a way that needs a full reload."""
-
-
-@dataclass
-class _Live:
-    index: int
-    obj: Any
-    wire: dict[str, Any]
-    fp: str
 
 
 def abandoned_summary(texts: Sequence[tuple[str, str]]) -> str:
@@ -123,13 +51,13 @@ def abandoned_summary(texts: Sequence[tuple[str, str]]) -> str:
     said = [t for role, t in texts if role == "assistant" and t.strip()]
     pieces = [f"Abandoned branch of {len(texts)} message(s)."]
     if asked:
-        pieces.append("Asked: " + " | ".join(_clip(t, 160) for t in asked[:3]))
+        pieces.append("Asked: " + " | ".join(clip(t, 160) for t in asked[:3]))
     if said:
-        pieces.append("Last reply: " + _clip(said[-1], 200))
-    return _clip(" ".join(pieces), _SUMMARY_LIMIT)
+        pieces.append("Last reply: " + clip(said[-1], 200))
+    return clip(" ".join(pieces), _SUMMARY_LIMIT)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -142,14 +70,30 @@ def _created(created_at: Any) -> str | None:
     return str(created_at)
 
 
-class Capture:
-    """Records the live message list into the log; see the module docstring."""
+def _digest(*parts: str) -> str:
+    return hashlib.blake2b("\0".join(parts).encode("utf-8"), digest_size=16).hexdigest()
+
+
+class _Plan:
+    """What one capture call appends: the events, the live indexes of the new messages, and
+    the branch path as it will stand once they are stored."""
+
+    def __init__(self, path: BranchPath) -> None:
+        self.path = path
+        self.events: list[PendingEvent] = []
+        self.new: list[int] = []
+        self.first_new_q = len(path.ids)
+
+
+class Capture(HostRecorder):
+    """Records the live message list into the log; see the module docstring. Also records
+    what the host reports besides messages (`hooks.HostRecorder`)."""
 
     def __init__(self, core: ChronicleCore) -> None:
         self.core = core
         register_capture_events(core.types)
         self.tree = core.sessions
-        self._paths: dict[str, _Path] = {}
+        self._paths: dict[str, BranchPath] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -161,7 +105,7 @@ class Capture:
             return lock
 
     def forget(self, session_id: str) -> None:
-        """Drop the cached path of a session (the next capture reloads it from the tree)."""
+        """Drop the cached branch of a session; the next capture reloads it from the tree."""
         self._paths.pop(str(session_id), None)
 
     # -- the contract ---------------------------------------------------------------------
@@ -176,15 +120,94 @@ class Capture:
         agent_context: str = "primary",
         platform: str | None = None,
         created_at: Any = None,
+        return_seqs: bool = True,
     ) -> list[int | None]:
-        """Record every message of `messages` not in the log yet; return each message's seq
-        (None for the system prompt and compaction handoffs). Raises only StoreError."""
+        """Record every message of `messages` not in the log yet. Returns, aligned with
+        `messages`, each message's seq (None for the system prompt and compaction handoffs).
+        With `return_seqs=False` only the new messages' seqs are filled in, which keeps a turn's
+        capture independent of the list's length. Raises only StoreError (the database failed);
+        a malformed message is stored, not refused."""
         session = str(session_id or "")
         try:
             items = list(messages) if messages is not None else []
         except TypeError:
             items = [messages]
         result: list[int | None] = [None] * len(items)
+        if not items:
+            return result
+        context = {
+            "user_id": user_id,
+            "profile": profile,
+            "agent_context": agent_context or "primary",
+            "platform": platform,
+            "created_at": _created(created_at),
+        }
+        with self._lock(session), self.tree.writing() as w:
+            path = self._sync_path(w, session)
+            plan = None if return_seqs else self._fast_plan(session, path, items, context)
+            if plan is None:
+                plan = self._full_plan(session, path, items, result, context)
+            if plan.events:
+                seqs = w.append(plan.events)
+                by_id = {e.id: s for e, s in zip(plan.events, seqs, strict=True)}
+                for q in range(plan.first_new_q, len(plan.path.ids)):
+                    plan.path.stored(q, by_id[plan.path.ids[q]])
+                for offset, i in enumerate(plan.new):
+                    result[i] = plan.path.seqs[plan.first_new_q + offset]
+        # Only a committed write updates the cache (the lock is still ours: no one raced it).
+        self._paths[session] = plan.path
+        return result
+
+    # -- keeping the cached branch in step with the tree ------------------------------------------
+
+    def _sync_path(self, w: TreeWriter, session: str) -> BranchPath:
+        leaf = w.leaf(session)
+        cached = self._paths.get(session)
+        if cached is not None:
+            if cached.leaf == leaf:
+                return cached
+            grown = w.since(leaf, cached.leaf)
+            if grown is not None:  # entries others appended on top (usage, compaction, ...)
+                cached.leaf = leaf
+                cached.extend(grown)
+                return cached
+        path = BranchPath(leaf=leaf)
+        path.extend(w.path(leaf))
+        return path
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def _fast_plan(
+        self, session: str, path: BranchPath, items: Sequence[Any], context: dict[str, Any]
+    ) -> _Plan | None:
+        """Scan from the end for the latest live dict captured before; what follows it is new.
+        None when a handoff comes first (the general plan aligns the region after it)."""
+        new: list[int] = []
+        for i in range(len(items) - 1, -1, -1):
+            msg = items[i]
+            if isinstance(msg, dict):
+                q = path.known(msg)
+                if q is not None:
+                    new.reverse()
+                    return self._extend(
+                        session, path, items, q, True, new, context, keep_identity=True
+                    )
+                if msg.get("role") == "system":
+                    continue
+            if is_handoff(msg):
+                return None
+            new.append(i)
+        return None
+
+    def _full_plan(
+        self,
+        session: str,
+        path: BranchPath,
+        items: Sequence[Any],
+        result: list[int | None],
+        context: dict[str, Any],
+    ) -> _Plan:
+        """Align the whole live list, fill `result` for what is already captured, plan the rest."""
         last_handoff = -1
         conversational: list[int] = []
         for i, msg in enumerate(items):
@@ -194,239 +217,145 @@ class Capture:
                 last_handoff = i
                 continue
             conversational.append(i)
-        if not conversational:
-            return result
         head = [i for i in conversational if i < last_handoff]
         region = [i for i in conversational if i > last_handoff]
-        context = {
-            "user_id": user_id,
-            "profile": profile,
-            "agent_context": agent_context or "primary",
-            "platform": platform,
-            "created_at": _created(created_at),
-        }
-        with self._lock(session):
-            for _attempt in range(3):
-                try:
-                    with self.tree.writing() as w:
-                        path = self._sync_path(w, session)
-                        new_path, events, new_indexes = self._plan(
-                            session, path, items, head, region, last_handoff < 0, result, context
-                        )
-                        if events:
-                            seqs = w.append(events)
-                            self._record_seqs(new_path, result, seqs, events, new_indexes)
-                    self._paths[session] = new_path
-                    return result
-                except _Stale:
-                    self._paths.pop(session, None)
-            raise AssertionError(
-                "unreachable: a reload always yields a fresh path"
-            )  # pragma: no cover
-
-    # -- keeping the cached path in step with the tree ------------------------------------------
-
-    def _sync_path(self, w: TreeWriter, session: str) -> _Path:
-        leaf = w.leaf(session)
-        cached = self._paths.get(session)
-        if cached is not None:
-            if cached.leaf == leaf:
-                return cached
-            grown = w.since(leaf, cached.leaf)
-            if grown is not None:
-                cached.leaf = leaf
-                cached.extend(grown, self._roles(w, grown))
-                return cached
-        path = _Path(leaf=leaf)
-        entries = w.path(leaf)
-        path.extend(entries, self._roles(w, entries))
-        return path
-
-    def _roles(self, w: TreeWriter, entries: Sequence[PathEntry]) -> list[str]:
-        seqs = [e.seq for e in entries if e.kind == "message"]
-        roles: dict[int, str] = {}
-        for chunk in range(0, len(seqs), 500):
-            part = seqs[chunk : chunk + 500]
-            rows = w.conn.execute(
-                "SELECT seq, json_extract(payload, '$.role') FROM events"
-                f" WHERE seq IN ({','.join('?' * len(part))})",
-                part,
-            ).fetchall()
-            roles.update((int(s), str(r or "")) for s, r in rows)
-        return [roles.get(e.seq, "") if e.kind == "message" else "" for e in entries]
-
-    # -- planning what is new ---------------------------------------------------------------
-
-    def _live(self, items: Sequence[Any], index: int) -> _Live:
-        wire = wire_message(items[index])
-        return _Live(index, items[index], wire, fingerprint(wire))
-
-    def _known(self, path: _Path, obj: Any, duplicated: set[int]) -> int | None:
-        """The path index of a live dict seen before, if it has not changed since."""
-        if not isinstance(obj, dict) or id(obj) in duplicated:
-            return None
-        hit = path.identity.get(id(obj))
-        if hit is None or hit[0] is not obj:
-            return None
-        if obj.get("content") is not hit[1] or obj.get("tool_calls") is not hit[2]:
-            return None
-        q = hit[3]
-        return q if q < len(path.ids) else None
-
-    def _plan(
-        self,
-        session: str,
-        path: _Path,
-        items: Sequence[Any],
-        head: list[int],
-        region: list[int],
-        from_start: bool,
-        result: list[int | None],
-        context: dict[str, Any],
-    ) -> tuple[_Path, list[PendingEvent], list[int]]:
-        """Fill `result` for what is already captured; return the path after the new messages,
-        the events to append and the live indexes of the new messages."""
-        ids = [id(items[i]) for i in head + region]
+        ids = [id(items[i]) for i in conversational]
         duplicated: set[int] = set()
         if len(set(ids)) != len(ids):
             duplicated = {x for x in ids if ids.count(x) > 1}
-        known: dict[int, int] = {}  # live index -> path index
-        for i in head + region:
-            q = self._known(path, items[i], duplicated)
-            if q is not None:
-                known[i] = q
 
-        # Where does the region stop being already captured? The latest live dict the host has
-        # kept since the last capture answers it in-process; otherwise align by fingerprints.
-        p = q_anchor = -1
-        live: dict[int, _Live] = {}
-        for k in range(len(region) - 1, -1, -1):
-            if region[k] in known:
-                p, q_anchor = k, known[region[k]]
-                break
-        if p < 0 and path.ids:
-            for i in region:
-                live[i] = self._live(items, i)
-            fps = [live[i].fp for i in region]
-            start = 0 if from_start else path.kept_from
-            p, q_anchor = _positional(fps, path.fps, start)
-            if p < 0:
-                p, q_anchor = align(fps, path.fps)
+        def known(i: int) -> int | None:
+            msg = items[i]
+            if not isinstance(msg, dict) or id(msg) in duplicated:
+                return None
+            return path.known(msg)
 
-        def entry(i: int) -> _Live:
-            found = live.get(i)
+        fps: dict[int, str] = {}
+
+        def fp(i: int) -> str:
+            found = fps.get(i)
             if found is None:
-                found = live[i] = self._live(items, i)
+                found = fps[i] = fingerprint(items[i])
             return found
 
-        # Seqs of what was already captured.
-        fp_latest: dict[str, int] | None = None
-        for k in range(0, p + 1):
+        # The alignment point: the latest kept dict, else position, else a fingerprint run.
+        p = q_anchor = -1
+        for k in range(len(region) - 1, -1, -1):
+            q = known(region[k])
+            if q is not None:
+                p, q_anchor = k, q
+                break
+        if p < 0 and path.ids:
+            live = [fp(i) for i in region]
+            p, q_anchor = positional(live, path.fps, 0 if last_handoff < 0 else path.kept_from)
+            if p < 0:
+                p, q_anchor = align(live, path.fps)
+
+        # Seqs of what is already captured.
+        latest: dict[str, int] | None = None
+        for k in range(p + 1):
             i = region[k]
-            if i in known:
-                result[i] = path.seqs[known[i]]
-                continue
-            expected = q_anchor - (p - k)
-            fp = entry(i).fp
-            if 0 <= expected < len(path.fps) and path.fps[expected] == fp:
-                result[i] = path.seqs[expected]
-                continue
-            if fp_latest is None:
-                fp_latest = {f: q for q, f in enumerate(path.fps)}
-            q = fp_latest.get(fp)
+            q = known(i)
+            if q is None:
+                expected = q_anchor - (p - k)
+                if 0 <= expected < len(path.fps) and path.fps[expected] == fp(i):
+                    q = expected
+                else:
+                    if latest is None:
+                        latest = {f: j for j, f in enumerate(path.fps)}
+                    q = latest.get(fp(i))
             result[i] = path.seqs[q] if q is not None else None
-        fp_first: dict[str, int] | None = None
+        first: dict[str, int] | None = None
         for i in head:
-            if i in known:
-                result[i] = path.seqs[known[i]]
-                continue
-            if fp_first is None:
-                fp_first = {}
-                for q, f in enumerate(path.fps):
-                    fp_first.setdefault(f, q)
-            q = fp_first.get(entry(i).fp)
+            q = known(i)
+            if q is None:
+                if first is None:
+                    first = {}
+                    for j, f in enumerate(path.fps):
+                        first.setdefault(f, j)
+                q = first.get(fp(i))
             result[i] = path.seqs[q] if q is not None else None
 
-        new_indexes = region[p + 1 :]
+        new = region[p + 1 :]
         if not path.ids:
             # Nothing of this session's branch is in the log: the whole list is new, in order.
-            new_indexes = [i for i in head if result[i] is None] + new_indexes
-        events: list[PendingEvent] = []
-        identity: dict[int, tuple[Any, Any, Any, int]] = {}
-        next_path = path
-        if new_indexes:
-            next_path, parent, anchor, events = self._branch_point(
-                session, path, q_anchor, from_start
-            )
-            user_turns = next_path.turns[-1] if next_path.turns else 0
-            tool_names = _ToolNames(items)
-            for i in new_indexes:
-                e = entry(i)
-                role = str(e.wire.get("role") or "")
-                if role == "user":
-                    user_turns += 1
-                event_id = _message_id(session, anchor, e.fp)
-                event = self._message_event(e, parent, user_turns, tool_names, context)
-                events.append(
-                    self.core.types.pending(
-                        event, session=session, id=event_id, created_at=context["created_at"]
-                    )
-                )
-                next_path.ids.append(event_id)
-                next_path.seqs.append(-1)  # filled in once stored
-                next_path.fps.append(e.fp)
-                next_path.roles.append(role)
-                next_path.turns.append(user_turns)
-                if isinstance(e.obj, dict) and id(e.obj) not in duplicated:
-                    identity[id(e.obj)] = (
-                        e.obj,
-                        e.obj.get("content"),
-                        e.obj.get("tool_calls"),
-                        len(next_path.ids) - 1,
-                    )
-                parent = anchor = event_id
-            next_path.leaf = next_path.ids[-1]
-        # Remember the live dicts that matched, so the next call finds them by identity.
+            new = [i for i in head if result[i] is None] + new
+        plan = self._extend(session, path, items, q_anchor, last_handoff < 0, new, context, fps)
+        # Remember the live dicts that matched, so the next turn finds them by identity.
+        identity = plan.path.identity if plan.events else {}
         for i in head + region[: p + 1]:
             seq = result[i]
-            obj = items[i]
-            if seq is None or not isinstance(obj, dict) or id(obj) in duplicated:
+            if seq is None or id(items[i]) in duplicated:
                 continue
-            q = known.get(i)
-            if q is None or q >= len(next_path.seqs) or next_path.seqs[q] != seq:
-                q = _index_of(next_path.seqs, seq)
+            q = plan.path.index_of_seq(seq)
             if q is not None:
-                identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
-        next_path.identity = identity
-        return next_path, events, new_indexes
+                obj = items[i]
+                if isinstance(obj, dict):
+                    identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
+        plan.path.identity = identity
+        return plan
 
-    def _branch_point(
-        self, session: str, path: _Path, q: int, from_start: bool
-    ) -> tuple[_Path, str, str, list[PendingEvent]]:
-        """Where new messages attach: (path they extend, their parent, the message they follow,
-        any entries to append first). Leaving the branch's end attaches a summary of what was
-        abandoned at the branch point."""
+    def _extend(
+        self,
+        session: str,
+        path: BranchPath,
+        items: Sequence[Any],
+        q: int,
+        from_start: bool,
+        new: list[int],
+        context: dict[str, Any],
+        fps: dict[int, str] | None = None,
+        keep_identity: bool = False,
+    ) -> _Plan:
+        """Plan the events for the live messages `new`, attached after path[q]."""
+        if not new:
+            return _Plan(path)
         last = len(path.ids) - 1
         if not path.ids or q == last or (q < 0 and not from_start):
-            fresh = path.copy()
+            plan = _Plan(path.copy())
+            if keep_identity:
+                plan.path.identity = path.identity
             parent = path.leaf if path.leaf is not None else ""
             anchor = path.ids[-1] if path.ids else ""
-            return fresh, parent, anchor, []
-        branch = path.truncated(q)
-        anchor = path.ids[q] if q >= 0 else ""
-        abandoned = self._abandoned_texts(path.seqs[q + 1 :])
+        else:
+            # The live list left the branch after path[q]: branch there, summarising what was
+            # abandoned so its findings stay in the new branch's history.
+            plan = _Plan(path.truncated(q))
+            anchor = path.ids[q] if q >= 0 else ""
+            summary = BranchSummarized(
+                parent=anchor,
+                abandoned_leaf=path.leaf or "",
+                summary=abandoned_summary(self._texts(path.seqs[q + 1 :])),
+                abandoned_entries=len(path.ids) - q - 1,
+            )
+            parent = "b" + _digest(session, anchor, path.leaf or "")
+            plan.events.append(self.core.types.pending(summary, session=session, id=parent))
+        turns = plan.path.turns[-1] if plan.path.turns else 0
+        tool_names = _ToolNames(items)
+        for i in new:
+            obj = items[i]
+            wire = wire_message(obj)
+            fp = fps.get(i) if fps is not None else None
+            if fp is None:
+                fp = fingerprint(wire)
+            role = str(wire.get("role") or "")
+            turns += role == "user"
+            event_id = "m" + _digest(session, anchor, fp)
+            event = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
+            plan.events.append(
+                self.core.types.pending(
+                    event, session=session, id=event_id, created_at=context["created_at"]
+                )
+            )
+            plan.path.add(event_id, -1, fp, role == "user")  # the seq is filled in once stored
+            plan.path.remember(obj, len(plan.path.ids) - 1)
+            plan.new.append(i)
+            parent = anchor = event_id
+        plan.path.leaf = plan.path.ids[-1]
+        plan.first_new_q = len(plan.path.ids) - len(plan.new)
+        return plan
 
-        summary = BranchSummarized(
-            parent=anchor,
-            abandoned_leaf=path.leaf or "",
-            summary=abandoned_summary(abandoned),
-            abandoned_entries=len(path.ids) - q - 1,
-        )
-        summary_id = "b" + _digest(session, anchor, path.leaf or "")
-        pending = self.core.types.pending(summary, session=session, id=summary_id)
-        return branch, summary_id, anchor, [pending]
-
-    def _abandoned_texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:
+    def _texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         for seq in list(seqs)[-50:]:
             event = self.core.store.get(seq)
@@ -434,36 +363,20 @@ class Capture:
                 out.append((str(event.payload.get("role", "")), str(event.payload.get("text", ""))))
         return out
 
-    def _record_seqs(
+    def _message(
         self,
-        path: _Path,
-        result: list[int | None],
-        seqs: list[int],
-        events: list[PendingEvent],
-        new_indexes: list[int],
-    ) -> None:
-        by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
-        for q in range(len(path.ids) - 1, -1, -1):
-            if path.seqs[q] != -1:
-                break
-            path.seqs[q] = by_id[path.ids[q]]
-        messages = [e for e in events if e.type == "MessageCaptured"]
-        for i, event in zip(new_indexes, messages, strict=True):
-            result[i] = by_id[event.id]
-
-    def _message_event(
-        self,
-        entry: _Live,
+        obj: Any,
+        wire: dict[str, Any],
+        fp: str,
         parent: str,
         turn: int,
         tool_names: _ToolNames,
         context: dict[str, Any],
     ) -> MessageCaptured:
-        wire = entry.wire
         role = str(wire.get("role") or "unknown")
         text = mask(message_text(wire))
         attribution = attribute(
-            entry.obj if isinstance(entry.obj, dict) else wire,
+            obj if isinstance(obj, dict) else wire,
             text,
             agent_context=context["agent_context"],
             platform=context["platform"],
@@ -475,15 +388,15 @@ class Capture:
                 if isinstance(call, dict) and call.get("id"):
                     call_ids.append(str(call["id"]))
         elif role in ("tool", "function"):
-            call_id = wire.get("tool_call_id")
+            call_id = str(wire.get("tool_call_id") or "")
             if call_id:
-                call_ids.append(str(call_id))
+                call_ids.append(call_id)
             name = wire.get("name")
-            tool_name = str(name) if name else tool_names.get(str(call_id or ""))
+            tool_name = str(name) if name else tool_names.get(call_id)
         return MessageCaptured(
             role=role,
             message=wire,
-            fingerprint=entry.fp,
+            fingerprint=fp,
             speaker=attribution.speaker,
             text=text,
             person_text=attribution.person_text,
@@ -497,138 +410,35 @@ class Capture:
             parent=parent,
         )
 
-    # -- what the host tells the memory slot besides messages -------------------------------------
-
-    def _record(self, session_id: str, event: Any) -> int:
-        pending = self.core.types.pending(event, session=str(session_id or ""))
-        return self.core.store.append([pending])[0].seq
-
-    def record_turn_start(
-        self,
-        session_id: str,
-        turn: int,
-        message: str,
-        *,
-        model: str | None = None,
-        platform: str | None = None,
-    ) -> int:
-        preview = mask(_clip(str(message or ""), 200))
-        return self._record(
-            session_id,
-            TurnStarted(turn=int(turn or 0), preview=preview, model=model, platform=platform),
-        )
-
-    def record_session_end(self, session_id: str, messages: int, captured: int) -> int:
-        return self._record(session_id, SessionEnded(messages=messages, captured=captured))
-
-    def record_compression_ahead(self, session_id: str, messages: int, captured: int) -> int:
-        return self._record(session_id, CompressionAhead(messages=messages, captured=captured))
-
-    def record_memory_write(
-        self,
-        session_id: str,
-        action: str,
-        target: str,
-        content: str,
-        metadata: dict[str, Any] | None = None,
-    ) -> int:
-        clean = {
-            str(k): mask(str(v)) if isinstance(v, str) else v for k, v in (metadata or {}).items()
-        }
-        event = MemoryWritten(
-            action=str(action), target=str(target), content=mask(str(content or "")), metadata=clean
-        )
-        pending = self.core.types.pending(event, session=str(session_id or ""))
-        pending = _json_safe(pending)
-        return self.core.store.append([pending])[0].seq
-
-    def record_delegation(
-        self, session_id: str, task: str, result: str, child_session_id: str = ""
-    ) -> int:
-        event = DelegationObserved(
-            task=mask(str(task or "")),
-            result=mask(str(result or "")),
-            child_session_id=str(child_session_id or ""),
-        )
-        return self._record(session_id, event)
-
-    def host_events(self, session_id: str) -> list[Any]:
-        """The host events recorded for a session, oldest first (for inspection and tests)."""
-        return list(self.core.reader.read(session=str(session_id), namespaces=[HOST_NAMESPACE]))
-
 
 class _ToolNames:
-    """tool_call_id -> function name, from the assistant messages of the live list."""
+    """tool_call_id -> function name, read from the assistant messages before a tool result."""
 
     def __init__(self, items: Sequence[Any]) -> None:
         self._items = items
-        self._names: dict[str, str] | None = None
+        self._names: dict[str, str] = {}
+        self._scanned_from = 0
+        self._at = len(items)
+
+    def near(self, index: int) -> _ToolNames:
+        self._at = index
+        return self
 
     def get(self, call_id: str) -> str | None:
         if not call_id:
             return None
-        if self._names is None:
-            self._names = {}
-            for msg in self._items:
-                if isinstance(msg, dict) and msg.get("role") == "assistant":
-                    for call in msg.get("tool_calls") or ():
-                        if isinstance(call, dict) and call.get("id"):
-                            fn = call.get("function")
-                            if isinstance(fn, dict) and fn.get("name"):
-                                self._names[str(call["id"])] = str(fn["name"])
-        return self._names.get(call_id)
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.blake2b("\0".join(parts).encode("utf-8"), digest_size=16).hexdigest()
-
-
-def _message_id(session: str, anchor: str, fp: str) -> str:
-    return "m" + _digest(session, anchor, fp)
-
-
-def _positional(live: Sequence[str], path: Sequence[str], start: int | None) -> tuple[int, int]:
-    """Align by position when the live region is known to start at path[start] (the start of
-    the conversation, or the first message the latest compaction kept). Trusted only when the
-    match runs to the end of the path or of the live region; otherwise (-1, -1)."""
-    if start is None or start < 0 or start >= len(path):
-        return (-1, -1)
-    k = 0
-    while k < len(live) and start + k < len(path) and live[k] == path[start + k]:
-        k += 1
-    if k and (start + k == len(path) or k == len(live)):
-        return (k - 1, start + k - 1)
-    return (-1, -1)
-
-
-def _index_of_id(values: list[str], value: str) -> int | None:
-    for q in range(len(values) - 1, -1, -1):
-        if values[q] == value:
-            return q
-    return None
-
-
-def _index_of(values: list[int], value: int) -> int | None:
-    for q in range(len(values) - 1, -1, -1):
-        if values[q] == value:
-            return q
-    return None
-
-
-def _json_safe(pending: PendingEvent) -> PendingEvent:
-    import json
-
-    try:
-        json.dumps(pending.payload, ensure_ascii=False)
-        return pending
-    except (TypeError, ValueError):
-        payload = json.loads(json.dumps(pending.payload, ensure_ascii=False, default=str))
-        return PendingEvent(
-            namespace=pending.namespace,
-            type=pending.type,
-            version=pending.version,
-            payload=payload,
-            id=pending.id,
-            session=pending.session,
-            created_at=pending.created_at,
-        )
+        found = self._names.get(call_id)
+        if found is not None:
+            return found
+        for i in range(self._at - 1, -1, -1):
+            msg = self._items[i]
+            if not isinstance(msg, dict) or msg.get("role") != "assistant":
+                continue
+            for call in msg.get("tool_calls") or ():
+                if isinstance(call, dict) and call.get("id"):
+                    fn = call.get("function")
+                    if isinstance(fn, dict) and fn.get("name"):
+                        self._names.setdefault(str(call["id"]), str(fn["name"]))
+            if call_id in self._names:
+                return self._names[call_id]
+        return None

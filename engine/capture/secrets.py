@@ -129,8 +129,11 @@ _KEY_WORDS = (
     r"api[_\-]?key|apikey|access[_\-]?key|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token|"
     r"private[_\-]?key|token"
 )
+# Where an assignment may be: a key word, the rest of its name, then `=` or `:`.
+_KEY_WORD = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*[\"']?[ \t]*[=:]")
+_KEY_WORD_ANY_CASE = re.compile(r"(?i)(?:pass|pwd|secret|token|key)[A-Za-z0-9_\-]*[\"']?[ \t]*[=:]")
 _ASSIGNMENT = re.compile(
-    r"(?i)(?<![A-Za-z0-9])([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))[\"']?"
+    r"(?i)([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))[\"']?"
     r"[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*"
     r"(?:\"([^\"\n]{1,512})\"|'([^'\n]{1,512})'|`([^`\n]{1,512})`|([^\s\"'`,;)}\]]{1,512}))"
 )
@@ -280,7 +283,10 @@ def find_secrets(text: str) -> list[Finding]:
     lowered = text.lower()
     found: list[Finding] = []
     for shape in _SHAPES:
-        if not any(h in lowered for h in shape.hint):
+        for h in shape.hint:
+            if h in lowered:
+                break
+        else:
             continue
         for match in shape.pattern.finditer(text):
             value = match.group(shape.group)
@@ -288,7 +294,7 @@ def find_secrets(text: str) -> list[Finding]:
                 continue
             found.append(Finding(shape.kind, match.start(shape.group), match.end(shape.group)))
     if any(h in lowered for h in _ASSIGNMENT_HINTS):
-        for match in _ASSIGNMENT.finditer(text):
+        for match in _assignments(text, lowered):
             key = match.group(1)
             for group in (2, 3, 4, 5):
                 value = match.group(group)
@@ -300,6 +306,28 @@ def find_secrets(text: str) -> list[Finding]:
             if _assignment_value_is_secret(key, value, group != 5, following):
                 found.append(Finding(_assignment_kind(key), match.start(group), match.end(group)))
     return _non_overlapping(found)
+
+
+def _assignments(text: str, lowered: str) -> list[re.Match[str]]:
+    """Assignments to credential-named keys. The full pattern is tried only at the start of a
+    word that contains a key word, which keeps a long text without credentials cheap."""
+    found: list[re.Match[str]] = []
+    next_free = 0
+    # The finder runs case-sensitively on the lower-cased text (much faster than (?i)); when
+    # lower-casing changed the length (some non-ASCII letters), offsets would not line up.
+    haystack = lowered if len(lowered) == len(text) else text.lower()
+    finder = _KEY_WORD if haystack is lowered else _KEY_WORD_ANY_CASE
+    for word in finder.finditer(haystack if finder is _KEY_WORD else text):
+        start = word.start()
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
+            start -= 1
+        if start < next_free:
+            continue
+        match = _ASSIGNMENT.match(text, start)
+        if match is not None:
+            found.append(match)
+            next_free = match.end()
+    return found
 
 
 def _assignment_kind(key: str) -> str:

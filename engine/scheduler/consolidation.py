@@ -33,14 +33,15 @@ from ..chronicle.sections import (
     is_async_summarizer,
     section_id_for,
 )
-from ..chronicle.store import SQLiteChronicleStore
+from ..chronicle.store import CHRONICLE_MIGRATIONS, SQLiteChronicleStore
 from ..errors import ChronicleFork
 from ..log.events import EventReader, EventTypeRegistry
 from ..log.pins import is_bookkeeping
 from ..log.projector import Projector
 from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
-from .events import SessionReaped
+from .events import SessionReaped, register_scheduler_events
 from .queue import RetryNextTick
+from .schema import SCHEDULER_MIGRATIONS
 from .sweeps import SweepReport
 from .units import ClosedUnit, OpenUnit, UnitRules, advance
 
@@ -235,6 +236,8 @@ class Consolidator:
         summarize: Summarizer | AsyncSummarizer,
         rules: UnitRules,
     ) -> None:
+        store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
+        register_scheduler_events(types)
         self.store = store
         self.types = types
         self.rules = rules

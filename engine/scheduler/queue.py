@@ -21,7 +21,7 @@ import math
 import os
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,8 +222,8 @@ class JobQueue:
             self._cascade(conn, now)
         return int(job_id)
 
-    def claim(self, job_class: str | None = None) -> Job | None:
-        """Lease the oldest runnable job (of `job_class`, if given), or None."""
+    def claim(self, job_class: str | None = None, *, skip: Collection[int] = ()) -> Job | None:
+        """Lease the oldest runnable job (of `job_class`, if given, and not in `skip`), or None."""
         now = self.clock()
         where = (
             "j.state = 'pending' AND j.available_at <= ?"
@@ -233,12 +233,19 @@ class JobQueue:
         if job_class is not None:
             where += " AND j.job_class = ?"
             params.append(job_class)
+        if skip:
+            where += f" AND j.id NOT IN ({','.join('?' * len(skip))})"
+            params.extend(skip)
+        select = (
+            "SELECT j.id FROM scheduler_jobs j LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
+            f" WHERE {where} ORDER BY j.available_at, j.id LIMIT 1"
+        )
+        # Look before taking the write lock: most claims in a drain find nothing.
+        with sqlite_errors("claiming a job"), self.store.reading() as conn:
+            if conn.execute(select, params).fetchone() is None:
+                return None
         with sqlite_errors("claiming a job"), self.store.atomic() as conn:
-            row = conn.execute(
-                "SELECT j.id FROM scheduler_jobs j LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
-                f" WHERE {where} ORDER BY j.available_at, j.id LIMIT 1",
-                params,
-            ).fetchone()
+            row = conn.execute(select, params).fetchone()
             if row is None:
                 return None
             conn.execute(
@@ -312,6 +319,13 @@ class JobQueue:
     def reclaim(self) -> list[Job]:
         """Re-arm every running job whose lease has passed (or fail it, if out of attempts)."""
         now = self.clock()
+        with sqlite_errors("reclaiming abandoned jobs"), self.store.reading() as conn:
+            expired = conn.execute(
+                "SELECT 1 FROM scheduler_jobs WHERE state = 'running' AND lease_until < ? LIMIT 1",
+                (now,),
+            ).fetchone()
+        if expired is None:
+            return []
         with sqlite_errors("reclaiming abandoned jobs"), self.store.atomic() as conn:
             ids = [
                 int(r[0])

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS
+from ..errors import UsageError
 from ..log.store import sqlite_errors
 from .consolidation import Consolidator, Conversations
 from .cron import latest_due, next_due_after
@@ -64,12 +65,10 @@ NOT_SCHEDULED: tuple[tuple[str, str], ...] = (
 )
 
 _BACKOFF_AFTER_ERROR = 30.0
-# Tasks whose report's `remaining` can be chased by an immediate continuation. A checkpoint that
-# could not finish is blocked by readers, and the reaper waits for consolidation to read its
+# A report with work left is chased by an immediate continuation, except for these: a checkpoint
+# that could not finish is blocked by readers, and the reaper waits for consolidation to read its
 # decisions, so neither gains from running again at once.
-_CONTINUES = frozenset(
-    {"consolidate", "fts_optimize", "belief_sweep", "queue_retention", "integrity"}
-)
+_NO_CONTINUATION = frozenset({"reap", "wal_checkpoint"})
 
 
 def _iso(moment: float | None) -> str | None:
@@ -118,35 +117,40 @@ class Scheduler:
 
     # -- the hook path ---------------------------------------------------------------------
 
-    def tick(self, hook: str = "") -> None:
-        """Called by the adapters on every hook. Never raises."""
+    def tick(self, hook: str = "") -> int:
+        """Called by the adapters on every hook. Never raises. Returns how many jobs it ran
+        (only a hook in `maintenance.drain_hooks` runs any)."""
         now = self.clock()
         if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
-            return
+            return 0
         if not self._lock.acquire(blocking=False):
-            return  # another thread is already scheduling or draining
+            return 0  # another thread is already scheduling or draining
         try:
             self._schedule(now)
             if hook in self._drain_hooks and now >= self._queue_wake:
-                self._drain()
+                return self._drain()
+            return 0
         except Exception as exc:  # a hook must never fail because maintenance did
             self._back_off(exc, now)
+            return 0
         finally:
             self._lock.release()
 
-    async def tick_async(self, hook: str = "") -> None:
+    async def tick_async(self, hook: str = "") -> int:
         """`tick` for async hosts: consolidation is awaited (catch_up_async), never run_sync."""
         now = self.clock()
         if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
-            return
+            return 0
         if not self._lock.acquire(blocking=False):
-            return
+            return 0
         try:
             self._schedule(now)
             if hook in self._drain_hooks and now >= self._queue_wake:
-                await self._drain_async()
+                return await self._drain_async()
+            return 0
         except Exception as exc:
             self._back_off(exc, now)
+            return 0
         finally:
             self._lock.release()
 
@@ -233,33 +237,40 @@ class Scheduler:
         total = self.settings.drain_per_hook
         quotas = allocate(total, self.settings.shares)
         order = sorted(JOB_CLASSES, key=lambda c: -self.settings.shares.get(c, 0.0))
-        claimed = 0
+        # A job runs at most once per call: one that asked to be retried waits for the next hook.
+        seen: list[int] = []
         for job_class in order:
             for _ in range(quotas.get(job_class, 0)):
                 if time.perf_counter() - started > budget:
                     return
-                found = self.queue.claim(job_class)
+                found = self.queue.claim(job_class, skip=seen)
                 if found is None:
                     break
-                claimed += 1
+                seen.append(found.id)
                 yield found
         # Slots a quiet class left unused go to whoever has work, oldest first.
-        while claimed < total and time.perf_counter() - started <= budget:
-            found = self.queue.claim()
+        while len(seen) < total and time.perf_counter() - started <= budget:
+            found = self.queue.claim(skip=seen)
             if found is None:
                 return
-            claimed += 1
+            seen.append(found.id)
             yield found
 
-    def _drain(self) -> None:
+    def _drain(self) -> int:
+        ran = 0
         for job in self._claims():
             self._run(job)
+            ran += 1
         self._refresh_queue_wake()
+        return ran
 
-    async def _drain_async(self) -> None:
+    async def _drain_async(self) -> int:
+        ran = 0
         for job in self._claims():
             await self._run_async(job)
+            ran += 1
         self._refresh_queue_wake()
+        return ran
 
     def _refresh_queue_wake(self) -> None:
         wake = self.queue.next_wake()
@@ -306,7 +317,7 @@ class Scheduler:
 
     def _finish(self, job: Job, report: SweepReport) -> None:
         follow_ups: list[JobSpec] = []
-        if report.more and job.kind in _CONTINUES:
+        if report.more and job.kind not in _NO_CONTINUATION:
             follow_ups.append(JobSpec(job.kind, job.job_class, job.key, job.payload))
         if job.kind == "reap" and report.processed:
             # The reaper's decisions are boundaries only once the fold has read them.
@@ -394,7 +405,6 @@ class Scheduler:
                 unit_turns=self.settings.unit_turns,
                 idle_gap_seconds=self.settings.idle_gap_seconds,
                 close_on_session_end=self.settings.close_on_session_end,
-                session_end_types=_session_end_types(),
             ),
         )
 
@@ -416,30 +426,46 @@ class Scheduler:
         gets a TaskContext (core, queue, sweep cursors, row budget, now) and returns a
         SweepReport; enqueue with `queue.enqueue(JobSpec(kind, job_class, key))`."""
         if kind in ("consolidate", "reap"):
-            raise ValueError(f"{kind!r} is the scheduler's own job kind")
+            raise UsageError(f"{kind!r} is the scheduler's own job kind; pick another name")
         self._handlers[kind] = handler
 
     def enqueue(self, task: str) -> int:
         """Queue one run of a scheduled task now, outside its schedule (e.g. `chronicle doctor`)."""
         if task not in TASKS:
-            raise LookupError(f"no scheduled task {task!r}; the tasks are {sorted(TASKS)}")
+            raise UsageError(f"no scheduled task {task!r}; the tasks are {sorted(TASKS)}")
         job_id = self.queue.enqueue(JobSpec(task, TASKS[task], key=task))
         self._queue_wake = min(self._queue_wake, self.clock())
         return job_id
 
     def run_pending(self, max_jobs: int | None = None) -> int:
         """Run queued jobs now, whatever the hook, until none is runnable or `max_jobs` ran."""
-        ran = 0
+        return len(self._run_pending(max_jobs))
+
+    def run_due(self, max_jobs: int | None = None) -> list[dict[str, Any]]:
+        """For a command line, never a hook: enqueue every schedule that is due now (not one per
+        call), then run the queue until nothing is runnable. Returns each job run, as it ended."""
+        now = self.clock()
+        with self._lock:
+            if not self._loaded:
+                self._load()
+            for task, at in sorted(self._next_due.items(), key=lambda item: item[1]):
+                if at <= now:
+                    self._fire(task, now)
+            self._schedule_wake = min(self._next_due.values(), default=math.inf)
+        return [(self.queue.get(job.id) or job).as_dict() for job in self._run_pending(max_jobs)]
+
+    def _run_pending(self, max_jobs: int | None) -> list[Job]:
+        ran: list[Job] = []
         with self._lock:
             for reclaimed in self.queue.reclaim():
                 if reclaimed.state == "failed":
                     self._record_failure(reclaimed)
-            while max_jobs is None or ran < max_jobs:
-                job = self.queue.claim()
+            while max_jobs is None or len(ran) < max_jobs:
+                job = self.queue.claim(skip=[j.id for j in ran])
                 if job is None:
                     break
                 self._run(job)
-                ran += 1
+                ran.append(job)
             self._refresh_queue_wake()
         return ran
 
@@ -515,12 +541,3 @@ def _summary(report: SweepReport) -> str:
     if report.skipped:
         return f"skipped ({report.skipped})"
     return f"processed {report.processed}, remaining {report.remaining}"
-
-
-def _session_end_types() -> frozenset[tuple[str, str]]:
-    """The (namespace, type) of the events capture writes when a session ends, if it defines
-    them (`SESSION_END_TYPES` in capture's events module)."""
-    from ..capture import events as capture_events
-
-    found = getattr(capture_events, "SESSION_END_TYPES", ())
-    return frozenset(tuple(t) for t in found)

@@ -1,30 +1,42 @@
 """Units of a conversation: where one stretch of talk ends and the next begins.
 
 Every boundary is a pure function of the log, so replaying the same log closes the same units:
-- a recorded session end closes the open unit at that event;
-- a recorded `SessionReaped` closes it at that event, unless the conversation moved on after the
-  reaper decided (the decision names the unit's last event; a stale one is ignored);
+- a recorded session end closes the open unit;
+- a recorded `SessionReaped` closes it, unless the conversation moved on after the reaper decided
+  (the decision names the unit's last event; a stale one is ignored);
 - a silence longer than the idle gap between two messages closes the unit before the later one
   (the gap is measured on the events' own `created_at`, never on the wall clock);
 - the user message that would start turn N+1 closes the unit before it.
 
-Only captured messages open or extend a unit; other session events can only close one.
+Only captured messages open or extend a unit; other session events can only close one. A unit
+runs from its first message to its last, so a section cites exactly the messages it summarises.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ..capture.events import HOST_NAMESPACE
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..log.pins import is_bookkeeping
 from ..log.store import StoredEvent
 from .events import NAMESPACE as SCHEDULER_NAMESPACE
 
-__all__ = ["OpenUnit", "ClosedUnit", "UnitRules", "advance", "event_time", "MESSAGE"]
+__all__ = [
+    "OpenUnit",
+    "ClosedUnit",
+    "UnitRules",
+    "advance",
+    "event_time",
+    "MESSAGE",
+    "SESSION_END",
+    "REAPED",
+]
 
 MESSAGE = (CHAT_NAMESPACE, "MessageCaptured")
+SESSION_END = (HOST_NAMESPACE, "SessionEnded")  # capture records the host's on_session_end
 REAPED = (SCHEDULER_NAMESPACE, "SessionReaped")
 
 
@@ -55,7 +67,7 @@ class UnitRules:
     unit_turns: int = 20
     idle_gap_seconds: float = 1800.0
     close_on_session_end: bool = True
-    session_end_types: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    session_end_types: frozenset[tuple[str, str]] = frozenset({SESSION_END})
 
 
 def event_time(event: StoredEvent) -> float:
@@ -102,11 +114,11 @@ def advance(
                 and unit.open_from is not None
                 and event.payload.get("through_seq") == unit.last_seq
             ):
-                close(unit, event.seq, "reaped")
+                close(unit, unit.last_seq, "reaped")
             continue
         if kind in rules.session_end_types:
             if rules.close_on_session_end and unit is not None and unit.open_from is not None:
-                close(unit, event.seq, "session_end")
+                close(unit, unit.last_seq, "session_end")
             continue
         if kind != MESSAGE:
             continue

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
-from ..log.store import Migration, SQLiteEventStore, StoredEvent, run_script
+from ..log.store import Migration, SQLiteEventStore, StoredEvent, _row_to_event, run_script
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
 
@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS session_entries (
     parent_id TEXT,
     kind      TEXT NOT NULL,
     fp        TEXT,
+    role      TEXT,
     target_id TEXT
 );
 CREATE INDEX IF NOT EXISTS session_entries_by_session ON session_entries(session, seq);
@@ -65,8 +66,7 @@ class SessionFold:
     name = FOLD_NAME
 
     def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
-        for event in events:
-            apply_event(conn, event)
+        apply_events(conn, events)
 
     def reset(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM session_entries")
@@ -106,6 +106,7 @@ def _add_entry(
     kind: str,
     fp: str | None,
     target: str | None,
+    role: str | None = None,
 ) -> None:
     env = event.envelope
     session = env.session or ""
@@ -116,9 +117,9 @@ def _add_entry(
     elif parent == "":
         parent = None
     conn.execute(
-        "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind, fp, target_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (env.id, env.seq, session, parent, kind, fp, target),
+        "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind, fp, role,"
+        " target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (env.id, env.seq, session, parent, kind, fp, role, target),
     )
     conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (env.id, session))
 
@@ -169,18 +170,12 @@ def _switch(conn: sqlite3.Connection, event: StoredEvent) -> None:
 
 def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
     env = event.envelope
-    if env.namespace == CHAT_NAMESPACE:
-        if env.type == "MessageCaptured":
-            fp = event.payload.get("fingerprint")
-            _add_entry(conn, event, "message", fp if isinstance(fp, str) else None, None)
+    entry = _entry_of(event)
+    if entry is not None:
+        kind, fp, role, target = entry
+        _add_entry(conn, event, kind, fp, target, role)
+    elif env.namespace != SESSION_NAMESPACE:
         return
-    if env.namespace != SESSION_NAMESPACE:
-        return
-    kind = ENTRY_KINDS.get(env.type)
-    if kind is not None:
-        # A compaction's target is the first message it kept verbatim.
-        target = event.payload.get("first_kept_entry" if kind == "compaction" else "target")
-        _add_entry(conn, event, kind, None, target if isinstance(target, str) else None)
     elif env.type == "SessionSwitched":
         _switch(conn, event)
     elif env.type == "LeafMoved":
@@ -193,22 +188,85 @@ def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
             )
 
 
-def fold_pending(store: SQLiteEventStore, conn: sqlite3.Connection) -> int:
-    """Fold every event not yet folded, inside the caller's write transaction. Returns the seq
-    the fold now stands at (the log's end: nobody else can append while the caller writes)."""
-    position = store.position(FOLD_NAME, conn)
-    placeholders = ",".join("?" * len(NAMESPACES))
-    rows = conn.execute(
-        "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
-        f" WHERE seq > ? AND namespace IN ({placeholders}) ORDER BY seq",
-        (position, *NAMESPACES),
-    ).fetchall()
-    if rows:
-        from ..log.store import _row_to_event
+def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> None:
+    """Fold `events` in order; the same result as `apply_event` one by one, in fewer statements:
+    a run of tree entries is inserted at once and each session's leaf written once."""
+    heads: dict[str, list[Any]] = {}  # session -> [conversation, lineage_root, leaf]
+    rows: list[tuple[Any, ...]] = []
 
-        for row in rows:
-            apply_event(conn, _row_to_event(row))
+    def flush() -> None:
+        if rows:
+            conn.executemany(
+                "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind,"
+                " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            rows.clear()
+        for session, head in heads.items():
+            conn.execute(
+                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (head[2], session)
+            )
+        heads.clear()
+
+    for event in events:
+        env = event.envelope
+        entry = _entry_of(event)
+        if entry is None:
+            if env.namespace in NAMESPACES:
+                flush()
+                apply_event(conn, event)
+            continue
+        kind, fp, role, target = entry
+        session = env.session or ""
+        head = heads.get(session)
+        if head is None:
+            head = heads[session] = list(_ensure_head(conn, session, env.seq))
+        parent = event.payload.get("parent")
+        if parent is None:
+            parent = head[2]
+        elif parent == "":
+            parent = None
+        rows.append((env.id, env.seq, session, parent, kind, fp, role, target))
+        head[2] = env.id
+    flush()
+
+
+def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | None] | None:
+    """(kind, fingerprint, role, target) when the event is a tree entry."""
+    env = event.envelope
+    payload = event.payload
+    if env.namespace == CHAT_NAMESPACE:
+        if env.type != "MessageCaptured":
+            return None
+        fp = payload.get("fingerprint")
+        role = payload.get("role")
+        return (
+            "message",
+            fp if isinstance(fp, str) else None,
+            role if isinstance(role, str) else None,
+            None,
+        )
+    if env.namespace != SESSION_NAMESPACE:
+        return None
+    kind = ENTRY_KINDS.get(env.type)
+    if kind is None:
+        return None
+    # A compaction's target is the first message it kept verbatim.
+    target = payload.get("first_kept_entry" if kind == "compaction" else "target")
+    return (kind, None, None, target if isinstance(target, str) else None)
+
+
+def fold_pending(store: SQLiteEventStore, conn: sqlite3.Connection) -> tuple[int, int]:
+    """Fold every event not yet folded, inside the caller's write transaction. Returns (the
+    fold's position before, the log's end now): nobody else appends while the caller writes."""
+    position = store.position(FOLD_NAME, conn)
     end = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
-    if end != position:
-        store.set_position(conn, FOLD_NAME, end)
-    return end
+    if end > position:
+        placeholders = ",".join("?" * len(NAMESPACES))
+        rows = conn.execute(
+            "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
+            f" WHERE seq > ? AND seq <= ? AND +namespace IN ({placeholders}) ORDER BY seq",
+            (position, end, *NAMESPACES),
+        ).fetchall()  # `+namespace`: walk the seq range, not the (namespace, type) index
+        apply_events(conn, [_row_to_event(row) for row in rows])
+    return position, end

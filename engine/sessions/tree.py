@@ -32,14 +32,14 @@ from .events import (
     UsageRecorded,
     register_session_events,
 )
-from .fold import FOLD_NAME, MIGRATIONS, apply_event, fold_pending
+from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
 
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
-CHRONICLE_PREFIX = "conversation:"
+CHRONICLE_PREFIX = "conv-"
 
 _MAX_DEPTH = 10_000_000  # guards the path walk against a cycle an import could smuggle in
 
@@ -52,14 +52,16 @@ class PathEntry:
     fp: str | None
     session: str
     target: str | None = None
+    role: str | None = None
 
 
 class TreeWriter:
     """Appends events and folds them into the tree inside one write transaction."""
 
-    def __init__(self, tree: SessionTree, conn: sqlite3.Connection) -> None:
+    def __init__(self, tree: SessionTree, conn: sqlite3.Connection, end: int) -> None:
         self.tree = tree
         self.conn = conn
+        self.end = end  # the log's last seq, as this transaction has written it
 
     def leaf(self, session: str) -> str | None:
         row = self.conn.execute(
@@ -86,14 +88,14 @@ class TreeWriter:
                 walked.reverse()
                 return walked
             row = self.conn.execute(
-                "SELECT entry_id, seq, kind, fp, session, target_id, parent_id FROM session_entries"
-                " WHERE entry_id = ?",
+                "SELECT entry_id, seq, kind, fp, session, target_id, role, parent_id"
+                " FROM session_entries WHERE entry_id = ?",
                 (current,),
             ).fetchone()
             if row is None:
                 return None
-            walked.append(PathEntry(*row[:6]))
-            current = row[6]
+            walked.append(PathEntry(*row[:7]))
+            current = row[7]
         if current is None and old_leaf is None:
             walked.reverse()
             return walked
@@ -104,33 +106,41 @@ class TreeWriter:
         event whose id was already in the log gets the stored event's seq."""
         if not events:
             return []
-        stored = {e.envelope.id: e for e in self.tree.store.append_new(events)}
-        seqs: list[int] = []
-        for pending in events:
-            found = stored.get(pending.id)
-            if found is not None:
-                apply_event(self.conn, found)
-                seqs.append(found.seq)
-            else:
-                row = self.conn.execute(
-                    "SELECT seq FROM events WHERE id = ?", (pending.id,)
-                ).fetchone()
-                seqs.append(int(row[0]))
-        return seqs
+        existing: dict[str, int] = {}
+        ids = [e.id for e in events]
+        for chunk in range(0, len(ids), 500):
+            part = ids[chunk : chunk + 500]
+            existing.update(
+                self.conn.execute(
+                    f"SELECT id, seq FROM events WHERE id IN ({','.join('?' * len(part))})", part
+                ).fetchall()
+            )
+        fresh: list[PendingEvent] = []
+        for e in events:
+            if e.id not in existing:
+                existing[e.id] = -1  # an id twice in one batch is stored once
+                fresh.append(e)
+        stored = self.tree.store.append(fresh)
+        apply_events(self.conn, stored)
+        if stored:
+            self.end = max(self.end, stored[-1].seq)
+        existing.update((e.envelope.id, e.seq) for e in stored)
+        return [existing[e.id] for e in events]
 
 
 def _path(conn: sqlite3.Connection, leaf: str | None) -> list[PathEntry]:
     if leaf is None:
         return []
     rows = conn.execute(
-        "WITH RECURSIVE path(entry_id, parent_id, seq, kind, fp, session, target_id, depth) AS ("
-        " SELECT entry_id, parent_id, seq, kind, fp, session, target_id, 0 FROM session_entries"
-        " WHERE entry_id = ?"
+        "WITH RECURSIVE path(entry_id, parent_id, seq, kind, fp, session, target_id, role, depth)"
+        " AS (SELECT entry_id, parent_id, seq, kind, fp, session, target_id, role, 0"
+        " FROM session_entries WHERE entry_id = ?"
         " UNION ALL"
-        " SELECT e.entry_id, e.parent_id, e.seq, e.kind, e.fp, e.session, e.target_id,"
+        " SELECT e.entry_id, e.parent_id, e.seq, e.kind, e.fp, e.session, e.target_id, e.role,"
         " p.depth + 1 FROM session_entries e JOIN path p ON e.entry_id = p.parent_id"
         " WHERE p.depth < ?"
-        ") SELECT entry_id, seq, kind, fp, session, target_id FROM path ORDER BY depth DESC",
+        ") SELECT entry_id, seq, kind, fp, session, target_id, role FROM path"
+        " ORDER BY depth DESC",
         (leaf, _MAX_DEPTH),
     ).fetchall()
     return [PathEntry(*row) for row in rows]
@@ -154,10 +164,11 @@ class SessionTree:
         """One write transaction with the tree caught up; events appended through the writer
         are folded in the same transaction."""
         with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
-            fold_pending(self.store, conn)
-            yield TreeWriter(self, conn)
-            end = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
-            self.store.set_position(conn, FOLD_NAME, end)
+            position, end = fold_pending(self.store, conn)
+            writer = TreeWriter(self, conn, end)
+            yield writer
+            if writer.end != position:
+                self.store.set_position(conn, FOLD_NAME, writer.end)
 
     def refresh(self) -> None:
         """Fold whatever other writers appended, so reads see the whole log."""
@@ -283,6 +294,20 @@ class SessionTree:
                 continue
             out.append(event)
         return out
+
+    def message_count(self, session_id: str) -> int:
+        """How many messages the session's scope holds in the log (every branch)."""
+        segments = self.scope(session_id)
+        total = 0
+        with self.store.reading() as conn:
+            for session, bound in segments:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM session_entries WHERE session = ? AND kind = 'message'"
+                    " AND seq <= ?",
+                    (session, bound if bound is not None else 2**62),
+                ).fetchone()
+                total += int(row[0])
+        return total
 
     # -- entries other subsystems record -------------------------------------------------------
 

@@ -1,0 +1,351 @@
+"""The context-engine slot: Hermes' calls translated into calls on the shared core. Thin.
+
+Invariants:
+- No hook or method lets an exception reach Hermes: each logs once and degrades (compress then
+  returns the host's own list, which Hermes reads as "no progress").
+- Hermes deep-copies the engine for every agent. A copy shares the core (one per database, found
+  through `ChronicleCore.get`) and copies only its own counters, so the copy can never fail.
+- The host's token bookkeeping lives here (it reads these attributes directly); everything about
+  conversations lives in the core, keyed by lineage.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from chronicle_engine.compaction.messages import estimate_list_tokens
+from chronicle_engine.compaction.policy import Policy, policy_from_config
+from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.tools import dispatch, schemas
+
+try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)
+    from agent.context_engine import ContextEngine as _Base
+except Exception:  # pragma: no cover - exercised only without hermes-agent installed
+
+    class _Base:  # type: ignore[no-redef]
+        last_prompt_tokens: int = 0
+        last_completion_tokens: int = 0
+        last_total_tokens: int = 0
+        threshold_tokens: int = 0
+        context_length: int = 0
+        compression_count: int = 0
+        threshold_percent: float = 0.75
+        protect_first_n: int = 3
+        protect_last_n: int = 6
+
+        def get_status(self) -> dict[str, Any]:
+            last = self.last_prompt_tokens if self.last_prompt_tokens > 0 else 0
+            return {
+                "last_prompt_tokens": last,
+                "threshold_tokens": self.threshold_tokens,
+                "context_length": self.context_length,
+                "usage_percent": min(100, last / self.context_length * 100)
+                if self.context_length
+                else 0,
+                "compression_count": self.compression_count,
+            }
+
+
+__all__ = ["ChronicleContextEngine"]
+
+log = logging.getLogger("chronicle.context")
+F = TypeVar("F", bound=Callable[..., Any])
+_warned: set[str] = set()
+
+
+def _guarded(default: Any) -> Callable[[F], F]:
+    """Never raise into Hermes: log the first failure of each method, return `default`."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def guarded(self: ChronicleContextEngine, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except Exception:
+                if method.__name__ not in _warned:
+                    _warned.add(method.__name__)
+                    log.exception("chronicle context engine: %s failed; degrading", method.__name__)
+                else:
+                    log.debug(
+                        "chronicle context engine: %s failed again", method.__name__, exc_info=True
+                    )
+                return default(self, *args, **kwargs) if callable(default) else default
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
+
+
+def _unchanged(self: Any, messages: Any = None, *args: Any, **kwargs: Any) -> Any:
+    return messages
+
+
+def _empty_list(*_: Any, **__: Any) -> list[Any]:
+    return []
+
+
+def _empty_dict(*_: Any, **__: Any) -> dict[str, Any]:
+    return {}
+
+
+class ChronicleContextEngine(_Base):
+    """Lossless compaction into chronicle sections plus a verbatim tail."""
+
+    name = "chronicle"
+
+    def __init__(
+        self, core: ChronicleCore | None = None, *, hermes_home: str | None = None
+    ) -> None:
+        self._core = core
+        self._hermes_home = hermes_home
+        self._session_id = ""
+        self._platform: str | None = None
+        self._user_id: str | None = None
+        self._policy: Policy | None = None
+        self._real_tokens = 0  # the provider's count (or our own after a compaction)
+        self._real_known = False
+        self.last_prompt_tokens = 0
+        self.last_completion_tokens = 0
+        self.last_total_tokens = 0
+        self.last_real_prompt_tokens = 0
+        self.last_compression_rough_tokens = 0
+        self.awaiting_real_usage_after_compression = False
+        self.compression_count = 0
+        self.context_length = 0
+        self.threshold_tokens = 0
+        self._last_compression_made_progress = False
+        self._last_compress_aborted = False
+        self._last_summary_error: str | None = None
+
+    # -- the shared core ---------------------------------------------------------------------
+
+    @property
+    def core(self) -> ChronicleCore:
+        if self._core is None or getattr(self._core, "_closed", False):
+            self._core = ChronicleCore.for_hermes_home(self._hermes_home)
+        return self._core
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChronicleContextEngine:
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            # The core (store, connections, locks) is shared; the rest is plain per-agent state.
+            clone.__dict__[key] = value if key in ("_core", "_policy") else copy.copy(value)
+        return clone
+
+    def _tick(self, hook: str) -> None:
+        try:
+            scheduler = self.core.scheduler
+        except Exception:  # the scheduler lands with its own issue; until then, nothing is due
+            return
+        try:
+            scheduler.tick(hook)
+        except Exception:
+            log.debug("scheduler tick on %s failed", hook, exc_info=True)
+
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            self._apply_policy(policy_from_config(self.core.config, self.context_length or None))
+        assert self._policy is not None
+        return self._policy
+
+    def _apply_policy(self, policy: Policy) -> None:
+        self._policy = policy
+        self.context_length = policy.context_length
+        self.threshold_percent = policy.high_percent
+        self.threshold_tokens = policy.high_tokens
+        self.protect_first_n = policy.protect_first_n
+        self.protect_last_n = policy.protect_last_n
+
+    def _session(self) -> str:
+        return self._session_id or os.environ.get("HERMES_SESSION_ID", "") or "default"
+
+    # -- token bookkeeping -------------------------------------------------------------------
+
+    @_guarded(None)
+    def update_from_response(self, usage: dict[str, Any]) -> None:
+        usage = usage or {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        self.last_prompt_tokens = prompt
+        self.last_completion_tokens = completion
+        self.last_total_tokens = int(usage.get("total_tokens") or prompt + completion)
+        if prompt > 0:
+            self._real_tokens = prompt
+            self._real_known = True
+            self.last_real_prompt_tokens = prompt
+        self.awaiting_real_usage_after_compression = False
+
+    @_guarded(False)
+    def should_compress(self, prompt_tokens: int | None = None) -> bool:
+        """From the provider's real count once there is one; the host's cheap estimate only
+        before the first response (and when it says the request would not fit at all)."""
+        high = self.policy.high_tokens
+        estimate = int(prompt_tokens or 0)
+        if self._real_known:
+            tokens = self._real_tokens
+            if estimate >= self.policy.context_length:
+                tokens = max(tokens, estimate)
+        else:
+            tokens = estimate or max(self.last_prompt_tokens, 0)
+        return tokens >= high
+
+    @_guarded(False)
+    def should_defer_preflight_to_real_usage(self, rough_tokens: int) -> bool:
+        return (
+            self._real_known
+            and self._real_tokens < self.policy.high_tokens
+            and int(rough_tokens) < self.policy.context_length
+        )
+
+    @_guarded(None)
+    def update_model(
+        self,
+        model: str = "",
+        context_length: int = 0,
+        base_url: str = "",
+        api_key: str = "",
+        provider: str = "",
+        api_mode: str = "",
+        **_: Any,
+    ) -> None:
+        self.context_length = int(context_length or 0)
+        self._apply_policy(policy_from_config(self.core.config, self.context_length or None))
+        # The counts were the old model's; the new one's first response sets them again.
+        self._real_known = False
+        self._real_tokens = 0
+        self.last_prompt_tokens = 0
+
+    # -- compaction --------------------------------------------------------------------------
+
+    @_guarded(_unchanged)
+    def compress(
+        self,
+        messages: list[dict[str, Any]],
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+    ) -> list[dict[str, Any]]:
+        self._last_compression_made_progress = False
+        self._last_compress_aborted = False
+        self._last_summary_error = None
+        self._tick("compress")
+        outcome = self.core.compaction.compress(
+            self._session(),
+            messages,
+            policy=self.policy,
+            current_tokens=current_tokens or (self._real_tokens if self._real_known else None),
+            focus_topic=focus_topic,
+            force=force,
+            memory_context=memory_context or "",
+            user_id=self._user_id,
+            platform=self._platform,
+        )
+        if outcome.messages is None:
+            log.info("chronicle: no compaction (%s)", outcome.reason)
+            return messages
+        self.compression_count += 1
+        self._last_compression_made_progress = True
+        if outcome.fell_back:
+            self._last_summary_error = None  # the extractive prose stood in; nothing was lost
+        overhead = max(0, (current_tokens or 0) - outcome.tokens_before)
+        self._real_tokens = overhead + outcome.tokens_after
+        self._real_known = True
+        return outcome.messages
+
+    @_guarded(True)
+    def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:
+        return self.core.compaction.has_content(messages, self.policy)
+
+    @_guarded(False)
+    def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
+        return (
+            not self._real_known and estimate_list_tokens(list(messages)) >= self.policy.high_tokens
+        )
+
+    # -- session lifecycle -------------------------------------------------------------------
+
+    @_guarded(None)
+    def on_session_start(self, session_id: str, **kwargs: Any) -> None:
+        home = kwargs.get("hermes_home")
+        if home and self._core is None:
+            self._hermes_home = str(home)
+        self._platform = kwargs.get("platform") or self._platform
+        self._user_id = kwargs.get("user_id") or self._user_id
+        old = kwargs.get("old_session_id") or ""
+        reason = kwargs.get("boundary_reason") or ""
+        if session_id:
+            self._session_id = session_id
+        if session_id and old and old != session_id:
+            self.core.sessions.switch(
+                session_id, parent_session_id=old, reason=reason or "compression"
+            )
+        self._tick("on_session_start")
+
+    @_guarded(None)
+    def on_session_switch(self, session_id: str, **kwargs: Any) -> None:
+        self.on_session_start(
+            session_id,
+            old_session_id=kwargs.get("parent_session_id") or "",
+            boundary_reason=kwargs.get("reason") or "",
+        )
+
+    @_guarded(None)
+    def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        # Make sure the log holds the session's messages even without the memory slot
+        # (capture is idempotent: the provider may have recorded them already).
+        if messages:
+            self.core.capture.capture_messages(
+                session_id or self._session(),
+                messages,
+                user_id=self._user_id,
+                platform=self._platform,
+            )
+        self._tick("on_session_end")
+
+    @_guarded(None)
+    def on_session_reset(self) -> None:
+        self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
+        self.compression_count = 0
+        self._real_known = False
+        self._real_tokens = 0
+
+    # -- tools and status --------------------------------------------------------------------
+
+    @_guarded(_empty_list)
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        return schemas(CONTEXT_TOOLS)
+
+    def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        try:
+            core = self.core
+            policy = self.policy
+        except Exception as exc:
+            log.exception("chronicle context engine: no core for tool %s", name)
+            return json.dumps({"error": f"Chronicle is unavailable: {type(exc).__name__}"})
+        self._tick("tool")
+        return dispatch(
+            CONTEXT_TOOLS,
+            core,
+            name,
+            args,
+            session_id=self._session(),
+            messages=kwargs.get("messages"),
+            policy=policy,
+        )
+
+    @_guarded(_empty_dict)
+    def get_status(self) -> dict[str, Any]:
+        status = dict(super().get_status())
+        status["engine"] = self.name
+        status["policy"] = self.policy.describe()
+        return status

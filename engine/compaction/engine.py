@@ -1,0 +1,659 @@
+"""`Compaction`: one pass folds old turns of a conversation into chronicle sections.
+
+Invariants:
+- Nothing leaves the context unless it is in the log and inside the seq range of a section the
+  handoff cites: every message is captured first (`core.capture.capture_messages`), and a pass
+  that cannot capture returns nothing (the host keeps its list).
+- The sections of one conversation (one lineage) tile the folded range without overlap: a pass
+  reuses sections already written over its range (background consolidation) and writes new ones
+  only for the gaps, in the conversation's chronicle (`core.sessions.chronicle_name`).
+- Model calls happen before the one write transaction of a pass; the transaction writes the new
+  sections, the condensed ones and the `ContextCompacted` record together.
+- The output satisfies the host's contract (`contract.violations`) or is not returned.
+- Everything keyed by a conversation follows the lineage, so a compaction's new session id still
+  reaches every section cited before it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..chronicle.sections import Anchor, Section, section_id_for
+from ..chronicle.store import SQLiteChronicleStore
+from ..errors import UsageError
+from ..log.store import StoredEvent
+from .assemble import assemble
+from .contract import violations
+from .events import (
+    NAMESPACE,
+    ContextCompacted,
+    ContextFocused,
+    ContextPinned,
+    ContextUnpinned,
+    register_context_events,
+)
+from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
+from .messages import (
+    content_text,
+    estimate_tokens,
+    handoff_kind,
+    is_own_handoff,
+    is_real_user,
+    is_standing_instruction,
+    tool_call_ids,
+)
+from .planner import MessageFacts, Plan, plan
+from .policy import Policy
+from .summarizer import FoldInput, SectionWriter, writer_from_config
+from .view import Condensed, level_name, rebase
+
+if TYPE_CHECKING:
+    from ..core import ChronicleCore
+
+__all__ = ["Compaction", "Outcome"]
+
+log = logging.getLogger("chronicle_engine.compaction")
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one pass did. `messages` is None when there was nothing to do (or it failed)."""
+
+    messages: list[Any] | None
+    reason: str = ""
+    tokens_before: int = 0
+    tokens_after: int = 0
+    written: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    view: list[str] = field(default_factory=list)
+    rebased: bool = False
+    model_calls: int = 0
+    fell_back: bool = False
+    duration_ms: float = 0.0
+    capture_ms: float = 0.0  # of duration_ms, the time capture took to make the list durable
+
+
+@dataclass(slots=True)
+class _Lineage:
+    """What the context events say about one conversation (by session id, read incrementally)."""
+
+    pins: dict[tuple[int, int], str] = field(default_factory=dict)
+    focus: str = ""
+    passes: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Compaction:
+    """The context engine's core: compress, expand, pin, focus, status. One per core."""
+
+    def __init__(self, core: ChronicleCore) -> None:
+        self.core = core
+        register_context_events(core.types)
+        self._chronicles: dict[str, SQLiteChronicleStore] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._writer: SectionWriter | None = None
+        # Context events of every conversation, read once and then incrementally by seq.
+        self._events_through = 0
+        self._events_by_session: dict[str, list[StoredEvent]] = {}
+        self._events_lock = threading.Lock()
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    @property
+    def writer(self) -> SectionWriter:
+        if self._writer is None:
+            self._writer = writer_from_config(self.core.config, self.core.store, self.core.types)
+        return self._writer
+
+    @writer.setter
+    def writer(self, value: SectionWriter) -> None:
+        self._writer = value
+
+    def chronicle(self, name: str) -> SQLiteChronicleStore:
+        found = self._chronicles.get(name)
+        if found is None:
+            found = self.core.chronicle(name)
+            self._chronicles[name] = found
+        return found
+
+    def _lock_for(self, name: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    # -- the lineage's context events --------------------------------------------------------
+
+    def _refresh_events(self) -> None:
+        with self._events_lock:
+            for event in self.core.store.read(after=self._events_through, namespaces=[NAMESPACE]):
+                self._events_by_session.setdefault(event.envelope.session or "", []).append(event)
+                self._events_through = event.seq
+
+    def lineage_state(self, session_id: str) -> _Lineage:
+        self._refresh_events()
+        sessions = self.core.sessions.lineage(session_id) or [session_id]
+        events: list[StoredEvent] = []
+        with self._events_lock:
+            for sid in dict.fromkeys(sessions):
+                events.extend(self._events_by_session.get(sid, ()))
+        events.sort(key=lambda e: e.seq)
+        state = _Lineage()
+        for event in events:
+            kind, payload = event.envelope.type, event.payload
+            if kind == "ContextPinned":
+                state.pins[(int(payload["from_seq"]), int(payload["to_seq"]))] = str(
+                    payload.get("note") or ""
+                )
+            elif kind == "ContextUnpinned":
+                state.pins.pop((int(payload["from_seq"]), int(payload["to_seq"])), None)
+            elif kind == "ContextFocused":
+                state.focus = str(payload.get("topic") or "")
+            elif kind == "ContextCompacted":
+                state.passes.append(dict(payload, seq=event.seq, session=event.envelope.session))
+        return state
+
+    def _record(self, session_id: str, event: Any) -> StoredEvent:
+        (stored,) = self.core.store.append([self.core.types.pending(event, session=session_id)])
+        return stored
+
+    def pin(self, session_id: str, from_seq: int, to_seq: int, note: str = "") -> None:
+        if from_seq < 1 or to_seq < from_seq:
+            raise UsageError(f"pin range {from_seq}..{to_seq} is empty; give from_seq <= to_seq")
+        self._record(session_id, ContextPinned(from_seq=from_seq, to_seq=to_seq, note=note))
+
+    def unpin(self, session_id: str, from_seq: int, to_seq: int) -> None:
+        self._record(session_id, ContextUnpinned(from_seq=from_seq, to_seq=to_seq))
+
+    def set_focus(self, session_id: str, topic: str) -> None:
+        self._record(session_id, ContextFocused(topic=topic.strip()))
+
+    # -- sections ----------------------------------------------------------------------------
+
+    def section(self, name: str, level: int, section_id: str) -> Section | None:
+        """The current generation of a section, by its level and id."""
+        chronicle = self.chronicle(level_name(name, level))
+        found = chronicle.get(section_id)
+        if found is None:
+            return None
+        current = chronicle.current_of(section_id)
+        return found if current == section_id else chronicle.get(current)
+
+    def resolve(self, name: str, label: str) -> ViewSection | None:
+        parsed = parse_label(label)
+        if parsed is None:
+            return None
+        level, section_id = parsed
+        found = self.section(name, level, section_id)
+        return ViewSection(level, found) if found is not None else None
+
+    def derive_view(self, name: str, through: int) -> list[ViewSection]:
+        """The covering of 1..through by the highest-level sections (when no handoff says)."""
+        levels: list[int] = [1]
+        while len(self.chronicle(level_name(name, levels[-1] + 1))) > 0:
+            levels.append(levels[-1] + 1)
+        chosen: list[ViewSection] = []
+        for level in reversed(levels):
+            for section in self.chronicle(level_name(name, level)).current(to_seq=through):
+                a = section.anchor
+                if a.to_seq > through:
+                    continue
+                if any(not (a.to_seq < c.from_seq or a.from_seq > c.to_seq) for c in chosen):
+                    continue
+                chosen.append(ViewSection(level, section))
+        return sorted(chosen, key=lambda v: v.from_seq)
+
+    def _previous_view(
+        self, name: str, messages: Sequence[Any]
+    ) -> tuple[list[ViewSection], str | None, int]:
+        """The view the latest handoff in `messages` shows, its role, and how far it reaches."""
+        latest = next((m for m in reversed(messages) if is_own_handoff(m)), None)
+        if latest is None:
+            return [], None, 0
+        citations = cited(content_text(latest))
+        through = max((hi for _, _, _, hi in citations), default=0)
+        view: list[ViewSection] = []
+        for level, section_id, _, _ in citations:
+            found = self.section(name, level, section_id)
+            if found is None:
+                log.warning(
+                    "the handoff cites %s, which %s no longer holds; rebuilding the view",
+                    section_id,
+                    name,
+                )
+                return self.derive_view(name, through), latest.get("role"), through
+            view.append(ViewSection(level, found))
+        return view, latest.get("role"), through
+
+    # -- compress ----------------------------------------------------------------------------
+
+    def compress(
+        self,
+        session_id: str,
+        messages: Sequence[Any],
+        *,
+        policy: Policy,
+        current_tokens: int | None = None,
+        focus_topic: str | None = None,
+        force: bool = False,
+        memory_context: str = "",
+        user_id: str | None = None,
+        platform: str | None = None,
+    ) -> Outcome:
+        started = time.perf_counter()
+        messages = list(messages)
+        if not messages:
+            return Outcome(None, "nothing to compact")
+        seqs = list(
+            self.core.capture.capture_messages(
+                session_id, messages, user_id=user_id, platform=platform
+            )
+        )
+        captured = time.perf_counter()
+        if len(seqs) != len(messages):
+            raise UsageError(
+                f"capture returned {len(seqs)} seqs for {len(messages)} messages; refusing to fold"
+            )
+        name = self.core.sessions.chronicle_name(session_id)
+        with self._lock_for(name):
+            outcome = self._compress(
+                session_id,
+                name,
+                messages,
+                seqs,
+                policy=policy,
+                current_tokens=current_tokens,
+                focus_topic=focus_topic,
+                force=force,
+                memory_context=memory_context,
+            )
+        outcome.duration_ms = (time.perf_counter() - started) * 1000
+        outcome.capture_ms = (captured - started) * 1000
+        return outcome
+
+    def facts(
+        self,
+        messages: Sequence[Any],
+        seqs: Sequence[int | None],
+        *,
+        through: int,
+        pins: Sequence[tuple[int, int]] = (),
+    ) -> list[MessageFacts]:
+        out: list[MessageFacts] = []
+        for message, seq in zip(messages, seqs, strict=True):
+            if not isinstance(message, dict):
+                out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
+                continue
+            role = str(message.get("role") or "")
+            kind = handoff_kind(message)
+            own = kind == "own"
+            pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
+            protected = (
+                pinned
+                or kind == "foreign"
+                or (seq is None and not own)
+                or (role == "user" and is_standing_instruction(message))
+            )
+            result_id = message.get("tool_call_id") if role == "tool" else None
+            out.append(
+                MessageFacts(
+                    tokens=estimate_tokens(message),
+                    role=role,
+                    folded=seq is not None and seq <= through,
+                    handoff=own,
+                    protected=protected,
+                    real_user=is_real_user(message),
+                    call_ids=tool_call_ids(message) if role == "assistant" else (),
+                    result_id=str(result_id) if result_id is not None else None,
+                )
+            )
+        return out
+
+    def plan_for(
+        self,
+        facts: Sequence[MessageFacts],
+        *,
+        policy: Policy,
+        current_tokens: int | None,
+        reserve: int,
+        force: bool,
+    ) -> Plan:
+        before = sum(f.tokens for f in facts)
+        # The prompt also holds the system prompt and tool schemas; what the host counted beyond
+        # the messages is that overhead (bounded, since the count may be stale).
+        overhead = max(0, min((current_tokens or 0) - before, policy.low_tokens // 2))
+        return plan(
+            facts,
+            protect_first_n=policy.protect_first_n,
+            protect_last_n=policy.protect_last_n,
+            budget=policy.low_tokens - overhead,
+            reserve=reserve,
+            force=force,
+            max_kept=policy.max_kept_messages,
+        )
+
+    def _compress(
+        self,
+        session_id: str,
+        name: str,
+        messages: list[Any],
+        seqs: list[int | None],
+        *,
+        policy: Policy,
+        current_tokens: int | None,
+        focus_topic: str | None,
+        force: bool,
+        memory_context: str,
+    ) -> Outcome:
+        state = self.lineage_state(session_id)
+        focus = (focus_topic or "").strip() or state.focus or None
+        previous, role, through = self._previous_view(name, messages)
+        facts = self.facts(messages, seqs, through=through, pins=list(state.pins))
+        tokens_before = sum(f.tokens for f in facts)
+        previous_tokens = handoff_tokens(render(previous))
+        reserve = min(policy.handoff_tokens, previous_tokens + policy.section_tokens)
+        the_plan = self.plan_for(
+            facts, policy=policy, current_tokens=current_tokens, reserve=reserve, force=force
+        )
+        if not the_plan.changed:
+            return Outcome(
+                None, "nothing to fold: the whole list is protected or fits", tokens_before
+            )
+
+        # The newly folded range of the log: from where the last pass stopped (so anything of
+        # this conversation logged in between is covered too) to the last folded message.
+        folded_seqs = [seqs[i] for i in the_plan.fold if seqs[i] is not None]
+        new_sections: list[ViewSection] = []
+        reused: list[ViewSection] = []
+        model_calls = 0
+        fell_back = False
+        chronicle = self.chronicle(name)
+        if folded_seqs:
+            lo = through + 1 if through else min(s for s in folded_seqs if s is not None)
+            hi = max(s for s in folded_seqs if s is not None)
+            existing = chronicle.current(from_seq=lo, to_seq=hi)
+            reused = [ViewSection(1, s) for s in existing]
+            in_range = [
+                (s, m)
+                for s, m in zip(seqs, messages, strict=True)
+                if s is not None and lo <= s <= hi
+            ]
+            gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
+            for index, (g_lo, g_hi) in enumerate(gaps):
+                members = [m for s, m in in_range if g_lo <= s <= g_hi]
+                if not members:
+                    members = [
+                        e.payload.get("message", {})
+                        for e in self.core.sessions.message_events(session_id, g_lo, g_hi)
+                    ]
+                if not members:
+                    continue
+                section_id = section_id_for(g_lo, g_hi)
+                drawn = self.writer.summarize(
+                    FoldInput(
+                        members,
+                        section_id,
+                        focus,
+                        policy.section_tokens * 4,
+                    )
+                )
+                model_calls += drawn.model_calls
+                fell_back = fell_back or drawn.fell_back
+                meta: dict[str, Any] = {"messages": len(members), "writer": drawn.writer}
+                if focus:
+                    meta["focus"] = focus
+                if memory_context.strip() and index == len(gaps) - 1:
+                    meta["memory_context"] = memory_context.strip()
+                if drawn.fell_back:
+                    meta["fell_back"] = drawn.error or True
+                new_sections.append(
+                    ViewSection(
+                        1,
+                        Section(
+                            Anchor(section_id, g_lo, g_hi, unit=g_hi),
+                            drawn.prose,
+                            drawn.pins,
+                            meta=meta,
+                        ),
+                    )
+                )
+
+        shown = {v.label for v in previous}
+        added = sorted(
+            [v for v in reused + new_sections if v.label not in shown], key=lambda v: v.from_seq
+        )
+        view = previous + added
+        condensed: list[Condensed] = []
+        rebased = False
+        if handoff_tokens(render(view)) > policy.handoff_tokens:
+            view, condensed = rebase(
+                view,
+                budget_tokens=policy.handoff_tokens,
+                section_chars=policy.section_tokens * 4,
+                writer=self.writer,
+                focus=focus,
+                existing=lambda level, sid: self.chronicle(level_name(name, level)).get(sid),
+            )
+            rebased = True
+            model_calls += sum(c.drawn.model_calls for c in condensed)
+            fell_back = fell_back or any(c.drawn.fell_back for c in condensed)
+
+        text = render(view)
+        if role not in ("user", "assistant"):
+            head_roles = [
+                messages[i].get("role") for i in the_plan.head if isinstance(messages[i], dict)
+            ]
+            role = "assistant" if head_roles and head_roles[-1] == "user" else "user"
+        output, rewritten = assemble(messages, the_plan, handoff_message(text, role), seqs)
+        problems = violations(messages, output, rewritten)
+        if problems:
+            log.error(
+                "compaction of %s produced an invalid list (%s); keeping the input",
+                session_id,
+                "; ".join(problems),
+            )
+            return Outcome(None, "invalid output: " + "; ".join(problems), tokens_before)
+
+        tokens_after = sum(estimate_tokens(m) for m in output)
+        written = [v.label for v in new_sections] + [c.view.label for c in condensed]
+        record = ContextCompacted(
+            chronicle=name,
+            from_seq=min((v.from_seq for v in new_sections + reused), default=0),
+            to_seq=max((v.to_seq for v in new_sections + reused), default=0),
+            written=written,
+            reused=[v.label for v in reused if v.label not in shown],
+            view=[v.label for v in view],
+            rebased=rebased,
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            messages_before=len(messages),
+            messages_after=len(output),
+            handoff_tokens=handoff_tokens(text),
+            model_calls=model_calls,
+            fell_back=fell_back,
+            writer=self.writer.name,
+            focus=focus or "",
+        )
+        with self.core.store.atomic() as conn:
+            for v in new_sections:
+                chronicle.append(v.section, conn)
+            for c in condensed:
+                self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
+            self._record(session_id, record)
+
+        kept_after = [s for s in (seqs[i] for i in the_plan.keep) if s is not None]
+        folded_through = max((v.to_seq for v in view), default=through)
+        first_kept = min((s for s in kept_after if s > folded_through), default=folded_through + 1)
+        try:
+            self.core.sessions.record_compaction(
+                session_id,
+                section_ids=[v.label for v in view],
+                first_kept_seq=first_kept,
+                tokens_before=tokens_before,
+                tokens_after=tokens_after,
+            )
+        except Exception:  # the sections are written; the tree entry is bookkeeping
+            log.exception("could not record the compaction entry for %s", session_id)
+
+        log.info(
+            "chronicle compaction: session=%s messages %d->%d tokens ~%d->~%d sections +%s%s",
+            session_id,
+            len(messages),
+            len(output),
+            tokens_before,
+            tokens_after,
+            ",".join(written) or "none",
+            " (rebased)" if rebased else "",
+        )
+        return Outcome(
+            output,
+            "compacted",
+            tokens_before,
+            tokens_after,
+            written=written,
+            reused=record.reused,
+            view=record.view,
+            rebased=rebased,
+            model_calls=model_calls,
+            fell_back=fell_back,
+        )
+
+    # -- reading back ------------------------------------------------------------------------
+
+    def expand(
+        self,
+        session_id: str,
+        *,
+        section_id: str | None = None,
+        from_seq: int | None = None,
+        to_seq: int | None = None,
+        page: int = 1,
+        page_size: int = 20,
+    ) -> dict[str, Any]:
+        """The original messages of a section or a seq range, byte for byte, one page at a time."""
+        name = self.core.sessions.chronicle_name(session_id)
+        result: dict[str, Any] = {}
+        if section_id:
+            view = self.resolve(name, section_id)
+            if view is None:
+                raise UsageError(
+                    f"no section {section_id!r} in this conversation; the handoff lists the ids "
+                    "(e.g. '12-31' or 'L2:1-90')"
+                )
+            lo, hi = view.from_seq, view.to_seq
+            result.update(section_id=view.label, prose=view.section.prose)
+            children = (view.section.meta or {}).get("children")
+            if children:
+                result["children"] = children
+        elif from_seq is not None:
+            lo, hi = int(from_seq), int(to_seq if to_seq is not None else from_seq)
+            if hi < lo:
+                raise UsageError(f"from_seq {lo} is after to_seq {hi}; give from_seq <= to_seq")
+        else:
+            raise UsageError("give section_id, or from_seq (and to_seq) to expand")
+        events = self.core.sessions.message_events(session_id, lo, hi)
+        size = max(1, min(int(page_size), 200))
+        pages = max(1, -(-len(events) // size))
+        page = max(1, int(page))
+        chunk = events[(page - 1) * size : page * size]
+        result.update(
+            from_seq=lo,
+            to_seq=hi,
+            page=page,
+            pages=pages,
+            total=len(events),
+            messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
+        )
+        if page < pages:
+            result["next"] = {"page": page + 1}
+        return result
+
+    def status(self, session_id: str, policy: Policy | None = None) -> dict[str, Any]:
+        state = self.lineage_state(session_id)
+        passes = state.passes
+        last = passes[-1] if passes else None
+        saved = sum(
+            max(0, int(p.get("tokens_before", 0)) - int(p.get("tokens_after", 0))) for p in passes
+        )
+        carries: list[dict[str, Any]] = []
+        if last is not None:
+            name = self.core.sessions.chronicle_name(session_id)
+            for label in last.get("view", []):
+                found = self.resolve(name, label)
+                if found is not None:
+                    carries.append(
+                        {
+                            "section_id": found.label,
+                            "from_seq": found.from_seq,
+                            "to_seq": found.to_seq,
+                            "level": found.level,
+                            "messages": (found.section.meta or {}).get("messages"),
+                        }
+                    )
+        return {
+            "engine": "chronicle",
+            "policy": policy.describe() if policy is not None else None,
+            "summarizer": self.writer.name,
+            "passes": len(passes),
+            "tokens_saved": saved,
+            "last_pass": (
+                {
+                    k: last.get(k)
+                    for k in (
+                        "tokens_before",
+                        "tokens_after",
+                        "messages_before",
+                        "messages_after",
+                        "written",
+                        "reused",
+                        "rebased",
+                        "model_calls",
+                        "fell_back",
+                        "handoff_tokens",
+                        "duration_ms",
+                        "session",
+                    )
+                }
+                if last
+                else None
+            ),
+            "handoff": {
+                "sections": carries,
+                "tokens": last.get("handoff_tokens") if last else 0,
+            },
+            "pins": [
+                {"from_seq": lo, "to_seq": hi, "note": note}
+                for (lo, hi), note in state.pins.items()
+            ],
+            "focus": state.focus or None,
+        }
+
+    def has_content(self, messages: Sequence[Any], policy: Policy) -> bool:
+        """Whether a forced pass would fold anything (the gateway's `/compress` preflight).
+        Nothing is captured: every message is taken as recorded and not yet folded."""
+        seqs: list[int | None] = [
+            None if is_own_handoff(m) or (isinstance(m, dict) and m.get("role") == "system") else 1
+            for m in messages
+        ]
+        facts = self.facts(messages, seqs, through=0)
+        return self.plan_for(
+            facts, policy=policy, current_tokens=None, reserve=0, force=True
+        ).changed
+
+
+def _gaps(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of lo..hi that no (from, to) range covers."""
+    gaps: list[tuple[int, int]] = []
+    position = lo
+    for a, b in sorted(covered):
+        if a > position:
+            gaps.append((position, min(a - 1, hi)))
+        position = max(position, b + 1)
+        if position > hi:
+            break
+    if position <= hi:
+        gaps.append((position, hi))
+    return [(a, b) for a, b in gaps if a <= b]

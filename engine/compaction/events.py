@@ -1,0 +1,66 @@
+"""The events the context engine writes about itself (namespace "chronicle.context").
+
+Pins and focus are the agent's or the person's decisions, so they are events (durable, keyed by
+session, read along the lineage). `ContextCompacted` records one pass: what it folded, what the
+handoff shows, what it cost; `chronicle_context_status` is read from these.
+"""
+
+from __future__ import annotations
+
+from ..log.events import DomainEvent, EventTypeRegistry
+
+__all__ = [
+    "NAMESPACE",
+    "ContextPinned",
+    "ContextUnpinned",
+    "ContextFocused",
+    "ContextCompacted",
+    "register_context_events",
+]
+
+NAMESPACE = "chronicle.context"
+
+
+class ContextPinned(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic frozen model
+    """Messages of the log in from_seq..to_seq stay verbatim in the context."""
+
+    from_seq: int
+    to_seq: int
+    note: str = ""
+
+
+class ContextUnpinned(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic frozen model
+    from_seq: int
+    to_seq: int
+
+
+class ContextFocused(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic frozen model
+    """The topic later compactions keep in full (empty: no focus)."""
+
+    topic: str
+
+
+class ContextCompacted(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic frozen model
+    chronicle: str
+    from_seq: int  # the range newly folded by this pass (0, 0 when it only dropped)
+    to_seq: int
+    written: list[str] = []  # section labels this pass wrote (level 1 and condensed)
+    reused: list[str] = []  # labels of sections written earlier (background consolidation)
+    view: list[str] = []  # labels the handoff shows, oldest first
+    rebased: bool = False
+    tokens_before: int = 0
+    tokens_after: int = 0
+    messages_before: int = 0
+    messages_after: int = 0
+    handoff_tokens: int = 0
+    model_calls: int = 0
+    fell_back: bool = False
+    writer: str = "extractive"
+    focus: str = ""
+    duration_ms: float = 0.0
+
+
+def register_context_events(types: EventTypeRegistry) -> None:
+    for cls in (ContextPinned, ContextUnpinned, ContextFocused, ContextCompacted):
+        if not types.knows(NAMESPACE, cls.__name__):
+            types.register(NAMESPACE, cls.__name__, cls)

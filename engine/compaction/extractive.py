@@ -1,0 +1,347 @@
+"""The embedded summariser: extractive, deterministic, offline. Same messages, same prose.
+
+A section's prose is a list of lines, each with a prefix a later condensation can read again:
+`User:` (the person's request, verbatim up to a cap), `Decision:` (an assistant sentence that
+settles something), `Assistant:` (the start of any other reply), `Step:` (one line per tool call:
+the call and its outcome), `Facts:` (identifiers, paths, numbers, dates, URLs seen in the range).
+Over budget, lines go in a fixed order (plain replies, then middle steps, then facts, then
+decisions; the person's requests last) and the prose says how many went and how to get them back.
+Only the first part of each message is scanned, so the cost is bounded per message.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .messages import content_text, is_real_user, tool_calls
+
+__all__ = ["summarize_messages", "condense_prose", "focus_terms", "facts_in"]
+
+_SCAN_CHARS = 800
+_USER_CAP = 1200
+_USER_HEAD = 900
+_USER_TAIL = 200
+_REPLY_CAP = 220
+_STEP_CAP = 200
+_MAX_FACTS = 60
+_FACTS_CHARS = 1600
+
+_FACT_CHARS = frozenset("0123456789/@_")
+_STRIP = ".,;:!?()[]{}<>\"'`*"
+_FACTS_SCANNED = 600  # messages scanned for facts at most, spread evenly over the range
+_FACTS_PER_MESSAGE = 3
+
+# Keyword tests on lower-cased text: far cheaper than a regex alternation per sentence.
+_ERROR_WORDS = (
+    "error",
+    "exception",
+    "traceback",
+    "failed",
+    "failure",
+    "denied",
+    "not found",
+    "exit code 1",
+    "exit code 2",
+    "exit status 1",
+    "exit status 2",
+)
+_DECISION_WORDS = (
+    "decid",
+    "decision",
+    "we will",
+    "i will",
+    "we'll",
+    "i'll",
+    "let's",
+    "agreed",
+    "chose",
+    "choose",
+    "going with",
+    "plan is",
+    "conclusion",
+    "fixed",
+    "resolved",
+    "root cause",
+    "switched to",
+    "settled on",
+    "instead of",
+)
+
+
+def _is_decision(lowered: str) -> bool:
+    return any(word in lowered for word in _DECISION_WORDS)
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_WORD = re.compile(r"[A-Za-z0-9_./-]{4,}")
+_ARG_KEYS = ("command", "cmd", "path", "file_path", "filename", "query", "url", "pattern", "name")
+
+# Lower rank goes first when over budget.
+_RANK_REPLY, _RANK_STEP, _RANK_FACTS, _RANK_DECISION, _RANK_USER = 0, 1, 2, 3, 4
+
+
+@dataclass(slots=True)
+class _Line:
+    rank: int
+    text: str
+    order: int
+    focused: bool = False
+
+
+def focus_terms(focus: str | None) -> tuple[str, ...]:
+    if not focus:
+        return ()
+    return tuple(dict.fromkeys(w.casefold() for w in _WORD.findall(focus)))
+
+
+def _mentions(text: str, terms: Sequence[str]) -> bool:
+    if not terms:
+        return False
+    folded = text.casefold()
+    return any(term in folded for term in terms)
+
+
+def _one_line(text: str, cap: int) -> str:
+    flat = " ".join(text[: cap * 3].split())
+    return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
+
+
+def _verbatim_request(text: str, cap: int) -> str:
+    text = text.strip()
+    if len(text) <= cap:
+        return text
+    head = int(cap * _USER_HEAD / _USER_CAP)
+    tail = int(cap * _USER_TAIL / _USER_CAP)
+    omitted = len(text) - head - tail
+    return f"{text[:head]} […{omitted} characters omitted…] {text[-tail:]}"
+
+
+def _call_summary(name: str, arguments: str) -> str:
+    shown = arguments.strip()
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except (ValueError, TypeError):
+        parsed = None
+    if isinstance(parsed, dict):
+        for key in _ARG_KEYS:
+            value = parsed.get(key)
+            if isinstance(value, str) and value:
+                shown = value
+                break
+        else:
+            shown = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+    return f"{name or 'tool'}({_one_line(shown, 90)})"
+
+
+def _outcome(result: dict[str, Any] | None) -> str:
+    if result is None:
+        return "no result recorded"
+    text = content_text(result)[:_SCAN_CHARS].strip()
+    if not text:
+        return "empty result"
+    lowered = text.lower()
+    hit = min((lowered.find(k) for k in _ERROR_WORDS if k in lowered), default=-1)
+    if hit >= 0:
+        start = text.rfind("\n", 0, hit) + 1
+        return "ERROR " + _one_line(text[start:], 110)
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return _one_line(first, 110)
+
+
+def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
+    """Identifier-like words of `text`: with a digit, a slash, an @ or an underscore (paths,
+    numbers, dates, ids, URLs, e-mail addresses, snake_case), or inner capitals (CamelCase,
+    ALLCAPS). Splitting on whitespace keeps this linear and cheap."""
+    found: list[str] = []
+    for word in text.split():
+        if word.isalpha():
+            # Plain words ("lorem", "Deploy") are not facts; CamelCase and ALLCAPS are.
+            if word.islower() or len(word) < 3 or (word[0].isupper() and word[1:].islower()):
+                continue
+        elif len(word) > 120 or _FACT_CHARS.isdisjoint(word):
+            continue
+        word = word.strip(_STRIP)
+        if len(word) < 2 or word in found:
+            continue
+        found.append(word)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def _facts(texts: Sequence[str], limit: int) -> list[str]:
+    """Up to `limit` distinct facts, drawn evenly from across the range, not just its start."""
+    stride = max(1, -(-len(texts) // _FACTS_SCANNED))
+    seen: dict[str, None] = {}
+    for text in texts[::stride]:
+        for value in facts_in(text):
+            seen.setdefault(value, None)
+    values = list(seen)
+    if len(values) <= limit:
+        return values
+    step = len(values) / limit
+    return [values[int(k * step)] for k in range(limit)]
+
+
+def _middle_out(n: int) -> Iterable[int]:
+    middle = n // 2
+    if n:
+        yield middle
+    for step in range(1, n):
+        if middle - step >= 0:
+            yield middle - step
+        if middle + step < n:
+            yield middle + step
+        if middle - step < 0 and middle + step >= n:
+            return
+
+
+def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
+    """Drop the least important lines (middle ones first within a rank) until the text fits."""
+    total = sum(len(ln.text) + 1 for ln in lines)
+    if total <= budget_chars:
+        return "\n".join(ln.text for ln in lines)
+    dropped: set[int] = set()
+    by_rank: dict[int, list[_Line]] = {}
+    for ln in lines:
+        by_rank.setdefault(ln.rank - (1 if ln.focused else 0), []).append(ln)
+    for rank in sorted(by_rank):
+        candidates = by_rank[rank]
+        # Keep the ends of a run (how it started, where it got to); drop from the middle out.
+        for k in _middle_out(len(candidates)):
+            if total <= budget_chars:
+                break
+            ln = candidates[k]
+            dropped.add(ln.order)
+            total -= len(ln.text) + 1
+        if total <= budget_chars:
+            break
+    kept = [ln for ln in lines if ln.order not in dropped]
+    note = f"({len(dropped)} more lines omitted; {restore} returns every original message.)"
+    text = "\n".join(ln.text for ln in kept)
+    if len(text) + len(note) + 1 > budget_chars:
+        text = text[: max(0, budget_chars - len(note) - 2)].rstrip() + "…"
+    return (text + "\n" + note) if text else note
+
+
+def summarize_messages(
+    messages: Sequence[dict[str, Any]],
+    *,
+    budget_chars: int,
+    focus: str | None = None,
+    restore: str = "chronicle_expand",
+) -> str:
+    """Extractive prose for a folded run of wire messages, at most about `budget_chars` long."""
+    terms = focus_terms(focus)
+    results: dict[str, dict[str, Any]] = {}
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "tool":
+            call_id = m.get("tool_call_id")
+            if isinstance(call_id, str):
+                results.setdefault(call_id, m)
+
+    lines: list[_Line] = []
+    scanned: list[str] = []
+    order = 0
+
+    def add(rank: int, text: str, focused: bool) -> None:
+        nonlocal order
+        lines.append(_Line(rank, text, order, focused))
+        order += 1
+
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        role = m.get("role")
+        text = content_text(m)
+        head = text[:_SCAN_CHARS]
+        scanned.append(head)
+        focused = _mentions(head, terms)
+        if role == "user":
+            if is_real_user(m):
+                cap = _USER_CAP * 2 if focused else _USER_CAP
+                add(_RANK_USER, "User: " + _verbatim_request(text, cap), focused)
+            elif text.strip():
+                add(_RANK_REPLY, "Host: " + _one_line(text, _REPLY_CAP), focused)
+        elif role == "assistant":
+            if text.strip():
+                lowered = head.lower()
+                decisions = (
+                    [s for s in _SENTENCE.split(head) if _is_decision(s.lower())]
+                    if _is_decision(lowered)
+                    else []
+                )
+                if decisions:
+                    cap = _REPLY_CAP * 2 if focused else _REPLY_CAP
+                    add(_RANK_DECISION, "Decision: " + _one_line(" ".join(decisions), cap), focused)
+                else:
+                    add(_RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), focused)
+            for call_id, name, arguments in tool_calls(m):
+                scanned.append(arguments[:_SCAN_CHARS])
+                outcome = _outcome(results.get(call_id))
+                step = f"Step: {_call_summary(name, arguments)} → {outcome}"
+                rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
+                add(rank, _one_line(step, _STEP_CAP), focused or _mentions(arguments, terms))
+        elif role == "system" and text.strip():
+            add(_RANK_REPLY, "System: " + _one_line(text, _REPLY_CAP), focused)
+
+    facts = _facts(scanned, _MAX_FACTS)
+    if facts:
+        add(_RANK_FACTS, _one_line("Facts: " + ", ".join(facts), _FACTS_CHARS), False)
+    if terms:
+        lines.insert(0, _Line(_RANK_USER + 1, f"Focus: {focus}", -1))
+    return _fit(lines, budget_chars, restore)
+
+
+def condense_prose(
+    children: Sequence[tuple[str, str]],
+    *,
+    budget_chars: int,
+    focus: str | None = None,
+    restore: str = "chronicle_expand",
+) -> str:
+    """Prose for a higher-level section from its children's prose, `(label, prose)` each.
+
+    Keeps every child's requests (shortened), decisions and a merged fact list, so the
+    condensed section still names what each part was about."""
+    terms = focus_terms(focus)
+    lines: list[_Line] = []
+    facts: dict[str, None] = {}
+    order = 0
+    per_user = max(120, min(400, budget_chars // max(1, 3 * len(children))))
+    for label, prose in children:
+        lines.append(_Line(_RANK_USER + 1, f"[{label}]", order))
+        order += 1
+        for raw in prose.splitlines():
+            line = raw.strip()
+            if not line:
+                continue
+            focused = _mentions(line, terms)
+            if line.startswith("Facts:"):
+                for value in line[len("Facts:") :].split(","):
+                    value = value.strip().rstrip("…")
+                    if value:
+                        facts.setdefault(value, None)
+                continue
+            if line.startswith("User:"):
+                rank, cap = _RANK_USER, per_user * (2 if focused else 1)
+            elif line.startswith("Decision:"):
+                rank, cap = _RANK_DECISION, per_user
+            elif line.startswith("Step:"):
+                rank, cap = _RANK_STEP, 160
+            elif line.startswith("[") or line.startswith("Focus:"):
+                continue
+            else:
+                rank, cap = _RANK_REPLY, 160
+            lines.append(_Line(rank, _one_line(line, cap), order, focused))
+            order += 1
+    if facts:
+        shown = list(facts)[: _MAX_FACTS * 2]
+        lines.append(
+            _Line(_RANK_FACTS, _one_line("Facts: " + ", ".join(shown), _FACTS_CHARS), order)
+        )
+    return _fit(lines, budget_chars, restore)

@@ -1,0 +1,200 @@
+"""Reading OpenAI-style wire messages: their text, their rough cost, who wrote them.
+
+Everything here is a pure function of one message dict and never raises on a malformed one: the
+host's live list can hold anything, and compaction must degrade rather than fail on it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..capture.events import HANDOFF_MARKER
+
+__all__ = [
+    "HANDOFF_SIGNATURE",
+    "content_text",
+    "estimate_tokens",
+    "estimate_list_tokens",
+    "tool_call_ids",
+    "tool_calls",
+    "handoff_kind",
+    "is_own_handoff",
+    "is_foreign_handoff",
+    "is_real_user",
+    "is_standing_instruction",
+    "fresh_copy",
+]
+
+HANDOFF_SIGNATURE = "Chronicle folded earlier turns of this conversation"
+"""The second line of every handoff this engine writes; tells ours from another compressor's."""
+
+_CHARS_PER_TOKEN = 4
+_MESSAGE_OVERHEAD = 4  # role and framing tokens a provider adds per message
+_IMAGE_TOKENS = 1500
+
+# Host scaffolding that arrives with role "user" but is not the person's request.
+_SYNTHETIC_PREFIXES = (
+    "[System:",
+    "[System note",
+    "[IMPORTANT: Background process",
+    "[Your active task list was preserved",
+    "[CONTEXT SUMMARY]",
+    "[PRIOR CONTEXT",
+)
+_SYNTHETIC_FLAGS = (
+    "_todo_snapshot_synthetic",
+    "_empty_recovery_synthetic",
+    "_verification_stop_synthetic",
+    "_pre_verify_synthetic",
+)
+
+# Matched against lower-cased text (faster than IGNORECASE on long alternations).
+_INSTRUCTION = re.compile(
+    r"\b(?:never|always|must|mustn'?t|don'?t|do not|shall not|from now on|going forward|"
+    r"make sure|remember to|keep in mind|avoid|under no circumstances|at all times)\b"
+)
+_INSTRUCTION_MAX_CHARS = 1500
+
+
+def content_text(message: dict[str, Any]) -> str:
+    """The text of a message's content (every text part), without tool calls."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return "" if content is None else str(content)
+
+
+def tool_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(id, name, arguments) of every tool call an assistant message makes."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    out: list[tuple[str, str, str]] = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function")
+        name = args = ""
+        if isinstance(fn, dict):
+            name = str(fn.get("name") or "")
+            raw = fn.get("arguments")
+            args = raw if isinstance(raw, str) else ("" if raw is None else str(raw))
+        out.append((str(call.get("id") or ""), name, args))
+    return out
+
+
+def tool_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(call_id for call_id, _, _ in tool_calls(message))
+
+
+def estimate_tokens(message: Any) -> int:
+    """A cheap upper-ish estimate (4 characters a token), like the host's own rough count."""
+    if not isinstance(message, dict):
+        return _MESSAGE_OVERHEAD
+    chars = 0
+    images = 0
+    content = message.get("content")
+    if isinstance(content, str):
+        chars += len(content)
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict):
+                if part.get("type") in {"image", "image_url", "input_image"}:
+                    images += 1
+                text = part.get("text")
+                if isinstance(text, str):
+                    chars += len(text)
+            elif isinstance(part, str):
+                chars += len(part)
+    elif content is not None:
+        chars += len(str(content))
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                chars += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
+            chars += 24  # id and framing
+    return (
+        (chars + _CHARS_PER_TOKEN - 1) // _CHARS_PER_TOKEN
+        + _MESSAGE_OVERHEAD
+        + images * _IMAGE_TOKENS
+    )
+
+
+def estimate_list_tokens(messages: list[Any]) -> int:
+    return sum(estimate_tokens(m) for m in messages)
+
+
+_LEAD = len(HANDOFF_MARKER) + len(HANDOFF_SIGNATURE) + 64
+
+
+def _lead(message: dict[str, Any]) -> str:
+    """The start of the content, leading whitespace removed (without copying a long text)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content[:_LEAD].lstrip()
+    return content_text(message)[:_LEAD].lstrip()
+
+
+def handoff_kind(message: Any) -> str | None:
+    """'own' for a handoff this engine wrote (marker line, then Chronicle's signature), 'foreign'
+    for another compressor's (Hermes' built-in shares the marker), None for anything else."""
+    if not isinstance(message, dict):
+        return None
+    lead = _lead(message)
+    if not lead.startswith(HANDOFF_MARKER):
+        return None
+    rest = lead[len(HANDOFF_MARKER) :].lstrip("\n")
+    return "own" if rest.startswith(HANDOFF_SIGNATURE) else "foreign"
+
+
+def is_own_handoff(message: Any) -> bool:
+    return handoff_kind(message) == "own"
+
+
+def is_foreign_handoff(message: Any) -> bool:
+    """Another compressor's summary. It is not in the log, so it is the only record of what it
+    summarised: kept verbatim, never dropped."""
+    return handoff_kind(message) == "foreign"
+
+
+def is_real_user(message: Any) -> bool:
+    """A request the person wrote, not host scaffolding that travels as role "user"."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return False
+    for flag in _SYNTHETIC_FLAGS:
+        if flag in message and message[flag]:
+            return False
+    lead = _lead(message)
+    if not lead or lead.startswith(HANDOFF_MARKER):
+        return False
+    return not lead.startswith(_SYNTHETIC_PREFIXES)
+
+
+def is_standing_instruction(message: Any) -> bool:
+    """A short request of the person's that states a rule ("never ...", "always ...")."""
+    if not is_real_user(message):
+        return False
+    text = content_text(message)
+    return len(text) <= _INSTRUCTION_MAX_CHARS and _INSTRUCTION.search(text.lower()) is not None
+
+
+def fresh_copy(message: Any) -> Any:
+    """A copy for the compacted list, without the host's persistence marker."""
+    if not isinstance(message, dict):
+        return message
+    copy = dict(message)
+    copy.pop("_db_persisted", None)
+    return copy

@@ -1,0 +1,238 @@
+"""The compaction plan: what stays verbatim, what is folded, what is shortened. Pure.
+
+The planner sees one `MessageFacts` per message of the live list (its cost, role, tool ids and
+what the engine knows about it) and returns index sets. It never looks at content and never
+touches the store, so its laws are property-tested on their own.
+
+Laws (tests/test_compaction_planner.py):
+- A unit (an assistant message with its tool results, or any other single message) is kept or
+  not kept as a whole; a unit that is malformed (a tool result with no call before it, a call
+  whose results are missing) is never kept, so the output can hold no orphan.
+- Kept verbatim: the head (the first `protect_first_n` messages, or everything before an earlier
+  handoff); the newest turn; the person's newest request, however long the tool loop after it;
+  every protected message (pins, standing instructions, what the log does not hold); the last
+  `protect_last_n` messages; then as much of the recent tail as the budget allows.
+- Every message that is neither kept nor already folded is in `fold`: nothing leaves the context
+  without landing in a section.
+- If the kept part does not fit, allowances shorten it in this order of precedence: the newest
+  turn, the newest request, protected messages newest first, the tail newest first, the head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["MessageFacts", "Unit", "Plan", "units_of", "plan", "STUB_TOKENS"]
+
+STUB_TOKENS = 48
+"""The least a shortened message keeps: enough for the note saying how to restore it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFacts:
+    tokens: int
+    role: str
+    folded: bool = False  # already covered by a section of this conversation
+    handoff: bool = False  # this engine's earlier handoff: replaced, never folded
+    protected: bool = False  # kept wherever it sits
+    real_user: bool = False  # the person's own request
+    call_ids: tuple[str, ...] = ()  # an assistant's tool calls
+    result_id: str | None = None  # a tool result's call id
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    start: int
+    end: int  # exclusive
+    well_formed: bool
+
+    def indices(self) -> range:
+        return range(self.start, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    head: tuple[int, ...]
+    keep: tuple[int, ...]  # kept after the handoff, in list order
+    fold: tuple[int, ...]  # newly folded into sections by this pass
+    drop: tuple[int, ...]  # not in the output (folded now, folded before, or an old handoff)
+    cut: int  # first index of the verbatim tail
+    allowances: dict[int, int] = field(default_factory=dict)  # index -> tokens it may keep
+    tokens_after: int = 0  # head + handoff reserve + kept, after shortening
+    newest_request: int | None = None
+    handoffs_dropped: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether the output would differ from the input beyond re-rendering the handoff."""
+        return bool(self.fold or self.allowances or len(self.drop) > self.handoffs_dropped)
+
+
+def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
+    """Split the list into units: a call with the results that follow it, or one message."""
+    units: list[Unit] = []
+    i, n = 0, len(facts)
+    while i < n:
+        f = facts[i]
+        if f.role == "assistant" and f.call_ids:
+            wanted = set(f.call_ids)
+            found: set[str] = set()
+            j = i + 1
+            while j < n and facts[j].role == "tool" and facts[j].result_id in wanted:
+                found.add(facts[j].result_id or "")
+                j += 1
+            units.append(Unit(i, j, found == wanted and "" not in wanted))
+            i = j
+        elif f.role == "tool":
+            units.append(Unit(i, i + 1, False))
+            i += 1
+        else:
+            units.append(Unit(i, i + 1, True))
+            i += 1
+    return units
+
+
+def _cost(facts: Sequence[MessageFacts], unit: Unit) -> int:
+    return sum(facts[i].tokens for i in unit.indices())
+
+
+def _head_units(
+    facts: Sequence[MessageFacts], units: list[Unit], protect_first_n: int
+) -> list[Unit]:
+    first_handoff = next((i for i, f in enumerate(facts) if f.handoff), None)
+    if first_handoff is not None:
+        return [u for u in units if u.end <= first_handoff]
+    head: list[Unit] = []
+    seen = 0
+    for unit in units:
+        if all(facts[i].role == "system" for i in unit.indices()):
+            head.append(unit)
+            continue
+        if seen >= protect_first_n:
+            break
+        head.append(unit)
+        seen += sum(1 for i in unit.indices() if facts[i].role != "system")
+    return head
+
+
+def plan(
+    facts: Sequence[MessageFacts],
+    *,
+    protect_first_n: int,
+    protect_last_n: int,
+    budget: int,
+    reserve: int = 0,
+    force: bool = False,
+    max_kept: int | None = None,
+) -> Plan:
+    """Decide the compacted list for a budget of `budget` tokens, `reserve` of them for the
+    handoff. `force` (a `/compress`) keeps no more tail than the protected part."""
+    units = units_of(facts)
+    head_units = _head_units(facts, units, protect_first_n)
+    head_end = head_units[-1].end if head_units else 0
+    body = [
+        u
+        for u in units
+        if u.start >= head_end and not (u.end - u.start == 1 and facts[u.start].handoff)
+    ]
+    formed = [u for u in body if u.well_formed]
+
+    newest_turn = formed[-1] if formed and formed[-1] is body[-1] else None
+    newest_request = next((u for u in reversed(formed) if facts[u.start].real_user), None)
+    protected = [u for u in formed if any(facts[i].protected for i in u.indices())]
+    mandatory: dict[int, Unit] = {u.start: u for u in protected}
+    for unit in (newest_turn, newest_request):
+        if unit is not None:
+            mandatory[unit.start] = unit
+
+    # The tail: the protected last messages, then whole units back while they fit.
+    cut = len(facts)
+    counted = 0
+    position = len(body)
+    while position > 0 and counted < protect_last_n:
+        position -= 1
+        unit = body[position]
+        cut = unit.start
+        if unit.well_formed:
+            counted += unit.end - unit.start
+
+    head_cost = sum(_cost(facts, u) for u in head_units if u.well_formed)
+
+    def kept_cost(tail_from: int) -> tuple[int, int]:
+        cost = count = 0
+        for u in formed:
+            if u.start >= tail_from or u.start in mandatory:
+                cost += _cost(facts, u)
+                count += u.end - u.start
+        return cost, count
+
+    total, count = kept_cost(cut)
+    total += head_cost + reserve
+    if not force:
+        while position > 0:
+            unit = body[position - 1]
+            extra = 0
+            if unit.well_formed and unit.start not in mandatory:
+                extra = _cost(facts, unit)
+                if max_kept is not None and count + (unit.end - unit.start) > max_kept:
+                    break
+            if total + extra > budget:
+                break
+            total += extra
+            if unit.well_formed and unit.start not in mandatory:
+                count += unit.end - unit.start
+            position -= 1
+            cut = unit.start
+
+    kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
+    head_kept = [u for u in head_units if u.well_formed]
+    head_idx = tuple(i for u in head_kept for i in u.indices())
+    keep_idx = tuple(i for u in kept_units for i in u.indices())
+    kept = set(head_idx) | set(keep_idx)
+    fold = tuple(
+        i
+        for i in range(len(facts))
+        if i not in kept and not facts[i].folded and not facts[i].handoff
+    )
+    drop = tuple(i for i in range(len(facts)) if i not in kept)
+    handoffs_dropped = sum(1 for i in drop if facts[i].handoff)
+
+    allowances: dict[int, int] = {}
+    if total > budget:
+        order: list[Unit] = []
+        for unit in (newest_turn, newest_request):
+            if unit is not None and unit not in order:
+                order.append(unit)
+        order += [u for u in reversed(protected) if u not in order]
+        order += [u for u in reversed(kept_units) if u not in order]
+        order += [u for u in reversed(head_kept) if u not in order]
+        remaining = budget - reserve
+        total = reserve
+        for unit in order:
+            cost = _cost(facts, unit)
+            grant = max(0, min(cost, remaining))
+            remaining -= cost
+            if grant >= cost:
+                total += cost
+                continue
+            for i in unit.indices():
+                share = facts[i].tokens * grant // cost if cost else 0
+                allowance = max(STUB_TOKENS, share)
+                if allowance < facts[i].tokens:
+                    allowances[i] = allowance
+                    total += allowance
+                else:
+                    total += facts[i].tokens
+
+    return Plan(
+        head=head_idx,
+        keep=keep_idx,
+        fold=fold,
+        drop=drop,
+        cut=cut,
+        allowances=allowances,
+        tokens_after=total,
+        newest_request=newest_request.start if newest_request is not None else None,
+        handoffs_dropped=handoffs_dropped,
+    )

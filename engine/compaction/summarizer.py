@@ -1,0 +1,383 @@
+"""Who writes a section's prose: the extractive default, or a model through pydantic-ai.
+
+Invariants:
+- A `ModelWriter` never fails a compaction: any error, an empty answer or a timeout falls back to
+  the extractive prose, and the result says so (`fell_back`, `error`).
+- Every model draw goes through `PinnedModel` with a `PinLedger`, so it is keyed on the whole
+  request and recorded in the log (`PinPromoted`) for a word-for-word replay. The prompt renders
+  message content only, never seq numbers, ids or timestamps, so a replay hits the same pins.
+- Draws happen before the caller opens any write transaction: a slow model never holds the lock.
+  The draw runs on a worker thread with its own event loop, bounded by the timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import ipaddress
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from ..config import Config
+from ..errors import SummaryFailed, UsageError
+from ..log.events import EventTypeRegistry
+from ..log.pins import PinLedger, PinnedModel
+from ..log.store import SQLiteEventStore
+from .extractive import condense_prose, summarize_messages
+from .messages import content_text, tool_calls
+
+__all__ = [
+    "FoldInput",
+    "Drawn",
+    "SectionWriter",
+    "ExtractiveWriter",
+    "ModelWriter",
+    "auxiliary_model",
+    "endpoint_model",
+    "writer_from_config",
+]
+
+log = logging.getLogger("chronicle_engine.compaction.summarizer")
+
+_MODEL_INPUT_CHARS = 120_000
+_PER_MESSAGE_CHARS = 2_000
+
+_INSTRUCTIONS = (
+    "You write the compaction record of a conversation between a person and an AI agent. "
+    "Keep the person's requests in their own words, every decision and its reason, one line per "
+    "tool step (what was run and what came of it), and every identifier, path, number, date and "
+    "name exactly as written. Use short lines with these prefixes: 'User:', 'Decision:', "
+    "'Step:', 'Assistant:', and a final 'Facts:' line listing identifiers. No preamble."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FoldInput:
+    messages: Sequence[dict[str, Any]]
+    label: str
+    focus: str | None
+    budget_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drawn:
+    prose: str
+    pins: tuple[str, ...] = ()
+    model_calls: int = 0
+    fell_back: bool = False
+    error: str | None = None
+    writer: str = "extractive"
+
+
+class SectionWriter(Protocol):
+    name: str
+
+    def summarize(self, fold: FoldInput) -> Drawn: ...
+
+    def condense(
+        self,
+        children: Sequence[tuple[str, str]],
+        *,
+        label: str,
+        focus: str | None,
+        budget_chars: int,
+    ) -> Drawn: ...
+
+
+def _restore(label: str) -> str:
+    return f'chronicle_expand(section_id="{label}")'
+
+
+class ExtractiveWriter:
+    """The embedded default: no model, deterministic prose."""
+
+    name = "extractive"
+
+    def summarize(self, fold: FoldInput) -> Drawn:
+        prose = summarize_messages(
+            fold.messages,
+            budget_chars=fold.budget_chars,
+            focus=fold.focus,
+            restore=_restore(fold.label),
+        )
+        return Drawn(prose)
+
+    def condense(
+        self,
+        children: Sequence[tuple[str, str]],
+        *,
+        label: str,
+        focus: str | None,
+        budget_chars: int,
+    ) -> Drawn:
+        prose = condense_prose(
+            children, budget_chars=budget_chars, focus=focus, restore=_restore(label)
+        )
+        return Drawn(prose)
+
+
+def _render_for_model(messages: Sequence[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for m in messages:
+        role = str(m.get("role") or "message")
+        text = content_text(m)
+        if len(text) > _PER_MESSAGE_CHARS:
+            text = (
+                text[:_PER_MESSAGE_CHARS] + f" […{len(text) - _PER_MESSAGE_CHARS} more characters]"
+            )
+        calls = "; ".join(f"{name}({args[:300]})" for _, name, args in tool_calls(m))
+        if calls:
+            text = (text + "\n" if text else "") + "calls " + calls
+        lines.append(f"[{role}] {text}")
+    return "\n".join(lines)
+
+
+class ModelWriter:
+    """Prose from a model (pinned, bounded by a timeout), the extractive prose on any failure."""
+
+    def __init__(
+        self,
+        model: Callable[[], Model],
+        store: SQLiteEventStore,
+        types: EventTypeRegistry,
+        *,
+        timeout: float,
+        name: str = "model",
+    ) -> None:
+        self._model = model
+        self._store = store
+        self._types = types
+        self._timeout = timeout
+        self._fallback = ExtractiveWriter()
+        self.name = name
+
+    def _draw(self, prompt: str) -> tuple[str, tuple[str, ...]]:
+        keys: list[str] = []
+        ledger = PinLedger(self._store, self._types)
+        agent = Agent(
+            PinnedModel(self._model(), ledger, on_key=keys.append), instructions=_INSTRUCTIONS
+        )
+
+        def run() -> str:
+            return str(asyncio.run(agent.run(prompt)).output)
+
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chronicle-summary")
+        try:
+            text = pool.submit(run).result(timeout=self._timeout)
+        except concurrent.futures.TimeoutError:
+            raise SummaryFailed(f"the summary model took longer than {self._timeout:g}s") from None
+        finally:
+            pool.shutdown(wait=False)
+        if not text.strip():
+            raise SummaryFailed("the summary model returned no text")
+        ledger.commit()
+        return text.strip(), tuple(dict.fromkeys(keys))
+
+    def _guarded(self, prompt: str, budget_chars: int, fallback: Callable[[], Drawn]) -> Drawn:
+        try:
+            text, pins = self._draw(prompt)
+        except Exception as exc:  # any failure: the extractive prose, never a lost range
+            log.warning("summary model failed (%s); using the extractive summary", exc)
+            drawn = fallback()
+            return Drawn(
+                drawn.prose, fell_back=True, error=str(exc), writer=self.name, model_calls=1
+            )
+        if len(text) > budget_chars:
+            text = text[: budget_chars - 1].rstrip() + "…"
+        return Drawn(text, pins, model_calls=1, writer=self.name)
+
+    def summarize(self, fold: FoldInput) -> Drawn:
+        body = _render_for_model(fold.messages)
+        if len(body) > _MODEL_INPUT_CHARS:
+            # Too long to send whole: the model polishes the extractive digest instead.
+            body = self._fallback.summarize(
+                FoldInput(fold.messages, fold.label, fold.focus, _MODEL_INPUT_CHARS)
+            ).prose
+        prompt = (
+            f"Write the record in at most {fold.budget_chars} characters."
+            + (f" Focus on: {fold.focus}; keep everything about it in full." if fold.focus else "")
+            + "\n\nCONVERSATION:\n"
+            + body
+        )
+        return self._guarded(prompt, fold.budget_chars, lambda: self._fallback.summarize(fold))
+
+    def condense(
+        self,
+        children: Sequence[tuple[str, str]],
+        *,
+        label: str,
+        focus: str | None,
+        budget_chars: int,
+    ) -> Drawn:
+        # Labels carry seq ranges; the prompt gets the prose alone so replays hit their pins.
+        body = "\n\n".join(prose for _, prose in children)[:_MODEL_INPUT_CHARS]
+        prompt = (
+            f"Merge these consecutive records into one, in at most {budget_chars} characters."
+            + (f" Focus on: {focus}." if focus else "")
+            + "\n\nRECORDS:\n"
+            + body
+        )
+        return self._guarded(
+            prompt,
+            budget_chars,
+            lambda: self._fallback.condense(
+                children, label=label, focus=focus, budget_chars=budget_chars
+            ),
+        )
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+def _openai_messages(messages: list[ModelMessage], info: AgentInfo) -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        if message.instructions:
+            out.append({"role": "system", "content": message.instructions})
+        for part in message.parts:
+            if isinstance(part, SystemPromptPart):
+                out.append({"role": "system", "content": part.content})
+            elif isinstance(part, UserPromptPart):
+                content = part.content if isinstance(part.content, str) else str(part.content)
+                out.append({"role": "user", "content": content})
+    return out
+
+
+def _text_of_openai_response(response: Any) -> str:
+    choices = (
+        response.get("choices")
+        if isinstance(response, dict)
+        else getattr(response, "choices", None)
+    )
+    if not choices:
+        raise SummaryFailed("the summary model returned no choices")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, dict) else getattr(first, "message", None)
+    content = (
+        message.get("content") if isinstance(message, dict) else getattr(message, "content", None)
+    )
+    if not isinstance(content, str) or not content.strip():
+        raise SummaryFailed("the summary model returned no text")
+    return content
+
+
+def auxiliary_model(timeout: float) -> FunctionModel:
+    """Hermes' auxiliary compression model (`auxiliary.compression`), as a pydantic-ai model."""
+
+    def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        from agent.auxiliary_client import call_llm  # Hermes is only there inside Hermes
+
+        response = call_llm(
+            task="compression", messages=_openai_messages(messages, info), timeout=timeout
+        )
+        return ModelResponse(parts=[TextPart(_text_of_openai_response(response))])
+
+    return FunctionModel(call, model_name="hermes-auxiliary-compression")
+
+
+def _is_local(host: str) -> bool:
+    if host in {"localhost"} or host.endswith(".localhost"):
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    if not addresses:
+        return False
+    for address in addresses:
+        ip = ipaddress.ip_address(str(address).split("%")[0])
+        if not (ip.is_loopback or ip.is_private or ip.is_link_local):
+            return False
+    return True
+
+
+def endpoint_model(
+    base_url: str, model_name: str, *, api_key: str | None, timeout: float, allow_remote: bool
+) -> FunctionModel:
+    """An OpenAI-compatible server's /chat/completions, as a pydantic-ai model (via httpx)."""
+    host = urlparse(base_url).hostname or ""
+    if not base_url or not host:
+        raise UsageError("context.summarizer_base_url is empty; set it to the server's /v1 URL")
+    if not allow_remote and not _is_local(host):
+        raise UsageError(
+            f"the summarizer endpoint {host} is off this host's network; summaries carry "
+            "conversation content. Set chronicle.context.summarizer_allow_remote: true to allow it"
+        )
+
+    def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        response = httpx.post(
+            base_url.rstrip("/") + "/chat/completions",
+            json={"model": model_name, "messages": _openai_messages(messages, info)},
+            headers=headers,
+            timeout=timeout,
+        )
+        response.raise_for_status()
+        return ModelResponse(parts=[TextPart(_text_of_openai_response(response.json()))])
+
+    return FunctionModel(call, model_name=model_name or "endpoint")
+
+
+def writer_from_config(
+    config: Config, store: SQLiteEventStore, types: EventTypeRegistry
+) -> SectionWriter:
+    """The writer `context.summarizer` names. A misconfigured endpoint logs once and gives the
+    extractive writer: compaction works offline whatever the settings say."""
+    kind = str(config.get("context.summarizer") or "extractive").strip().lower()
+    timeout = float(config.get("context.summarizer_timeout_seconds") or 30)
+    if kind == "auxiliary":
+        return ModelWriter(
+            lambda: auxiliary_model(timeout), store, types, timeout=timeout + 5, name="auxiliary"
+        )
+    if kind == "endpoint":
+        base_url = str(config.get("context.summarizer_base_url") or "")
+        model_name = str(config.get("context.summarizer_model") or "")
+        env = str(config.get("context.summarizer_api_key_env") or "")
+        allow = bool(config.get("context.summarizer_allow_remote"))
+        try:
+            endpoint_model(base_url, model_name, api_key=None, timeout=timeout, allow_remote=allow)
+        except UsageError as exc:
+            log.warning("%s; compaction uses the extractive summary", exc)
+            return ExtractiveWriter()
+        # Checked once above; the per-call factory does not resolve the host again.
+        return ModelWriter(
+            lambda: endpoint_model(
+                base_url,
+                model_name,
+                api_key=os.environ.get(env) if env else None,
+                timeout=timeout,
+                allow_remote=True,
+            ),
+            store,
+            types,
+            timeout=timeout + 5,
+            name="endpoint",
+        )
+    if kind != "extractive":
+        log.warning(
+            "context.summarizer %r is not one of extractive/auxiliary/endpoint; using extractive",
+            kind,
+        )
+    return ExtractiveWriter()
