@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from chronicle_engine.recall.beliefs import extract
-from chronicle_engine.recall.redact import has_secret, mask
 from hypothesis import given
 from hypothesis import strategies as st
+
+from chronicle_engine.recall.beliefs import extract
+from chronicle_engine.recall.redact import has_secret, mask
 
 
 def claims(text):

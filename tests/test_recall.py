@@ -7,13 +7,14 @@ import json
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_recall_support import open_core, say
+
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.errors import UsageError
 from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from test_recall_support import open_core, say
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -13,8 +13,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from chronicle_engine.recall.vectors import Embedder, cosine, endpoint_is_local, pack, unpack
 from test_recall_support import open_core, say
+
+from chronicle_engine.recall.vectors import Embedder, cosine, endpoint_is_local, pack, unpack
 
 CONCEPTS = [
     {"car", "automobile", "sedan", "vehicle"},

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 
-from chronicle_engine.recall.porter import stem
-from chronicle_engine.recall.text import TOKENIZER, content_words, match_any, quote, stems, tokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from chronicle_engine.recall.porter import stem
+from chronicle_engine.recall.text import TOKENIZER, content_words, match_any, quote, stems, tokens
 
 _db = sqlite3.connect(":memory:")
 _db.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{TOKENIZER}')")
