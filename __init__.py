@@ -1,9 +1,18 @@
 """Chronicle, a Hermes Agent plugin: lossless memory and context compaction.
 
-Hermes imports this directory twice (as `hermes_plugins.chronicle` and as
-`_hermes_user_memory.chronicle`). Everything stateful lives in `chronicle_engine`, imported by one
-absolute name, so both copies share one core per database. When the engine is not installed as a
-package (a plain `hermes plugins install` clone), it is loaded from ./engine under that same name.
+Hermes imports this directory twice, by two loaders, under two module names:
+- the general plugin loader (`hermes_plugins.chronicle`), whose context offers
+  `register_context_engine`, `register_cli_command`, `register_tool`, ... but no memory provider;
+- the memory-provider loader (`_hermes_user_memory.chronicle`), whose collector offers
+  `register_memory_provider` only. It also executes every top-level `*.py` here as a submodule
+  BEFORE this file, and keeps a submodule that failed half-imported in `sys.modules`.
+
+So: `plugin.yaml` says `kind: standalone` (or the general loader would skip us as memory-only and
+Hermes would silently fall back to its built-in compressor); `register()` offers each loader what
+it accepts, checking with `hasattr`; and everything stateful lives in `chronicle_engine`, imported
+by one absolute name, so both copies share one core per database. When the engine is not
+installed as a package (a plain `hermes plugins install` clone), it is loaded from ./engine under
+that same name.
 """
 
 from __future__ import annotations
@@ -15,11 +24,13 @@ import sys
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 __version__ = "0.1.0"
 
 log = logging.getLogger("chronicle")
 _load_lock = threading.Lock()
+_HERE = Path(__file__).resolve().parent
 
 
 def _engine() -> ModuleType:
@@ -29,7 +40,7 @@ def _engine() -> ModuleType:
         try:
             return importlib.import_module("chronicle_engine")
         except ImportError:
-            here = Path(__file__).resolve().parent / "engine"
+            here = _HERE / "engine"
             spec = importlib.util.spec_from_file_location(
                 "chronicle_engine", here / "__init__.py", submodule_search_locations=[str(here)]
             )
@@ -48,17 +59,57 @@ def _engine() -> ModuleType:
 _engine()
 
 
-def register(ctx) -> None:  # noqa: ANN001 - the host's PluginContext or memory collector
-    """Register whatever this loader's context accepts; each loader offers a different subset."""
-    try:
-        from .provider import ChronicleMemoryProvider
-    except ImportError:  # the slot adapters land with their issues
-        ChronicleMemoryProvider = None  # type: ignore[assignment,misc]  # noqa: N806
-    try:
-        from .context import ChronicleContextEngine
-    except ImportError:
-        ChronicleContextEngine = None  # type: ignore[assignment,misc]  # noqa: N806
-    if ChronicleMemoryProvider is not None and hasattr(ctx, "register_memory_provider"):
-        ctx.register_memory_provider(ChronicleMemoryProvider())
-    if ChronicleContextEngine is not None and hasattr(ctx, "register_context_engine"):
-        ctx.register_context_engine(ChronicleContextEngine())
+def _adapter(module: str, attribute: str) -> Any:
+    """The class `attribute` of the sibling module `module`, or None if that module is absent.
+
+    The memory loader may have executed the sibling before this package (and before the engine
+    was importable); a half-imported copy is dropped and imported again, now that it can work.
+    """
+    if not (_HERE / f"{module}.py").exists():
+        log.debug("chronicle: %s.py is not part of this checkout", module)
+        return None
+    name = f"{__name__}.{module}"
+    for attempt in (1, 2):
+        try:
+            found = getattr(importlib.import_module(name), attribute)
+            return found
+        except (ImportError, AttributeError) as exc:
+            sys.modules.pop(name, None)
+            if attempt == 2:
+                log.warning("chronicle: could not load %s.%s: %s", module, attribute, exc)
+    return None
+
+
+def _register_cli(ctx: Any) -> None:
+    from chronicle_engine import cli
+
+    ctx.register_cli_command(
+        name="chronicle",
+        help="Inspect, search, back up and check Chronicle's memory",
+        setup_fn=cli.configure_parser,
+        handler_fn=cli.handle_hermes_args,
+        description=cli.DESCRIPTION,
+    )
+
+
+def register(ctx: Any) -> None:
+    """Register whatever this loader's context accepts. Never raises into the host."""
+    if hasattr(ctx, "register_memory_provider"):
+        try:
+            provider = _adapter("provider", "ChronicleMemoryProvider")
+            if provider is not None:
+                ctx.register_memory_provider(provider())
+        except Exception:
+            log.exception("chronicle: registering the memory provider failed")
+    if hasattr(ctx, "register_context_engine"):
+        try:
+            engine = _adapter("context", "ChronicleContextEngine")
+            if engine is not None:
+                ctx.register_context_engine(engine())
+        except Exception:
+            log.exception("chronicle: registering the context engine failed")
+    if hasattr(ctx, "register_cli_command"):
+        try:
+            _register_cli(ctx)
+        except Exception:
+            log.exception("chronicle: registering `hermes chronicle` failed")

@@ -25,10 +25,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from test_compaction_support import REAL_CAPTURE, core_for  # noqa: E402
+
 from chronicle_engine.compaction.messages import estimate_list_tokens  # noqa: E402
 from chronicle_engine.compaction.policy import policy_from_config  # noqa: E402
 from chronicle_engine.config import Config  # noqa: E402
-from test_compaction_support import REAL_CAPTURE, core_for  # noqa: E402
 
 _WORDS = [
     "deploy",

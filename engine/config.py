@@ -48,6 +48,19 @@ KEYS: tuple[Key, ...] = (
         "How long a write waits for another process's lock before degrading.",
     ),
     # -- capture (memory-provider slot) -----------------------------------------------------------
+    Key(
+        "capture.enabled",
+        True,
+        "Record every message of every turn into the log. false leaves the memory slot "
+        "recall-only: nothing new is captured, existing memory is still searched.",
+    ),
+    Key(
+        "capture.skip_agent_contexts",
+        [],
+        "Hermes agent contexts whose turns are not captured at all (e.g. [flush]). Turns of "
+        "cron, subagent and flush agents are otherwise captured, marked as automation, and "
+        "never become memory about the user.",
+    ),
     # -- context engine ----------------------------------------------------------------------------
     Key(
         "context.high_watermark_percent",
@@ -98,7 +111,223 @@ KEYS: tuple[Key, ...] = (
         "How long one summary call may take before the extractive summary is used instead.",
     ),
     # -- recall ------------------------------------------------------------------------------------
+    Key(
+        "recall.search_limit",
+        10,
+        "Results chronicle_search returns when the caller names no limit.",
+    ),
+    Key(
+        "recall.candidates",
+        100,
+        "Full-text candidates per query that are re-ranked (recency, role, neighbours).",
+    ),
+    Key(
+        "recall.match_budget",
+        1500,
+        "Matching messages one query may score with bm25. Above it, the commonest query words only "
+        "rank within the most recent matches, so search time stays flat as memory grows.",
+    ),
+    Key("recall.name_weight", 0.2, "bm25 weight of the speaker's name (a message's `name`)."),
+    Key(
+        "recall.context_weight",
+        0.4,
+        "bm25 weight of the previous turn's words, indexed beside each message.",
+    ),
+    Key(
+        "recall.neighbour_weight",
+        0.4,
+        "Share of a hit's score given to the turns just before and after it.",
+    ),
+    Key("recall.speaker_boost", 2.0, "Score factor for a message whose speaker the query names."),
+    Key(
+        "recall.recency_weight",
+        0.1,
+        "How much newer messages gain: score x (1 + w x 2^(-age/half-life)).",
+    ),
+    Key(
+        "recall.recency_half_life_days",
+        30.0,
+        "Age (relative to the user's newest message) at which the recency gain halves.",
+    ),
+    Key(
+        "recall.role_weights",
+        {"person": 1.0, "assistant": 0.85, "tool": 0.7, "automation": 0.7, "host": 0.5},
+        "Score factor per speaker kind; the person's own words rank first.",
+    ),
+    Key(
+        "recall.session_share",
+        0.6,
+        "Largest share of one search's results a single session may take while others have hits.",
+    ),
+    Key(
+        "recall.rrf_k",
+        60,
+        "k of reciprocal rank fusion (full text with vectors; messages with beliefs and sections).",
+    ),
+    Key(
+        "recall.prefetch_relevance_gate",
+        True,
+        "Per-turn recall only for items sharing content words with the message (two when it has more than three).",
+    ),
+    Key("recall.prefetch_automation", False, "Per-turn recall on scheduled-job (cron) turns too."),
+    Key("recall.prefetch_limit", 5, "Items one per-turn recall injects at most."),
+    Key("recall.prefetch_max_chars", 1500, "Characters one per-turn recall injects at most."),
+    Key(
+        "recall.prefetch_min_similarity",
+        0.65,
+        "Vector similarity a single shared word needs to pass the gate (no vectors: left out).",
+    ),
+    Key(
+        "recall.prefetch_pair_similarity",
+        0.60,
+        "Vector similarity two or three shared words need when vectors exist.",
+    ),
+    Key(
+        "recall.answer_min_coverage",
+        0.6,
+        "Share of the question's content words the best evidence must contain; below it chronicle_answer abstains.",
+    ),
+    Key(
+        "recall.embeddings.url",
+        "",
+        "OpenAI-compatible embedding endpoint (e.g. http://127.0.0.1:11434/v1). Empty: full-text recall only.",
+    ),
+    Key("recall.embeddings.model", "", "Embedding model name sent to the endpoint."),
+    Key(
+        "recall.embeddings.allow_remote",
+        False,
+        "Permit sending memory excerpts to an embedding endpoint off this host and its private network.",
+        security=True,
+    ),
+    Key(
+        "recall.embeddings.timeout_s",
+        1.5,
+        "Timeout of one embedding request; a slow server turns vectors off for a minute.",
+    ),
+    Key(
+        "recall.vector_scan",
+        2000,
+        "Newest vectors of a user compared per query (brute force, no index).",
+    ),
     # -- scheduler and maintenance -------------------------------------------------------------------
+    # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
+    Key(
+        "maintenance.enabled",
+        True,
+        "Master switch for hook-driven scheduling. false: hooks never schedule or run background "
+        "jobs (no consolidation, reaping or maintenance).",
+    ),
+    Key(
+        "maintenance.budget_ms",
+        5,
+        "Wall-clock ceiling (ms) for one hook call's scheduling decision. The first due schedule "
+        "is always tried; one that does not fit after it waits for the next hook call.",
+    ),
+    Key(
+        "maintenance.drain_hooks",
+        ["sync_turn", "queue_prefetch", "on_session_end", "on_session_switch", "on_delegation"],
+        "Hooks that also run queued jobs. The default lists hooks Hermes calls off the user's "
+        "critical path; other hooks only schedule.",
+    ),
+    Key("maintenance.drain_per_hook", 4, "Jobs one draining hook call may run, shared by weight."),
+    Key(
+        "maintenance.drain_budget_ms",
+        250,
+        "A draining hook call claims no new job once it has spent this long (ms) running jobs.",
+    ),
+    Key(
+        "maintenance.schedules.consolidate",
+        "* * * * *",
+        'Cron (5 fields, UTC) for consolidating closed units into chronicle sections. "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.reap",
+        "*/5 * * * *",
+        'Cron (UTC) for closing idle conversations as units. "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.fts_optimize",
+        "30 3 * * *",
+        "Cron (UTC) for merging the full-text index's segments (recall's optimize hook). \"\" disables.",
+    ),
+    Key(
+        "maintenance.schedules.belief_sweep",
+        "0 4 * * *",
+        'Cron (UTC) for recall\'s belief decay and consistency sweep. "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.queue_retention",
+        "15 * * * *",
+        'Cron (UTC) for pruning finished job rows. "" disables (the job table then grows).',
+    ),
+    Key(
+        "maintenance.schedules.wal_checkpoint",
+        "*/15 * * * *",
+        'Cron (UTC) for a passive WAL checkpoint (never waits for readers). "" disables.',
+    ),
+    Key(
+        "maintenance.schedules.integrity",
+        "45 4 * * *",
+        "Cron (UTC) for the integrity check: every current section's range lies in the log and "
+        'no two current sections of a chronicle overlap. "" disables.',
+    ),
+    Key(
+        "queue.lease_seconds",
+        600,
+        "How long a claimed job may run before it counts as abandoned (its process died) and is "
+        "re-armed. Keep it above your slowest job, or the job runs twice.",
+    ),
+    Key(
+        "queue.max_attempts",
+        5,
+        "Claims one job may use before it is failed with its last reason. A lease that expires "
+        "counts as an attempt.",
+    ),
+    Key("queue.shares.consolidation", 0.5, "Relative drain weight of consolidation jobs."),
+    Key("queue.shares.reaping", 0.2, "Relative drain weight of idle-session reaping jobs."),
+    Key(
+        "queue.shares.maintenance",
+        0.3,
+        "Relative drain weight of maintenance sweeps. The shares are normalised; a positive share "
+        "too small to round to a whole job still gets one per drain, so no class starves.",
+    ),
+    Key(
+        "queue.retention.days",
+        7,
+        "Finished job rows older than this are pruned. 0: no age bound. Pending and running rows, "
+        "and rows a pending job depends on, are never pruned.",
+    ),
+    Key(
+        "queue.retention.max_rows",
+        5000,
+        "At most this many finished job rows are kept (newest first). 0: no count bound.",
+    ),
+    Key(
+        "sweeps.row_budget",
+        2000,
+        "Rows one run of a maintenance sweep may visit; the sweep keeps a cursor and resumes.",
+    ),
+    Key(
+        "sweeps.budgets.consolidate",
+        500,
+        "Events one consolidation run may fold (its own budget: a closed unit may need a summary).",
+    ),
+    Key(
+        "consolidation.unit_turns",
+        20,
+        "A unit closes before the user message that would start its (N+1)th turn. 0: no turn bound.",
+    ),
+    Key(
+        "consolidation.idle_gap_minutes",
+        30,
+        "A silence longer than this closes a unit: between two messages, or (through the reaper) "
+        "after the last one. 0: no idle boundary and no reaping.",
+    ),
+    Key(
+        "consolidation.close_on_session_end",
+        True,
+        "A recorded session end closes the conversation's open unit.",
+    ),
 )
 
 # Keys that existed once. Value: what to do instead. Security-relevant ones are errors.

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .chronicle.store import SQLiteChronicleStore
@@ -66,9 +66,7 @@ class ChronicleCore:
         return str(Path(text).expanduser().resolve())
 
     @classmethod
-    def get(
-        cls, db_path: str | os.PathLike[str], *, config: Config | None = None
-    ) -> ChronicleCore:
+    def get(cls, db_path: str | os.PathLike[str], *, config: Config | None = None) -> ChronicleCore:
         """The process's core for `db_path`, opened on first use. `:memory:` is never shared."""
         if str(db_path) == ":memory:":
             return cls(db_path, config)

@@ -15,6 +15,12 @@ from ..log.events import DomainEvent, EventTypeRegistry
 
 __all__ = [
     "NAMESPACE",
+    "HOST_NAMESPACE",
+    "TurnStarted",
+    "SessionEnded",
+    "MemoryWritten",
+    "DelegationObserved",
+    "CompressionAhead",
     "HANDOFF_MARKER",
     "Speaker",
     "MessageCaptured",
@@ -23,6 +29,7 @@ __all__ = [
 ]
 
 NAMESPACE = "chronicle.chat"
+HOST_NAMESPACE = "chronicle.host"  # what the host told the memory slot, beside the messages
 
 HANDOFF_MARKER = "[CONTEXT COMPACTION — REFERENCE ONLY]"
 """The first line of every handoff message the context engine writes. Capture never records a
@@ -47,10 +54,52 @@ class MessageCaptured(DomainEvent, frozen=True):
     agent_context: str = "primary"
     tool_name: str | None = None
     tool_call_ids: list[str] = []
+    # The session-tree entry this message follows: an entry id, "" for a root, or None for "the
+    # session's leaf when the tree folds it" (events written without a parent still chain).
+    parent: str | None = None
+
+
+class TurnStarted(DomainEvent, frozen=True):
+    turn: int
+    preview: str = ""  # the start of the user's message, credentials masked
+    model: str | None = None
+    platform: str | None = None
+
+
+class SessionEnded(DomainEvent, frozen=True):
+    messages: int = 0  # how many messages the host's final list held
+    captured: int = 0  # how many of them were new to the log
+
+
+class MemoryWritten(DomainEvent, frozen=True):
+    """The host's built-in memory tool wrote an entry (mirrored; content masked)."""
+
+    action: str
+    target: str
+    content: str = ""
+    metadata: dict[str, Any] = {}
+
+
+class DelegationObserved(DomainEvent, frozen=True):
+    """A subagent finished; what it was asked and what it said (masked). Never memory about the
+    user: a subagent's words are automation."""
+
+    task: str = ""
+    result: str = ""
+    child_session_id: str = ""
+
+
+class CompressionAhead(DomainEvent, frozen=True):
+    """The host is about to compress the live list; every message in it was captured first."""
+
+    messages: int = 0
+    captured: int = 0
 
 
 def register_capture_events(types: EventTypeRegistry) -> None:
     types.register(NAMESPACE, "MessageCaptured", MessageCaptured)
+    for cls in (TurnStarted, SessionEnded, MemoryWritten, DelegationObserved, CompressionAhead):
+        types.register(HOST_NAMESPACE, cls.__name__, cls)
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -117,9 +117,7 @@ class ChronicleFold:
             prepared.append(section_from(lo, hi, result))
         return prepared
 
-    def apply(
-        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any
-    ) -> None:
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
         for section in prepared or ():
             self.chronicle.append(section, conn)
 

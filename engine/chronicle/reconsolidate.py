@@ -52,9 +52,7 @@ def _events(
     return [e for e in events if admit(e)] if admit else events
 
 
-def _write(
-    chronicle: SQLiteChronicleStore, old: Section, consolidation: Consolidation
-) -> Section:
+def _write(chronicle: SQLiteChronicleStore, old: Section, consolidation: Consolidation) -> Section:
     a = old.anchor
     new_id = section_id_for(a.from_seq, a.to_seq, a.generation + 1)
     section = chronicle.append_new(

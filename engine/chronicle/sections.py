@@ -116,5 +116,5 @@ def is_async_summarizer(summarize: object) -> bool:
     """An `async def` function, or an object whose `__call__` is `async def`."""
     if inspect.iscoroutinefunction(summarize):
         return True
-    call = getattr(type(summarize), "__call__", None)
+    call = type(summarize).__call__ if callable(summarize) else None
     return call is not None and inspect.iscoroutinefunction(call)

@@ -160,8 +160,9 @@ class SQLiteChronicleStore:
     def __len__(self) -> int:
         with sqlite_errors("counting sections"), self.store.reading() as c:
             return int(
-                c.execute("SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,))
-                .fetchone()[0]
+                c.execute(
+                    "SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,)
+                ).fetchone()[0]
             )
 
     # -- writes --------------------------------------------------------------------------

@@ -82,10 +82,7 @@ def request_key(
     request = {
         "messages": _strip(ModelMessagesTypeAdapter.dump_python(messages, mode="json")),
         "settings": _strip(dict(model_settings or {})),
-        "tools": [
-            _strip(_dump(t))
-            for t in (*parameters.function_tools, *parameters.output_tools)
-        ],
+        "tools": [_strip(_dump(t)) for t in (*parameters.function_tools, *parameters.output_tools)],
         "allow_text_output": getattr(parameters, "allow_text_output", True),
     }
     blob = json.dumps(request, sort_keys=True, separators=(",", ":"), default=str)

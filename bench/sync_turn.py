@@ -1,0 +1,194 @@
+"""sync_turn latency: a 10-message turn (one 4 KB tool result) into a store of 100k events.
+
+    .venv/bin/python bench/sync_turn.py [--events 100000] [--turns 300] [--db PATH]
+
+Drives the memory provider exactly as Hermes' "mem-sync" worker does: `sync_turn(user, assistant,
+session_id=, messages=<the live list>)` after each turn, with the live list growing by ten
+messages a turn and its dicts kept across turns (as Hermes keeps them). Prints p50/p99 in ms for
+the provider call, and the same for a list of fresh dicts (what a restarted process sees).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from chronicle_engine.capture.events import MessageCaptured, register_capture_events  # noqa: E402
+from chronicle_engine.core import ChronicleCore  # noqa: E402
+from chronicle_engine.log.store import PendingEvent  # noqa: E402
+from provider import ChronicleMemoryProvider  # noqa: E402
+
+WORDS = [
+    "the",
+    "deploy",
+    "script",
+    "failed",
+    "on",
+    "the",
+    "staging",
+    "host",
+    "because",
+    "the",
+    "config",
+    "file",
+    "was",
+    "missing",
+    "a",
+    "key",
+    "we",
+    "fixed",
+    "the",
+    "path",
+    "and",
+    "reran",
+    "the",
+    "migration",
+    "then",
+    "checked",
+    "the",
+    "logs",
+    "for",
+    "errors",
+    "and",
+    "warnings",
+]
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def fill(core: ChronicleCore, events: int, rng: random.Random) -> None:
+    """Pre-load the log with `events` captured messages across many other sessions."""
+    register_capture_events(core.types)
+    batch: list[PendingEvent] = []
+    for i in range(events):
+        text = sentence(rng, 30)
+        event = MessageCaptured(
+            role="user" if i % 2 == 0 else "assistant",
+            message={"role": "user" if i % 2 == 0 else "assistant", "content": text},
+            fingerprint=f"{i:024x}",
+            speaker="person" if i % 2 == 0 else "assistant",
+            text=text,
+        )
+        batch.append(core.types.pending(event, session=f"old-{i // 200}"))
+        if len(batch) == 5000:
+            core.store.append(batch)
+            batch = []
+    if batch:
+        core.store.append(batch)
+
+
+def turn(rng: random.Random, n: int) -> list[dict]:
+    call_ids = [f"call_{n}_{k}" for k in range(4)]
+    messages: list[dict] = [{"role": "user", "content": f"turn {n}: " + sentence(rng, 20)}]
+    for k, call_id in enumerate(call_ids):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": "terminal",
+                            "arguments": json.dumps({"cmd": f"ls {k}"}),
+                        },
+                    }
+                ],
+            }
+        )
+        size = 4096 if k == 0 else 200
+        output = (sentence(rng, 800) + "\n")[:size]
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    messages.append({"role": "assistant", "content": sentence(rng, 40)})
+    assert len(messages) == 10
+    return messages
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--db", default=None)
+    args = parser.parse_args()
+    rng = random.Random(7)
+
+    home = Path(tempfile.mkdtemp(prefix="chronicle-bench-"))
+    db = Path(args.db) if args.db else home / "chronicle" / "chronicle.db"
+    (home / "config.yaml").write_text(f"chronicle:\n  db_path: {db}\n", encoding="utf-8")
+    started = time.perf_counter()
+    core = ChronicleCore.get(db)
+    if core.store.count() < args.events:
+        fill(core, args.events - core.store.count(), rng)
+    print(
+        f"store: {core.store.count()} events in {db} (filled in {time.perf_counter() - started:.1f}s)"
+    )
+
+    provider = ChronicleMemoryProvider()
+    provider.initialize("bench-session", hermes_home=str(home), platform="cli")
+    live: list[dict] = [{"role": "system", "content": "You are Hermes."}]
+    timings: list[float] = []
+    cpu: list[float] = []
+    for n in range(args.turns):
+        new = turn(rng, n)
+        live.extend(new)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        provider.sync_turn(
+            new[0]["content"], new[-1]["content"], session_id="bench-session", messages=live
+        )
+        timings.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.thread_time() - c0) * 1000)
+    # The first call after a restart sees fresh dicts and aligns by position and fingerprint.
+    fresh_timings: list[float] = []
+    for _ in range(20):
+        copy = json.loads(json.dumps(live))
+        provider._core.capture.forget("bench-session")  # type: ignore[union-attr]
+        t0 = time.perf_counter()
+        provider.sync_turn("again", "again", session_id="bench-session", messages=copy)
+        fresh_timings.append((time.perf_counter() - t0) * 1000)
+    captured = sum(
+        1 for e in core.store.read(session="bench-session") if e.envelope.type == "MessageCaptured"
+    )
+    provider.shutdown()
+    # The first call folds the pre-filled log into the session tree once; leave the warm-up out.
+    warm = timings[5:]
+    warm_cpu = cpu[5:]
+    print(f"turns: {args.turns}, live list at the end: {len(live)} messages, captured: {captured}")
+    print(
+        f"sync_turn (10-message turn, 4 KB tool result): p50 {statistics.median(warm):.2f} ms, "
+        f"p99 {percentile(warm, 99):.2f} ms, max {max(warm):.2f} ms"
+    )
+    print(
+        f"  same, CPU time of the calling thread: p50 {statistics.median(warm_cpu):.2f} ms, "
+        f"p99 {percentile(warm_cpu, 99):.2f} ms (less sensitive to a busy machine)"
+    )
+    print(
+        f"sync_turn after a restart ({len(live)} fresh dicts, nothing new): "
+        f"p50 {statistics.median(fresh_timings):.2f} ms, p99 {percentile(fresh_timings, 99):.2f} ms"
+    )
+    if not args.db:
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(str(db) + suffix)
+            if path.exists():
+                os.remove(path)
+
+
+if __name__ == "__main__":
+    main()

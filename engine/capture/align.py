@@ -1,0 +1,140 @@
+"""Which messages of a live list are already in the log: fingerprints and alignment.
+
+Hermes hands capture the whole live list again and again: after every turn, before every
+compaction, and after a compaction as `[head..., handoff, tail..., new...]`. A message's identity
+is neither its index (compaction shifts it) nor its content alone (a person says "ok" twice). What
+identifies the captured part of the list is a *run*: the messages already captured sit, in order,
+just before the new ones, and they match the end of the conversation's captured path.
+
+Invariant of `align`: it returns the latest point (p, q) where live[p] is path[q] with a run of
+equal fingerprints behind it that is long enough to be evidence (it reaches back to the start of
+the live region, or to the start of the path, or `RUN` messages deep). The end of the path is
+preferred; an earlier q means the live list left the captured branch (a rewind, a rewritten last
+message) and what follows starts a new branch there. Everything after p is new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["fingerprint", "align", "RUN", "WINDOW", "wire_message", "IDENTITY_KEYS"]
+
+RUN = 8
+"""How many equal fingerprints in a row prove an alignment when the run reaches neither start."""
+
+WINDOW = 64
+"""How far back from the path's end (beyond the live list's length) an alignment may land."""
+
+IDENTITY_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+"""What makes a message the same message. Sidecars Hermes adds or drops over a message's life
+(`api_content`, reasoning fields, timestamps, private `_` markers) are not identity."""
+
+
+def _json_default(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump(mode="json")
+        except Exception:  # noqa: BLE001 - a foreign object's serialiser may fail any way
+            pass
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "__dict__"):
+        return {k: v for k, v in vars(value).items() if not k.startswith("_")}
+    return repr(value)
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if depth > 32:
+        return False
+    if isinstance(value, list):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def wire_message(message: Any) -> dict[str, Any]:
+    """The message as it goes over the wire: private `_` keys removed, JSON-safe.
+
+    A well-formed message comes back as a shallow copy whose `json.dumps` is byte-identical to the
+    original's. Anything else (an object, a non-dict) is still turned into a storable dict, so a
+    malformed message is captured rather than lost.
+    """
+    if isinstance(message, dict):
+        wire = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
+        if _plain(wire):
+            return wire
+        if all(isinstance(k, str) for k in wire):
+            try:
+                json.dumps(wire, ensure_ascii=False)
+                return wire
+            except (TypeError, ValueError):
+                pass
+        text = json.dumps(
+            {str(k): v for k, v in wire.items()}, ensure_ascii=False, default=_json_default
+        )
+        loaded = json.loads(text)
+        return loaded if isinstance(loaded, dict) else {"role": "unknown", "content": text}
+    if message is None:
+        return {"role": "unknown", "content": None}
+    if isinstance(message, str):
+        return {"role": "unknown", "content": message}
+    converted = _json_default(message)
+    if isinstance(converted, dict):
+        return wire_message(converted)
+    return {"role": "unknown", "content": str(converted)}
+
+
+def fingerprint(message: Any) -> str:
+    """A short, stable digest of the message's identity keys. The same for a message and its
+    `wire_message`, so it can be taken from the host's dict without copying it."""
+    if not isinstance(message, dict):
+        message = wire_message(message)
+    ident = [message.get(k) for k in IDENTITY_KEYS]
+    blob = json.dumps(
+        ident, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_json_default
+    )
+    return hashlib.blake2b(blob.encode("utf-8"), digest_size=12).hexdigest()
+
+
+def _run(live: Sequence[str], path: Sequence[str], p: int, q: int, cap: int) -> int:
+    r = 0
+    while r < cap and p - r >= 0 and q - r >= 0 and live[p - r] == path[q - r]:
+        r += 1
+    return r
+
+
+def align(live: Sequence[str], path: Sequence[str], *, run: int = RUN) -> tuple[int, int]:
+    """(p, q) with live[p] == path[q] as described in the module docstring; (-1, -1) if none."""
+    n, m = len(live), len(path)
+    if not n or not m:
+        return (-1, -1)
+    positions: dict[str, list[int]] = {}
+    for p in range(n - 1, -1, -1):
+        positions.setdefault(live[p], []).append(p)  # descending p
+    lowest_q = max(0, m - (n + WINDOW))
+    fallback: tuple[int, int, int] | None = None  # (run, q, p)
+    for q in range(m - 1, lowest_q - 1, -1):
+        for p in positions.get(path[q], ()):
+            cap = min(run, p + 1, q + 1)
+            r = _run(live, path, p, q, cap)
+            if r >= cap:
+                return (p, q)
+            if fallback is None or (r, q, p) > fallback:
+                fallback = (r, q, p)
+    if fallback is not None and fallback[0] >= 2:
+        return (fallback[2], fallback[1])
+    if fallback is not None and fallback[1] == m - 1:
+        return (fallback[2], fallback[1])
+    return (-1, -1)

@@ -1,0 +1,401 @@
+"""Capture: every message of every turn into the log, once, with who said what.
+
+Invariants:
+- Idempotent. A message of the live list is recorded only if it is not in the log yet: the live
+  list is aligned against the messages on the session's active branch, and only what follows the
+  alignment point is new. Replays, the same list seen by sync_turn and compress,
+  compaction-shaped lists and concurrent calls record each message once. How the alignment is
+  found, cheapest first: the last live dict the host kept since the previous capture (Hermes
+  keeps its dicts across turns); the position the live region must start at (the conversation's
+  start, or the first message the latest recorded compaction kept); a run of fingerprints
+  (`align.py`).
+- The wire message is stored exactly (minus the host's private `_` keys), `api_content` sidecar
+  included: that is what the model was sent. Everything derived for reading (`text`,
+  `person_text`) is built from `content` with credentials masked, so the sidecar's recalled
+  memory is never taken for the person's words and no credential reaches an index.
+- A message's event id is derived from the session, the message it follows and its fingerprint,
+  so a capture repeated after a crash, or by another process, stores nothing twice.
+- Leaving the end of the branch (a rewind, a rewritten last message) starts a new branch at the
+  alignment point, with a short summary of what was abandoned; the old branch stays.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..log.store import PendingEvent
+from ..sessions.events import BranchSummarized
+from ..sessions.summary import abandoned_summary
+from .align import align, fingerprint, wire_message
+from .describe import describe, digest, message_id
+from .events import MessageCaptured, register_capture_events
+from .hooks import HostRecorder
+from .path import BranchPath, positional
+from .speaker import is_handoff
+
+if TYPE_CHECKING:
+    from ..core import ChronicleCore
+    from ..sessions.tree import TreeWriter
+
+__all__ = ["Capture"]
+
+
+def _created(created_at: Any) -> str | None:
+    if created_at is None:
+        return None
+    if isinstance(created_at, datetime):
+        return created_at.isoformat(timespec="microseconds")
+    return str(created_at)
+
+
+class _Plan:
+    """What one capture call appends: the events, the live indexes of the new messages, and
+    the branch path as it will stand once they are stored."""
+
+    def __init__(self, path: BranchPath) -> None:
+        self.path = path
+        self.events: list[PendingEvent] = []
+        self.new: list[int] = []
+        self.first_new_q = len(path.ids)
+
+
+class Capture(HostRecorder):
+    """Records the live message list into the log; see the module docstring. Also records
+    what the host reports besides messages (`hooks.HostRecorder`)."""
+
+    def __init__(self, core: ChronicleCore) -> None:
+        self.core = core
+        register_capture_events(core.types)
+        self.tree = core.sessions
+        self._paths: dict[str, BranchPath] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, session: str) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(session)
+            if lock is None:
+                lock = self._locks[session] = threading.Lock()
+            return lock
+
+    def forget(self, session_id: str) -> None:
+        """Drop the cached branch of a session; the next capture reloads it from the tree."""
+        self._paths.pop(str(session_id), None)
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def capture_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Any] | None,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str = "primary",
+        platform: str | None = None,
+        created_at: Any = None,
+        return_seqs: bool = True,
+    ) -> list[int | None]:
+        """Record every message of `messages` not in the log yet. Returns, aligned with
+        `messages`, each message's seq (None for the system prompt and compaction handoffs).
+        With `return_seqs=False` only the new messages' seqs are filled in, which keeps a turn's
+        capture independent of the list's length. Raises only StoreError (the database failed);
+        a malformed message is stored, not refused."""
+        session = str(session_id or "")
+        try:
+            items = list(messages) if messages is not None else []
+        except TypeError:
+            items = [messages]
+        result: list[int | None] = [None] * len(items)
+        if not items:
+            return result
+        context = {
+            "user_id": user_id,
+            "profile": profile,
+            "agent_context": agent_context or "primary",
+            "platform": platform,
+            "created_at": _created(created_at),
+        }
+        with self._lock(session), self.tree.writing() as w:
+            path = self._sync_path(w, session)
+            plan = None if return_seqs else self._fast_plan(session, path, items, context)
+            if plan is None:
+                plan = self._full_plan(session, path, items, result, context)
+            if plan.events:
+                seqs = w.append(plan.events)
+                by_id = {e.id: s for e, s in zip(plan.events, seqs, strict=True)}
+                for q in range(plan.first_new_q, len(plan.path.ids)):
+                    plan.path.stored(q, by_id[plan.path.ids[q]])
+                for offset, i in enumerate(plan.new):
+                    result[i] = plan.path.seqs[plan.first_new_q + offset]
+        # Only a committed write updates the cache (the lock is still ours: no one raced it).
+        self._paths[session] = plan.path
+        return result
+
+    # -- keeping the cached branch in step with the tree ------------------------------------------
+
+    def _sync_path(self, w: TreeWriter, session: str) -> BranchPath:
+        leaf = w.leaf(session)
+        cached = self._paths.get(session)
+        if cached is not None:
+            if cached.leaf == leaf:
+                return cached
+            grown = w.since(leaf, cached.leaf)
+            if grown is not None:  # entries others appended on top (usage, compaction, ...)
+                cached.leaf = leaf
+                cached.extend(grown)
+                return cached
+        path = BranchPath(leaf=leaf)
+        path.extend(w.path(leaf))
+        return path
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def _fast_plan(
+        self, session: str, path: BranchPath, items: Sequence[Any], context: dict[str, Any]
+    ) -> _Plan | None:
+        """Scan from the end for the latest live dict captured before; what follows it is new.
+        None when a handoff comes first (the general plan aligns the region after it)."""
+        new: list[int] = []
+        for i in range(len(items) - 1, -1, -1):
+            msg = items[i]
+            if isinstance(msg, dict):
+                q = path.known(msg)
+                if q is not None:
+                    new.reverse()
+                    return self._extend(
+                        session, path, items, q, True, new, context, keep_identity=True
+                    )
+                if msg.get("role") == "system":
+                    continue
+            if is_handoff(msg):
+                return None
+            new.append(i)
+        return None
+
+    def _full_plan(
+        self,
+        session: str,
+        path: BranchPath,
+        items: Sequence[Any],
+        result: list[int | None],
+        context: dict[str, Any],
+    ) -> _Plan:
+        """Align the whole live list, fill `result` for what is already captured, plan the rest."""
+        last_handoff = -1
+        conversational: list[int] = []
+        for i, msg in enumerate(items):
+            if isinstance(msg, dict) and msg.get("role") == "system":
+                continue
+            if is_handoff(msg):
+                last_handoff = i
+                continue
+            conversational.append(i)
+        head = [i for i in conversational if i < last_handoff]
+        region = [i for i in conversational if i > last_handoff]
+        ids = [id(items[i]) for i in conversational]
+        duplicated: set[int] = set()
+        if len(set(ids)) != len(ids):
+            duplicated = {x for x in ids if ids.count(x) > 1}
+
+        def known(i: int) -> int | None:
+            msg = items[i]
+            if not isinstance(msg, dict) or id(msg) in duplicated:
+                return None
+            return path.known(msg)
+
+        fps: dict[int, str] = {}
+
+        def fp(i: int) -> str:
+            found = fps.get(i)
+            if found is None:
+                found = fps[i] = fingerprint(items[i])
+            return found
+
+        # The alignment point: the latest kept dict, else position, else a fingerprint run.
+        p = q_anchor = -1
+        for k in range(len(region) - 1, -1, -1):
+            q = known(region[k])
+            if q is not None:
+                p, q_anchor = k, q
+                break
+        if p < 0 and path.ids:
+            live = [fp(i) for i in region]
+            p, q_anchor = positional(live, path.fps, 0 if last_handoff < 0 else path.kept_from)
+            if p < 0:
+                p, q_anchor = align(live, path.fps)
+
+        # Seqs of what is already captured.
+        latest: dict[str, int] | None = None
+        for k in range(p + 1):
+            i = region[k]
+            q = known(i)
+            if q is None:
+                expected = q_anchor - (p - k)
+                if 0 <= expected < len(path.fps) and path.fps[expected] == fp(i):
+                    q = expected
+                else:
+                    if latest is None:
+                        latest = {f: j for j, f in enumerate(path.fps)}
+                    q = latest.get(fp(i))
+            result[i] = path.seqs[q] if q is not None else None
+        first: dict[str, int] | None = None
+        for i in head:
+            q = known(i)
+            if q is None:
+                if first is None:
+                    first = {}
+                    for j, f in enumerate(path.fps):
+                        first.setdefault(f, j)
+                q = first.get(fp(i))
+            result[i] = path.seqs[q] if q is not None else None
+
+        new = region[p + 1 :]
+        if not path.ids:
+            # Nothing of this session's branch is in the log: the whole list is new, in order.
+            new = [i for i in head if result[i] is None] + new
+        plan = self._extend(session, path, items, q_anchor, last_handoff < 0, new, context, fps)
+        # Remember the live dicts that matched, so the next turn finds them by identity.
+        identity = plan.path.identity if plan.events else {}
+        for i in head + region[: p + 1]:
+            seq = result[i]
+            if seq is None or id(items[i]) in duplicated:
+                continue
+            q = plan.path.index_of_seq(seq)
+            if q is not None:
+                obj = items[i]
+                if isinstance(obj, dict):
+                    identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
+        plan.path.identity = identity
+        return plan
+
+    def _extend(
+        self,
+        session: str,
+        path: BranchPath,
+        items: Sequence[Any],
+        q: int,
+        from_start: bool,
+        new: list[int],
+        context: dict[str, Any],
+        fps: dict[int, str] | None = None,
+        keep_identity: bool = False,
+    ) -> _Plan:
+        """Plan the events for the live messages `new`, attached after path[q]."""
+        if not new:
+            return _Plan(path)
+        last = len(path.ids) - 1
+        if not path.ids or q == last or (q < 0 and not from_start):
+            plan = _Plan(path.copy())
+            if keep_identity:
+                plan.path.identity = path.identity
+            parent = path.leaf if path.leaf is not None else ""
+            anchor = path.ids[-1] if path.ids else ""
+        else:
+            # The live list left the branch after path[q]: branch there, summarising what was
+            # abandoned so its findings stay in the new branch's history.
+            plan = _Plan(path.truncated(q))
+            anchor = path.ids[q] if q >= 0 else ""
+            summary = BranchSummarized(
+                parent=anchor,
+                abandoned_leaf=path.leaf or "",
+                summary=abandoned_summary(self._texts(path.seqs[q + 1 :])),
+                abandoned_entries=len(path.ids) - q - 1,
+            )
+            parent = "b" + digest(session, anchor, path.leaf or "")
+            plan.events.append(self.core.types.pending(summary, session=session, id=parent))
+        turns = plan.path.turns[-1] if plan.path.turns else 0
+        tool_names = _ToolNames(items)
+        for i in new:
+            obj = items[i]
+            wire = wire_message(obj)
+            fp = fps.get(i) if fps is not None else None
+            if fp is None:
+                fp = fingerprint(wire)
+            role = str(wire.get("role") or "")
+            turns += role == "user"
+            event_id = message_id(session, anchor, fp)
+            event = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
+            plan.events.append(
+                self.core.types.pending(
+                    event, session=session, id=event_id, created_at=context["created_at"]
+                )
+            )
+            plan.path.add(event_id, -1, fp, role == "user")  # the seq is filled in once stored
+            plan.path.remember(obj, len(plan.path.ids) - 1)
+            plan.new.append(i)
+            parent = anchor = event_id
+        plan.path.leaf = plan.path.ids[-1]
+        plan.first_new_q = len(plan.path.ids) - len(plan.new)
+        return plan
+
+    def _texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for seq in list(seqs)[-50:]:
+            event = self.core.store.get(seq)
+            if event is not None:
+                out.append((str(event.payload.get("role", "")), str(event.payload.get("text", ""))))
+        return out
+
+    def _message(
+        self,
+        obj: Any,
+        wire: dict[str, Any],
+        fp: str,
+        parent: str,
+        turn: int,
+        tool_names: _ToolNames,
+        context: dict[str, Any],
+    ) -> MessageCaptured:
+        role = wire.get("role")
+        tool_name = None
+        if role in ("tool", "function") and not wire.get("name"):
+            tool_name = tool_names.get(str(wire.get("tool_call_id") or ""))
+        return describe(
+            obj,
+            wire,
+            fp,
+            parent=parent,
+            turn=turn,
+            tool_name=tool_name,
+            user_id=context["user_id"],
+            profile=context["profile"],
+            agent_context=context["agent_context"],
+            platform=context["platform"],
+        )
+
+
+class _ToolNames:
+    """tool_call_id -> function name, read from the assistant messages before a tool result."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self._items = items
+        self._names: dict[str, str] = {}
+        self._scanned_from = 0
+        self._at = len(items)
+
+    def near(self, index: int) -> _ToolNames:
+        self._at = index
+        return self
+
+    def get(self, call_id: str) -> str | None:
+        if not call_id:
+            return None
+        found = self._names.get(call_id)
+        if found is not None:
+            return found
+        for i in range(self._at - 1, -1, -1):
+            msg = self._items[i]
+            if not isinstance(msg, dict) or msg.get("role") != "assistant":
+                continue
+            for call in msg.get("tool_calls") or ():
+                if isinstance(call, dict) and call.get("id"):
+                    fn = call.get("function")
+                    if isinstance(fn, dict) and fn.get("name"):
+                        self._names.setdefault(str(call["id"]), str(fn["name"]))
+            if call_id in self._names:
+                return self._names[call_id]
+        return None

@@ -1,0 +1,111 @@
+"""What the host tells the memory slot besides messages, recorded as events.
+
+Invariant: these events carry no credential (every free text is masked) and are never messages:
+they live in their own namespace ("chronicle.host"), so nothing that reads conversation mistakes
+a subagent's result or a mirrored memory write for something the person said.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .events import (
+    HOST_NAMESPACE,
+    CompressionAhead,
+    DelegationObserved,
+    MemoryWritten,
+    SessionEnded,
+    TurnStarted,
+)
+from .secrets import mask
+
+if TYPE_CHECKING:
+    from ..core import ChronicleCore
+    from ..log.events import DomainEvent
+    from ..log.store import StoredEvent
+
+__all__ = ["HostRecorder"]
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _safe(value: Any) -> Any:
+    """Metadata as JSON data with every string masked."""
+    data = json.loads(json.dumps(value, ensure_ascii=False, default=str))
+    return _mask_strings(data)
+
+
+def _mask_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return mask(value)
+    if isinstance(value, list):
+        return [_mask_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _mask_strings(v) for k, v in value.items()}
+    return value
+
+
+class HostRecorder:
+    core: ChronicleCore
+
+    def _record(self, session_id: str, event: DomainEvent) -> int:
+        pending = self.core.types.pending(event, session=str(session_id or ""))
+        return self.core.store.append([pending])[0].seq
+
+    def record_turn_start(
+        self,
+        session_id: str,
+        turn: int,
+        message: str,
+        *,
+        model: str | None = None,
+        platform: str | None = None,
+    ) -> int:
+        preview = mask(_clip(str(message or ""), 200))
+        event = TurnStarted(
+            turn=int(turn or 0),
+            preview=preview,
+            model=str(model) if model else None,
+            platform=str(platform) if platform else None,
+        )
+        return self._record(session_id, event)
+
+    def record_session_end(self, session_id: str, messages: int, captured: int) -> int:
+        return self._record(session_id, SessionEnded(messages=messages, captured=captured))
+
+    def record_compression_ahead(self, session_id: str, messages: int, captured: int) -> int:
+        return self._record(session_id, CompressionAhead(messages=messages, captured=captured))
+
+    def record_memory_write(
+        self,
+        session_id: str,
+        action: str,
+        target: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> int:
+        event = MemoryWritten(
+            action=str(action),
+            target=str(target),
+            content=mask(str(content or "")),
+            metadata=_safe(dict(metadata or {})),
+        )
+        return self._record(session_id, event)
+
+    def record_delegation(
+        self, session_id: str, task: str, result: str, child_session_id: str = ""
+    ) -> int:
+        event = DelegationObserved(
+            task=mask(str(task or "")),
+            result=mask(str(result or "")),
+            child_session_id=str(child_session_id or ""),
+        )
+        return self._record(session_id, event)
+
+    def host_events(self, session_id: str) -> list[StoredEvent]:
+        """The host events recorded for a session, oldest first."""
+        return list(self.core.reader.read(session=str(session_id), namespaces=[HOST_NAMESPACE]))

@@ -1,0 +1,113 @@
+"""Capture's cached view of a session's active branch: the messages on it, in order.
+
+Invariant: a `BranchPath` is a cache of the tree, never a source of truth. It is checked against
+the session's leaf inside every write transaction (`Capture._sync_path`) and grown or reloaded
+from the tree when they differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..sessions.paths import PathEntry
+
+__all__ = ["BranchPath", "positional"]
+
+
+@dataclass
+class BranchPath:
+    leaf: str | None = None
+    ids: list[str] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)
+    fps: list[str] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)  # user messages up to and including each
+    kept_from: int | None = None  # index of the first message the latest compaction kept
+    # id(live dict) -> (the dict, its content, its tool_calls, index): Hermes keeps the same dict
+    # objects across turns, which tells identical messages apart in-process and makes a turn's
+    # capture cost independent of the list's length.
+    identity: dict[int, tuple[Any, Any, Any, int]] = field(default_factory=dict)
+    _by_seq: dict[int, int] | None = None
+
+    def extend(self, entries: Sequence[PathEntry]) -> None:
+        for e in entries:
+            if e.kind == "compaction":
+                self.kept_from = self.index_of_id(e.target) if e.target else None
+            elif e.kind == "message":
+                self.add(e.entry_id, e.seq, e.fp or "", e.role == "user")
+
+    def add(self, entry_id: str, seq: int, fp: str, is_user: bool) -> None:
+        self.ids.append(entry_id)
+        self.seqs.append(seq)
+        self.fps.append(fp)
+        self.turns.append((self.turns[-1] if self.turns else 0) + (1 if is_user else 0))
+        if self._by_seq is not None and seq >= 0:
+            self._by_seq[seq] = len(self.seqs) - 1
+
+    def index_of_id(self, entry_id: str) -> int | None:
+        for q in range(len(self.ids) - 1, -1, -1):
+            if self.ids[q] == entry_id:
+                return q
+        return None
+
+    def index_of_seq(self, seq: int) -> int | None:
+        if self._by_seq is None:
+            self._by_seq = {s: q for q, s in enumerate(self.seqs) if s >= 0}
+        return self._by_seq.get(seq)
+
+    def stored(self, q: int, seq: int) -> None:
+        self.seqs[q] = seq
+        if self._by_seq is not None:
+            self._by_seq[seq] = q
+
+    def known(self, obj: Any) -> int | None:
+        """The index of a live dict captured before, if the host has not changed it since."""
+        hit = self.identity.get(id(obj))
+        if hit is None or hit[0] is not obj:
+            return None
+        if obj.get("content") is not hit[1] or obj.get("tool_calls") is not hit[2]:
+            return None
+        return hit[3] if hit[3] < len(self.ids) else None
+
+    def remember(self, obj: Any, q: int) -> None:
+        if isinstance(obj, dict):
+            self.identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
+
+    def truncated(self, q: int) -> BranchPath:
+        """The path up to and including index q (q = -1: empty), for a new branch there."""
+        return BranchPath(
+            leaf=self.ids[q] if q >= 0 else None,
+            ids=self.ids[: q + 1],
+            seqs=self.seqs[: q + 1],
+            fps=self.fps[: q + 1],
+            turns=self.turns[: q + 1],
+            kept_from=self.kept_from
+            if self.kept_from is not None and self.kept_from <= q
+            else None,
+        )
+
+    def copy(self) -> BranchPath:
+        return BranchPath(
+            leaf=self.leaf,
+            ids=list(self.ids),
+            seqs=list(self.seqs),
+            fps=list(self.fps),
+            turns=list(self.turns),
+            kept_from=self.kept_from,
+        )
+
+
+def positional(live: Sequence[str], path: Sequence[str], start: int | None) -> tuple[int, int]:
+    """Align by position when the live region is known to start at path[start] (the start of
+    the conversation, or the first message the latest compaction kept). Trusted only when the
+    match runs to the end of the path or of the live region; otherwise (-1, -1)."""
+    if start is None or start < 0 or start >= len(path):
+        return (-1, -1)
+    k = 0
+    while k < len(live) and start + k < len(path) and live[k] == path[start + k]:
+        k += 1
+    if k and (start + k == len(path) or k == len(live)):
+        return (k - 1, start + k - 1)
+    return (-1, -1)

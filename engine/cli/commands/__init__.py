@@ -1,0 +1,9 @@
+"""One module per group of `chronicle` subcommands; each exposes `add(subparsers)`."""
+
+from __future__ import annotations
+
+from . import backup, browse, carry, demo, doctor, maintenance, status
+
+__all__ = ["GROUPS"]
+
+GROUPS = (demo, status, browse, carry, backup, doctor, maintenance)

@@ -1,0 +1,160 @@
+"""`chronicle export | import`: sessions as JSONL, and chronicle carry between databases."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ... import transfer
+from ...capture.events import NAMESPACE as CHAT
+from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
+from ._optional import subsystem
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write sessions (events) or a chronicle's sections as JSONL",
+        description="Sessions: every event of the selected sessions (or the whole log) as JSON "
+        "lines. With --chronicle: that chronicle's sections, to carry them to another database "
+        "holding the same log.",
+    )
+    p.add_argument("-o", "--out", metavar="FILE", help="write here (default: stdout)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--session", help="one conversation (its whole lineage)")
+    what.add_argument("--chronicle", help="carry this chronicle's sections instead of events")
+    p.add_argument(
+        "--messages-only", action="store_true", help="only captured chat messages, no other events"
+    )
+    add_common_options(p)
+    p.set_defaults(run=export)
+
+    p = sub.add_parser(
+        "import",
+        help="read a `chronicle export` file into this database (idempotent)",
+        description="Events keep their ids; ones already present are skipped. A sections file "
+        "is carried into the chronicle it names (or --chronicle).",
+    )
+    p.add_argument("file", help="a file written by `chronicle export` ('-' for stdin)")
+    p.add_argument("--chronicle", help="load sections into this chronicle instead")
+    add_common_options(p)
+    p.set_defaults(run=import_)
+
+
+def _progress(console: Console, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not enabled,
+        transient=True,
+    )
+
+
+@contextlib.contextmanager
+def _open_out(path: str | None) -> Iterator[IO[str]]:
+    if not path or path == "-":
+        yield sys.stdout
+        return
+    target = Path(path)
+    if target.exists():
+        raise CommandFailed(f"{target} already exists; choose a new file name", Exit.USAGE)
+    with target.open("w", encoding="utf-8") as fh:
+        yield fh
+
+
+def export(s: Session) -> Outcome:
+    a = s.args
+    core = s.core()
+    to_stdout = not a.out or a.out == "-"
+    stderr = Console(stderr=True)
+    if a.chronicle:
+        with _open_out(a.out) as fh:
+            count = transfer.write_sections(core.chronicle(a.chronicle), fh)
+        data = {"kind": "sections", "chronicle": a.chronicle, "written": count, "out": a.out or "-"}
+    else:
+        sessions = None
+        if a.session:
+            sessions = list(subsystem("sessions", lambda: core.sessions).lineage(a.session))
+        namespaces = [CHAT] if a.messages_only else None
+        total = core.store.count()
+        with _open_out(a.out) as fh, _progress(stderr, not s.json and not to_stdout) as bar:
+            task = bar.add_task("exporting events", total=total)
+            count = transfer.write_events(
+                core.store.read(sessions=sessions, namespaces=namespaces),
+                fh,
+                progress=lambda n: bar.advance(task, n),
+            )
+        data = {"kind": "events", "sessions": sessions, "written": count, "out": a.out or "-"}
+
+    def draw(console: Console) -> None:
+        # With stdout carrying the export itself, the summary goes to stderr.
+        where = stderr if to_stdout else console
+        where.print(f"exported {data['written']} {data['kind']} to {data['out']}")
+
+    if to_stdout and s.json:
+        # stdout is the export; a JSON summary on top would corrupt it.
+        s.json = False
+    return Outcome(data, draw)
+
+
+def import_(s: Session) -> Outcome:
+    a = s.args
+    if a.file != "-" and not Path(a.file).exists():
+        raise CommandFailed(f"{a.file} does not exist", Exit.NOT_FOUND)
+    core = s.core(create=True)
+    source = "stdin" if a.file == "-" else a.file
+    if a.file == "-":
+        lines = list(sys.stdin)
+        header = transfer.header_of_lines(lines, source)
+    else:
+        header = transfer.header_of(Path(a.file))
+        lines = None
+    kind = header.get("kind")
+    if kind == "sections":
+        name = a.chronicle or header.get("chronicle") or "default"
+        with _lines(a.file, lines) as it:
+            loaded = core.chronicle(name).load(transfer.read_sections(it, source=source))
+        data = {"kind": "sections", "chronicle": name, "loaded": loaded}
+    elif kind == "events":
+        stderr = Console(stderr=True)
+        with _lines(a.file, lines) as it, _progress(stderr, not s.json) as bar:
+            task = bar.add_task("importing events", total=None)
+            seen, stored = transfer.import_events(
+                core.store,
+                transfer.read_events(it, source=source),
+                progress=lambda n: bar.advance(task, n),
+            )
+        data = {"kind": "events", "read": seen, "stored": stored, "skipped": seen - stored}
+    else:
+        raise CommandFailed(f"{source}: unknown export kind {kind!r}", Exit.USAGE)
+
+    def draw(console: Console) -> None:
+        if data["kind"] == "sections":
+            console.print(
+                f"carried {data['loaded']} new sections into chronicle {data['chronicle']!r}"
+            )
+        else:
+            console.print(
+                f"imported {data['stored']} new events ({data['skipped']} already present)"
+            )
+
+    return Outcome(data, draw)
+
+
+@contextlib.contextmanager
+def _lines(path: str, lines: list[str] | None) -> Iterator[list[str] | IO[str]]:
+    if lines is not None:
+        yield lines
+        return
+    with open(path, encoding="utf-8") as fh:
+        yield fh

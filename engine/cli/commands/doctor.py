@@ -1,0 +1,309 @@
+"""`chronicle doctor`: is the database sound, is Hermes set up to use it, what may leave the
+machine. Read-only: it reports and says what to do; it never repairs behind your back."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from ...config import KEYS
+from ...log.store import sqlite_errors
+from ..app import Exit, Outcome, Session, add_common_options
+from ..inventory import chronicle_rows, has_table
+
+MIN_CONTEXT = 64_000
+
+
+@dataclass
+class Check:
+    area: str
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="check integrity, chronicle forks, the Hermes config, and what egress is refused",
+    )
+    p.add_argument("--full", action="store_true", help="run SQLite's full integrity_check (slower)")
+    add_common_options(p)
+    p.set_defaults(run=run)
+
+
+def run(s: Session) -> Outcome:
+    checks: list[Check] = []
+    checks += _hermes_checks(s)
+    checks += _config_checks(s)
+    if s.db_path.exists():
+        checks += _database_checks(s)
+    else:
+        checks.append(
+            Check(
+                "database",
+                "exists",
+                "warn",
+                f"no database yet at {s.db_path} (created on first use)",
+            )
+        )
+    checks += _egress_checks(s)
+    worst = (
+        "fail"
+        if any(c.status == "fail" for c in checks)
+        else ("warn" if any(c.status == "warn" for c in checks) else "ok")
+    )
+    data = {"db_path": str(s.db_path), "verdict": worst, "checks": [asdict(c) for c in checks]}
+
+    def draw(console: Console) -> None:
+        t = Table(title=f"chronicle doctor: {worst}", title_justify="left")
+        for col in ("area", "check", "", "detail"):
+            t.add_column(col, overflow="fold")
+        mark = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]"}
+        for c in checks:
+            t.add_row(c.area, c.name, mark[c.status], c.detail)
+        console.print(t)
+
+    return Outcome(data, draw, Exit.UNHEALTHY if worst == "fail" else Exit.OK)
+
+
+# -- the database ------------------------------------------------------------------------------
+
+
+def _database_checks(s: Session) -> list[Check]:
+    core = s.core()
+    store = core.store
+    out: list[Check] = []
+    pragma = "integrity_check" if s.args.full else "quick_check"
+    with sqlite_errors("checking integrity"), store.reading() as conn:
+        result = [r[0] for r in conn.execute(f"PRAGMA {pragma}").fetchall()]
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        triggers = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+            ).fetchall()
+        }
+    ok = result == ["ok"]
+    out.append(
+        Check(
+            "database",
+            pragma,
+            "ok" if ok else "fail",
+            "ok"
+            if ok
+            else "; ".join(result[:5])
+            + " — restore the latest `chronicle backup`, or copy what is readable with "
+            "`chronicle export`",
+        )
+    )
+    out.append(
+        Check(
+            "database",
+            "WAL mode",
+            "ok" if str(mode).lower() == "wal" else "warn",
+            f"journal_mode={mode}",
+        )
+    )
+    missing = {"events_never_update", "events_never_delete"} - triggers
+    out.append(
+        Check(
+            "database",
+            "append-only guards",
+            "fail" if missing else "ok",
+            f"missing triggers: {', '.join(sorted(missing))}"
+            if missing
+            else "events cannot be updated or deleted",
+        )
+    )
+    if has_table(store, "sections"):
+        forks = []
+        for row in chronicle_rows(store):
+            current = core.chronicle(row["chronicle"]).current()
+            for prev, nxt in zip(current, current[1:], strict=False):
+                if nxt.anchor.from_seq <= prev.anchor.to_seq:
+                    forks.append(
+                        f"{row['chronicle']}: {prev.anchor.section_id} overlaps {nxt.anchor.section_id}"
+                    )
+        out.append(
+            Check(
+                "chronicle",
+                "no forks",
+                "fail" if forks else "ok",
+                "; ".join(forks)
+                + " — supersede one of them (`reconsolidate`) or carry a clean export"
+                if forks
+                else f"{len(chronicle_rows(store))} chronicles, current sections never overlap",
+            )
+        )
+    return out
+
+
+# -- configuration -----------------------------------------------------------------------------
+
+
+def _config_checks(s: Session) -> list[Check]:
+    config = s.config
+    out: list[Check] = []
+    if config.unknown:
+        out.append(
+            Check(
+                "config",
+                "unknown chronicle keys",
+                "warn",
+                f"ignored: {', '.join('chronicle.' + k for k in config.unknown)} "
+                f"(valid keys: {', '.join(k.path for k in KEYS)})",
+            )
+        )
+    else:
+        out.append(
+            Check("config", "chronicle keys", "ok", "every chronicle.* key is a declared setting")
+        )
+    from ...config_audit import audit
+
+    rows = audit()
+    unread = [r.path for r in rows if r.state == "UNREAD" or r.stale]
+    dormant_keys = [r.path for r in rows if r.state == "DORMANT"]
+    out.append(
+        Check(
+            "config",
+            "honesty audit",
+            "fail" if unread else "ok",
+            f"declared but never read: {', '.join(unread)}"
+            if unread
+            else f"{len(rows) - len(dormant_keys)} keys wired, {len(dormant_keys)} declared dormant",
+        )
+    )
+    dormant = [k.path for k in KEYS if k.dormant and config.values.get(k.path) != k.default]
+    if dormant:
+        out.append(
+            Check(
+                "config",
+                "dormant keys set",
+                "warn",
+                f"set but not read by this build: {', '.join(dormant)}",
+            )
+        )
+    return out
+
+
+def _hermes_checks(s: Session) -> list[Check]:
+    raw: dict[str, Any] = s.config.raw
+    home = s.config.hermes_home
+    out: list[Check] = []
+    if not raw:
+        where = home / "config.yaml" if home else "config.yaml"
+        return [
+            Check(
+                "hermes",
+                "config.yaml",
+                "warn",
+                f"{where} not found or empty; Hermes is not set up to use Chronicle",
+            )
+        ]
+
+    def section(name: str) -> dict[str, Any]:
+        value = raw.get(name)
+        return value if isinstance(value, dict) else {}
+
+    provider = section("memory").get("provider")
+    out.append(
+        Check(
+            "hermes",
+            "memory.provider",
+            "ok" if provider == "chronicle" else "fail",
+            "chronicle"
+            if provider == "chronicle"
+            else f"is {provider!r}; set memory.provider: chronicle",
+        )
+    )
+    engine = section("context").get("engine")
+    out.append(
+        Check(
+            "hermes",
+            "context.engine",
+            "ok" if engine == "chronicle" else "fail",
+            "chronicle"
+            if engine == "chronicle"
+            else f"is {engine!r}; set context.engine: chronicle (else Hermes uses its built-in compressor)",
+        )
+    )
+    enabled = section("plugins").get("enabled") or []
+    out.append(
+        Check(
+            "hermes",
+            "plugins.enabled",
+            "ok" if "chronicle" in enabled else "fail",
+            "lists chronicle"
+            if "chronicle" in enabled
+            else "does not list chronicle; run `hermes plugins enable chronicle`",
+        )
+    )
+    window = section("model").get("context_length")
+    if window is not None:
+        try:
+            small = int(window) < MIN_CONTEXT
+        except (TypeError, ValueError):
+            small = True
+        out.append(
+            Check(
+                "hermes",
+                "model.context_length",
+                "fail" if small else "ok",
+                f"{window}" + (f"; Hermes refuses windows under {MIN_CONTEXT}" if small else ""),
+            )
+        )
+    if home is not None:
+        manifest = Path(home) / "plugins" / "chronicle" / "plugin.yaml"
+        if manifest.exists():
+            try:
+                kind = (yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}).get("kind")
+            except (OSError, yaml.YAMLError) as exc:
+                kind = f"unreadable ({exc})"
+            out.append(
+                Check(
+                    "hermes",
+                    "plugin.yaml kind",
+                    "ok" if kind == "standalone" else "fail",
+                    "standalone"
+                    if kind == "standalone"
+                    else f"is {kind!r}; must be standalone or the context engine never registers "
+                    "(reinstall: `hermes plugins install ... --force`)",
+                )
+            )
+        else:
+            out.append(
+                Check(
+                    "hermes",
+                    "plugin installed",
+                    "warn",
+                    f"{manifest.parent} not found; install with "
+                    "`hermes plugins install <repo url> --enable`",
+                )
+            )
+    return out
+
+
+# -- egress ------------------------------------------------------------------------------------
+
+
+def _egress_checks(s: Session) -> list[Check]:
+    """Which configured destinations Chronicle would call, and which it refuses."""
+    config = s.config
+    egress = [k for k in KEYS if k.path.startswith(("egress.", "summarizer.", "model."))]
+    if not egress:
+        return [
+            Check(
+                "egress",
+                "outbound calls",
+                "ok",
+                "none: this build makes no network calls (summaries are extractive, on this machine)",
+            )
+        ]
+    return [Check("egress", k.path, "ok", f"{config.values.get(k.path)!r}") for k in egress]

@@ -1,0 +1,407 @@
+"""`chronicle demo`: the main job, offline, in seconds, through the real plugin.
+
+Invariant: the demo is a small host that calls the plugin the way Hermes 0.19.0 does, in the
+same order (register with both loaders' contexts, deepcopy the engine, update_model,
+on_session_start, initialize, then per turn on_turn_start / prefetch / should_compress / compress /
+update_from_response / sync_turn / queue_prefetch, and the compaction boundary: on_session_end on
+both slots, a new session id, on_session_start(boundary_reason="compression") and
+on_session_switch(reason="compression")). It keeps every message it sent, so the expand at the
+end is checked byte for byte against what the host really held.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from ..capture.events import HANDOFF_MARKER
+from .app import CommandFailed, Exit, Outcome, Session
+from .commands._optional import maybe
+from .demo_chat import NEEDLE, NEEDLE_QUERY, turns
+
+__all__ = ["run_demo"]
+
+CONTEXT_LENGTH = 65_536
+HANDOFF_LINES = 14
+SYSTEM_PROMPT = "You are Hermes Agent. " * 200  # stands in for Hermes' own system prompt
+COMPRESSION = {"threshold": 0.75, "target_ratio": 0.25, "protect_first_n": 1, "protect_last_n": 6}
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    return (len(SYSTEM_PROMPT) + len(json.dumps(messages, ensure_ascii=False))) // 4
+
+
+def load_plugin() -> ModuleType:
+    """The plugin package from this checkout, imported as Hermes' general loader imports it."""
+    import chronicle_engine
+
+    root = Path(chronicle_engine.__file__).resolve().parent.parent
+    if not (root / "plugin.yaml").exists() or not (root / "__init__.py").exists():
+        raise CommandFailed(
+            "the demo runs the plugin's own adapters, which live at the root of a Chronicle "
+            "checkout; install it editable from a clone (pip install -e .) and run it again",
+            Exit.UNAVAILABLE,
+        )
+    name = "chronicle_demo_plugin"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Slots:
+    """Both loaders' registration surfaces at once."""
+
+    def __init__(self) -> None:
+        self.provider: Any = None
+        self.engine: Any = None
+
+    def register_memory_provider(self, provider: Any) -> None:
+        self.provider = provider
+
+    def register_context_engine(self, engine: Any) -> None:
+        self.engine = engine
+
+
+@dataclass
+class Compaction:
+    turn: int
+    old_session: str
+    new_session: str
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass
+class DemoHost:
+    home: Path
+    provider: Any
+    engine: Any
+    session_id: str = "demo_0001"
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    sent: list[dict[str, Any]] = field(default_factory=list)  # every message, as first held
+    compactions: list[Compaction] = field(default_factory=list)
+    prefetched: list[tuple[int, str]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # one per model call
+    _sessions: int = 1
+    _turn: int = 0
+
+    def start(self) -> None:
+        self.engine.update_model(
+            model="demo-model",
+            context_length=CONTEXT_LENGTH,
+            base_url="",
+            api_key="",
+            provider="demo",
+            api_mode="chat_completions",
+        )
+        self.engine.on_session_start(
+            self.session_id,
+            hermes_home=str(self.home),
+            platform="cli",
+            model="demo-model",
+            context_length=CONTEXT_LENGTH,
+            conversation_id=None,
+        )
+        self.provider.initialize(
+            self.session_id, hermes_home=str(self.home), platform="cli", agent_context="primary"
+        )
+
+    def _append(self, message: dict[str, Any]) -> None:
+        self.sent.append(copy.deepcopy(message))
+        self.messages.append(message)
+
+    def _maybe_compress(self, turn: int, tokens: int) -> None:
+        if not self.engine.should_compress(tokens):
+            return
+        before = list(self.messages)
+        compressed = self.engine.compress(copy.deepcopy(before), current_tokens=tokens)
+        if not compressed or compressed == before:
+            return
+        self.provider.on_session_end(before)
+        self.engine.on_session_end(self.session_id, before)
+        old = self.session_id
+        self._sessions += 1
+        self.session_id = f"demo_{self._sessions:04d}"
+        self.messages = compressed
+        self.engine.on_session_start(
+            self.session_id,
+            boundary_reason="compression",
+            old_session_id=old,
+            platform="cli",
+            conversation_id=None,
+        )
+        self.provider.on_session_switch(
+            self.session_id, parent_session_id=old, reset=False, reason="compression"
+        )
+        self.compactions.append(
+            Compaction(
+                turn,
+                old,
+                self.session_id,
+                len(before),
+                len(compressed),
+                tokens,
+                _tokens(compressed),
+            )
+        )
+
+    def _respond(self, prompt_tokens: int, text: str) -> None:
+        self.calls.append(
+            {
+                "turn": self._turn,
+                "tokens": prompt_tokens,
+                "uncompacted_tokens": _tokens(self.sent),
+                "compacted": bool(self.compactions and self.compactions[-1].turn == self._turn),
+            }
+        )
+        completion = max(1, len(text) // 4)
+        self.engine.update_from_response(
+            {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion,
+                "total_tokens": prompt_tokens + completion,
+            }
+        )
+
+    def turn(
+        self,
+        number: int,
+        user: dict[str, Any],
+        steps: tuple[dict[str, Any], ...],
+        answer: dict[str, Any],
+    ) -> None:
+        text = user["content"]
+        self._turn = number
+        self.provider.on_turn_start(number, text)
+        recalled = self.provider.prefetch(text, session_id="")
+        if recalled:
+            self.prefetched.append((number, recalled))
+        self._append(user)
+        self._maybe_compress(number, _tokens(self.messages))
+        for step in steps:
+            if step["role"] == "assistant":
+                self._respond(_tokens(self.messages), "")
+            self._append(step)
+        self._maybe_compress(number, _tokens(self.messages))
+        self._respond(_tokens(self.messages), answer["content"])
+        self._append(answer)
+        self.provider.sync_turn(
+            text, answer["content"], session_id=self.session_id, messages=self.messages
+        )
+        self.provider.queue_prefetch(text, session_id=self.session_id)
+
+    def tool(self, slot: Any, name: str, args: dict[str, Any], **kwargs: Any) -> Any:
+        return json.loads(slot.handle_tool_call(name, args, **kwargs))
+
+    def expand(self, section_id: str) -> list[dict[str, Any]]:
+        """The agent's own tool, through the engine, every page of it (bounded)."""
+        messages: list[dict[str, Any]] = []
+        page = 1
+        for _ in range(1000):
+            result = self.tool(
+                self.engine,
+                "chronicle_expand",
+                {"section_id": section_id, "page": page, "page_size": 200},
+                messages=self.messages,
+            )
+            if "error" in result:
+                raise CommandFailed(f"chronicle_expand failed: {result['error']}", Exit.FAILED)
+            messages += [m["message"] for m in result.get("messages", [])]
+            nxt = result.get("next")
+            if not nxt:
+                break
+            page = int(nxt["page"])
+        return messages
+
+
+def run_demo(s: Session) -> Outcome:
+    keep = getattr(s.args, "db", None)
+    work = Path(tempfile.mkdtemp(prefix="chronicle-demo-"))
+    db = Path(keep).expanduser().resolve() if keep else work / "chronicle" / "chronicle.db"
+    # Hermes runs with HERMES_HOME set; the demo sets a throwaway one, never touching ~/.hermes.
+    saved = os.environ.get("HERMES_HOME")
+    os.environ["HERMES_HOME"] = str(work)
+    try:
+        return _run(s, work, db)
+    finally:
+        from ..core import ChronicleCore
+
+        for core in ChronicleCore.open_cores():
+            path = Path(core.db_path)
+            if path.is_relative_to(work) or path == db:
+                core.shutdown()
+        if saved is None:
+            os.environ.pop("HERMES_HOME", None)
+        else:
+            os.environ["HERMES_HOME"] = saved
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(s: Session, home: Path, db: Path) -> Outcome:
+    (home / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "memory": {"provider": "chronicle"},
+                "context": {"engine": "chronicle"},
+                "plugins": {"enabled": ["chronicle"]},
+                "compression": COMPRESSION,
+                "chronicle": {"db_path": str(db)},
+            }
+        ),
+        encoding="utf-8",
+    )
+    plugin = load_plugin()
+    slots = _Slots()
+    plugin.register(slots)
+    if slots.provider is None or slots.engine is None:
+        raise CommandFailed(
+            "this build's plugin did not register both slots (memory provider and context "
+            "engine); the demo needs both",
+            Exit.UNAVAILABLE,
+        )
+    host = DemoHost(home, slots.provider, copy.deepcopy(slots.engine))
+    host.start()
+    for t in turns():
+        host.turn(t.number, t.user, t.steps, t.answer)
+
+    from ..core import ChronicleCore
+
+    core = ChronicleCore.get(db)
+    lineage = core.sessions.lineage(host.session_id)
+    chronicle_name = core.sessions.chronicle_name(host.session_id)
+    chronicle = core.chronicle(chronicle_name)
+    sections = chronicle.current()
+    handoff = next(
+        (m for m in host.messages if str(m.get("content") or "").startswith(HANDOFF_MARKER)), None
+    )
+    recall = maybe(lambda: core.recall)
+    hits = (
+        recall.search(NEEDLE_QUERY, session_id=host.session_id, limit=3)
+        if recall is not None
+        else []
+    )
+    first = sections[0] if sections else None
+    expanded: list[dict[str, Any]] = []
+    if first is not None:
+        expanded = host.expand(first.anchor.section_id)
+    originals = [json.dumps(m, ensure_ascii=False) for m in host.sent]
+    restored = [json.dumps(m, ensure_ascii=False) for m in expanded]
+    identical = bool(restored) and any(
+        originals[i : i + len(restored)] == restored
+        for i in range(len(originals) - len(restored) + 1)
+    )
+    needle_found = (
+        any(NEEDLE.split(";")[1].strip() in json.dumps(h) for h in hits) if hits else False
+    )
+
+    expand_info: dict[str, Any] = {
+        "section": first.anchor.section_id if first else None,
+        "messages": len(restored),
+        "bytes": sum(len(r.encode()) for r in restored),
+        "identical": identical,
+    }
+    data: dict[str, Any] = {
+        "turns": len(list(turns())),
+        "messages_sent": len(host.sent),
+        "messages_in_context": len(host.messages),
+        "compactions": [c.__dict__ for c in host.compactions],
+        "handoff": handoff.get("content") if handoff else None,
+        "lineage": lineage,
+        "chronicle": chronicle_name,
+        "sections": [
+            {
+                "id": x.anchor.section_id,
+                "from_seq": x.anchor.from_seq,
+                "to_seq": x.anchor.to_seq,
+                "prose": x.prose,
+            }
+            for x in sections
+        ],
+        "search": {"query": NEEDLE_QUERY, "hits": hits, "found": needle_found},
+        "expand": expand_info,
+        "prefetched_turns": [n for n, _ in host.prefetched],
+    }
+    ok = len(host.compactions) >= 2 and handoff is not None and identical and bool(sections)
+
+    def draw(console: Console) -> None:
+        console.rule(
+            "[bold]Chronicle demo[/]: a scripted long chat through the real plugin, offline"
+        )
+        console.print(
+            f"{len(list(turns()))} turns, {len(host.sent)} messages sent; context window "
+            f"{CONTEXT_LENGTH:,} tokens; Chronicle compacts above "
+            f"{int(getattr(host.engine, 'threshold_tokens', 0)):,} tokens"
+        )
+        t = Table(title="Compactions", title_justify="left")
+        for col in ("turn", "session", "messages", "tokens"):
+            t.add_column(col)
+        for c in host.compactions:
+            t.add_row(
+                str(c.turn),
+                f"{c.old_session} → {c.new_session}",
+                f"{c.messages_before} → {c.messages_after}",
+                f"{c.tokens_before:,} → {c.tokens_after:,}",
+            )
+        console.print(t)
+        if handoff is not None:
+            lines = str(handoff["content"]).splitlines()
+            shown = "\n".join(lines[:HANDOFF_LINES])
+            if len(lines) > HANDOFF_LINES:
+                shown += f"\n… ({len(lines) - HANDOFF_LINES} more lines)"
+            console.print(
+                Panel(shown, title="the handoff the model sees now (start)", expand=False),
+                soft_wrap=False,
+            )
+        t = Table(
+            title="Chronicle sections (each cites the seq range it covers)", title_justify="left"
+        )
+        t.add_column("section")
+        t.add_column("seqs", justify="right")
+        t.add_column("prose", overflow="fold")
+        for x in sections:
+            prose = " ".join(x.prose.split())
+            t.add_row(
+                x.anchor.section_id,
+                f"{x.anchor.from_seq}..{x.anchor.to_seq}",
+                prose[:160] + ("…" if len(prose) > 160 else ""),
+            )
+        console.print(t)
+        if recall is None:
+            console.print("[bold]search[/]: this build has no recall subsystem yet")
+        else:
+            console.print(f"[bold]search[/] {NEEDLE_QUERY!r}: {len(hits)} hits; top hit:")
+        if hits:
+            console.print(json.dumps(hits[0], ensure_ascii=False, default=str)[:400])
+        verdict = "[bold green]identical[/]" if identical else "[bold red]DIFFERENT[/]"
+        console.print(
+            f"[bold]expand[/] {expand_info['section']}: {len(restored)} original messages, "
+            f"{expand_info['bytes']:,} bytes (via the agent's chronicle_expand tool) — byte for "
+            f"byte {verdict} to what the host sent"
+        )
+        if restored:
+            console.print(f"  first: {restored[0][:200]}")
+
+    return Outcome(data, draw, Exit.OK if ok else Exit.FAILED)

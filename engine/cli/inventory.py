@@ -1,0 +1,86 @@
+"""Read-only counts for the `chronicle` command: what a database holds, at a glance.
+
+Invariant: only reads, through the store's reading connection; never writes, never decodes
+payloads (so an event type this build does not know still counts).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..log.store import SQLiteEventStore, sqlite_errors
+
+__all__ = ["file_sizes", "event_counts", "session_rows", "chronicle_rows", "has_table"]
+
+
+def file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(f"{path}{suffix}")
+        if p.exists():
+            out[p.name] = p.stat().st_size
+    return out
+
+
+def has_table(store: SQLiteEventStore, name: str) -> bool:
+    with sqlite_errors("reading the schema"), store.reading() as conn:
+        row = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+    return row is not None
+
+
+def event_counts(store: SQLiteEventStore) -> list[dict[str, Any]]:
+    with sqlite_errors("counting events"), store.reading() as conn:
+        rows = conn.execute(
+            "SELECT namespace, type, COUNT(*), MIN(seq), MAX(seq) FROM events"
+            " GROUP BY namespace, type ORDER BY namespace, type"
+        ).fetchall()
+    return [
+        {"namespace": ns, "type": t, "count": n, "first_seq": lo, "last_seq": hi}
+        for ns, t, n, lo, hi in rows
+    ]
+
+
+def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[dict[str, Any]]:
+    """Sessions seen in the log, most recent first."""
+    sql = (
+        "SELECT session, COUNT(*), MIN(seq), MAX(seq), MIN(created_at), MAX(created_at)"
+        " FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(seq) DESC"
+    )
+    params: tuple[Any, ...] = ()
+    if limit is not None:
+        sql += " LIMIT ?"
+        params = (limit,)
+    with sqlite_errors("listing sessions"), store.reading() as conn:
+        rows = conn.execute(sql, params).fetchall()
+    return [
+        {
+            "session": s,
+            "events": n,
+            "first_seq": lo,
+            "last_seq": hi,
+            "started": t0,
+            "last_active": t1,
+        }
+        for s, n, lo, hi, t0, t1 in rows
+    ]
+
+
+def chronicle_rows(store: SQLiteEventStore) -> list[dict[str, Any]]:
+    """Each chronicle in the database with its section counts and the seq it is folded through."""
+    if not has_table(store, "sections"):
+        return []
+    with sqlite_errors("listing chronicles"), store.reading() as conn:
+        rows = conn.execute(
+            "SELECT s.chronicle, COUNT(*),"
+            " SUM(CASE WHEN NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle ="
+            " s.chronicle AND nx.supersedes = s.section_id) THEN 1 ELSE 0 END),"
+            " MAX(s.to_seq) FROM sections s GROUP BY s.chronicle ORDER BY s.chronicle"
+        ).fetchall()
+    return [
+        {"chronicle": name, "sections": n, "current": cur, "through_seq": hi}
+        for name, n, cur, hi in rows
+    ]

@@ -1,0 +1,374 @@
+"""The recall fold: captured messages, beliefs and the memory tools' events, projected into the
+tables search reads.
+
+Invariants:
+- Deterministic: the same log gives the same rows, ids and index (no clock, no model, no
+  randomness), so `Projector.rebuild("recall")` reproduces exactly what incremental folding built.
+- Indexes only masked text: a message's `text` (credentials masked by capture, and again here),
+  never the wire message.
+- Beliefs come from the person's own words only: `person_text` of a message whose speaker is the
+  person, in the primary agent context.
+- Nothing is updated in place. A belief that changes gets a new row naming the one it
+  supersedes; forgetting lists the item in `recall_hidden` and takes it out of its index.
+- A memory-tool event only touches memory of its own user and profile.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..capture.events import NAMESPACE as CHAT
+from ..log.store import StoredEvent
+from .beliefs import Claim, extract, norm_key, norm_value
+from .events import NAMESPACE as RECALL
+from .redact import mask
+from .schema import create_message_index, message_index
+
+__all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
+
+FOLD_NAME = "recall"
+
+_CURRENT = "NOT EXISTS (SELECT 1 FROM recall_beliefs nx WHERE nx.supersedes = b.id)"
+
+
+def parse_time(text: str | None) -> float:
+    if not text:
+        return 0.0
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def scope_number(
+    conn: sqlite3.Connection, user_id: str | None, profile: str | None, *, create: bool = False
+) -> int | None:
+    """The partition number of (user, profile); with `create`, made (with its index) if new."""
+    key = (user_id or "", profile or "")
+    row = conn.execute(
+        "SELECT n FROM recall_scopes WHERE user_id = ? AND profile = ?", key
+    ).fetchone()
+    if row is not None:
+        return int(row[0])
+    if not create:
+        return None
+    cur = conn.execute("INSERT INTO recall_scopes(user_id, profile) VALUES (?, ?)", key)
+    n = int(cur.lastrowid or 0)
+    create_message_index(conn, n)
+    return n
+
+
+def current_belief(conn: sqlite3.Connection, belief_id: str) -> str:
+    """Follow supersession forward to the belief that now stands for `belief_id`'s subject."""
+    seen = belief_id
+    for _ in range(10_000):  # a chain is acyclic by construction; the bound only guards a bug
+        row = conn.execute("SELECT id FROM recall_beliefs WHERE supersedes = ?", (seen,)).fetchone()
+        if row is None:
+            return seen
+        seen = row[0]
+    return seen
+
+
+def _short_name(message: Any) -> str:
+    name = message.get("name") if isinstance(message, dict) else None
+    if isinstance(name, str) and 0 < len(name) <= 64:
+        return mask(name)
+    return ""
+
+
+class RecallFold:
+    """Folds chat and memory-tool events into recall's tables."""
+
+    name = FOLD_NAME
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        # The projector reads positions before its transaction opens; another thread or process
+        # may have folded this batch meanwhile. The position read here, inside it, is the truth.
+        row = conn.execute(
+            "SELECT position FROM fold_positions WHERE fold = ?", (self.name,)
+        ).fetchone()
+        done = int(row[0]) if row else 0
+        for event in events:
+            if event.seq <= done:
+                continue
+            env = event.envelope
+            if env.namespace == CHAT and env.type == "MessageCaptured":
+                self._message(conn, event)
+            elif env.namespace == RECALL:
+                if env.type == "MemoryRemembered":
+                    self._remembered(conn, event)
+                elif env.type == "MemoryForgotten":
+                    self._forgotten(conn, event)
+                elif env.type == "MemoryCorrected":
+                    self._corrected(conn, event)
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        for (n,) in conn.execute("SELECT n FROM recall_scopes").fetchall():
+            conn.execute(f"DROP TABLE IF EXISTS {message_index(n)}")
+        for table in (
+            "recall_corrections",
+            "recall_belief_sources",
+            "recall_beliefs",
+            "recall_hidden",
+            "recall_messages",
+            "recall_scopes",
+            "recall_vectors",
+        ):
+            conn.execute(f"DELETE FROM {table}")
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def _message(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        p = event.payload
+        env = event.envelope
+        text = p.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return
+        scope = scope_number(conn, p.get("user_id"), p.get("profile"), create=True)
+        assert scope is not None
+        speaker = str(p.get("speaker") or "host")
+        agent_context = str(p.get("agent_context") or "primary")
+        person = p.get("person_text") if speaker == "person" else ""
+        person = mask(person) if isinstance(person, str) else ""
+        body = mask(text)
+        name = _short_name(p.get("message"))
+        prev_row = conn.execute(
+            "SELECT MAX(seq) FROM recall_messages WHERE session IS ? AND seq < ?",
+            (env.session, env.seq),
+        ).fetchone()
+        prev = prev_row[0] if prev_row else None
+        conn.execute(
+            "INSERT OR IGNORE INTO recall_messages(seq, scope, session, role, speaker, name,"
+            " agent_context, at, ts, prev, body, person) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                env.seq,
+                scope,
+                env.session,
+                str(p.get("role") or ""),
+                speaker,
+                name,
+                agent_context,
+                env.created_at,
+                parse_time(env.created_at),
+                prev,
+                body,
+                person,
+            ),
+        )
+        self._index(conn, scope, env.seq)
+        if speaker == "person" and agent_context == "primary" and person:
+            for i, claim in enumerate(extract(person)):
+                self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="person")
+
+    @staticmethod
+    def _indexed(conn: sqlite3.Connection, seq: int) -> tuple[str, str, str] | None:
+        row = conn.execute(
+            "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (seq,)
+        ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def _index(self, conn: sqlite3.Connection, scope: int, seq: int) -> None:
+        values = self._indexed(conn, seq)
+        if values is not None:
+            conn.execute(
+                f"INSERT INTO {message_index(scope)}(rowid, name, body, ctx) VALUES (?, ?, ?, ?)",
+                (seq, *values),
+            )
+
+    def _unindex(self, conn: sqlite3.Connection, scope: int, seq: int) -> None:
+        values = self._indexed(conn, seq)
+        if values is not None:
+            table = message_index(scope)
+            conn.execute(
+                f"INSERT INTO {table}({table}, rowid, name, body, ctx) VALUES ('delete', ?, ?, ?, ?)",
+                (seq, *values),
+            )
+
+    def _hide_message(self, conn: sqlite3.Connection, seq: int, by: int) -> None:
+        row = conn.execute("SELECT scope FROM recall_messages WHERE seq = ?", (seq,)).fetchone()
+        if row is None or _hidden(conn, f"m{seq}"):
+            return
+        scope = int(row[0])
+        # The next turn indexes this one's words as its context: take them out of it too.
+        following = [
+            r[0] for r in conn.execute("SELECT seq FROM recall_messages WHERE prev = ?", (seq,))
+        ]
+        self._unindex(conn, scope, seq)
+        for nxt in following:
+            if not _hidden(conn, f"m{nxt}"):
+                self._unindex(conn, scope, nxt)
+        conn.execute(
+            "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)", (f"m{seq}", by)
+        )
+        for nxt in following:
+            if not _hidden(conn, f"m{nxt}"):
+                self._index(conn, scope, nxt)
+        # A belief that only this message stated goes with it.
+        for (belief,) in conn.execute(
+            "SELECT belief FROM recall_belief_sources WHERE seq = ?", (seq,)
+        ).fetchall():
+            sources = [
+                s
+                for (s,) in conn.execute(
+                    "SELECT seq FROM recall_belief_sources WHERE belief = ?", (belief,)
+                )
+            ]
+            if all(_hidden(conn, f"m{s}") for s in sources if _is_message(conn, s)):
+                conn.execute(
+                    "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)",
+                    (belief, by),
+                )
+
+    # -- beliefs ----------------------------------------------------------------------------
+
+    def _believe(
+        self,
+        conn: sqlite3.Connection,
+        scope: int,
+        claim: Claim,
+        belief_id: str,
+        env: Any,
+        *,
+        origin: str,
+        supersedes: str | None = None,
+    ) -> str:
+        if supersedes is None:
+            row = conn.execute(
+                f"SELECT id, value, polarity FROM recall_beliefs b WHERE scope = ? AND kind = ?"
+                f" AND key = ? AND {_CURRENT} ORDER BY rowid DESC LIMIT 1",
+                (scope, claim.kind, claim.key),
+            ).fetchone()
+            if row is not None:
+                same = norm_value(row[1]) == norm_value(claim.value) and row[2] == claim.polarity
+                if same and not _hidden(conn, row[0]):
+                    conn.execute(
+                        "INSERT OR IGNORE INTO recall_belief_sources(belief, seq) VALUES (?, ?)",
+                        (row[0], env.seq),
+                    )
+                    return str(row[0])
+                supersedes = str(row[0])
+        conn.execute(
+            "INSERT OR IGNORE INTO recall_beliefs(id, scope, kind, key, value, polarity, text,"
+            " origin, source_seq, session, at, supersedes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                belief_id,
+                scope,
+                claim.kind,
+                claim.key,
+                mask(claim.value),
+                claim.polarity,
+                mask(f"{claim.label}: {claim.text}"),
+                origin,
+                env.seq,
+                env.session,
+                env.created_at,
+                supersedes,
+            ),
+        )
+        conn.execute(
+            "INSERT OR IGNORE INTO recall_belief_sources(belief, seq) VALUES (?, ?)",
+            (belief_id, env.seq),
+        )
+        return belief_id
+
+    def _remembered(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        p = event.payload
+        text = p.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return
+        scope = scope_number(conn, p.get("user_id"), p.get("profile"), create=True)
+        assert scope is not None
+        note = mask(text.strip())
+        claim = Claim("note", "note " + norm_key(note)[:120], note, 1, note)
+        self._believe(conn, scope, claim, f"b{event.seq}.0", event.envelope, origin="agent")
+
+    def _forgotten(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        p = event.payload
+        target = str(p.get("target") or "")
+        scope = scope_number(conn, p.get("user_id"), p.get("profile"))
+        if scope is None or not target:
+            return
+        if target.startswith("m") and target[1:].isdigit():
+            if _message_scope(conn, int(target[1:])) == scope:
+                self._hide_message(conn, int(target[1:]), event.seq)
+        elif target.startswith("b"):
+            row = conn.execute(
+                "SELECT scope FROM recall_beliefs WHERE id = ?", (target,)
+            ).fetchone()
+            if row is None or int(row[0]) != scope:
+                return
+            conn.execute(
+                "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)",
+                (target, event.seq),
+            )
+            if p.get("include_source"):
+                for (seq,) in conn.execute(
+                    "SELECT seq FROM recall_belief_sources WHERE belief = ?", (target,)
+                ).fetchall():
+                    if _message_scope(conn, seq) == scope:
+                        self._hide_message(conn, seq, event.seq)
+        elif target.startswith("s:"):
+            conn.execute(
+                "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)",
+                (target, event.seq),
+            )
+
+    def _corrected(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+        p = event.payload
+        target = str(p.get("target") or "")
+        text = p.get("text")
+        scope = scope_number(conn, p.get("user_id"), p.get("profile"))
+        if scope is None or not isinstance(text, str) or not text.strip():
+            return
+        env = event.envelope
+        if target.startswith("b"):
+            row = conn.execute(
+                "SELECT scope FROM recall_beliefs WHERE id = ?", (target,)
+            ).fetchone()
+            if row is None or int(row[0]) != scope:
+                return
+            current = current_belief(conn, target)
+            old = conn.execute(
+                "SELECT kind, key, polarity FROM recall_beliefs WHERE id = ?", (current,)
+            ).fetchone()
+            kind, key, polarity = old[0], old[1], int(old[2])
+            said = [c for c in extract(text) if c.kind == kind and c.key == key]
+            if said:
+                claim = Claim(kind, key, said[0].value, said[0].polarity, text.strip())
+            else:
+                claim = Claim(kind, key, text.strip(), polarity, text.strip())
+            self._believe(
+                conn, scope, claim, f"b{env.seq}.0", env, origin="correction", supersedes=current
+            )
+        elif target.startswith("m") and target[1:].isdigit():
+            if _message_scope(conn, int(target[1:])) != scope:
+                return
+            note = Claim("fact", f"correction {target}", text.strip(), 1, text.strip())
+            belief = self._believe(conn, scope, note, f"b{env.seq}.0", env, origin="correction")
+            conn.execute(
+                "INSERT OR IGNORE INTO recall_corrections(target, belief) VALUES (?, ?)",
+                (target, belief),
+            )
+            for i, claim in enumerate(extract(text), start=1):
+                self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="correction")
+
+
+def _hidden(conn: sqlite3.Connection, target: str) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM recall_hidden WHERE target = ?", (target,)).fetchone()
+        is not None
+    )
+
+
+def _is_message(conn: sqlite3.Connection, seq: int) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM recall_messages WHERE seq = ?", (seq,)).fetchone() is not None
+    )
+
+
+def _message_scope(conn: sqlite3.Connection, seq: int) -> int | None:
+    row = conn.execute("SELECT scope FROM recall_messages WHERE seq = ?", (seq,)).fetchone()
+    return int(row[0]) if row else None

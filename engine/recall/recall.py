@@ -1,0 +1,784 @@
+"""Recall: what was captured comes back when it is useful, scoped to its user, with provenance.
+
+`core.recall` is this class. It keeps recall's projection (the recall fold) caught up with the log
+before every read, and answers:
+- `search` (chronicle_search): full text over messages, beliefs and sections, optionally fused
+  with vectors from a local embedding server;
+- `prefetch` / `queue_prefetch`: per-turn memory behind the relevance gate, never from the
+  conversation already in the window, never for a scheduled job's turn;
+- `answer` (chronicle_answer): evidence with citations, or an abstention;
+- `remember`, `forget`, `correct`: the memory tools, each written to the log as an event.
+
+Invariants: nothing here raises into the host from prefetch or queue_prefetch (they log once and
+return nothing); the one user's memory is never read for another (see search.py); every text
+that leaves goes through `redact.mask`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..capture.events import register_capture_events
+from ..errors import ChronicleError, StoreBusy, UsageError
+from ..log.projector import Projector
+from ..log.store import sqlite_errors
+from .events import (
+    MemoryCorrected,
+    MemoryForgotten,
+    MemoryRemembered,
+    register_recall_events,
+)
+from .fold import RecallFold, scope_number
+from .gate import gate_words, passes
+from .redact import mask
+from .schema import MIGRATIONS
+from .search import (
+    BELIEF_VISIBLE,
+    Hit,
+    MessageRow,
+    MessageSearch,
+    fuse,
+    message_hit,
+    message_rows,
+    rank_beliefs,
+    rank_sections,
+    with_text,
+)
+from .settings import Tuning
+from .text import content_words, tokens
+from .vectors import Embedder, cosine, pack, unpack
+
+if TYPE_CHECKING:
+    from ..core import ChronicleCore
+    from ..tools import ToolSpec
+
+__all__ = ["Recall", "SCOPES"]
+
+log = logging.getLogger("chronicle_engine.recall")
+
+SCOPES = ("all", "session", "messages", "beliefs", "sections")
+_PREFETCH_TTL_S = 120.0
+_MAX_QUERY_WORDS = 24
+
+
+@dataclass
+class LiveSession:
+    """What the memory-provider slot knows about a live session (Hermes passes none of it to
+    prefetch, so the slot tells recall once and recall remembers)."""
+
+    session_id: str
+    user_id: str | None = None
+    profile: str | None = None
+    agent_context: str | None = None
+    platform: str | None = None
+
+
+class Recall:
+    """Search, per-turn memory, answers and the memory tools for one core."""
+
+    TOOLS: ClassVar[Sequence[ToolSpec]]
+
+    def __init__(self, core: ChronicleCore) -> None:
+        self.core = core
+        register_capture_events(core.types)
+        register_recall_events(core.types)
+        core.store.migrate(MIGRATIONS)
+        self.tuning = Tuning.from_config(core.config)
+        self.fold = RecallFold()
+        self.projector = Projector(core.store, core.reader, [self.fold])
+        self.embedder = Embedder.from_config(core.config)
+        self._messages = MessageSearch(self.tuning)
+        self._fold_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._prefetched: dict[tuple[str, str], tuple[float, str]] = {}
+        self._live: dict[str, LiveSession] = {}
+        self._last_live = ""
+        self._warned: set[str] = set()
+
+    # -- keeping up with the log ---------------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Fold whatever the log gained since the last read. A busy store is not an error: the
+        read goes on with what is already indexed."""
+        try:
+            with self._fold_lock:
+                return self.projector.catch_up()
+        except StoreBusy:
+            log.debug("chronicle recall: store busy, searching what is already indexed")
+            return 0
+
+    def rebuild(self) -> int:
+        """Drop recall's projection and fold the whole log again (same rows, same ids)."""
+        with self._fold_lock:
+            count = self.projector.rebuild(self.fold.name)
+        self._clear_caches()
+        return count
+
+    def note_session(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
+    ) -> None:
+        """The slot's word on who a live session belongs to and what kind of turn it runs."""
+        if not session_id:
+            return
+        with self._state_lock:
+            self._live[session_id] = LiveSession(
+                session_id, user_id, profile, agent_context, platform
+            )
+            self._last_live = session_id
+
+    def _clear_caches(self) -> None:
+        with self._state_lock:
+            self._prefetched.clear()
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        log.warning(message, *args)
+
+    # -- who and where -------------------------------------------------------------------------
+
+    def _who(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str | None,
+        user_id: str | None,
+        profile: str | None,
+    ) -> tuple[str | None, str | None]:
+        """The (user, profile) a call acts for: explicit arguments, else the session's own."""
+        if user_id is not None or profile is not None:
+            return user_id, profile
+        if session_id:
+            row = conn.execute(
+                "SELECT s.user_id, s.profile FROM recall_messages m JOIN recall_scopes s"
+                " ON s.n = m.scope WHERE m.session = ? ORDER BY m.seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            if row is not None:
+                return row[0] or None, row[1] or None
+            live = self._live.get(session_id)
+            if live is not None:
+                return live.user_id, live.profile
+        return None, None
+
+    def _scope(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str | None,
+        user_id: str | None,
+        profile: str | None,
+    ) -> int | None:
+        user, prof = self._who(conn, session_id, user_id, profile)
+        return scope_number(conn, user, prof)
+
+    def lineage(self, session_id: str) -> list[str]:
+        """Every session id of the conversation `session_id` belongs to (itself when the session
+        tree is not available)."""
+        if not session_id:
+            return []
+        try:
+            found = list(self.core.sessions.lineage(session_id))
+        except ImportError:
+            return [session_id]
+        except Exception as exc:  # the tree is another subsystem: degrade, do not fail a read
+            self._warn_once("lineage", "chronicle recall: session lineage unavailable (%s)", exc)
+            return [session_id]
+        return found or [session_id]
+
+    def _chronicle_name(self, session_id: str) -> str | None:
+        try:
+            return str(self.core.sessions.chronicle_name(session_id))
+        except ImportError:
+            return None
+        except Exception as exc:
+            self._warn_once("chronicle_name", "chronicle recall: no chronicle name (%s)", exc)
+            return None
+
+    def window(self, session_id: str) -> tuple[set[str], int]:
+        """The live conversation's sessions and the seq its compacted part ends at: its messages
+        after that seq are in the model's window already."""
+        if not session_id:
+            return set(), 0
+        lineage = set(self.lineage(session_id))
+        name = self._chronicle_name(session_id)
+        through = 0
+        if name is not None:
+            try:
+                through = self.core.chronicle(name).consolidated_through()
+            except ChronicleError as exc:
+                self._warn_once("through", "chronicle recall: no compaction boundary (%s)", exc)
+        return lineage, through
+
+    # -- search --------------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        scope: str = "all",
+        user_id: str | None = None,
+        profile: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """chronicle_search: ranked results as JSON-ready dicts, each citing its seq (and section
+        id), session and time."""
+        return [
+            h.as_dict()
+            for h in self.hits(
+                query,
+                session_id=session_id,
+                scope=scope,
+                user_id=user_id,
+                profile=profile,
+                limit=limit,
+            )
+        ]
+
+    def hits(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        scope: str = "all",
+        user_id: str | None = None,
+        profile: str | None = None,
+        limit: int | None = None,
+        keep_message: Callable[[MessageRow], bool] | None = None,
+        keep_belief: Callable[[Hit], bool] | None = None,
+        belief_origins: Sequence[str] | None = None,
+        use_vectors: bool = True,
+    ) -> list[Hit]:
+        if scope not in SCOPES:
+            raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+        limit = max(1, min(int(limit or self.tuning.limit), 100))
+        query = query if isinstance(query, str) else str(query)
+        words = content_words(query) or [w for w in tokens(query) if len(w) > 1]
+        words = words[:_MAX_QUERY_WORDS]
+        if not words:
+            return []
+        query_tokens = set(tokens(query))
+        self.catch_up()
+        query_vector = self._query_vector(query) if use_vectors else None
+        with sqlite_errors("searching memory"), self.core.store.reading() as conn:
+            n = self._scope(conn, session_id, user_id, profile)
+            if n is None:
+                return []
+            lineage: set[str] | None = None
+            chronicles: set[str] | None = None
+            if scope == "session":
+                lineage = set(self.lineage(session_id or ""))
+                name = self._chronicle_name(session_id or "") if session_id else None
+                chronicles = {name} if name else set()
+
+            def keep_row(row: MessageRow) -> bool:
+                if lineage is not None and row.session not in lineage:
+                    return False
+                return keep_message is None or keep_message(row)
+
+            def keep_hit(hit: Hit) -> bool:
+                if lineage is not None and hit.session not in lineage:
+                    return False
+                return keep_belief is None or keep_belief(hit)
+
+            lists: list[tuple[float, Sequence[Hit]]] = []
+            if scope in ("all", "session", "messages"):
+                found = self._messages.rank(
+                    conn, n, words, query_tokens, keep=keep_row, limit=limit
+                )
+                if query_vector is not None:
+                    nearest = self._nearest(conn, n, query_vector, keep_row, limit)
+                    if nearest:
+                        found = fuse(
+                            [(1.0, found), (1.0, nearest)], k=self.tuning.rrf_k, limit=limit
+                        )
+                lists.append((1.0, found))
+            if scope in ("all", "session", "beliefs"):
+                lists.append(
+                    (
+                        1.0,
+                        rank_beliefs(
+                            conn, n, words, limit=limit, keep=keep_hit, origins=belief_origins
+                        ),
+                    )
+                )
+            if scope in ("all", "session", "sections"):
+                lists.append(
+                    (0.9, rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
+                )
+        if len(lists) == 1:
+            return list(lists[0][1])[:limit]
+        return fuse(lists, k=self.tuning.rrf_k, limit=limit)
+
+    # -- vectors -------------------------------------------------------------------------------
+
+    def _query_vector(self, query: str) -> list[float] | None:
+        if self.embedder is None or not self.embedder.available:
+            return None
+        got = self.embedder.embed([query])
+        return got[0] if got else None
+
+    def _nearest(
+        self,
+        conn: sqlite3.Connection,
+        scope: int,
+        vector: list[float],
+        keep: Callable[[MessageRow], bool],
+        limit: int,
+    ) -> list[Hit]:
+        assert self.embedder is not None
+        rows = conn.execute(
+            "SELECT seq, vec FROM recall_vectors WHERE scope = ? AND model = ?"
+            " ORDER BY seq DESC LIMIT ?",
+            (scope, self.embedder.model, self.tuning.vector_scan),
+        ).fetchall()
+        scored = sorted(((cosine(vector, unpack(blob)), seq) for seq, blob in rows), reverse=True)
+        top = scored[: limit * 3]
+        found = message_rows(conn, [seq for _, seq in top])
+        hits = [
+            message_hit(found[seq], sim) for sim, seq in top if seq in found and keep(found[seq])
+        ]
+        return hits[:limit]
+
+    def embed_pending(self, limit: int = 64) -> int:
+        """Embed up to `limit` messages that have no vector yet (newest first, then older ones).
+        No-op without an embedding server; never raises. Returns how many were stored."""
+        if self.embedder is None or not self.embedder.available:
+            return 0
+        model = self.embedder.model
+        try:
+            self.catch_up()
+            with self.core.store.reading() as conn:
+                top = conn.execute(
+                    "SELECT max(seq), min(seq) FROM recall_vectors WHERE model = ?", (model,)
+                ).fetchone()
+                hi, lo = top[0] or 0, top[1] or 0
+                rows = conn.execute(
+                    "SELECT seq, scope, body FROM recall_messages m WHERE seq > ?"
+                    " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
+                    " ORDER BY seq LIMIT ?",
+                    (hi, limit),
+                ).fetchall()
+                if len(rows) < limit and lo:
+                    rows += conn.execute(
+                        "SELECT seq, scope, body FROM recall_messages m WHERE seq < ?"
+                        " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
+                        " ORDER BY seq DESC LIMIT ?",
+                        (lo, limit - len(rows)),
+                    ).fetchall()
+            if not rows:
+                return 0
+            vectors = self.embedder.embed([mask(r[2])[:2000] for r in rows])
+            if vectors is None:
+                return 0
+            with self.core.store.atomic() as conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO recall_vectors(target, scope, model, seq, dim, vec)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (f"m{seq}", scope, model, seq, len(vec), pack(vec))
+                        for (seq, scope, _), vec in zip(rows, vectors, strict=True)
+                    ],
+                )
+            return len(rows)
+        except ChronicleError as exc:
+            self._warn_once("embed", "chronicle recall: could not store vectors (%s)", exc)
+            return 0
+        except sqlite3.Error as exc:
+            self._warn_once("embed", "chronicle recall: could not store vectors (%s)", exc)
+            return 0
+
+    # -- per-turn memory -----------------------------------------------------------------------
+
+    def queue_prefetch(self, query: str, *, session_id: str = "", **context: Any) -> None:
+        """Work ahead for the next turn (Hermes calls this after a turn, off the main thread):
+        fold what was just captured, embed a few messages, and cache this query's recall."""
+        try:
+            if session_id and context:
+                self.note_session(session_id, **_live_fields(context))
+            sid = session_id or self._last_live
+            self.catch_up()
+            self.embed_pending(limit=32)
+            text = self._prefetch_now(query, sid)
+            with self._state_lock:
+                now = time.monotonic()
+                self._prefetched = {
+                    k: v for k, v in self._prefetched.items() if now - v[0] < _PREFETCH_TTL_S
+                }
+                self._prefetched[(sid, query.strip())] = (now, text)
+        except Exception as exc:  # a background hook must never raise into the host
+            self._warn_once("queue_prefetch", "chronicle recall: queue_prefetch failed (%s)", exc)
+
+    def prefetch(self, query: str, *, session_id: str = "", **context: Any) -> str:
+        """Memory relevant to the new message, or "" (never raises)."""
+        try:
+            if session_id and context:
+                self.note_session(session_id, **_live_fields(context))
+            sid = session_id or self._last_live
+            with self._state_lock:
+                cached = self._prefetched.pop((sid, (query or "").strip()), None)
+            if cached is not None and time.monotonic() - cached[0] < _PREFETCH_TTL_S:
+                return cached[1]
+            return self._prefetch_now(query, sid)
+        except Exception as exc:
+            self._warn_once("prefetch", "chronicle recall: prefetch failed (%s)", exc)
+            return ""
+
+    def automated(self, session_id: str) -> bool:
+        """Is this session a scheduled job's (cron) run?"""
+        live = self._live.get(session_id)
+        if live is not None and ("cron" in (live.agent_context or "") or live.platform == "cron"):
+            return True
+        if session_id.startswith("cron"):
+            return True
+        with self.core.store.reading() as conn:
+            row = conn.execute(
+                "SELECT agent_context, speaker FROM recall_messages WHERE session = ?"
+                " AND role = 'user' ORDER BY seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+        return row is not None and (row[0] == "cron" or row[1] == "automation")
+
+    def _prefetch_now(self, query: str, session_id: str) -> str:
+        if not isinstance(query, str) or not query.strip():
+            return ""
+        t = self.tuning
+        if session_id and not t.prefetch_automation and self.automated(session_id):
+            return ""
+        message = gate_words(query)
+        if not message:
+            return ""
+        lineage, through = self.window(session_id)
+
+        def in_window(seq: int, session: str | None) -> bool:
+            return session in lineage and seq > through
+
+        person_words: dict[int, set[str]] = {}
+
+        def keep_message(row: MessageRow) -> bool:
+            if row.speaker != "person" or in_window(row.seq, row.session):
+                return False
+            with self.core.store.reading() as conn:
+                with_text(conn, row)
+            if not row.person:
+                return False
+            person_words[row.seq] = gate_words(row.person)
+            return bool(message & person_words[row.seq])
+
+        def keep_belief(hit: Hit) -> bool:
+            sources = hit.extra.get("sources") or []
+            with self.core.store.reading() as conn:
+                sessions = {
+                    seq: s
+                    for seq, s in conn.execute(
+                        f"SELECT seq, session FROM recall_messages WHERE seq IN ({','.join('?' * len(sources))})",
+                        list(sources),
+                    )
+                }
+            return not sources or not all(in_window(s, sessions.get(s)) for s in sources)
+
+        found = self.hits(
+            query,
+            session_id=session_id or None,
+            scope="all",
+            limit=t.prefetch_limit * 4,
+            keep_message=keep_message,
+            keep_belief=keep_belief,
+            belief_origins=("person", "correction"),
+            use_vectors=False,
+        )
+        if not t.prefetch_gate:
+            chosen = found[: t.prefetch_limit]
+        else:
+            chosen = self._gate(query, message, found, person_words)
+        return self._format(chosen)
+
+    def _gate(
+        self, query: str, message: set[str], found: list[Hit], person_words: dict[int, set[str]]
+    ) -> list[Hit]:
+        t = self.tuning
+        out: list[Hit] = []
+        query_vector: list[float] | None = None
+        on_the_spot = 4
+        deadline = time.monotonic() + 1.5
+        for hit in found:
+            if hit.kind == "message" and hit.seq is not None:
+                item = person_words.get(hit.seq, set())
+            else:
+                item = gate_words(
+                    f"{hit.extra.get('key', '')} {hit.extra.get('value', '')} {hit.text}"
+                )
+            shared = len(message & item)
+            similarity: float | None = None
+            vectors = self.embedder is not None and self.embedder.available
+            if 1 <= shared <= 3 and vectors and time.monotonic() < deadline:
+                if query_vector is None:
+                    query_vector = self._query_vector(query)
+                if query_vector is not None:
+                    similarity = self._similarity(hit, query_vector, on_the_spot > 0)
+                    on_the_spot -= 1
+            if passes(
+                message,
+                item,
+                similarity=similarity,
+                min_similarity=t.prefetch_min_similarity,
+                pair_similarity=t.prefetch_pair_similarity,
+            ):
+                out.append(hit)
+            if len(out) == t.prefetch_limit:
+                break
+        return out
+
+    def _similarity(self, hit: Hit, query_vector: list[float], may_embed: bool) -> float | None:
+        assert self.embedder is not None
+        with self.core.store.reading() as conn:
+            row = conn.execute(
+                "SELECT vec FROM recall_vectors WHERE target = ? AND model = ?",
+                (hit.id, self.embedder.model),
+            ).fetchone()
+        if row is not None:
+            return cosine(query_vector, unpack(row[0]))
+        if not may_embed:
+            return None
+        got = self.embedder.embed([hit.text[:2000]])
+        return cosine(query_vector, got[0]) if got else None
+
+    def _format(self, hits: list[Hit]) -> str:
+        if not hits:
+            return ""
+        lines = [
+            "Chronicle recalled this from earlier conversations (ids work with chronicle_search):"
+        ]
+        budget = self.tuning.prefetch_max_chars - len(lines[0])
+        for hit in hits:
+            day = (hit.time or "")[:10]
+            if hit.kind == "belief":
+                line = f"- [{hit.id}{' · ' + day if day else ''}] {hit.text}"
+            elif hit.kind == "section":
+                line = f"- [{hit.id} · seq {hit.extra.get('seq_range')}] {hit.text}"
+            else:
+                who = hit.extra.get("name") or "the user"
+                line = f"- [{hit.id}{' · ' + day if day else ''}] {who} said: {hit.text}"
+            line = mask(line)
+            if len(line) > budget:
+                if budget > 80:
+                    lines.append(line[: budget - 1] + "…")
+                break
+            lines.append(line)
+            budget -= len(line) + 1
+        return "\n".join(lines) if len(lines) > 1 else ""
+
+    def system_prompt_block(self) -> str:
+        return (
+            "Chronicle is this agent's long-term memory: every message is kept in a local, "
+            "append-only log, and long chats are compacted into sections that cite the messages "
+            "they cover. Memory it recalls for a turn is reference from earlier conversations, not "
+            "new input. Tools: chronicle_search (find earlier messages, facts and sections; "
+            "results cite ids, seq, session and time), chronicle_answer (answer from memory with "
+            "citations, or say there is not enough evidence), chronicle_remember (keep a note), "
+            "chronicle_correct (fix what memory holds) and chronicle_forget (hide an item from "
+            "memory)."
+        )
+
+    # -- the memory tools ----------------------------------------------------------------------
+
+    def answer(
+        self,
+        question: str,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        from .answer import answer
+
+        return answer(self, question, session_id=session_id, user_id=user_id, profile=profile)
+
+    def _append(self, event: Any, session_id: str | None) -> int:
+        stored = self.core.store.append(
+            [self.core.types.pending(event, session=session_id or None)]
+        )
+        self.catch_up()
+        self._clear_caches()
+        return stored[0].seq
+
+    def remember(
+        self,
+        text: str,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("chronicle_remember needs the text to keep")
+        with self.core.store.reading() as conn:
+            user, prof = self._who(conn, session_id, user_id, profile)
+        seq = self._append(
+            MemoryRemembered(text=text.strip(), user_id=user, profile=prof), session_id
+        )
+        return {"id": f"b{seq}.0", "seq": seq, "stored": True, "text": mask(text.strip())}
+
+    def _owned(self, conn: sqlite3.Connection, scope: int | None, target: str) -> bool:
+        if scope is None:
+            return False
+        if target.startswith("m") and target[1:].isdigit():
+            row = conn.execute(
+                "SELECT scope FROM recall_messages WHERE seq = ?", (int(target[1:]),)
+            ).fetchone()
+        elif target.startswith("b"):
+            row = conn.execute(
+                "SELECT scope FROM recall_beliefs WHERE id = ?", (target,)
+            ).fetchone()
+        elif target.startswith("s:") and "/" in target:
+            chronicle, _, section_id = target[2:].rpartition("/")
+            span = conn.execute(
+                "SELECT from_seq, to_seq FROM sections WHERE chronicle = ? AND section_id = ?",
+                (chronicle, section_id),
+            ).fetchone()
+            row = (
+                conn.execute(
+                    "SELECT scope FROM recall_messages WHERE seq BETWEEN ? AND ? ORDER BY seq LIMIT 1",
+                    span,
+                ).fetchone()
+                if span
+                else None
+            )
+        else:
+            return False
+        return row is not None and int(row[0]) == scope
+
+    def _target(
+        self, target: str, session_id: str | None, user_id: str | None, profile: str | None
+    ) -> tuple[str | None, str | None]:
+        target = (target or "").strip()
+        self.catch_up()
+        with self.core.store.reading() as conn:
+            user, prof = self._who(conn, session_id, user_id, profile)
+            if not self._owned(conn, scope_number(conn, user, prof), target):
+                raise UsageError(
+                    f"{target!r} is not an item of this user's memory; use an id from "
+                    "chronicle_search (m<seq>, b<seq>.<n> or s:<chronicle>/<section>)"
+                )
+        return user, prof
+
+    def forget(
+        self,
+        target: str,
+        *,
+        include_source: bool = False,
+        reason: str = "",
+        session_id: str | None = None,
+        user_id: str | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        user, prof = self._target(target, session_id, user_id, profile)
+        seq = self._append(
+            MemoryForgotten(
+                target=target.strip(),
+                include_source=bool(include_source),
+                reason=reason,
+                user_id=user,
+                profile=prof,
+            ),
+            session_id,
+        )
+        return {"forgotten": target.strip(), "include_source": bool(include_source), "seq": seq}
+
+    def correct(
+        self,
+        target: str,
+        text: str,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        profile: str | None = None,
+    ) -> dict[str, Any]:
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("chronicle_correct needs the corrected text")
+        user, prof = self._target(target, session_id, user_id, profile)
+        seq = self._append(
+            MemoryCorrected(target=target.strip(), text=text.strip(), user_id=user, profile=prof),
+            session_id,
+        )
+        return {"corrected": target.strip(), "id": f"b{seq}.0", "seq": seq}
+
+    # -- for other parts -----------------------------------------------------------------------
+
+    def is_hidden(self, target: str) -> bool:
+        """Was this item ("m<seq>", "b<seq>.<n>", "s:<chronicle>/<section>") forgotten?"""
+        self.catch_up()
+        with self.core.store.reading() as conn:
+            return (
+                conn.execute("SELECT 1 FROM recall_hidden WHERE target = ?", (target,)).fetchone()
+                is not None
+            )
+
+    def hidden_seqs(self, seqs: Sequence[int]) -> set[int]:
+        """Which of these message seqs were forgotten (chronicle_expand leaves them out)."""
+        wanted = [f"m{int(s)}" for s in seqs]
+        if not wanted:
+            return set()
+        self.catch_up()
+        out: set[int] = set()
+        with self.core.store.reading() as conn:
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i : i + 500]
+                out.update(
+                    int(t[1:])
+                    for (t,) in conn.execute(
+                        f"SELECT target FROM recall_hidden WHERE target IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    )
+                )
+        return out
+
+    def beliefs(
+        self,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        profile: str | None = None,
+        kind: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The user's current beliefs (not superseded, not forgotten), oldest first."""
+        from .search import belief_hit
+
+        self.catch_up()
+        with self.core.store.reading() as conn:
+            n = self._scope(conn, session_id, user_id, profile)
+            if n is None:
+                return []
+            where = ["b.scope = ?", BELIEF_VISIBLE]
+            params: list[Any] = [n]
+            if kind:
+                where.append("b.kind = ?")
+                params.append(kind)
+            rows = conn.execute(
+                "SELECT b.id, b.kind, b.key, b.value, b.polarity, b.text, b.origin, b.source_seq,"
+                f" b.session, b.at, b.supersedes FROM recall_beliefs b WHERE {' AND '.join(where)}"
+                " ORDER BY b.rowid",
+                params,
+            ).fetchall()
+            return [belief_hit(conn, row, 0.0).as_dict() for row in rows]
+
+
+def _live_fields(context: dict[str, Any]) -> dict[str, Any]:
+    return {k: context.get(k) for k in ("user_id", "profile", "agent_context", "platform")}
+
+
+from .tools import RECALL_TOOLS  # noqa: E402  (the tools call back into Recall)
+
+Recall.TOOLS = RECALL_TOOLS

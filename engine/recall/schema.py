@@ -1,0 +1,165 @@
+"""Recall's tables. Everything here is a projection of the log, rebuilt by the recall fold, except
+`recall_vectors` (a cache of embeddings, refilled on demand) and the sections index (kept in step
+with the `sections` table by triggers).
+
+Invariants:
+- `recall_messages` and `recall_beliefs` are append-only: triggers refuse UPDATE, and rows are
+  only deleted all at once by a rebuild's reset. A superseded belief stays; the newer row names
+  it in `supersedes`. A forgotten item is listed in `recall_hidden` and dropped from its index.
+- Full-text indexes use external content: the text lives once, in the table the index points at.
+  Messages are indexed per scope (one FTS5 table per user and profile, `recall_fts_<n>`), so a
+  query physically cannot match another user's messages, and its cost depends on that user's
+  memory only. Beliefs and sections are few and share one index each, filtered by scope.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ..chronicle.store import CHRONICLE_MIGRATIONS
+from ..log.store import Migration, run_script
+from .text import TOKENIZER
+
+__all__ = ["RECALL_MIGRATIONS", "MIGRATIONS", "message_index", "create_message_index"]
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS recall_scopes (
+    n       INTEGER PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    UNIQUE (user_id, profile)
+);
+CREATE TABLE IF NOT EXISTS recall_messages (
+    seq           INTEGER PRIMARY KEY,
+    scope         INTEGER NOT NULL,
+    session       TEXT,
+    role          TEXT NOT NULL,
+    speaker       TEXT NOT NULL,
+    name          TEXT NOT NULL DEFAULT '',
+    agent_context TEXT NOT NULL DEFAULT 'primary',
+    at            TEXT NOT NULL,
+    ts            REAL NOT NULL,
+    prev          INTEGER,
+    body          TEXT NOT NULL,
+    person        TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS recall_messages_by_session ON recall_messages(session, seq);
+CREATE INDEX IF NOT EXISTS recall_messages_by_prev ON recall_messages(prev);
+CREATE INDEX IF NOT EXISTS recall_messages_by_scope ON recall_messages(scope, seq);
+CREATE TRIGGER IF NOT EXISTS recall_messages_never_update BEFORE UPDATE ON recall_messages
+BEGIN SELECT RAISE(ABORT, 'chronicle: recall_messages is append-only'); END;
+
+CREATE TABLE IF NOT EXISTS recall_hidden (
+    target TEXT PRIMARY KEY,
+    by_seq INTEGER NOT NULL
+);
+
+-- What a message index reads: the message, its speaker's name, and the previous turn of the same
+-- session (unless that turn was forgotten), so an answer is found by the question before it.
+CREATE VIEW IF NOT EXISTS recall_message_text AS
+SELECT m.seq AS seq, m.name AS name, m.body AS body,
+       COALESCE((SELECT p.body FROM recall_messages p
+                 WHERE p.seq = m.prev
+                   AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || p.seq)),
+                '') AS ctx
+FROM recall_messages m;
+
+CREATE TABLE IF NOT EXISTS recall_beliefs (
+    rowid      INTEGER PRIMARY KEY,
+    id         TEXT NOT NULL UNIQUE,
+    scope      INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    polarity   INTEGER NOT NULL DEFAULT 1,
+    text       TEXT NOT NULL,
+    origin     TEXT NOT NULL,
+    source_seq INTEGER NOT NULL,
+    session    TEXT,
+    at         TEXT NOT NULL,
+    supersedes TEXT
+);
+CREATE INDEX IF NOT EXISTS recall_beliefs_by_key ON recall_beliefs(scope, kind, key);
+CREATE INDEX IF NOT EXISTS recall_beliefs_by_supersedes ON recall_beliefs(supersedes);
+CREATE TRIGGER IF NOT EXISTS recall_beliefs_never_update BEFORE UPDATE ON recall_beliefs
+BEGIN SELECT RAISE(ABORT, 'chronicle: beliefs are never updated; supersede instead'); END;
+
+CREATE TABLE IF NOT EXISTS recall_belief_sources (
+    belief TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    PRIMARY KEY (belief, seq)
+);
+CREATE INDEX IF NOT EXISTS recall_belief_sources_by_seq ON recall_belief_sources(seq);
+
+CREATE TABLE IF NOT EXISTS recall_corrections (
+    target TEXT NOT NULL,
+    belief TEXT NOT NULL,
+    PRIMARY KEY (target, belief)
+);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS recall_beliefs_fts USING fts5(
+    text, content='recall_beliefs', content_rowid='rowid', tokenize='{TOKENIZER}'
+);
+CREATE TRIGGER IF NOT EXISTS recall_beliefs_ai AFTER INSERT ON recall_beliefs BEGIN
+    INSERT INTO recall_beliefs_fts(rowid, text) VALUES (new.rowid, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS recall_beliefs_ad AFTER DELETE ON recall_beliefs BEGIN
+    INSERT INTO recall_beliefs_fts(recall_beliefs_fts, rowid, text)
+    VALUES ('delete', old.rowid, old.text);
+END;
+
+CREATE TABLE IF NOT EXISTS recall_vectors (
+    target TEXT PRIMARY KEY,
+    scope  INTEGER NOT NULL,
+    model  TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    dim    INTEGER NOT NULL,
+    vec    BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS recall_vectors_by_scope ON recall_vectors(scope, model, seq);
+CREATE INDEX IF NOT EXISTS recall_vectors_by_model ON recall_vectors(model, seq);
+"""
+
+_SECTIONS = f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS recall_sections_fts USING fts5(
+    prose, content='sections', content_rowid='written', tokenize='{TOKENIZER}'
+);
+CREATE TRIGGER IF NOT EXISTS recall_sections_ai AFTER INSERT ON sections BEGIN
+    INSERT INTO recall_sections_fts(rowid, prose) VALUES (new.written, new.prose);
+END;
+CREATE TRIGGER IF NOT EXISTS recall_sections_ad AFTER DELETE ON sections BEGIN
+    INSERT INTO recall_sections_fts(recall_sections_fts, rowid, prose)
+    VALUES ('delete', old.written, old.prose);
+END;
+INSERT INTO recall_sections_fts(recall_sections_fts) VALUES ('rebuild');
+"""
+
+
+def _m001_recall(conn: sqlite3.Connection) -> None:
+    run_script(conn, _SCHEMA)
+
+
+def _m002_sections_index(conn: sqlite3.Connection) -> None:
+    run_script(conn, _SECTIONS)
+
+
+RECALL_MIGRATIONS = (
+    Migration("recall.m001_tables", _m001_recall),
+    Migration("recall.m002_sections_index", _m002_sections_index),
+)
+
+MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)
+"""In order: the sections table must exist before its index and triggers."""
+
+
+def message_index(scope: int) -> str:
+    return f"recall_fts_{int(scope)}"
+
+
+def create_message_index(conn: sqlite3.Connection, scope: int) -> str:
+    name = message_index(scope)
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(name, body, ctx,"
+        f" content='recall_message_text', content_rowid='seq', tokenize='{TOKENIZER}')"
+    )
+    return name

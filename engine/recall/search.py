@@ -1,0 +1,482 @@
+"""Full-text search over one user's memory: captured messages, beliefs and chronicle sections.
+
+Invariants:
+- Scoped: messages are read from the user's own index (`recall_fts_<n>`); beliefs and sections
+  are filtered to the same scope in SQL. Hidden (forgotten) items never come back.
+- Every word reaches MATCH quoted (`text.match_any`), so any query string is safe.
+- Bounded: bm25 reads every match of each word it scores, so it is only given words whose matches
+  add up to at most `match_budget`; the commonest words of a query are left out when rarer ones
+  exist, and a query of common words only is answered from their newest matches. Latency stays
+  flat as the log grows.
+
+Ranking of messages: bm25 (body, the previous turn's words, speaker name), plus a share of the
+score of the turns just before and after (an answer sits next to its question), times the
+speaker's role weight, a mild recency gain and a boost when the query names the speaker. One
+session may take at most `session_share` of the results while other sessions have hits.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from .redact import mask
+from .schema import message_index
+from .settings import Tuning
+from .text import match_any, quote, tokens
+
+__all__ = [
+    "Hit",
+    "MessageRow",
+    "MessageSearch",
+    "message_rows",
+    "message_hit",
+    "with_text",
+    "belief_hit",
+    "BELIEF_VISIBLE",
+    "rank_beliefs",
+    "rank_sections",
+    "fuse",
+    "snippet",
+]
+
+_DF_TTL_S = 120.0
+_SNIPPET = 600
+
+
+@dataclass
+class Hit:
+    """One search result. `id` is what the memory tools take ("m12", "b12.0", "s:chat/3-9")."""
+
+    id: str
+    kind: str  # message | belief | section
+    score: float
+    seq: int | None = None
+    session: str | None = None
+    time: str = ""
+    text: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "seq": self.seq,
+            "session": self.session,
+            "time": self.time,
+            "text": self.text,
+            "score": round(self.score, 4),
+        }
+        out.update(self.extra)
+        return out
+
+
+def snippet(text: str, limit: int = _SNIPPET) -> str:
+    text = mask(text or "")
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+@dataclass
+class MessageRow:
+    seq: int
+    session: str | None
+    role: str
+    speaker: str
+    name: str
+    ts: float
+    at: str
+    prev: int | None
+    body: str = ""
+    person: str = ""
+
+
+_ROW_SQL = (
+    "SELECT m.seq, m.session, m.role, m.speaker, m.name, m.ts, m.at, m.prev{text}"
+    " FROM recall_messages m WHERE m.seq IN ({marks})"
+    " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
+)
+
+
+def message_rows(
+    conn: sqlite3.Connection, seqs: Iterable[int], *, text: bool = True
+) -> dict[int, MessageRow]:
+    """The visible (not forgotten) messages among `seqs`; without `text`, metadata only."""
+    wanted = list(seqs)
+    out: dict[int, MessageRow] = {}
+    columns = ", m.body, m.person" if text else ""
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)))
+        for r in conn.execute(sql, chunk):
+            out[r[0]] = MessageRow(*r)
+    return out
+
+
+def with_text(conn: sqlite3.Connection, row: MessageRow) -> MessageRow:
+    if row.body:
+        return row
+    found = conn.execute(
+        "SELECT body, person FROM recall_messages WHERE seq = ?", (row.seq,)
+    ).fetchone()
+    if found is not None:
+        row.body, row.person = found
+    return row
+
+
+@lru_cache(maxsize=4096)
+def _name_tokens(name: str) -> frozenset[str]:
+    return frozenset(tokens(name))
+
+
+class MessageSearch:
+    """Ranks one scope's messages for a query. Holds only a cache of document frequencies."""
+
+    def __init__(self, tuning: Tuning) -> None:
+        self.tuning = tuning
+        self._df: dict[tuple[str, str], tuple[float, int]] = {}
+
+    # -- full-text candidates ------------------------------------------------------------------
+
+    def _frequency(self, conn: sqlite3.Connection, table: str, word: str, cap: int) -> int:
+        """How many messages contain `word`, counted up to `cap` (cached for a while)."""
+        now = time.monotonic()
+        cached = self._df.get((table, word))
+        if cached is not None and now - cached[0] < _DF_TTL_S:
+            return cached[1]
+        row = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)",
+            (quote(word), cap),
+        ).fetchone()
+        df = int(row[0])
+        if len(self._df) > 50_000:
+            self._df.clear()
+        self._df[(table, word)] = (now, df)
+        return df
+
+    def plan(
+        self, conn: sqlite3.Connection, table: str, words: Sequence[str]
+    ) -> tuple[list[str], list[str]]:
+        """Split the query's words into those bm25 can afford to rank (their matches add up to
+        at most `match_budget`) and the common rest."""
+        budget = max(self.tuning.match_budget, 1)
+        frequency = {w: self._frequency(conn, table, w, budget + 1) for w in words}
+        rare: list[str] = []
+        total = 0
+        for w in sorted(words, key=lambda w: frequency[w]):
+            if total + frequency[w] > budget:
+                break
+            rare.append(w)
+            total += frequency[w]
+        return rare, [w for w in words if w not in rare]
+
+    def bm25(self, conn: sqlite3.Connection, scope: int, words: Sequence[str]) -> dict[int, float]:
+        """seq -> relevance (higher is better) of the best `candidates` messages.
+
+        bm25 reads every match of every word it scores (for the word's idf), so the commonest
+        words are left out of the ranking when rarer ones exist: they would cost the most and
+        weigh the least. A query of common words only is answered from their newest matches,
+        those with all of the words first."""
+        if not words:
+            return {}
+        table = message_index(scope)
+        t = self.tuning
+        rare, common = self.plan(conn, table, words)
+        if rare:
+            sql = (
+                f"SELECT rowid, -bm25({table}, {t.name_weight}, 1.0, {t.context_weight})"
+                f" FROM {table} WHERE {table} MATCH ? ORDER BY 2 DESC LIMIT ?"
+            )
+            return {
+                int(seq): float(score)
+                for seq, score in conn.execute(sql, (match_any(rare), t.candidates))
+            }
+        scored: dict[int, float] = {}
+        newest = f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?"
+        all_of = " AND ".join(quote(w) for w in common)
+        for (seq,) in conn.execute(newest, (all_of, t.candidates)):
+            scored[int(seq)] = 2.0
+        if len(scored) < t.candidates:
+            for (seq,) in conn.execute(newest, (match_any(common), t.candidates)):
+                scored.setdefault(int(seq), 1.0)
+        return scored
+
+    # -- ranking --------------------------------------------------------------------------------
+
+    def rank(
+        self,
+        conn: sqlite3.Connection,
+        scope: int,
+        words: Sequence[str],
+        query_tokens: set[str],
+        *,
+        keep: Callable[[MessageRow], bool] | None = None,
+        limit: int = 10,
+    ) -> list[Hit]:
+        t = self.tuning
+        base = self.bm25(conn, scope, words)
+        if not base:
+            return []
+        links = _links(conn, base)
+        relevance: dict[int, float] = defaultdict(float)
+        for seq, score in base.items():
+            if seq not in links:
+                continue  # forgotten since the index was read
+            relevance[seq] += score
+            if t.neighbour_weight:
+                for neighbour in links[seq]:
+                    relevance[neighbour] += t.neighbour_weight * score
+        newest = conn.execute(
+            "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
+        ).fetchone()
+        newest_ts = float(newest[0]) if newest else 0.0
+        half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
+        # The multipliers below (role, recency, speaker) move an item by a bounded factor, so
+        # only the best-related items can reach the top: rows are read for those alone, a
+        # chunk at a time, until enough of them pass `keep`.
+        ordered = sorted(relevance, key=lambda s: -relevance[s])
+        chunk = max(limit * 8, 80)
+        scored: list[tuple[float, MessageRow]] = []
+        for start in range(0, len(ordered), chunk):
+            rows = message_rows(conn, ordered[start : start + chunk], text=False)
+            for seq in ordered[start : start + chunk]:
+                row = rows.get(seq)
+                if row is None or (keep is not None and not keep(row)):
+                    continue
+                score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
+                if t.recency_weight and row.ts and newest_ts:
+                    age = max(newest_ts - row.ts, 0.0)
+                    score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
+                if row.name and query_tokens and query_tokens & _name_tokens(row.name):
+                    score *= t.speaker_boost
+                scored.append((score, row))
+            if len(scored) >= limit * 2:
+                break
+        scored.sort(key=lambda x: (-x[0], -x[1].seq))
+        chosen = _spread(scored, limit, t.session_share)
+        corrections = _corrections(conn, [r.seq for _, r in chosen])
+        return [
+            message_hit(with_text(conn, row), score, corrections.get(row.seq))
+            for score, row in chosen
+        ]
+
+
+def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = None) -> Hit:
+    extra: dict[str, Any] = {"role": row.role, "speaker": row.speaker}
+    if row.name:
+        extra["name"] = row.name
+    if corrected_by:
+        extra["corrected_by"] = corrected_by
+    return Hit(
+        f"m{row.seq}",
+        "message",
+        score,
+        seq=row.seq,
+        session=row.session,
+        time=row.at,
+        text=snippet(row.body),
+        extra=extra,
+    )
+
+
+def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]]:
+    """seq -> the turns just before and after it in its session, for each visible seq."""
+    wanted = list(seqs)
+    out: dict[int, list[int]] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        for seq, prev in conn.execute(
+            f"SELECT seq, prev FROM recall_messages WHERE seq IN ({marks})", chunk
+        ):
+            out[seq] = [prev] if prev is not None else []
+        for seq, prev in conn.execute(
+            f"SELECT seq, prev FROM recall_messages WHERE prev IN ({marks})", chunk
+        ):
+            if prev in out:
+                out[prev].append(seq)
+    return out
+
+
+def _spread(
+    scored: list[tuple[float, MessageRow]], limit: int, share: float
+) -> list[tuple[float, MessageRow]]:
+    """The best `limit`, with no session taking more than `share` of them while others have
+    hits; what a session could not place waits for leftover room, in score order."""
+    cap = max(1, int(limit * share + 0.999)) if share < 1 else limit
+    taken: dict[str | None, int] = defaultdict(int)
+    head: list[tuple[float, MessageRow]] = []
+    waiting: list[tuple[float, MessageRow]] = []
+    for item in scored:
+        session = item[1].session
+        if taken[session] < cap:
+            taken[session] += 1
+            head.append(item)
+            if len(head) == limit:
+                return head
+        else:
+            waiting.append(item)
+    return sorted(head + waiting[: limit - len(head)], key=lambda x: (-x[0], -x[1].seq))
+
+
+def _corrections(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, list[str]]:
+    if not seqs:
+        return {}
+    targets = [f"m{s}" for s in seqs]
+    out: dict[int, list[str]] = defaultdict(list)
+    for target, belief in conn.execute(
+        f"SELECT c.target, c.belief FROM recall_corrections c WHERE c.target IN ({','.join('?' * len(targets))})"
+        " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = c.belief)",
+        targets,
+    ):
+        out[int(target[1:])].append(belief)
+    return dict(out)
+
+
+_BELIEF_COLUMNS = (
+    "b.id, b.kind, b.key, b.value, b.polarity, b.text, b.origin, b.source_seq, b.session, b.at,"
+    " b.supersedes"
+)
+BELIEF_VISIBLE = (
+    "NOT EXISTS (SELECT 1 FROM recall_beliefs nx WHERE nx.supersedes = b.id)"
+    " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = b.id)"
+)
+
+
+def belief_hit(conn: sqlite3.Connection, row: Sequence[Any], score: float) -> Hit:
+    bid, kind, key, value, polarity, text, origin, source_seq, session, at, supersedes = row
+    sources = [
+        s
+        for (s,) in conn.execute(
+            "SELECT seq FROM recall_belief_sources WHERE belief = ? ORDER BY seq", (bid,)
+        )
+    ]
+    extra: dict[str, Any] = {
+        "type": kind,
+        "key": key,
+        "value": mask(value),
+        "origin": origin,
+        "sources": sources,
+    }
+    if kind == "preference":
+        extra["polarity"] = "likes" if polarity > 0 else "dislikes"
+    if kind == "instruction":
+        extra["polarity"] = "do" if polarity > 0 else "do not"
+    if supersedes:
+        extra["supersedes"] = supersedes
+    return Hit(
+        bid,
+        "belief",
+        score,
+        seq=source_seq,
+        session=session,
+        time=at,
+        text=snippet(text),
+        extra=extra,
+    )
+
+
+def rank_beliefs(
+    conn: sqlite3.Connection,
+    scope: int,
+    words: Sequence[str],
+    *,
+    limit: int,
+    keep: Callable[[Hit], bool] | None = None,
+    origins: Sequence[str] | None = None,
+) -> list[Hit]:
+    if not words:
+        return []
+    where = ["recall_beliefs_fts MATCH ?", "b.scope = ?", BELIEF_VISIBLE]
+    params: list[Any] = [match_any(words), scope]
+    if origins:
+        where.append(f"b.origin IN ({','.join('?' * len(origins))})")
+        params.extend(origins)
+    rows = conn.execute(
+        f"SELECT {_BELIEF_COLUMNS}, -bm25(recall_beliefs_fts) AS s FROM recall_beliefs_fts"
+        " JOIN recall_beliefs b ON b.rowid = recall_beliefs_fts.rowid"
+        f" WHERE {' AND '.join(where)} ORDER BY s DESC LIMIT ?",
+        (*params, max(limit * 4, 20)),
+    ).fetchall()
+    hits = []
+    for row in rows:
+        hit = belief_hit(conn, row[:-1], float(row[-1]))
+        if keep is None or keep(hit):
+            hits.append(hit)
+        if len(hits) == limit:
+            break
+    return hits
+
+
+def rank_sections(
+    conn: sqlite3.Connection,
+    scope: int,
+    words: Sequence[str],
+    *,
+    limit: int,
+    chronicles: set[str] | None = None,
+) -> list[Hit]:
+    if not words:
+        return []
+    rows = conn.execute(
+        "SELECT s.chronicle, s.section_id, s.from_seq, s.to_seq, s.prose, s.created_at,"
+        " -bm25(recall_sections_fts) AS score FROM recall_sections_fts"
+        " JOIN sections s ON s.written = recall_sections_fts.rowid"
+        " WHERE recall_sections_fts MATCH ?"
+        " AND NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = s.chronicle"
+        " AND nx.supersedes = s.section_id)"
+        " ORDER BY score DESC LIMIT ?",
+        (match_any(words), max(limit * 5, 50)),
+    ).fetchall()
+    hits = []
+    for chronicle, section_id, lo, hi, prose, created_at, score in rows:
+        if chronicles is not None and chronicle not in chronicles:
+            continue
+        target = f"s:{chronicle}/{section_id}"
+        if conn.execute("SELECT 1 FROM recall_hidden WHERE target = ?", (target,)).fetchone():
+            continue
+        # A section belongs to whoever said the messages it covers; one it cannot attribute is
+        # shown to no one.
+        owner = conn.execute(
+            "SELECT scope, session FROM recall_messages WHERE seq BETWEEN ? AND ? ORDER BY seq LIMIT 1",
+            (lo, hi),
+        ).fetchone()
+        if owner is None or int(owner[0]) != scope:
+            continue
+        hits.append(
+            Hit(
+                target,
+                "section",
+                float(score),
+                seq=lo,
+                session=owner[1],
+                time=created_at,
+                text=snippet(prose),
+                extra={"section_id": section_id, "chronicle": chronicle, "seq_range": [lo, hi]},
+            )
+        )
+        if len(hits) == limit:
+            break
+    return hits
+
+
+def fuse(lists: Sequence[tuple[float, Sequence[Hit]]], *, k: int, limit: int) -> list[Hit]:
+    """Weighted reciprocal rank fusion: an item's score is the sum of weight / (k + rank)."""
+    scores: dict[str, float] = defaultdict(float)
+    first: dict[str, Hit] = {}
+    for weight, hits in lists:
+        for rank, hit in enumerate(hits, start=1):
+            scores[hit.id] += weight / (k + rank)
+            first.setdefault(hit.id, hit)
+    ordered = sorted(scores, key=lambda i: -scores[i])[:limit]
+    out = []
+    for i in ordered:
+        hit = first[i]
+        out.append(
+            Hit(hit.id, hit.kind, scores[i], hit.seq, hit.session, hit.time, hit.text, hit.extra)
+        )
+    return out

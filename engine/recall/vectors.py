@@ -1,0 +1,209 @@
+"""Optional vectors from a local OpenAI-compatible embedding server.
+
+Invariants:
+- Memory only leaves this host with permission: an endpoint whose address is not loopback,
+  private or link-local is refused unless `recall.embeddings.allow_remote` is set. A refusal,
+  an unreachable server or a bad reply turns vectors off with one warning; full-text recall goes
+  on unchanged and nothing raises.
+- Vectors are a cache beside the log, keyed by what they embed ("m<seq>", "b<seq>.<n>") and the
+  model that made them; dropping them loses nothing.
+- No request is made while the store's write lock is held: texts are read, embedded with no
+  transaction open, then written in one short transaction.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import math
+import socket
+import struct
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["EgressRefused", "endpoint_is_local", "Embedder", "pack", "unpack", "cosine"]
+
+log = logging.getLogger("chronicle_engine.recall.vectors")
+
+
+class EgressRefused(Exception):
+    """The endpoint is off this host and its private network, and allow_remote is not set."""
+
+
+_LOCAL_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",  # loopback
+        "10.0.0.0/8",  # RFC 1918
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",  # link-local
+        "100.64.0.0/10",  # carrier-grade NAT / overlay networks on the user's own machines
+        "::1/128",
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+    )
+)
+
+
+def _address_is_local(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in _LOCAL_NETWORKS if net.version == ip.version)
+
+
+def endpoint_is_local(url: str) -> bool:
+    """True when every address `url`'s host resolves to is loopback, private or link-local."""
+    host = urllib.parse.urlsplit(url).hostname
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        pass
+    else:
+        return _address_is_local(host)
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    addresses = {str(info[4][0]) for info in infos}
+    return bool(addresses) and all(_address_is_local(a) for a in addresses)
+
+
+def pack(vector: Sequence[float]) -> bytes:
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def unpack(blob: bytes) -> list[float]:
+    return list(struct.unpack(f"<{len(blob) // 4}f", blob))
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    if len(a) != len(b) or not a:
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+@dataclass
+class _State:
+    usable: bool | None = None  # None: not decided yet
+    warned: bool = False
+    retry_at: float = 0.0
+
+
+class Embedder:
+    """A client for `POST {url}/embeddings`. `embed` returns None instead of raising."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        *,
+        allow_remote: bool = False,
+        timeout_s: float = 1.5,
+        retry_after_s: float = 60.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.allow_remote = allow_remote
+        self.timeout_s = timeout_s
+        self.retry_after_s = retry_after_s
+        self._state = _State()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: Any) -> Embedder | None:
+        url = str(config.get("recall.embeddings.url") or "").strip()
+        if not url:
+            return None
+        return cls(
+            url,
+            str(config.get("recall.embeddings.model") or ""),
+            allow_remote=bool(config.get("recall.embeddings.allow_remote")),
+            timeout_s=float(config.get("recall.embeddings.timeout_s")),
+        )
+
+    def _warn(self, message: str, *args: Any) -> None:
+        with self._lock:
+            if self._state.warned:
+                return
+            self._state.warned = True
+        log.warning(message, *args)
+
+    def _permitted(self) -> bool:
+        if self._state.usable is False and time.monotonic() < self._state.retry_at:
+            return False
+        if self._state.usable is None:
+            local = endpoint_is_local(self.url)
+            if not local and not self.allow_remote:
+                self._state.usable = False
+                self._state.retry_at = math.inf
+                self._warn(
+                    "chronicle: embedding endpoint %s is off this host and its private network; "
+                    "memory is not sent there. Vectors are off and full-text recall is unchanged. "
+                    "Set chronicle.recall.embeddings.allow_remote: true only if memory may leave "
+                    "this host.",
+                    self.url,
+                )
+                return False
+            if not local:
+                self._warn(
+                    "chronicle: recall.embeddings.allow_remote is set; memory excerpts are sent "
+                    "to %s, off this host. The local-first guarantee no longer holds.",
+                    self.url,
+                )
+        return True
+
+    @property
+    def available(self) -> bool:
+        return self._state.usable is not False or time.monotonic() >= self._state.retry_at
+
+    def embed(
+        self, texts: Sequence[str], *, timeout_s: float | None = None
+    ) -> list[list[float]] | None:
+        """One vector per text, or None when vectors are unavailable (refused, down, malformed)."""
+        if not texts or not self._permitted():
+            return None
+        body = json.dumps({"model": self.model, "input": list(texts)}).encode()
+        request = urllib.request.Request(
+            self.url + "/embeddings",
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as resp:  # noqa: S310
+                data = json.loads(resp.read().decode("utf-8"))
+            items = sorted(data["data"], key=lambda d: d.get("index", 0))
+            vectors = [[float(x) for x in item["embedding"]] for item in items]
+            if len(vectors) != len(texts) or not all(vectors):
+                raise ValueError(f"expected {len(texts)} embeddings, got {len(vectors)}")
+        except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
+            self._state.usable = False
+            self._state.retry_at = time.monotonic() + self.retry_after_s
+            self._warn(
+                "chronicle: the embedding server at %s failed (%s); vectors are off for now and "
+                "full-text recall is unchanged",
+                self.url,
+                exc,
+            )
+            return None
+        self._state.usable = True
+        return vectors

@@ -1,0 +1,346 @@
+"""Background consolidation: each closed unit of a conversation becomes a section of its chronicle.
+
+The fold runs on its own projector, so a slow summary never delays the folds that keep search and
+beliefs current. It is generative: the summariser draws in `prepare`, before the projector opens
+the write transaction, and `apply` only writes.
+
+Invariants:
+- Which units close, and the range each section cites, are functions of the log (see `units`),
+  so replaying the same log produces the same anchors.
+- A section never overlaps one already in the conversation's chronicle, whoever wrote it: a unit
+  is clipped to start after `consolidated_through()`, exactly as the context engine extends from
+  it. If the context engine wrote a section between our draw and our write, the store refuses the
+  fork, the batch rolls back, the fold's position does not move, and the job is retried at the
+  next tick (`RetryNextTick`): the unit is redrawn against the new end, never lost.
+- The fold's own state (each conversation's open unit) commits with its position.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Protocol
+
+from ..chronicle.sections import (
+    Anchor,
+    AsyncSummarizer,
+    Consolidation,
+    Section,
+    Summarizer,
+    is_async_summarizer,
+    section_id_for,
+)
+from ..chronicle.store import CHRONICLE_MIGRATIONS, SQLiteChronicleStore
+from ..errors import ChronicleFork
+from ..log.events import EventReader, EventTypeRegistry
+from ..log.pins import is_bookkeeping
+from ..log.projector import Projector
+from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
+from .events import SessionReaped, register_scheduler_events
+from .queue import RetryNextTick
+from .schema import SCHEDULER_MIGRATIONS
+from .sweeps import SweepReport
+from .units import ClosedUnit, OpenUnit, UnitRules, advance
+
+__all__ = ["FOLD_NAME", "Conversations", "ConsolidationFold", "Consolidator"]
+
+FOLD_NAME = "scheduler.consolidation"
+
+
+class Conversations(Protocol):
+    """What consolidation needs from the session tree (`core.sessions` satisfies it)."""
+
+    def chronicle_name(self, session_id: str) -> str: ...
+
+    def message_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredEvent]: ...
+
+
+@dataclass(slots=True)
+class Prepared:
+    sections: list[tuple[str, Section]] = field(default_factory=list)
+    units: dict[str, OpenUnit] = field(default_factory=dict)
+    closed: list[ClosedUnit] = field(default_factory=list)
+
+
+_UNIT_COLUMNS = "chronicle, session, open_from, last_seq, last_at, turns, closed_through"
+
+
+class ConsolidationFold:
+    """Closed units of every conversation, drawn into sections of that conversation's chronicle."""
+
+    generative: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        store: SQLiteEventStore,
+        *,
+        conversations: Conversations,
+        summarize: Summarizer | AsyncSummarizer,
+        rules: UnitRules,
+        name: str = FOLD_NAME,
+    ) -> None:
+        self.store = store
+        self.conversations = conversations
+        self.summarize = summarize
+        self.rules = rules
+        self.name = name
+        self._chronicles: dict[str, SQLiteChronicleStore] = {}
+
+    @property
+    def prepares_async(self) -> bool:
+        return is_async_summarizer(self.summarize)
+
+    def chronicle(self, name: str) -> SQLiteChronicleStore:
+        found = self._chronicles.get(name)
+        if found is None:
+            found = self._chronicles[name] = SQLiteChronicleStore(self.store, name)
+        return found
+
+    # -- planning (deterministic) ----------------------------------------------------------
+
+    def _plan(self, events: Sequence[StoredEvent]) -> tuple[dict[str, OpenUnit], list[ClosedUnit]]:
+        names: dict[str, str] = {}
+        for e in events:
+            session = e.envelope.session
+            if session is not None and session not in names and not is_bookkeeping(e):
+                names[session] = self.conversations.chronicle_name(session)
+        units = self.load_units(set(names.values()))
+        closed = advance(units, events, self.rules, names.__getitem__)
+        return units, closed
+
+    def load_units(self, chronicles: Iterable[str]) -> dict[str, OpenUnit]:
+        wanted = sorted(set(chronicles))
+        units: dict[str, OpenUnit] = {}
+        with sqlite_errors("reading open units"), self.store.reading() as conn:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT {_UNIT_COLUMNS} FROM consolidation_units"
+                    f" WHERE chronicle IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                for row in rows:
+                    units[row[0]] = OpenUnit(*row)
+        return units
+
+    def _targets(self, closed: list[ClosedUnit]) -> list[tuple[ClosedUnit, list[StoredEvent]]]:
+        """Each closed unit clipped to what its chronicle does not hold yet, with its messages."""
+        ends: dict[str, int] = {}
+        out: list[tuple[ClosedUnit, list[StoredEvent]]] = []
+        for unit in closed:
+            end = ends.get(unit.chronicle)
+            if end is None:
+                end = self.chronicle(unit.chronicle).consolidated_through()
+            lo = max(unit.from_seq, end + 1)
+            if lo > unit.to_seq:
+                continue  # the context engine already folded this stretch
+            messages = self.conversations.message_events(unit.session, lo, unit.to_seq)
+            if not messages:
+                continue
+            out.append((unit, messages))
+            ends[unit.chronicle] = unit.to_seq
+        return out
+
+    @staticmethod
+    def _section(unit: ClosedUnit, messages: list[StoredEvent], result: object) -> Section:
+        if not isinstance(result, Consolidation):
+            raise TypeError(
+                f"a summarizer must return a Consolidation, got {type(result).__name__}"
+            )
+        lo = messages[0].seq
+        meta = {
+            **dict(result.meta),
+            "source": "consolidation",
+            "boundary": unit.boundary,
+            "session": unit.session,
+            "messages": len(messages),
+        }
+        return Section(
+            Anchor(section_id_for(lo, unit.to_seq), lo, unit.to_seq, unit=unit.to_seq),
+            result.prose,
+            tuple(result.pins),
+            meta=meta,
+        )
+
+    # -- the fold ----------------------------------------------------------------------------
+
+    def prepare(self, events: Sequence[StoredEvent]) -> Prepared:
+        units, closed = self._plan(events)
+        prepared = Prepared(units=units, closed=closed)
+        for unit, messages in self._targets(closed):
+            result: Any = self.summarize(messages)
+            if inspect.isawaitable(result):
+                close = getattr(result, "close", None)
+                if callable(close):
+                    close()
+                raise TypeError(
+                    f"{self.name!r} has an async summarizer: drive it with catch_up_async()"
+                )
+            prepared.sections.append((unit.chronicle, self._section(unit, messages, result)))
+        return prepared
+
+    async def prepare_async(self, events: Sequence[StoredEvent]) -> Prepared:
+        units, closed = self._plan(events)
+        prepared = Prepared(units=units, closed=closed)
+        for unit, messages in self._targets(closed):
+            result: Any = self.summarize(messages)
+            if inspect.isawaitable(result):
+                result = await result
+            prepared.sections.append((unit.chronicle, self._section(unit, messages, result)))
+        return prepared
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        if not isinstance(prepared, Prepared):
+            return
+        for name, section in prepared.sections:
+            self.chronicle(name).append(section, conn)
+        conn.executemany(
+            f"INSERT INTO consolidation_units({_UNIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(chronicle) DO UPDATE SET session = excluded.session,"
+            " open_from = excluded.open_from, last_seq = excluded.last_seq,"
+            " last_at = excluded.last_at, turns = excluded.turns,"
+            " closed_through = excluded.closed_through",
+            [
+                (
+                    u.chronicle,
+                    u.session,
+                    u.open_from,
+                    u.last_seq,
+                    u.last_at,
+                    u.turns,
+                    u.closed_through,
+                )
+                for u in prepared.units.values()
+            ],
+        )
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        # Only the open units: sections are carried, not dropped. A re-fold over the same log
+        # derives the same ids, which the chronicle keeps (append is idempotent by id).
+        conn.execute("DELETE FROM consolidation_units")
+
+
+class Consolidator:
+    """Drives the consolidation fold in bounded runs, and reaps idle conversations."""
+
+    def __init__(
+        self,
+        store: SQLiteEventStore,
+        reader: EventReader,
+        types: EventTypeRegistry,
+        *,
+        conversations: Conversations,
+        summarize: Summarizer | AsyncSummarizer,
+        rules: UnitRules,
+    ) -> None:
+        store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
+        register_scheduler_events(types)
+        self.store = store
+        self.types = types
+        self.rules = rules
+        self.fold = ConsolidationFold(
+            store, conversations=conversations, summarize=summarize, rules=rules
+        )
+        self.projector = Projector(store, reader, [self.fold])
+
+    def backlog(self) -> tuple[int, int]:
+        """(fold position, end of the log)."""
+        return self.store.position(self.fold.name), self.store.last_seq()
+
+    def _bounds(self, budget: int) -> tuple[int, int, int] | None:
+        position, last = self.backlog()
+        if position >= last:
+            return None
+        return position, last, min(last, position + max(1, budget))
+
+    def run(self, budget: int) -> SweepReport:
+        """Fold at most `budget` more events of the log."""
+        bounds = self._bounds(budget)
+        if bounds is None:
+            return SweepReport("consolidate", cursor=self.backlog()[0])
+        position, last, upto = bounds
+        self.projector.batch_size = max(1, budget)
+        try:
+            read = self.projector.catch_up(upto=upto)
+        except ChronicleFork as fork:
+            raise RetryNextTick(f"consolidation raced a compaction ({fork}); redrawing") from fork
+        return SweepReport("consolidate", read, last - upto, upto)
+
+    async def run_async(self, budget: int) -> SweepReport:
+        bounds = self._bounds(budget)
+        if bounds is None:
+            return SweepReport("consolidate", cursor=self.backlog()[0])
+        position, last, upto = bounds
+        self.projector.batch_size = max(1, budget)
+        try:
+            read = await self.projector.catch_up_async(upto=upto)
+        except ChronicleFork as fork:
+            raise RetryNextTick(f"consolidation raced a compaction ({fork}); redrawing") from fork
+        return SweepReport("consolidate", read, last - upto, upto)
+
+    # -- reaping -------------------------------------------------------------------------------
+
+    def reap(self, now: float, budget: int) -> SweepReport:
+        """Close, as units, the conversations with no activity for the idle gap. Each decision is
+        appended as a `SessionReaped` event, which the fold reads as a boundary."""
+        gap = self.rules.idle_gap_seconds
+        if gap <= 0:
+            return SweepReport("reap", skipped="consolidation.idle_gap_minutes is 0")
+        cutoff = now - gap
+        stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds")
+        reaped: list[str] = []
+        with sqlite_errors("reaping idle conversations"), self.store.atomic() as conn:
+            rows = conn.execute(
+                f"SELECT {_UNIT_COLUMNS} FROM consolidation_units"
+                " WHERE open_from IS NOT NULL AND last_at < ? ORDER BY last_at LIMIT ?",
+                (cutoff, max(1, budget)),
+            ).fetchall()
+            total = conn.execute(
+                "SELECT COUNT(*) FROM consolidation_units WHERE open_from IS NOT NULL AND last_at < ?",
+                (cutoff,),
+            ).fetchone()[0]
+            pending = []
+            for row in rows:
+                unit = OpenUnit(*row)
+                # Anything of the session after the unit's last event (new talk the fold has not
+                # read yet, or our own earlier decision) means this is not the moment to reap.
+                later = conn.execute(
+                    "SELECT 1 FROM events WHERE session = ? AND seq > ? LIMIT 1",
+                    (unit.session, unit.last_seq),
+                ).fetchone()
+                if later is not None:
+                    continue
+                pending.append(
+                    self.types.pending(
+                        SessionReaped(
+                            chronicle=unit.chronicle,
+                            through_seq=unit.last_seq,
+                            idle_seconds=round(now - unit.last_at, 3),
+                        ),
+                        session=unit.session,
+                        created_at=stamp,
+                    )
+                )
+                reaped.append(unit.chronicle)
+            self.store.append(pending)
+        return SweepReport(
+            "reap",
+            processed=len(reaped),
+            remaining=max(0, int(total) - len(rows)),
+            detail={"checked": len(rows), "reaped": reaped},
+        )
+
+    def open_units(self, limit: int = 20) -> list[dict[str, Any]]:
+        with sqlite_errors("reading open units"), self.store.reading() as conn:
+            rows = conn.execute(
+                f"SELECT {_UNIT_COLUMNS} FROM consolidation_units WHERE open_from IS NOT NULL"
+                " ORDER BY last_at LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            {"chronicle": r[0], "session": r[1], "from_seq": r[2], "last_seq": r[3], "turns": r[5]}
+            for r in rows
+        ]

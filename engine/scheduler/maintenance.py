@@ -1,0 +1,192 @@
+"""Maintenance sweeps: each bounded per run, resumable from a persisted cursor, honest about what is left.
+
+- `fts_optimize` and `belief_sweep` belong to recall, which owns the index and the beliefs; the
+  scheduler only calls recall's hooks (`optimize_fts(budget=)`, `sweep_beliefs(cursor=, budget=)`)
+  and reports a skip, with the reason, when recall does not offer them.
+- `queue_retention` prunes finished job rows within the age and count bounds.
+- `wal_checkpoint` is PASSIVE: it copies what it can and never waits for a reader or a writer.
+- `integrity` walks every chronicle's current sections: each range must lie inside the log (both
+  ends are events), and no two current sections of one chronicle may overlap. A problem is logged
+  and reported; nothing is repaired behind anyone's back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..log.store import sqlite_errors
+from .queue import JobQueue
+from .settings import Settings
+from .sweeps import SweepCursors, SweepReport
+
+__all__ = ["TaskContext", "MAINTENANCE", "optional_subsystem"]
+
+log = logging.getLogger("chronicle_engine.scheduler")
+
+_CURRENT = (
+    "NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = {t}.chronicle"
+    " AND nx.supersedes = {t}.section_id)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    core: Any
+    queue: JobQueue
+    sweeps: SweepCursors
+    settings: Settings
+    budget: int
+    now: float
+
+
+def optional_subsystem(core: Any, name: str) -> Any | None:
+    """`core.<name>`, or None when that subsystem's package is not installed (not landed yet).
+    A subsystem that is present but broken still raises: that is a failure, not an absence."""
+    try:
+        return getattr(core, name)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith(f"chronicle_engine.{name}"):
+            return None
+        raise
+
+
+def _from_hook(task: str, answer: Any, cursor: int = 0) -> SweepReport:
+    if not isinstance(answer, Mapping):
+        return SweepReport(task, processed=1, cursor=cursor, wrapped=True)
+    return SweepReport(
+        task,
+        processed=int(answer.get("processed", 0)),
+        remaining=int(answer.get("remaining", 0)),
+        cursor=int(answer.get("cursor", cursor)),
+        wrapped=bool(answer.get("wrapped", int(answer.get("remaining", 0)) == 0)),
+        detail={k: v for k, v in answer.items() if k not in {"processed", "remaining", "cursor"}},
+    )
+
+
+def fts_optimize(ctx: TaskContext) -> SweepReport:
+    recall = optional_subsystem(ctx.core, "recall")
+    hook = getattr(recall, "optimize_fts", None)
+    if hook is None:
+        return SweepReport("fts_optimize", skipped="recall offers no optimize_fts hook")
+    return _from_hook("fts_optimize", hook(budget=ctx.budget))
+
+
+def belief_sweep(ctx: TaskContext) -> SweepReport:
+    recall = optional_subsystem(ctx.core, "recall")
+    hook = getattr(recall, "sweep_beliefs", None)
+    if hook is None:
+        return SweepReport("belief_sweep", skipped="recall offers no sweep_beliefs hook")
+    cursor = ctx.sweeps.load("belief_sweep").cursor
+    report = _from_hook("belief_sweep", hook(cursor=cursor, budget=ctx.budget), cursor)
+    ctx.sweeps.save(report)
+    return report
+
+
+def queue_retention(ctx: TaskContext) -> SweepReport:
+    s = ctx.settings
+    if s.retention_days <= 0 and s.retention_max_rows <= 0:
+        return SweepReport(
+            "queue_retention",
+            skipped="queue.retention.days and queue.retention.max_rows are both 0",
+        )
+    pruned, remaining = ctx.queue.prune(
+        max_age_seconds=s.retention_days * 86400.0,
+        max_rows=s.retention_max_rows,
+        limit=ctx.budget,
+    )
+    return SweepReport("queue_retention", pruned, remaining, wrapped=remaining == 0)
+
+
+def wal_checkpoint(ctx: TaskContext) -> SweepReport:
+    store = ctx.core.store
+    if store.in_memory:
+        return SweepReport("wal_checkpoint", skipped="an in-memory database has no WAL")
+    with sqlite_errors("checkpointing the WAL"), store.reading() as conn:
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    frames, copied = max(int(frames), 0), max(int(copied), 0)
+    return SweepReport(
+        "wal_checkpoint",
+        processed=copied,
+        remaining=max(frames - copied, 0),
+        wrapped=frames == copied,
+        detail={"busy": bool(busy), "wal_frames": frames},
+    )
+
+
+def integrity(ctx: TaskContext) -> SweepReport:
+    start = ctx.sweeps.load("integrity").cursor
+    problems: list[dict[str, Any]] = []
+    with sqlite_errors("checking chronicle integrity"), ctx.core.store.reading() as conn:
+        last_seq = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+        rows = conn.execute(
+            "SELECT s.written, s.chronicle, s.section_id, s.from_seq, s.to_seq FROM sections s"
+            f" WHERE s.written > ? AND {_CURRENT.format(t='s')} ORDER BY s.written LIMIT ?",
+            (start, ctx.budget),
+        ).fetchall()
+        cursor = start
+        for written, chronicle, section_id, lo, hi in rows:
+            cursor = written
+            ends = {lo, hi}
+            present = conn.execute(
+                f"SELECT COUNT(*) FROM events WHERE seq IN ({','.join('?' * len(ends))})",
+                tuple(ends),
+            ).fetchone()[0]
+            if lo < 1 or hi > last_seq or present != len(ends):
+                problems.append(
+                    {
+                        "chronicle": chronicle,
+                        "section_id": section_id,
+                        "problem": f"cites {lo}..{hi}, which the log (1..{last_seq}) does not hold",
+                    }
+                )
+            overlap = conn.execute(
+                "SELECT o.section_id, o.from_seq, o.to_seq FROM sections o"
+                " WHERE o.chronicle = ? AND o.written < ? AND o.from_seq <= ? AND o.to_seq >= ?"
+                f" AND {_CURRENT.format(t='o')} LIMIT 1",
+                (chronicle, written, hi, lo),
+            ).fetchone()
+            if overlap is not None:
+                problems.append(
+                    {
+                        "chronicle": chronicle,
+                        "section_id": section_id,
+                        "problem": f"overlaps current section {overlap[0]!r} "
+                        f"({overlap[1]}..{overlap[2]}): the chronicle has forked",
+                    }
+                )
+        remaining = int(
+            conn.execute(
+                f"SELECT COUNT(*) FROM sections s WHERE s.written > ? AND {_CURRENT.format(t='s')}",
+                (cursor,),
+            ).fetchone()[0]
+        )
+    if problems:
+        log.warning(
+            "integrity check: %d problem(s) in chronicle sections, e.g. %s in %s: %s",
+            len(problems),
+            problems[0]["section_id"],
+            problems[0]["chronicle"],
+            problems[0]["problem"],
+        )
+    report = SweepReport(
+        "integrity",
+        processed=len(rows),
+        remaining=remaining,
+        cursor=cursor,
+        wrapped=remaining == 0,
+        detail={"problems": problems} if problems else {},
+    )
+    ctx.sweeps.save(report)
+    return report
+
+
+MAINTENANCE: dict[str, Callable[[TaskContext], SweepReport]] = {
+    "fts_optimize": fts_optimize,
+    "belief_sweep": belief_sweep,
+    "queue_retention": queue_retention,
+    "wal_checkpoint": wal_checkpoint,
+    "integrity": integrity,
+}

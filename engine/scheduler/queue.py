@@ -1,0 +1,460 @@
+"""A durable job queue in the database, drained a few jobs per hook call.
+
+Invariants:
+- At most one live (pending or running) job per key: enqueueing work that is already queued
+  returns the queued job, so a backlog never grows by repetition.
+- A claim is a lease. A running job whose lease has passed was abandoned (its process died, or it
+  outran the lease) and is re-armed by `reclaim`; the abandoned claim counts as an attempt, so a
+  job that kills its process cannot loop forever.
+- After `max_attempts` claims a job is failed for good with its last reason, and the pending jobs
+  that depend on it fail with it.
+- Retention prunes only finished rows, and never a row that a live job depends on.
+
+The queue is a work table, not the log: its rows are updated and deleted. Every timestamp comes
+from the injected clock (epoch seconds), so tests can move time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ChronicleRuntimeError
+from ..log.store import SQLiteEventStore, sqlite_errors
+
+__all__ = ["JobSpec", "Job", "JobQueue", "RetryNextTick", "allocate", "LIVE", "FINISHED"]
+
+LIVE = ("pending", "running")
+FINISHED = ("done", "failed")
+
+_COLUMNS = (
+    "id, kind, job_class, key, payload, state, attempts, max_attempts, depends_on, available_at,"
+    " enqueued_at, lease_until, lease_owner, started_at, finished_at, reason, result"
+)
+
+
+class RetryNextTick(ChronicleRuntimeError):
+    """Raised by a job that lost a race (e.g. a refused chronicle fork): run it again at the next
+    drain, with no backoff. It still counts as an attempt, so a race that never resolves ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """Work to enqueue. `key` names the unit of work (one live job per key)."""
+
+    kind: str
+    job_class: str
+    key: str = ""
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    depends_on: int | None = None
+    delay: float = 0.0
+
+    @property
+    def unit(self) -> str:
+        return self.key or self.kind
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    kind: str
+    job_class: str
+    key: str
+    payload: dict[str, Any]
+    state: str
+    attempts: int
+    max_attempts: int
+    depends_on: int | None
+    available_at: float
+    enqueued_at: float
+    lease_until: float | None
+    lease_owner: str | None
+    started_at: float | None
+    finished_at: float | None
+    reason: str | None
+    result: dict[str, Any] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "class": self.job_class,
+            "key": self.key,
+            "state": self.state,
+            "attempts": self.attempts,
+            "max_attempts": self.max_attempts,
+            "depends_on": self.depends_on,
+            "reason": self.reason,
+            "result": self.result,
+            "finished_at": self.finished_at,
+        }
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    (
+        id_,
+        kind,
+        job_class,
+        key,
+        payload,
+        state,
+        attempts,
+        max_attempts,
+        depends_on,
+        available_at,
+        enqueued_at,
+        lease_until,
+        lease_owner,
+        started_at,
+        finished_at,
+        reason,
+        result,
+    ) = row
+    return Job(
+        id_,
+        kind,
+        job_class,
+        key,
+        json.loads(payload),
+        state,
+        attempts,
+        max_attempts,
+        depends_on,
+        available_at,
+        enqueued_at,
+        lease_until,
+        lease_owner,
+        started_at,
+        finished_at,
+        reason,
+        json.loads(result) if result else None,
+    )
+
+
+def _backoff(attempts: int) -> float:
+    return float(min(5 * 2 ** max(attempts - 1, 0), 600))
+
+
+def allocate(total: int, weights: Mapping[str, float]) -> dict[str, int]:
+    """Split `total` job slots between classes in proportion to their weights.
+
+    Weights are normalised, so {2, 1, 1} and {0.5, 0.25, 0.25} split alike. Slots go by largest
+    remainder; then a class with a positive weight that rounded to nothing is lent one slot, so the
+    sum may exceed `total` by at most the number of such classes. That loan is the guarantee that
+    no class with a positive share starves behind a busier one.
+    """
+    out = {name: 0 for name in weights}
+    positive = {name: float(w) for name, w in weights.items() if w and w > 0}
+    if total <= 0 or not positive:
+        return out
+    whole = sum(positive.values())
+    exact = {name: total * w / whole for name, w in positive.items()}
+    for name, x in exact.items():
+        out[name] = math.floor(x)
+    left = total - sum(out.values())
+    by_remainder = sorted(positive, key=lambda n: (-(exact[n] - out[n]), -positive[n], n))
+    for name in by_remainder[:left]:
+        out[name] += 1
+    for name in positive:
+        if out[name] == 0:
+            out[name] = 1
+    return out
+
+
+class JobQueue:
+    """The `scheduler_jobs` table and the only code that changes it."""
+
+    def __init__(
+        self,
+        store: SQLiteEventStore,
+        *,
+        clock: Callable[[], float],
+        lease_seconds: float = 600.0,
+        max_attempts: int = 5,
+        owner: str | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.lease_seconds = float(lease_seconds)
+        self.max_attempts = max(1, int(max_attempts))
+        self.owner = owner or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+    # -- writing -------------------------------------------------------------------------
+
+    def enqueue(self, spec: JobSpec, conn: sqlite3.Connection | None = None) -> int:
+        """Queue `spec` unless its key is already live; returns the live job's id either way."""
+        if conn is not None:
+            return self._enqueue(conn, spec)
+        with sqlite_errors("enqueueing a job"), self.store.atomic() as c:
+            return self._enqueue(c, spec)
+
+    def _enqueue(self, conn: sqlite3.Connection, spec: JobSpec) -> int:
+        now = self.clock()
+        live = conn.execute(
+            "SELECT id FROM scheduler_jobs WHERE key = ? AND state IN ('pending', 'running')",
+            (spec.unit,),
+        ).fetchone()
+        if live is not None:
+            return int(live[0])
+        cur = conn.execute(
+            "INSERT INTO scheduler_jobs(kind, job_class, key, payload, max_attempts, depends_on,"
+            " available_at, enqueued_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                spec.kind,
+                spec.job_class,
+                spec.unit,
+                json.dumps(dict(spec.payload), sort_keys=True),
+                self.max_attempts,
+                spec.depends_on,
+                now + max(spec.delay, 0.0),
+                now,
+            ),
+        )
+        job_id = cur.lastrowid
+        assert job_id is not None
+        if spec.depends_on is not None:
+            self._cascade(conn, now)
+        return int(job_id)
+
+    def claim(self, job_class: str | None = None, *, skip: Collection[int] = ()) -> Job | None:
+        """Lease the oldest runnable job (of `job_class`, if given, and not in `skip`), or None."""
+        now = self.clock()
+        where = (
+            "j.state = 'pending' AND j.available_at <= ?"
+            " AND (j.depends_on IS NULL OR d.id IS NULL OR d.state = 'done')"
+        )
+        params: list[Any] = [now]
+        if job_class is not None:
+            where += " AND j.job_class = ?"
+            params.append(job_class)
+        if skip:
+            where += f" AND j.id NOT IN ({','.join('?' * len(skip))})"
+            params.extend(skip)
+        select = (
+            "SELECT j.id FROM scheduler_jobs j LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
+            f" WHERE {where} ORDER BY j.available_at, j.id LIMIT 1"
+        )
+        # Look before taking the write lock: most claims in a drain find nothing.
+        with sqlite_errors("claiming a job"), self.store.reading() as conn:
+            if conn.execute(select, params).fetchone() is None:
+                return None
+        with sqlite_errors("claiming a job"), self.store.atomic() as conn:
+            row = conn.execute(select, params).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "UPDATE scheduler_jobs SET state = 'running', attempts = attempts + 1,"
+                " lease_until = ?, lease_owner = ?, started_at = ? WHERE id = ?",
+                (now + self.lease_seconds, self.owner, now, row[0]),
+            )
+            return self._get(conn, int(row[0]))
+
+    def complete(
+        self,
+        job: Job,
+        result: Mapping[str, Any] | None = None,
+        follow_ups: Sequence[JobSpec] = (),
+    ) -> bool:
+        """Mark a claimed job done and enqueue its follow-ups in the same transaction. False when
+        the lease was lost meanwhile (another claim re-armed it); the follow-ups are then dropped,
+        because the job will run again."""
+        now = self.clock()
+        with sqlite_errors("completing a job"), self.store.atomic() as conn:
+            cur = conn.execute(
+                "UPDATE scheduler_jobs SET state = 'done', finished_at = ?, result = ?,"
+                " lease_until = NULL, reason = NULL"
+                " WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                (
+                    now,
+                    json.dumps(dict(result or {}), sort_keys=True, default=str),
+                    job.id,
+                    self.owner,
+                ),
+            )
+            if cur.rowcount != 1:
+                return False
+            for spec in follow_ups:
+                self._enqueue(conn, spec)
+            return True
+
+    def fail(self, job: Job, reason: str, *, delay: float | None = None) -> Job | None:
+        """Record a failed attempt: back to pending after a backoff, or failed for good once the
+        attempts are used up. Returns the job as it now stands (None if the lease was lost)."""
+        now = self.clock()
+        with sqlite_errors("failing a job"), self.store.atomic() as conn:
+            row = conn.execute(
+                "SELECT attempts, max_attempts FROM scheduler_jobs"
+                " WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                (job.id, self.owner),
+            ).fetchone()
+            if row is None:
+                return None
+            attempts, max_attempts = int(row[0]), int(row[1])
+            if attempts >= max_attempts:
+                conn.execute(
+                    "UPDATE scheduler_jobs SET state = 'failed', finished_at = ?, reason = ?,"
+                    " lease_until = NULL WHERE id = ?",
+                    (
+                        now,
+                        f"{reason} (gave up after {attempts} of {max_attempts} attempts)",
+                        job.id,
+                    ),
+                )
+                self._cascade(conn, now)
+            else:
+                wait = _backoff(attempts) if delay is None else max(delay, 0.0)
+                conn.execute(
+                    "UPDATE scheduler_jobs SET state = 'pending', available_at = ?, reason = ?,"
+                    " lease_until = NULL, lease_owner = NULL WHERE id = ?",
+                    (now + wait, reason, job.id),
+                )
+            return self._get(conn, job.id)
+
+    def reclaim(self) -> list[Job]:
+        """Re-arm every running job whose lease has passed (or fail it, if out of attempts)."""
+        now = self.clock()
+        with sqlite_errors("reclaiming abandoned jobs"), self.store.reading() as conn:
+            expired = conn.execute(
+                "SELECT 1 FROM scheduler_jobs WHERE state = 'running' AND lease_until < ? LIMIT 1",
+                (now,),
+            ).fetchone()
+        if expired is None:
+            return []
+        with sqlite_errors("reclaiming abandoned jobs"), self.store.atomic() as conn:
+            ids = [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT id FROM scheduler_jobs WHERE state = 'running' AND lease_until < ?",
+                    (now,),
+                )
+            ]
+            if not ids:
+                return []
+            marks = ",".join("?" * len(ids))
+            conn.execute(
+                "UPDATE scheduler_jobs SET"
+                " state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,"
+                " finished_at = CASE WHEN attempts >= max_attempts THEN ? ELSE NULL END,"
+                " reason = 'lease expired: the claim by ' || COALESCE(lease_owner, '?')"
+                " || ' was abandoned or outran queue.lease_seconds'"
+                " || CASE WHEN attempts >= max_attempts"
+                "    THEN ' (gave up after ' || attempts || ' of ' || max_attempts || ' attempts)'"
+                "    ELSE '' END,"
+                " available_at = ?, lease_until = NULL, lease_owner = NULL"
+                f" WHERE id IN ({marks})",
+                (now, now, *ids),
+            )
+            self._cascade(conn, now)
+            return [j for i in ids if (j := self._get(conn, i)) is not None]
+
+    def prune(self, *, max_age_seconds: float, max_rows: int, limit: int) -> tuple[int, int]:
+        """Delete up to `limit` finished rows that are older than `max_age_seconds` or beyond the
+        newest `max_rows`, sparing any row a live job depends on. Returns (pruned, remaining).
+        A bound that is 0 or less is off."""
+        if max_age_seconds <= 0 and max_rows <= 0:
+            return 0, 0
+        now = self.clock()
+        age_cut = now - max_age_seconds if max_age_seconds > 0 else -math.inf
+        keep = max_rows if max_rows > 0 else -1
+        select = (
+            "WITH finished AS (SELECT id, finished_at, ROW_NUMBER() OVER"
+            " (ORDER BY finished_at DESC, id DESC) AS rn"
+            " FROM scheduler_jobs WHERE state IN ('done', 'failed'))"
+            " SELECT id FROM finished WHERE (finished_at < ? OR (? >= 0 AND rn > ?))"
+            " AND id NOT IN (SELECT depends_on FROM scheduler_jobs"
+            "   WHERE state IN ('pending', 'running') AND depends_on IS NOT NULL)"
+        )
+        params = (age_cut, keep, keep)
+        with sqlite_errors("pruning finished jobs"), self.store.atomic() as conn:
+            ids = [
+                int(r[0]) for r in conn.execute(f"{select} ORDER BY id LIMIT ?", (*params, limit))
+            ]
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                conn.execute(
+                    f"DELETE FROM scheduler_jobs WHERE id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            remaining = conn.execute(f"SELECT COUNT(*) FROM ({select})", params).fetchone()[0]
+        return len(ids), int(remaining)
+
+    @staticmethod
+    def _cascade(conn: sqlite3.Connection, now: float) -> None:
+        # Loop: failing one dependent may fail the jobs that depend on it in turn.
+        while True:
+            cur = conn.execute(
+                "UPDATE scheduler_jobs SET state = 'failed', finished_at = ?,"
+                " reason = 'dependency ' || depends_on || ' failed', lease_until = NULL"
+                " WHERE state = 'pending' AND depends_on IN"
+                " (SELECT id FROM scheduler_jobs WHERE state = 'failed')",
+                (now,),
+            )
+            if cur.rowcount <= 0:
+                return
+
+    # -- reading -------------------------------------------------------------------------
+
+    @staticmethod
+    def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM scheduler_jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        return _job(row) if row else None
+
+    def get(self, job_id: int) -> Job | None:
+        with sqlite_errors("reading a job"), self.store.reading() as conn:
+            return self._get(conn, job_id)
+
+    def jobs(self, *, state: str | None = None, limit: int = 100) -> list[Job]:
+        sql = f"SELECT {_COLUMNS} FROM scheduler_jobs"
+        params: list[Any] = []
+        if state is not None:
+            sql += " WHERE state = ?"
+            params.append(state)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        with sqlite_errors("reading jobs"), self.store.reading() as conn:
+            return [_job(r) for r in conn.execute(sql, params)]
+
+    def next_wake(self) -> float | None:
+        """When the queue next needs attention: the earliest runnable job, or the earliest lease
+        to expire. A job waiting on a live dependency is woken by that dependency instead."""
+        with sqlite_errors("reading the queue"), self.store.reading() as conn:
+            runnable = conn.execute(
+                "SELECT MIN(j.available_at) FROM scheduler_jobs j"
+                " LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
+                " WHERE j.state = 'pending'"
+                " AND (j.depends_on IS NULL OR d.id IS NULL OR d.state IN ('done', 'failed'))"
+            ).fetchone()[0]
+            lease = conn.execute(
+                "SELECT MIN(lease_until) FROM scheduler_jobs WHERE state = 'running'"
+            ).fetchone()[0]
+        times = [float(t) for t in (runnable, lease) if t is not None]
+        return min(times) if times else None
+
+    def counts(self) -> dict[str, Any]:
+        """Rows per state, and per class for the live ones."""
+        by_state = {state: 0 for state in (*LIVE, *FINISHED)}
+        by_class: dict[str, dict[str, int]] = {}
+        with sqlite_errors("reading the queue"), self.store.reading() as conn:
+            rows = conn.execute(
+                "SELECT state, job_class, COUNT(*) FROM scheduler_jobs GROUP BY state, job_class"
+            ).fetchall()
+            oldest = conn.execute(
+                "SELECT MIN(enqueued_at) FROM scheduler_jobs WHERE state = 'pending'"
+            ).fetchone()[0]
+        for state, job_class, n in rows:
+            by_state[state] = by_state.get(state, 0) + int(n)
+            if state in LIVE:
+                by_class.setdefault(job_class, {})[state] = int(n)
+        return {
+            **by_state,
+            "live_by_class": by_class,
+            "oldest_pending_age_s": None if oldest is None else round(self.clock() - oldest, 3),
+        }

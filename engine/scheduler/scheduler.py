@@ -1,0 +1,543 @@
+"""Background work with no daemon: every hook call is a chance to schedule and to drain.
+
+Chronicle owns no thread, timer or process. The adapters call `tick(hook)` on every host hook;
+the scheduler compares each schedule's next due time, kept in memory, with the injected clock.
+
+Invariants:
+- A call with nothing due does no SQL at all: one clock read and two float comparisons.
+- A schedule fires once per due time, across hook calls, threads and processes: its watermark is
+  persisted, and it is advanced in the same transaction that enqueues the job.
+- One call enqueues at most one due job, inside `maintenance.budget_ms`.
+- Only the hooks in `maintenance.drain_hooks` run jobs, a bounded number per call, shared between
+  job classes by weight; a draining call claims nothing new once `maintenance.drain_budget_ms` is
+  spent.
+- Nothing escapes into the host: a failure is logged once and the scheduler backs off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from ..chronicle.sections import AsyncSummarizer, Summarizer
+from ..chronicle.store import CHRONICLE_MIGRATIONS
+from ..errors import UsageError
+from ..log.store import sqlite_errors
+from .consolidation import Consolidator, Conversations
+from .cron import latest_due, next_due_after
+from .events import JobFailed, register_scheduler_events
+from .maintenance import MAINTENANCE, TaskContext, optional_subsystem
+from .queue import Job, JobQueue, JobSpec, RetryNextTick, allocate
+from .schema import SCHEDULER_MIGRATIONS
+from .settings import JOB_CLASSES, TASKS, read_settings
+from .sweeps import SweepCursors, SweepReport
+from .units import UnitRules
+
+__all__ = ["Scheduler", "NOT_SCHEDULED"]
+
+log = logging.getLogger("chronicle_engine.scheduler")
+
+NOT_SCHEDULED: tuple[tuple[str, str], ...] = (
+    (
+        "chronicle rebuild",
+        "generative: it re-runs every summary and replaces prose that runs have already read; "
+        "carry a chronicle (export/load) instead of rebuilding it",
+    ),
+    (
+        "re-consolidation",
+        "a deliberate decision (a better prompt) that sits outside the replay guarantee; call "
+        "reconsolidate() on purpose, never on a timer",
+    ),
+    (
+        "VACUUM",
+        "rewrites the whole file while holding the write lock for as long as that takes; run it "
+        "by hand with Hermes stopped",
+    ),
+    (
+        "belief extraction",
+        "part of capture, done as messages arrive; it mints new memory and is not maintenance",
+    ),
+)
+
+_BACKOFF_AFTER_ERROR = 30.0
+# A report with work left is chased by an immediate continuation, except for these: a checkpoint
+# that could not finish is blocked by readers, and the reaper waits for consolidation to read its
+# decisions, so neither gains from running again at once.
+_NO_CONTINUATION = frozenset({"reap", "wal_checkpoint"})
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None or not math.isfinite(moment):
+        return None
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
+
+
+class Scheduler:
+    """`core.scheduler`: schedules, the job queue, consolidation and maintenance for one core."""
+
+    def __init__(
+        self,
+        core: Any,
+        *,
+        clock: Callable[[], float] | None = None,
+        summarize: Summarizer | AsyncSummarizer | None = None,
+        conversations: Conversations | None = None,
+    ) -> None:
+        self.core = core
+        self.settings = read_settings(core.config)
+        self.clock: Callable[[], float] = clock or time.time
+        core.store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
+        register_scheduler_events(core.types)
+        self.queue = JobQueue(
+            core.store,
+            clock=self.clock,
+            lease_seconds=self.settings.lease_seconds,
+            max_attempts=self.settings.max_attempts,
+        )
+        self.sweeps = SweepCursors(core.store, clock=self.clock)
+        self._summarize = summarize
+        self._conversations = conversations
+        self._consolidator: Consolidator | None = None
+        self._resolved = False
+        self._unavailable: dict[str, str] = {}
+        self._next_due: dict[str, float] = {}
+        self._loaded = False
+        start = -math.inf if self.settings.enabled else math.inf
+        self._schedule_wake = start
+        self._queue_wake = start
+        self._drain_hooks = self.settings.drain_hooks
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self._handlers: dict[str, Callable[[TaskContext], SweepReport]] = dict(MAINTENANCE)
+
+    # -- the hook path ---------------------------------------------------------------------
+
+    def tick(self, hook: str = "") -> int:
+        """Called by the adapters on every hook. Never raises. Returns how many jobs it ran
+        (only a hook in `maintenance.drain_hooks` runs any)."""
+        now = self.clock()
+        if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
+            return 0
+        if not self._lock.acquire(blocking=False):
+            return 0  # another thread is already scheduling or draining
+        try:
+            self._schedule(now)
+            if hook in self._drain_hooks and now >= self._queue_wake:
+                return self._drain()
+            return 0
+        except Exception as exc:  # a hook must never fail because maintenance did
+            self._back_off(exc, now)
+            return 0
+        finally:
+            self._lock.release()
+
+    async def tick_async(self, hook: str = "") -> int:
+        """`tick` for async hosts: consolidation is awaited (catch_up_async), never run_sync."""
+        now = self.clock()
+        if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
+            return 0
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            self._schedule(now)
+            if hook in self._drain_hooks and now >= self._queue_wake:
+                return await self._drain_async()
+            return 0
+        except Exception as exc:
+            self._back_off(exc, now)
+            return 0
+        finally:
+            self._lock.release()
+
+    def _back_off(self, exc: Exception, now: float) -> None:
+        text = f"{type(exc).__name__}: {exc}"
+        if text not in self._warned:
+            self._warned.add(text)
+            log.warning("chronicle maintenance paused for %.0fs: %s", _BACKOFF_AFTER_ERROR, text)
+        self._schedule_wake = max(self._schedule_wake, now + _BACKOFF_AFTER_ERROR)
+        self._queue_wake = max(self._queue_wake, now + _BACKOFF_AFTER_ERROR)
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self._resolve()
+        with sqlite_errors("reading schedule watermarks"), self.core.store.reading() as conn:
+            marks = dict(conn.execute("SELECT schedule, last_due FROM scheduler_watermarks"))
+        self._next_due = {}
+        for task, schedule in self.settings.schedules.items():
+            if not schedule.active or task in self._unavailable:
+                continue
+            mark = marks.get(task)
+            # Never run: due at once. Otherwise the first match after the last due time handled.
+            self._next_due[task] = (
+                -math.inf if mark is None else next_due_after(schedule.cron, mark)
+            )
+        self._loaded = True
+
+    def _schedule(self, now: float) -> None:
+        if now < self._schedule_wake:
+            return
+        started = time.perf_counter()
+        if not self._loaded:
+            self._load()
+        budget = self.settings.budget_ms / 1000.0
+        due = sorted((at, task) for task, at in self._next_due.items() if at <= now)
+        for attempt, (_, task) in enumerate(due):
+            if attempt and time.perf_counter() - started > budget:
+                break  # the rest waits for the next hook call
+            if self._fire(task, now):
+                break
+        self._schedule_wake = min(self._next_due.values(), default=math.inf)
+
+    def _fire(self, task: str, now: float) -> bool:
+        """Enqueue `task` for its latest due time unless that time was already handled (by this
+        or another process). Returns whether this call enqueued it."""
+        schedule = self.settings.schedules[task]
+        due = latest_due(schedule.cron, now)
+        fired = False
+        with sqlite_errors(f"scheduling {task}"), self.core.store.atomic() as conn:
+            row = conn.execute(
+                "SELECT last_due FROM scheduler_watermarks WHERE schedule = ?", (task,)
+            ).fetchone()
+            mark = None if row is None else float(row[0])
+            if mark is None or mark < due:
+                job_id = self.queue.enqueue(
+                    JobSpec(task, TASKS[task], key=task, payload={"schedule": task, "due": due}),
+                    conn,
+                )
+                conn.execute(
+                    "INSERT INTO scheduler_watermarks(schedule, cron, last_due, enqueued_at, job_id)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT(schedule) DO UPDATE SET"
+                    " cron = excluded.cron, last_due = excluded.last_due,"
+                    " enqueued_at = excluded.enqueued_at, job_id = excluded.job_id",
+                    (task, schedule.cron, due, now, job_id),
+                )
+                mark = due
+                fired = True
+        self._next_due[task] = next_due_after(schedule.cron, mark)
+        if fired:
+            self._queue_wake = min(self._queue_wake, now)
+        return fired
+
+    # -- draining --------------------------------------------------------------------------
+
+    def _claims(self) -> Iterator[Job]:
+        """Claim up to `drain_per_hook` jobs, shared by class weight, one at a time: the caller
+        runs each before the next is claimed, so the drain budget counts the work itself."""
+        started = time.perf_counter()
+        budget = self.settings.drain_budget_ms / 1000.0
+        for reclaimed in self.queue.reclaim():
+            if reclaimed.state == "failed":
+                self._record_failure(reclaimed)
+        total = self.settings.drain_per_hook
+        quotas = allocate(total, self.settings.shares)
+        order = sorted(JOB_CLASSES, key=lambda c: -self.settings.shares.get(c, 0.0))
+        # A job runs at most once per call: one that asked to be retried waits for the next hook.
+        seen: list[int] = []
+        for job_class in order:
+            for _ in range(quotas.get(job_class, 0)):
+                if time.perf_counter() - started > budget:
+                    return
+                found = self.queue.claim(job_class, skip=seen)
+                if found is None:
+                    break
+                seen.append(found.id)
+                yield found
+        # Slots a quiet class left unused go to whoever has work, oldest first.
+        while len(seen) < total and time.perf_counter() - started <= budget:
+            found = self.queue.claim(skip=seen)
+            if found is None:
+                return
+            seen.append(found.id)
+            yield found
+
+    def _drain(self) -> int:
+        ran = 0
+        for job in self._claims():
+            self._run(job)
+            ran += 1
+        self._refresh_queue_wake()
+        return ran
+
+    async def _drain_async(self) -> int:
+        ran = 0
+        for job in self._claims():
+            await self._run_async(job)
+            ran += 1
+        self._refresh_queue_wake()
+        return ran
+
+    def _refresh_queue_wake(self) -> None:
+        wake = self.queue.next_wake()
+        self._queue_wake = math.inf if wake is None else wake
+
+    def _context(self, job: Job) -> TaskContext:
+        return TaskContext(
+            self.core, self.queue, self.sweeps, self.settings,
+            self.settings.budget_for(job.kind), self.clock(),
+        )  # fmt: skip
+
+    def _run(self, job: Job) -> None:
+        try:
+            report = self._handle(job)
+        except Exception as exc:
+            self._failed_attempt(job, exc)
+        else:
+            self._finish(job, report)
+
+    async def _run_async(self, job: Job) -> None:
+        try:
+            if job.kind == "consolidate":
+                report = await self._require_consolidator().run_async(
+                    self.settings.budget_for(job.kind)
+                )
+            else:
+                report = self._handle(job)
+        except Exception as exc:
+            self._failed_attempt(job, exc)
+        else:
+            self._finish(job, report)
+
+    def _handle(self, job: Job) -> SweepReport:
+        if job.kind == "consolidate":
+            return self._require_consolidator().run(self.settings.budget_for(job.kind))
+        if job.kind == "reap":
+            return self._require_consolidator().reap(
+                self.clock(), self.settings.budget_for(job.kind)
+            )
+        task = self._handlers.get(job.kind)
+        if task is None:
+            raise LookupError(f"no handler for job kind {job.kind!r}")
+        return task(self._context(job))
+
+    def _finish(self, job: Job, report: SweepReport) -> None:
+        follow_ups: list[JobSpec] = []
+        if report.more and job.kind not in _NO_CONTINUATION:
+            follow_ups.append(JobSpec(job.kind, job.job_class, job.key, job.payload))
+        if job.kind == "reap" and report.processed:
+            # The reaper's decisions are boundaries only once the fold has read them.
+            follow_ups.append(
+                JobSpec("consolidate", TASKS["consolidate"], "consolidate", depends_on=job.id)
+            )
+        if self.queue.complete(job, report.as_dict(), follow_ups):
+            self._note_outcome(job, "done", _summary(report))
+            if follow_ups:
+                self._queue_wake = min(self._queue_wake, self.clock())
+
+    def _failed_attempt(self, job: Job, exc: Exception) -> None:
+        reason = f"{type(exc).__name__}: {exc}"
+        delay = 0.0 if isinstance(exc, RetryNextTick) else None
+        after = self.queue.fail(job, reason, delay=delay)
+        if after is None:
+            return
+        if after.state == "failed":
+            self._record_failure(after)
+        else:
+            log.warning(
+                "chronicle %s job %d failed (attempt %d of %d), will retry: %s",
+                job.kind, job.id, after.attempts, after.max_attempts, reason,
+            )  # fmt: skip
+            self._queue_wake = min(self._queue_wake, after.available_at)
+
+    def _record_failure(self, job: Job) -> None:
+        reason = job.reason or "unknown"
+        log.error("chronicle %s job %d failed for good: %s", job.kind, job.id, reason)
+        self._note_outcome(job, "failed", reason)
+        self.core.store.append(
+            [
+                self.core.types.pending(
+                    JobFailed(kind=job.kind, key=job.key, attempts=job.attempts, reason=reason)
+                )
+            ]
+        )
+
+    def _note_outcome(self, job: Job, state: str, text: str) -> None:
+        schedule = job.payload.get("schedule")
+        if not isinstance(schedule, str):
+            return
+        with sqlite_errors("recording a schedule's outcome"), self.core.store.atomic() as conn:
+            conn.execute(
+                "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?",
+                (self.clock(), f"{state}: {text}", schedule),
+            )
+
+    # -- consolidation ---------------------------------------------------------------------
+
+    def _resolve(self) -> None:
+        """Find the summariser and the session tree, once. Missing parts switch the consolidation
+        and reaping schedules off, with the reason in `maintenance_status()`."""
+        if self._resolved:
+            return
+        self._resolved = True
+        summarize = self._summarize
+        conversations = self._conversations
+        missing: list[str] = []
+        try:
+            if summarize is None:
+                compaction = optional_subsystem(self.core, "compaction")
+                summarize = getattr(compaction, "summarizer", None)
+                if summarize is None:
+                    missing.append("no summariser (core.compaction offers no `summarizer`)")
+            if conversations is None:
+                conversations = optional_subsystem(self.core, "sessions")
+                if conversations is None:
+                    missing.append("no session tree (core.sessions is not installed)")
+        except Exception as exc:  # a broken subsystem must not stop the other schedules
+            missing.append(f"{type(exc).__name__}: {exc}")
+        if missing or summarize is None or conversations is None:
+            why = "; ".join(missing)
+            for task in ("consolidate", "reap"):
+                self._unavailable[task] = why
+            log.warning("chronicle consolidation is off: %s", why)
+            return
+        self._consolidator = Consolidator(
+            self.core.store,
+            self.core.reader,
+            self.core.types,
+            conversations=conversations,
+            summarize=summarize,
+            rules=UnitRules(
+                unit_turns=self.settings.unit_turns,
+                idle_gap_seconds=self.settings.idle_gap_seconds,
+                close_on_session_end=self.settings.close_on_session_end,
+            ),
+        )
+
+    def _require_consolidator(self) -> Consolidator:
+        self._resolve()
+        if self._consolidator is None:
+            raise LookupError(self._unavailable.get("consolidate", "consolidation is unavailable"))
+        return self._consolidator
+
+    @property
+    def consolidator(self) -> Consolidator | None:
+        self._resolve()
+        return self._consolidator
+
+    # -- direct use (CLI, tests, other subsystems) -----------------------------------------------
+
+    def handle(self, kind: str, handler: Callable[[TaskContext], SweepReport]) -> None:
+        """Run jobs of `kind` with `handler` (a subsystem's own background work). The handler
+        gets a TaskContext (core, queue, sweep cursors, row budget, now) and returns a
+        SweepReport; enqueue with `queue.enqueue(JobSpec(kind, job_class, key))`."""
+        if kind in ("consolidate", "reap"):
+            raise UsageError(f"{kind!r} is the scheduler's own job kind; pick another name")
+        self._handlers[kind] = handler
+
+    def enqueue(self, task: str) -> int:
+        """Queue one run of a scheduled task now, outside its schedule (e.g. `chronicle doctor`)."""
+        if task not in TASKS:
+            raise UsageError(f"no scheduled task {task!r}; the tasks are {sorted(TASKS)}")
+        job_id = self.queue.enqueue(JobSpec(task, TASKS[task], key=task))
+        self._queue_wake = min(self._queue_wake, self.clock())
+        return job_id
+
+    def run_pending(self, max_jobs: int | None = None) -> int:
+        """Run queued jobs now, whatever the hook, until none is runnable or `max_jobs` ran."""
+        return len(self._run_pending(max_jobs))
+
+    def run_due(self, max_jobs: int | None = None) -> list[dict[str, Any]]:
+        """For a command line, never a hook: enqueue every schedule that is due now (not one per
+        call), then run the queue until nothing is runnable. Returns each job run, as it ended."""
+        now = self.clock()
+        with self._lock:
+            if not self._loaded:
+                self._load()
+            for task, at in sorted(self._next_due.items(), key=lambda item: item[1]):
+                if at <= now:
+                    self._fire(task, now)
+            self._schedule_wake = min(self._next_due.values(), default=math.inf)
+        return [(self.queue.get(job.id) or job).as_dict() for job in self._run_pending(max_jobs)]
+
+    def _run_pending(self, max_jobs: int | None) -> list[Job]:
+        ran: list[Job] = []
+        with self._lock:
+            for reclaimed in self.queue.reclaim():
+                if reclaimed.state == "failed":
+                    self._record_failure(reclaimed)
+            while max_jobs is None or len(ran) < max_jobs:
+                job = self.queue.claim(skip=[j.id for j in ran])
+                if job is None:
+                    break
+                self._run(job)
+                ran.append(job)
+            self._refresh_queue_wake()
+        return ran
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def maintenance_status(self) -> dict[str, Any]:
+        """Per schedule: state, last run, next due; the queue; sweeps; consolidation's backlog;
+        and the tasks deliberately left unscheduled, with why."""
+        self._resolve()
+        now = self.clock()
+        with sqlite_errors("reading maintenance status"), self.core.store.reading() as conn:
+            marks = {
+                r[0]: r[1:]
+                for r in conn.execute(
+                    "SELECT schedule, last_due, enqueued_at, finished_at, outcome"
+                    " FROM scheduler_watermarks"
+                )
+            }
+        schedules = []
+        for task, schedule in self.settings.schedules.items():
+            mark = marks.get(task)
+            entry: dict[str, Any] = {
+                "task": task,
+                "key": schedule.key,
+                "cron": schedule.cron,
+                "state": schedule.state,
+                "last_due": _iso(mark[0]) if mark else None,
+                "last_enqueued": _iso(mark[1]) if mark else None,
+                "last_finished": _iso(mark[2]) if mark else None,
+                "last_outcome": mark[3] if mark else None,
+                "next_due": None,
+            }
+            if schedule.problem:
+                entry["reason"] = schedule.problem
+            elif task in self._unavailable and schedule.active:
+                entry["state"] = "unavailable"
+                entry["reason"] = self._unavailable[task]
+            elif not self.settings.enabled and schedule.active:
+                entry["state"] = "off"
+                entry["reason"] = "maintenance.enabled is false"
+            elif schedule.active:
+                entry["next_due"] = (
+                    _iso(max(next_due_after(schedule.cron, mark[0]), now)) if mark else "now"
+                )
+            schedules.append(entry)
+        consolidation: dict[str, Any]
+        if self._consolidator is None:
+            consolidation = {"unavailable": self._unavailable.get("consolidate")}
+        else:
+            position, last = self._consolidator.backlog()
+            consolidation = {
+                "position": position,
+                "log_end": last,
+                "behind": max(0, last - position),
+                "open_units": self._consolidator.open_units(),
+            }
+        failures = [j.as_dict() for j in self.queue.jobs(state="failed", limit=5)]
+        return {
+            "enabled": self.settings.enabled,
+            "now": _iso(now),
+            "schedules": schedules,
+            "queue": {**self.queue.counts(), "recent_failures": failures},
+            "sweeps": {
+                name: {"cursor": s.cursor, "passes": s.passes, "last": s.report}
+                for name, s in self.sweeps.all().items()
+            },
+            "consolidation": consolidation,
+            "not_scheduled": [{"task": t, "why": why} for t, why in NOT_SCHEDULED],
+        }
+
+
+def _summary(report: SweepReport) -> str:
+    if report.skipped:
+        return f"skipped ({report.skipped})"
+    return f"processed {report.processed}, remaining {report.remaining}"

@@ -1,0 +1,1 @@
+"""Sessions: an append-only tree of entries per conversation; the model's context is a projection."""

@@ -1,0 +1,272 @@
+"""The session tree as tables, folded from the log.
+
+Invariants:
+- `session_entries` and `session_heads` are a deterministic fold of the "chronicle.chat"
+  MessageCaptured events and the "chronicle.session" events, in seq order: dropping both tables
+  and folding the log again gives the same rows (`Projector.rebuild` works on `SessionFold`).
+- Writers fold their own events in the same transaction that appends them (`fold_pending` first
+  catches up anything another writer appended), so the tables are never behind the writer.
+- An entry's parent is fixed when it is folded: the event's `parent`, or the session's leaf at
+  that point of the log when the event named none.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from ..capture.events import NAMESPACE as CHAT_NAMESPACE
+from ..log.store import Migration, SQLiteEventStore, StoredEvent, _row_to_event, run_script
+from .events import ENTRY_KINDS
+from .events import NAMESPACE as SESSION_NAMESPACE
+
+__all__ = ["SessionFold", "FOLD_NAME", "MIGRATIONS", "fold_pending", "NAMESPACES"]
+
+FOLD_NAME = "sessions.tree"
+NAMESPACES = (CHAT_NAMESPACE, SESSION_NAMESPACE)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS session_entries (
+    entry_id  TEXT PRIMARY KEY,
+    seq       INTEGER NOT NULL,
+    session   TEXT NOT NULL,
+    parent_id TEXT,
+    kind      TEXT NOT NULL,
+    fp        TEXT,
+    role      TEXT,
+    target_id TEXT
+);
+CREATE INDEX IF NOT EXISTS session_entries_by_session ON session_entries(session, seq);
+CREATE INDEX IF NOT EXISTS session_entries_by_seq ON session_entries(seq);
+CREATE TABLE IF NOT EXISTS session_heads (
+    session        TEXT PRIMARY KEY,
+    conversation   TEXT NOT NULL,
+    lineage_root   TEXT NOT NULL,
+    parent_session TEXT,
+    fork_seq       INTEGER,
+    reason         TEXT NOT NULL,
+    leaf_id        TEXT,
+    started_seq    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS session_heads_by_conversation ON session_heads(conversation);
+"""
+
+
+def _m001_tree(conn: sqlite3.Connection) -> None:
+    run_script(conn, _SCHEMA)
+
+
+MIGRATIONS: tuple[Migration, ...] = (Migration("sessions.m001_tree", _m001_tree),)
+
+
+class SessionFold:
+    """Folds messages and session events into the entry tree and each session's head."""
+
+    name = FOLD_NAME
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        apply_events(conn, events)
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM session_entries")
+        conn.execute("DELETE FROM session_heads")
+
+
+def _head(conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
+    row: tuple[Any, ...] | None = conn.execute(
+        "SELECT conversation, lineage_root, leaf_id FROM session_heads WHERE session = ?",
+        (session,),
+    ).fetchone()
+    return row
+
+
+def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> tuple[Any, ...]:
+    row = _head(conn, session)
+    if row is None:
+        conn.execute(
+            "INSERT INTO session_heads(session, conversation, lineage_root, reason, started_seq)"
+            " VALUES (?, ?, ?, 'new', ?)",
+            (session, session, session, seq),
+        )
+        return (session, session, None)
+    return row
+
+
+def _entry_exists(conn: sqlite3.Connection, entry_id: str) -> tuple[Any, ...] | None:
+    row: tuple[Any, ...] | None = conn.execute(
+        "SELECT seq, session FROM session_entries WHERE entry_id = ?", (entry_id,)
+    ).fetchone()
+    return row
+
+
+def _add_entry(
+    conn: sqlite3.Connection,
+    event: StoredEvent,
+    kind: str,
+    fp: str | None,
+    target: str | None,
+    role: str | None = None,
+) -> None:
+    env = event.envelope
+    session = env.session or ""
+    head = _ensure_head(conn, session, env.seq)
+    parent = event.payload.get("parent")
+    if parent is None:
+        parent = head[2]
+    elif parent == "":
+        parent = None
+    conn.execute(
+        "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind, fp, role,"
+        " target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (env.id, env.seq, session, parent, kind, fp, role, target),
+    )
+    conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (env.id, session))
+
+
+def _switch(conn: sqlite3.Connection, event: StoredEvent) -> None:
+    env = event.envelope
+    session = env.session or ""
+    parent_session = str(event.payload.get("parent_session") or "")
+    reason = str(event.payload.get("reason") or "new")
+    existing = _head(conn, session)
+    if reason in ("compression", "branch") and parent_session and parent_session != session:
+        parent = _ensure_head(conn, parent_session, env.seq)
+        has_entries = conn.execute(
+            "SELECT 1 FROM session_entries WHERE session = ? LIMIT 1", (session,)
+        ).fetchone()
+        if has_entries:
+            return  # already lived a life of its own: linking it now would rewrite its past
+        fork_seq = None
+        if reason == "branch" and parent[2] is not None:
+            found = _entry_exists(conn, parent[2])
+            fork_seq = found[0] if found else None
+        lineage_root = parent[1] if reason == "compression" else session
+        conn.execute(
+            "INSERT INTO session_heads(session, conversation, lineage_root, parent_session,"
+            " fork_seq, reason, leaf_id, started_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(session) DO UPDATE SET conversation = excluded.conversation,"
+            " lineage_root = excluded.lineage_root, parent_session = excluded.parent_session,"
+            " fork_seq = excluded.fork_seq, reason = excluded.reason, leaf_id = excluded.leaf_id",
+            (
+                session,
+                parent[0],
+                lineage_root,
+                parent_session,
+                fork_seq,
+                reason,
+                parent[2],
+                env.seq,
+            ),
+        )
+        return
+    if existing is None:
+        conn.execute(
+            "INSERT INTO session_heads(session, conversation, lineage_root, parent_session,"
+            " reason, started_seq) VALUES (?, ?, ?, ?, ?, ?)",
+            (session, session, session, parent_session or None, reason, env.seq),
+        )
+
+
+def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
+    env = event.envelope
+    entry = _entry_of(event)
+    if entry is not None:
+        kind, fp, role, target = entry
+        _add_entry(conn, event, kind, fp, target, role)
+    elif env.namespace != SESSION_NAMESPACE:
+        return
+    elif env.type == "SessionSwitched":
+        _switch(conn, event)
+    elif env.type == "LeafMoved":
+        target = event.payload.get("target")
+        session = env.session or ""
+        if isinstance(target, str) and _entry_exists(conn, target):
+            _ensure_head(conn, session, env.seq)
+            conn.execute(
+                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (target, session)
+            )
+
+
+def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> None:
+    """Fold `events` in order; the same result as `apply_event` one by one, in fewer statements:
+    a run of tree entries is inserted at once and each session's leaf written once."""
+    heads: dict[str, list[Any]] = {}  # session -> [conversation, lineage_root, leaf]
+    rows: list[tuple[Any, ...]] = []
+
+    def flush() -> None:
+        if rows:
+            conn.executemany(
+                "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind,"
+                " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            rows.clear()
+        for session, head in heads.items():
+            conn.execute(
+                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (head[2], session)
+            )
+        heads.clear()
+
+    for event in events:
+        env = event.envelope
+        entry = _entry_of(event)
+        if entry is None:
+            if env.namespace in NAMESPACES:
+                flush()
+                apply_event(conn, event)
+            continue
+        kind, fp, role, target = entry
+        session = env.session or ""
+        head = heads.get(session)
+        if head is None:
+            head = heads[session] = list(_ensure_head(conn, session, env.seq))
+        parent = event.payload.get("parent")
+        if parent is None:
+            parent = head[2]
+        elif parent == "":
+            parent = None
+        rows.append((env.id, env.seq, session, parent, kind, fp, role, target))
+        head[2] = env.id
+    flush()
+
+
+def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | None] | None:
+    """(kind, fingerprint, role, target) when the event is a tree entry."""
+    env = event.envelope
+    payload = event.payload
+    if env.namespace == CHAT_NAMESPACE:
+        if env.type != "MessageCaptured":
+            return None
+        fp = payload.get("fingerprint")
+        role = payload.get("role")
+        return (
+            "message",
+            fp if isinstance(fp, str) else None,
+            role if isinstance(role, str) else None,
+            None,
+        )
+    if env.namespace != SESSION_NAMESPACE:
+        return None
+    kind = ENTRY_KINDS.get(env.type)
+    if kind is None:
+        return None
+    # A compaction's target is the first message it kept verbatim.
+    target = payload.get("first_kept_entry" if kind == "compaction" else "target")
+    return (kind, None, None, target if isinstance(target, str) else None)
+
+
+def fold_pending(store: SQLiteEventStore, conn: sqlite3.Connection) -> tuple[int, int]:
+    """Fold every event not yet folded, inside the caller's write transaction. Returns (the
+    fold's position before, the log's end now): nobody else appends while the caller writes."""
+    position = store.position(FOLD_NAME, conn)
+    end = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+    if end > position:
+        placeholders = ",".join("?" * len(NAMESPACES))
+        rows = conn.execute(
+            "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
+            f" WHERE seq > ? AND seq <= ? AND +namespace IN ({placeholders}) ORDER BY seq",
+            (position, end, *NAMESPACES),
+        ).fetchall()  # `+namespace`: walk the seq range, not the (namespace, type) index
+        apply_events(conn, [_row_to_event(row) for row in rows])
+    return position, end

@@ -1,0 +1,516 @@
+"""The session tree: every Hermes session id mapped onto an append-only tree of entries.
+
+Invariants:
+- Nothing is rewritten. Branching moves a session's leaf to an earlier entry (the old branch stays
+  reachable); compaction, context edits, labels, names and usage are new entries; Hermes' session
+  switches are events. The tables in `fold.py` are a fold of those events.
+- A conversation's *lineage* is its chain of compression continuations: one chronicle for all of
+  them. A `/branch` continues the same tree from the parent's leaf under a chronicle of its own;
+  its *scope* (what expand and search may reach) still includes the parent's messages up to the
+  fork.
+- The model-facing projection of a session depends only on the log: it is the same after the
+  database is reopened, the fold rebuilt, or the session exported and imported elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..capture.events import NAMESPACE as CHAT_NAMESPACE
+from ..capture.events import register_capture_events
+from ..errors import UsageError
+from ..log.store import PendingEvent, StoredEvent, sqlite_errors
+from .events import (
+    SWITCH_REASONS,
+    BranchSummarized,
+    CompactionRecorded,
+    ContextEdited,
+    Labeled,
+    LeafMoved,
+    SessionNamed,
+    SessionSwitched,
+    UsageRecorded,
+    register_session_events,
+)
+from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
+from .paths import PathEntry, read_path, walk_since
+from .projection import project
+from .summary import abandoned_summary
+
+if TYPE_CHECKING:
+    from ..core import ChronicleCore
+
+__all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
+
+CHRONICLE_PREFIX = "conversation:"
+
+# Reasons Hermes itself passes (memory_manager, cli) that name one of ours differently.
+_HOST_REASONS = {"new_session": "new", "undo": "rewound"}
+
+
+class TreeWriter:
+    """Appends events and folds them into the tree inside one write transaction."""
+
+    def __init__(self, tree: SessionTree, conn: sqlite3.Connection, end: int) -> None:
+        self.tree = tree
+        self.conn = conn
+        self.end = end  # the log's last seq, as this transaction has written it
+
+    def leaf(self, session: str) -> str | None:
+        row = self.conn.execute(
+            "SELECT leaf_id FROM session_heads WHERE session = ?", (session,)
+        ).fetchone()
+        return row[0] if row else None
+
+    def path(self, leaf: str | None) -> list[PathEntry]:
+        return read_path(self.conn, leaf)
+
+    def since(
+        self, leaf: str | None, old_leaf: str | None, limit: int = 64
+    ) -> list[PathEntry] | None:
+        return walk_since(self.conn, leaf, old_leaf, limit)
+
+    def append(self, events: Sequence[PendingEvent]) -> list[int]:
+        """Append (idempotently, by event id) and fold. Returns each event's seq, in order; an
+        event whose id was already in the log gets the stored event's seq."""
+        if not events:
+            return []
+        existing: dict[str, int] = {}
+        ids = [e.id for e in events]
+        for chunk in range(0, len(ids), 500):
+            part = ids[chunk : chunk + 500]
+            existing.update(
+                self.conn.execute(
+                    f"SELECT id, seq FROM events WHERE id IN ({','.join('?' * len(part))})", part
+                ).fetchall()
+            )
+        fresh: list[PendingEvent] = []
+        for e in events:
+            if e.id not in existing:
+                existing[e.id] = -1  # an id twice in one batch is stored once
+                fresh.append(e)
+        stored = self.tree.store.append(fresh)
+        apply_events(self.conn, stored)
+        if stored:
+            self.end = max(self.end, stored[-1].seq)
+        existing.update((e.envelope.id, e.seq) for e in stored)
+        return [existing[e.id] for e in events]
+
+
+class SessionTree:
+    """Sessions as an append-only tree; see the module docstring."""
+
+    def __init__(self, core: ChronicleCore) -> None:
+        self.core = core
+        self.store = core.store
+        register_capture_events(core.types)
+        register_session_events(core.types)
+        self.store.migrate(MIGRATIONS)
+        self._refresh_lock = threading.Lock()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[TreeWriter]:
+        """One write transaction with the tree caught up; events appended through the writer
+        are folded in the same transaction."""
+        with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
+            position, end = fold_pending(self.store, conn)
+            writer = TreeWriter(self, conn, end)
+            yield writer
+            if writer.end != position:
+                self.store.set_position(conn, FOLD_NAME, writer.end)
+
+    def refresh(self) -> None:
+        """Fold whatever other writers appended, so reads see the whole log."""
+        with self.store.reading() as conn:
+            position = self.store.position(FOLD_NAME, conn)
+            end = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
+        if end > position:
+            with self._refresh_lock, self.writing():
+                pass
+
+    def _append(self, session: str, events: Sequence[Any]) -> list[int]:
+        pending = [self.core.types.pending(e, session=session) for e in events]
+        with self.writing() as w:
+            return w.append(pending)
+
+    # -- the host's session switches ---------------------------------------------------------
+
+    def switch(self, new_session_id: str, *, parent_session_id: str = "", reason: str = "") -> int:
+        """Record that Hermes moved to `new_session_id`; reason is one of compression, resume,
+        branch, reset, rewound, new. Returns the event's seq."""
+        reason = _HOST_REASONS.get(reason, reason) or "new"
+        if reason not in SWITCH_REASONS:
+            raise UsageError(
+                f"unknown session switch reason {reason!r}; use one of {sorted(SWITCH_REASONS)}"
+            )
+        event = SessionSwitched(parent_session=parent_session_id or "", reason=reason)  # type: ignore[arg-type]
+        return self._append(str(new_session_id), [event])[0]
+
+    # -- reading the lineage ------------------------------------------------------------------
+
+    def _head(self, conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = conn.execute(
+            "SELECT conversation, lineage_root, parent_session, fork_seq, reason, leaf_id"
+            " FROM session_heads WHERE session = ?",
+            (session,),
+        ).fetchone()
+        return row
+
+    def scope(self, session_id: str) -> list[tuple[str, int | None]]:
+        """The sessions whose messages this session's history includes, oldest first, each with
+        the last seq that belongs to it (None: all of it). Follows compression continuations
+        and branches (a branch reaches its parent's messages up to the fork only)."""
+        self.refresh()
+        session = str(session_id)
+        chain: list[tuple[str, int | None]] = []
+        seen: set[str] = set()
+        bound: int | None = None
+        with self.store.reading() as conn:
+            current: str | None = session
+            while current is not None and current not in seen:
+                seen.add(current)
+                chain.append((current, bound))
+                head = self._head(conn, current)
+                if head is None or not head[2] or head[4] not in ("compression", "branch"):
+                    break
+                if head[4] == "branch" and head[3] is not None:
+                    bound = head[3] if bound is None else min(bound, head[3])
+                current = head[2]
+        chain.reverse()
+        return chain
+
+    def lineage(self, session_id: str) -> list[str]:
+        """Every session id of the same logical conversation (its compression continuations),
+        oldest first. They share one chronicle."""
+        self.refresh()
+        session = str(session_id)
+        chain = [session]
+        seen = {session}
+        with self.store.reading() as conn:
+            current = session
+            while True:
+                head = self._head(conn, current)
+                if head is None or head[4] != "compression" or not head[2] or head[2] in seen:
+                    break
+                current = head[2]
+                seen.add(current)
+                chain.append(current)
+        chain.reverse()
+        return chain
+
+    def chronicle_name(self, session_id: str) -> str:
+        """The chronicle the conversation's sections go to; the same for its whole lineage."""
+        return CHRONICLE_PREFIX + self.lineage(session_id)[0]
+
+    def chronicle_names(self, session_id: str) -> list[str]:
+        """This session's chronicle, then those of the sessions it branched from (a handoff
+        copied into a branch cites sections of its parent's chronicle)."""
+        names: list[str] = []
+        for session, _ in reversed(self.scope(session_id)):
+            name = self.chronicle_name(session)
+            if name not in names:
+                names.append(name)
+        return names
+
+    def conversation(self, session_id: str) -> str:
+        """The tree a session's entries belong to (shared by its branches and continuations)."""
+        self.refresh()
+        with self.store.reading() as conn:
+            head = self._head(conn, str(session_id))
+        return str(head[0]) if head else str(session_id)
+
+    def leaf(self, session_id: str) -> str | None:
+        self.refresh()
+        with self.store.reading() as conn:
+            head = self._head(conn, str(session_id))
+        return head[5] if head else None
+
+    def path(self, session_id: str) -> list[PathEntry]:
+        """The entries on the session's active branch, root first."""
+        self.refresh()
+        with self.store.reading() as conn:
+            head = self._head(conn, str(session_id))
+            return read_path(conn, head[5] if head else None)
+
+    def message_count(self, session_id: str) -> int:
+        """How many messages the session's scope holds in the log (every branch)."""
+        segments = self.scope(session_id)
+        total = 0
+        with self.store.reading() as conn:
+            for session, bound in segments:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM session_entries WHERE session = ? AND kind = 'message'"
+                    " AND seq <= ?",
+                    (session, bound if bound is not None else 2**62),
+                ).fetchone()
+                total += int(row[0])
+        return total
+
+    def message_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredEvent]:
+        """The MessageCaptured events of the session's scope with from_seq <= seq <= to_seq."""
+        segments = self.scope(session_id)
+        bounds = dict(segments)
+        events = self.core.reader.read(
+            after=max(0, int(from_seq) - 1),
+            upto=int(to_seq),
+            sessions=[s for s, _ in segments],
+            namespaces=[CHAT_NAMESPACE],
+        )
+        out: list[StoredEvent] = []
+        for event in events:
+            if event.envelope.type != "MessageCaptured":
+                continue
+            bound = bounds.get(event.envelope.session or "")
+            if bound is not None and event.seq > bound:
+                continue
+            out.append(event)
+        return out
+
+    def payloads(self, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Stored payloads by seq (the entries' data lives in the log, not in the fold)."""
+        out: dict[int, dict[str, Any]] = {}
+        wanted = list(seqs)
+        with sqlite_errors("reading entries"), self.store.reading() as conn:
+            for chunk in range(0, len(wanted), 500):
+                part = wanted[chunk : chunk + 500]
+                rows = conn.execute(
+                    f"SELECT seq, payload FROM events WHERE seq IN ({','.join('?' * len(part))})",
+                    part,
+                ).fetchall()
+                out.update((int(seq), json.loads(payload)) for seq, payload in rows)
+        return out
+
+    # -- the projection -------------------------------------------------------------------------
+
+    def projection(self, session_id: str, *, branch_summaries: bool = True) -> list[dict[str, Any]]:
+        """The messages a model sees for this session: its active branch, with the latest
+        compaction and the context edits applied (see `projection.py`)."""
+        return project(self.path(session_id), self.payloads, branch_summaries=branch_summaries)
+
+    # -- moving around the tree ------------------------------------------------------------------
+
+    def _entry(self, conn: sqlite3.Connection, entry_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = conn.execute(
+            "SELECT e.entry_id, e.seq, e.kind, h.conversation FROM session_entries e"
+            " JOIN session_heads h ON h.session = e.session WHERE e.entry_id = ?",
+            (entry_id,),
+        ).fetchone()
+        return row
+
+    def branch(self, session_id: str, entry_id: str, *, summary: str | None = None) -> str:
+        """Continue the session from the earlier entry `entry_id`; the branch it leaves stays in
+        the tree. Unless `summary` is "" a short summary of the abandoned entries is attached
+        where the new branch continues (generated when None). Returns the new leaf's id."""
+        session = str(session_id)
+        self.refresh()
+        with self.store.reading() as conn:
+            target = self._entry(conn, str(entry_id))
+            head = self._head(conn, session)
+        conversation = head[0] if head else session
+        if target is None:
+            raise UsageError(f"no entry {entry_id!r} in the session tree; `path()` lists them")
+        if target[3] != conversation:
+            raise UsageError(
+                f"entry {entry_id!r} belongs to conversation {target[3]!r}, not {conversation!r}"
+                " of session {session!r}; a session branches within its own tree"
+            )
+        old_path = self.path(session)
+        new_path = self._path_to(str(entry_id))
+        common = 0
+        while (
+            common < min(len(old_path), len(new_path))
+            and old_path[common].entry_id == new_path[common].entry_id
+        ):
+            common += 1
+        abandoned = old_path[common:]
+        events: list[Any] = [LeafMoved(target=str(entry_id))]
+        if abandoned and summary != "":
+            text = summary if summary is not None else self._summarise(abandoned)
+            events.append(
+                BranchSummarized(
+                    parent=str(entry_id),
+                    abandoned_leaf=old_path[-1].entry_id,
+                    summary=text,
+                    abandoned_entries=len(abandoned),
+                )
+            )
+        pending = [self.core.types.pending(e, session=session) for e in events]
+        with self.writing() as w:
+            w.append(pending)
+            leaf = w.leaf(session)
+        return str(leaf)
+
+    def _path_to(self, entry_id: str) -> list[PathEntry]:
+        with self.store.reading() as conn:
+            return read_path(conn, entry_id)
+
+    def _summarise(self, entries: Sequence[PathEntry]) -> str:
+        messages = [e for e in entries if e.kind == "message"]
+        data = self.payloads([e.seq for e in messages[-50:]])
+        return abandoned_summary(
+            [
+                (str(data[e.seq].get("role", "")), str(data[e.seq].get("text", "")))
+                for e in messages[-50:]
+                if e.seq in data
+            ]
+        )
+
+    def _on_path(self, session: str, target: str) -> None:
+        if not any(e.entry_id == target for e in self.path(session)):
+            raise UsageError(
+                f"entry {target!r} is not on the active branch of session {session!r}; "
+                "edits and labels apply to what the session's context holds"
+            )
+
+    def edit_context(
+        self, session_id: str, target: str, replacement: dict[str, Any] | None = None
+    ) -> int:
+        """Hide (`replacement` None) or replace an earlier entry in future context. The entry
+        itself stays in the log, exports and accounting; branching back before the edit brings
+        it back. Returns the edit's seq."""
+        self._on_path(str(session_id), str(target))
+        edit = ContextEdited(
+            target=str(target), replacement=dict(replacement) if replacement else None
+        )
+        return self._append(str(session_id), [edit])[0]
+
+    def label(self, session_id: str, target: str, label: str | None) -> int:
+        """Put a label on an entry (None clears it). Labels never reach the model."""
+        self._on_path(str(session_id), str(target))
+        return self._append(str(session_id), [Labeled(target=str(target), label=label)])[0]
+
+    def labels(self, session_id: str) -> dict[str, str]:
+        """Current labels of the entries on the active branch (latest wins)."""
+        path = self.path(session_id)
+        data = self.payloads([e.seq for e in path if e.kind == "label"])
+        out: dict[str, str] = {}
+        for e in path:
+            if e.kind == "label" and e.target:
+                value = data.get(e.seq, {}).get("label")
+                if value is None:
+                    out.pop(e.target, None)
+                else:
+                    out[e.target] = str(value)
+        return out
+
+    def name(self, session_id: str, name: str) -> int:
+        """Name the session (a session-info entry)."""
+        return self._append(str(session_id), [SessionNamed(name=str(name))])[0]
+
+    def session_name(self, session_id: str) -> str | None:
+        path = self.path(session_id)
+        named = [e for e in path if e.kind == "session_info"]
+        if not named:
+            return None
+        return str(self.payloads([named[-1].seq])[named[-1].seq].get("name") or "") or None
+
+    # -- entries other subsystems record -------------------------------------------------------
+
+    def _entry_at(self, seq: int | None) -> str | None:
+        if seq is None:
+            return None
+        self.refresh()
+        with self.store.reading() as conn:
+            row = conn.execute(
+                "SELECT entry_id FROM session_entries WHERE seq = ?", (int(seq),)
+            ).fetchone()
+        return row[0] if row else None
+
+    def record_compaction(
+        self,
+        session_id: str,
+        *,
+        section_ids: Sequence[str],
+        first_kept_seq: int | None,
+        tokens_before: int,
+        tokens_after: int,
+        summary: str = "",
+        head_seqs: Sequence[int] = (),
+    ) -> int:
+        """A compaction entry on the session's branch. `first_kept_seq` is the seq of the first
+        message kept verbatim after the handoff (capture aligns the next live list from it);
+        `summary` is the handoff text the model sees in place of the folded entries;
+        `head_seqs` the protected head kept before it. Returns the entry's seq."""
+        heads = [e for e in (self._entry_at(s) for s in head_seqs) if e is not None]
+        event = CompactionRecorded(
+            section_ids=list(section_ids),
+            first_kept_entry=self._entry_at(first_kept_seq),
+            first_kept_seq=first_kept_seq,
+            head_entries=heads,
+            tokens_before=int(tokens_before),
+            tokens_after=int(tokens_after),
+            summary=summary,
+        )
+        return self._append(str(session_id), [event])[0]
+
+    def record_usage(
+        self, session_id: str, *, prompt_tokens: int, completion_tokens: int, source: str
+    ) -> int:
+        """The tokens of one model call (the host's, or Chronicle's own summaries)."""
+        event = UsageRecorded(
+            prompt_tokens=int(prompt_tokens or 0),
+            completion_tokens=int(completion_tokens or 0),
+            source=str(source or "host"),
+        )
+        return self._append(str(session_id), [event])[0]
+
+    def usage(self, session_id: str) -> dict[str, Any]:
+        """Token totals over the session's lineage, every branch included, by source."""
+        sessions = self.lineage(session_id)
+        with self.store.reading() as conn:
+            seqs = [
+                int(row[0])
+                for row in conn.execute(
+                    "SELECT seq FROM session_entries WHERE kind = 'usage' AND session IN"
+                    f" ({','.join('?' * len(sessions))})",
+                    sessions,
+                )
+            ]
+        totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        by_source: dict[str, dict[str, int]] = {}
+        for payload in self.payloads(seqs).values():
+            source = str(payload.get("source") or "host")
+            bucket = by_source.setdefault(
+                source, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+            )
+            for key, value in (
+                ("calls", 1),
+                ("prompt_tokens", int(payload.get("prompt_tokens") or 0)),
+                ("completion_tokens", int(payload.get("completion_tokens") or 0)),
+            ):
+                bucket[key] += value
+                totals[key] += value
+        totals["by_source"] = by_source
+        return totals
+
+    # -- carrying a session -------------------------------------------------------------------------
+
+    def export_jsonl(self, session_id: str, path: str | Path | None = None) -> str:
+        """The session's whole conversation tree as versioned JSONL (returned, and written to
+        `path` when given)."""
+        from .jsonl import export_session
+
+        text = export_session(self, str(session_id))
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def import_jsonl(self, source: str | Path) -> int:
+        """Import an exported session (text or a file path). Older format versions are
+        migrated; a corrupt line is reported with its number and nothing is imported. Returns
+        how many events were new to this log."""
+        from .jsonl import import_session
+
+        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
+            candidate = Path(source)
+            if candidate.exists():
+                source = candidate.read_text(encoding="utf-8")
+        return import_session(self, str(source))

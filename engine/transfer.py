@@ -1,0 +1,271 @@
+"""Moving Chronicle data between databases: sessions as JSONL, chronicle carry, online backups.
+
+Invariants:
+- An export is one JSON object per line. The first line is a header naming the format, its
+  version and its kind ("events" or "sections"); every later line is one record. An import reads
+  the header first and refuses anything else with a `FormatError` that names the line.
+- Importing events is idempotent: each keeps its id, session and timestamp, and an event whose id
+  is already in the log is skipped (`append_new`). New seqs are assigned in the file's order, so a
+  whole-log export imported into an empty database reproduces the same seqs.
+- Carrying a chronicle loads its sections as they were written, superseded ones included; the
+  chronicle store's own checks refuse a carry that would fork it. Sections cite seq ranges of the
+  log they were written from: carry them to a database holding that same log (a backup, a
+  replica, another backend), not into an unrelated one.
+- A backup uses SQLite's online backup API from a reading connection: safe against a running
+  writer, and it folds in the WAL. Copying a live WAL database file with `cp` is not.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import IO, Any
+
+from .chronicle.sections import Anchor, Section
+from .chronicle.store import SQLiteChronicleStore
+from .errors import FormatError, UsageError
+from .log.store import PendingEvent, SQLiteEventStore, StoredEvent, sqlite_errors
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "write_events",
+    "read_events",
+    "import_events",
+    "write_sections",
+    "read_sections",
+    "backup",
+    "header_of",
+    "header_of_lines",
+]
+
+FORMAT = "chronicle-export"
+FORMAT_VERSION = 1
+_BATCH = 500
+
+Progress = Callable[[int], None]
+
+
+def _header(kind: str, **extra: Any) -> str:
+    return json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "kind": kind, **extra})
+
+
+def _dump(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def write_events(
+    events: Iterable[StoredEvent], out: IO[str], *, progress: Progress | None = None
+) -> int:
+    """Write events (envelope and payload) as JSONL. Returns how many were written."""
+    out.write(_header("events") + "\n")
+    written = 0
+    for event in events:
+        env = event.envelope
+        out.write(
+            _dump(
+                {
+                    "seq": env.seq,
+                    "id": env.id,
+                    "namespace": env.namespace,
+                    "type": env.type,
+                    "version": env.version,
+                    "created_at": env.created_at,
+                    "session": env.session,
+                    "payload": event.payload,
+                }
+            )
+            + "\n"
+        )
+        written += 1
+        if progress is not None:
+            progress(1)
+    return written
+
+
+def _records(lines: Iterable[str], kind: str, source: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    number = 0
+    header_seen = False
+    for number, line in enumerate(lines, start=1):  # noqa: B007 - reported after the loop
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise FormatError(f"{source}, line {number}: not JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise FormatError(f"{source}, line {number}: expected a JSON object")
+        if not header_seen:
+            if record.get("format") != FORMAT:
+                raise FormatError(
+                    f"{source}, line {number}: not a Chronicle export (the first line must be "
+                    f'a header with "format": "{FORMAT}"); was it written by `chronicle export`?'
+                )
+            if record.get("version") != FORMAT_VERSION:
+                raise FormatError(
+                    f"{source}, line {number}: export format version {record.get('version')!r}"
+                    f" is not supported (this Chronicle reads version {FORMAT_VERSION})"
+                )
+            if record.get("kind") != kind:
+                raise FormatError(
+                    f"{source}, line {number}: this file holds {record.get('kind')!r}, not {kind!r}"
+                )
+            header_seen = True
+            continue
+        yield number, record
+    if not header_seen:
+        raise FormatError(f"{source}: empty file, no Chronicle export header")
+
+
+def read_events(lines: Iterable[str], *, source: str = "input") -> Iterator[PendingEvent]:
+    """Parse an events export back into pending events that keep their ids and sessions."""
+    for number, r in _records(lines, "events", source):
+        try:
+            yield PendingEvent(
+                namespace=str(r["namespace"]),
+                type=str(r["type"]),
+                version=int(r["version"]),
+                payload=dict(r["payload"]),
+                id=str(r["id"]),
+                session=None if r.get("session") is None else str(r["session"]),
+                created_at=str(r["created_at"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"{source}, line {number}: malformed event ({exc!r})") from None
+
+
+def import_events(
+    store: SQLiteEventStore,
+    events: Iterable[PendingEvent],
+    *,
+    progress: Progress | None = None,
+) -> tuple[int, int]:
+    """Append the events the log does not hold yet. Returns (read, newly stored)."""
+    seen = stored = 0
+    batch: list[PendingEvent] = []
+
+    def flush() -> None:
+        nonlocal stored
+        stored += len(store.append_new(batch))
+        if progress is not None:
+            progress(len(batch))
+        batch.clear()
+
+    for event in events:
+        seen += 1
+        batch.append(event)
+        if len(batch) >= _BATCH:
+            flush()
+    if batch:
+        flush()
+    return seen, stored
+
+
+# -- chronicle carry ---------------------------------------------------------------------------
+
+
+def _section_record(section: Section) -> dict[str, Any]:
+    return {
+        "anchor": asdict(section.anchor),
+        "prose": section.prose,
+        "pins": list(section.pins),
+        "created_at": section.created_at,
+        "meta": section.meta,
+    }
+
+
+def write_sections(chronicle: SQLiteChronicleStore, out: IO[str]) -> int:
+    """Carry out: every section of the chronicle, in the order written."""
+    sections = chronicle.export()
+    out.write(_header("sections", chronicle=chronicle.name) + "\n")
+    for section in sections:
+        out.write(_dump(_section_record(section)) + "\n")
+    return len(sections)
+
+
+def read_sections(lines: Iterable[str], *, source: str = "input") -> list[Section]:
+    sections: list[Section] = []
+    for number, r in _records(lines, "sections", source):
+        try:
+            a = r["anchor"]
+            anchor = Anchor(
+                section_id=str(a["section_id"]),
+                from_seq=int(a["from_seq"]),
+                to_seq=int(a["to_seq"]),
+                unit=int(a["unit"]),
+                supersedes=None if a.get("supersedes") is None else str(a["supersedes"]),
+            )
+            sections.append(
+                Section(
+                    anchor=anchor,
+                    prose=str(r["prose"]),
+                    pins=tuple(str(p) for p in r.get("pins") or ()),
+                    created_at=str(r.get("created_at") or ""),
+                    meta=dict(r.get("meta") or {}),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"{source}, line {number}: malformed section ({exc!r})") from None
+    return sections
+
+
+def header_of(path: Path) -> dict[str, Any]:
+    """The header line of an export file (to tell events from sections before importing)."""
+    with path.open(encoding="utf-8") as fh:
+        return header_of_lines(fh, str(path))
+
+
+def header_of_lines(lines: Iterable[str], source: str = "input") -> dict[str, Any]:
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise FormatError(f"{source}, line {number}: not JSON ({exc})") from None
+            if not isinstance(record, dict) or record.get("format") != FORMAT:
+                raise FormatError(
+                    f"{source}, line {number}: not a Chronicle export (no header with "
+                    f'"format": "{FORMAT}"); was it written by `chronicle export`?'
+                )
+            return record
+    raise FormatError(f"{source}: empty file, no Chronicle export header")
+
+
+# -- backup ------------------------------------------------------------------------------------
+
+
+def backup(
+    store: SQLiteEventStore,
+    dest: Path,
+    *,
+    pages_per_step: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """An online, consistent copy of the database at `dest` (which must not exist yet)."""
+    if store.in_memory:
+        raise UsageError("an in-memory store has no file to back up")
+    dest = Path(dest)
+    if dest.exists():
+        raise UsageError(f"{dest} already exists; choose a new file name (backups never overwrite)")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def step(status: int, remaining: int, total: int) -> None:
+        if progress is not None:
+            progress(total - remaining, total)
+
+    target = sqlite3.connect(str(dest))
+    try:
+        with sqlite_errors(f"backing up to {dest}"), store.reading() as conn:
+            conn.backup(target, pages=pages_per_step, progress=step)
+        # The copy inherits WAL mode; fold it into one self-contained file.
+        target.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        target.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        target.close()
+    return dest

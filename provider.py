@@ -1,0 +1,427 @@
+"""ChronicleMemoryProvider: Hermes' memory-provider slot, as a thin adapter onto the core.
+
+Invariants:
+- Thin. Every hook translates to core calls (`core.capture`, `core.sessions`, `core.recall`,
+  `core.scheduler`); nothing here decides what is remembered or how.
+- Nothing escapes into Hermes' loop. Each hook is guarded: an exception is logged once per hook
+  and kind, the hook returns its neutral value, and whatever was already captured stays.
+- Thread-safe as Hermes calls it: `prefetch` on its own thread with `session_id=""`, `sync_turn`
+  and `queue_prefetch` on the "mem-sync" worker, `on_session_end` possibly before the last
+  `sync_turn` ran. Capture is idempotent, so on_session_end and on_pre_compress capture the
+  list they are handed too, and the later sync_turn records nothing twice.
+- One core per database: both Hermes loaders and every agent's provider reach the same
+  `ChronicleCore.get(db_path)`; the last provider to shut down checkpoints the WAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+try:  # the real base when Hermes is installed; a stand-in keeps the module importable without it
+    from agent.memory_provider import MemoryProvider as _ProviderBase
+except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
+
+    class _ProviderBase:  # type: ignore[no-redef]
+        """The part of Hermes' MemoryProvider interface Chronicle relies on."""
+
+        def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None: ...
+
+
+# The plugin's __init__ has made `chronicle_engine` importable (installed, or loaded from
+# ./engine under that one name), so both Hermes loaders share its modules and cores.
+from chronicle_engine.capture import users as _users
+from chronicle_engine.config import Config, default_db_path, load_hermes_config
+from chronicle_engine.core import ChronicleCore
+
+__all__ = ["ChronicleMemoryProvider"]
+
+log = logging.getLogger("chronicle.provider")
+
+T = TypeVar("T")
+
+_SWITCH_REASONS = {
+    "compression": "compression",
+    "resume": "resume",
+    "branch": "branch",
+    "reset": "reset",
+    "new_session": "new",
+    "new": "new",
+}
+
+_PROMPT = (
+    "Chronicle keeps every message of your conversations with this user in a local log, "
+    "including what was compacted out of the context. Relevant memory may be added to the "
+    "user's message inside <memory-context>; it is background, not a new request."
+)
+
+
+def _no_tools() -> list[dict[str, Any]]:
+    return []
+
+
+def _guarded(default: Callable[[], T]) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Run a hook; on any exception log it once (per hook and exception type) and return
+    `default()`. Hermes' loop must never see an exception from the memory slot."""
+
+    def wrap(method: Callable[..., T]) -> Callable[..., T]:
+        @functools.wraps(method)
+        def guarded(self: ChronicleMemoryProvider, *args: Any, **kwargs: Any) -> T:
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - the whole point of the guard
+                self._log_once(method.__name__, exc)
+                return default()
+
+        return guarded
+
+    return wrap
+
+
+class ChronicleMemoryProvider(_ProviderBase):
+    """Chronicle as Hermes' memory provider: capture everything, recall what is relevant."""
+
+    def __init__(self) -> None:
+        self._core: ChronicleCore | None = None
+        self._session_id = ""
+        self._platform: str | None = None
+        self._agent_context = "primary"
+        self._user_id: str | None = None
+        self._profile: str | None = None
+        self._hermes_home: str | None = None
+        self._logged: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
+        self._pairs: dict[str, list[dict[str, Any]]] = {}
+
+    # -- identity -------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return "chronicle"
+
+    def is_available(self) -> bool:
+        return True  # local SQLite: no account, key or service to check
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ChronicleMemoryProvider:
+        return self  # holds a shared core and locks; a copy must be the same provider
+
+    def _log_once(self, hook: str, exc: BaseException) -> None:
+        key = (hook, type(exc).__name__)
+        if key in self._logged:
+            log.debug("chronicle %s failed again: %s", hook, exc)
+            return
+        self._logged.add(key)
+        log.warning(
+            "chronicle %s failed (%s: %s); continuing without it, nothing captured is lost",
+            hook,
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @_guarded(lambda: None)
+    def initialize(self, session_id: str, **kwargs: Any) -> None:
+        hermes_home = kwargs.get("hermes_home")
+        config = load_hermes_config(hermes_home)
+        core = ChronicleCore.get(config.db_path(), config=config)
+        with self._lock:
+            if self._core is not core:
+                if self._core is not None and _users.release(self._core):
+                    self._core.shutdown()
+                _users.acquire(core)
+                self._core = core
+        self._hermes_home = str(hermes_home) if hermes_home else None
+        self._session_id = str(session_id or "")
+        self._platform = kwargs.get("platform")
+        self._agent_context = str(kwargs.get("agent_context") or "primary")
+        self._user_id = kwargs.get("user_id")
+        self._profile = kwargs.get("agent_identity")
+        self._tick("initialize")
+
+    @_guarded(lambda: None)
+    def shutdown(self) -> None:
+        with self._lock:
+            core, self._core = self._core, None
+        if core is not None and _users.release(core):
+            core.shutdown()
+
+    # -- internals ------------------------------------------------------------------------
+
+    @property
+    def core(self) -> ChronicleCore:
+        core = self._core
+        if core is None:
+            raise RuntimeError("the Chronicle memory provider was not initialised")
+        return core
+
+    def _config(self) -> Config:
+        return self.core.config
+
+    def _capturing(self) -> bool:
+        config = self._config()
+        if not config.get("capture.enabled"):
+            return False
+        skipped = config.get("capture.skip_agent_contexts") or []
+        return self._agent_context not in {str(s) for s in skipped}
+
+    def _capture(self, session_id: str, messages: Any, *, all_seqs: bool = False) -> int:
+        """Capture the live list; returns how many messages were new."""
+        if not self._capturing() or not messages:
+            return 0
+        before = self.core.store.last_seq()
+        seqs = self.core.capture.capture_messages(
+            session_id,
+            messages,
+            user_id=self._user_id,
+            profile=self._profile,
+            agent_context=self._agent_context,
+            platform=self._platform,
+            return_seqs=all_seqs,
+        )
+        return sum(1 for s in seqs if s is not None and s > before)
+
+    def _tick(self, hook: str) -> None:
+        """Give the scheduler its hook call. Until the scheduler part lands, core.scheduler
+        does not import; that is not an error."""
+        core = self._core
+        if core is None:
+            return
+        try:
+            scheduler = core.scheduler
+        except ImportError:
+            return
+        try:
+            scheduler.tick(hook)
+        except Exception as exc:  # noqa: BLE001 - maintenance must never break a hook
+            self._log_once(f"scheduler.tick({hook})", exc)
+
+    def _recall(self) -> Any | None:
+        """core.recall, or None until the recall part lands (then recall hooks are no-ops)."""
+        try:
+            return self.core.recall
+        except ImportError:
+            return None
+
+    # -- the turn ---------------------------------------------------------------------------
+
+    @_guarded(lambda: None)
+    def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
+        self.core.capture.record_turn_start(
+            self._session_id,
+            turn_number,
+            message,
+            model=kwargs.get("model"),
+            platform=kwargs.get("platform") or self._platform,
+        )
+        self._tick("on_turn_start")
+
+    @_guarded(lambda: "")
+    def prefetch(self, query: str, *, session_id: str = "") -> str:
+        recall = self._recall()
+        if recall is None:
+            return ""
+        return str(recall.prefetch(query, session_id=session_id or self._session_id) or "")
+
+    @_guarded(lambda: None)
+    def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
+        recall = self._recall()
+        if recall is not None:
+            recall.queue_prefetch(query, session_id=session_id or self._session_id)
+
+    @_guarded(lambda: None)
+    def sync_turn(
+        self,
+        user_content: str,
+        assistant_content: str,
+        *,
+        session_id: str = "",
+        messages: list[dict[str, Any]] | None = None,
+    ) -> None:
+        session = str(session_id or self._session_id)
+        if messages is None:
+            # An older host without the live list: rebuild it from the turns we were given.
+            pairs = self._pairs.setdefault(session, [])
+            pairs += [
+                {"role": "user", "content": user_content},
+                {"role": "assistant", "content": assistant_content},
+            ]
+            messages = pairs
+        self._capture(session, messages)
+        self._tick("sync_turn")
+
+    # -- session boundaries -------------------------------------------------------------------
+
+    @_guarded(lambda: None)
+    def on_session_end(self, messages: list[dict[str, Any]]) -> None:
+        # May run before the last sync_turn did: capture the final list here as well.
+        new = self._capture(self._session_id, messages)
+        self.core.capture.record_session_end(self._session_id, len(messages or ()), new)
+        self._tick("on_session_end")
+
+    @_guarded(lambda: None)
+    def on_session_switch(
+        self,
+        new_session_id: str,
+        *,
+        parent_session_id: str = "",
+        reset: bool = False,
+        rewound: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        reason = _SWITCH_REASONS.get(str(kwargs.get("reason") or ""))
+        if rewound:
+            reason = "rewound"
+        elif reason is None:
+            reason = "new" if reset or not parent_session_id else "resume"
+        if reason == "rewound":
+            self.core.capture.forget(new_session_id)
+        self.core.sessions.switch(
+            str(new_session_id), parent_session_id=str(parent_session_id or ""), reason=reason
+        )
+        self._session_id = str(new_session_id)
+        self._tick("on_session_switch")
+
+    @_guarded(lambda: "")
+    def on_pre_compress(self, messages: list[dict[str, Any]]) -> str:
+        """Capture everything about to be compressed, then give the host's compression prompt a
+        short note of what memory holds (nothing when Chronicle is the context engine too: it
+        compacts with the whole log at hand, and the note would be summarised twice)."""
+        new = self._capture(self._session_id, messages)
+        self.core.capture.record_compression_ahead(self._session_id, len(messages or ()), new)
+        self._tick("on_pre_compress")
+        context = self._config().raw.get("context")
+        if isinstance(context, dict) and context.get("engine") == "chronicle":
+            return ""
+        count = self.core.sessions.message_count(self._session_id)
+        note = (
+            f"Chronicle has every message of this conversation in its log ({count} so far); "
+            "anything summarised away can be searched and restored verbatim."
+        )
+        recall = self._recall()
+        last_user = next(
+            (
+                m.get("content")
+                for m in reversed(messages or [])
+                if isinstance(m, dict)
+                and m.get("role") == "user"
+                and isinstance(m.get("content"), str)
+            ),
+            "",
+        )
+        if recall is not None and last_user:
+            remembered = str(recall.prefetch(last_user, session_id=self._session_id) or "")
+            if remembered.strip():
+                note += "\nRelevant memory:\n" + remembered.strip()
+        return note
+
+    # -- what the host mirrors to us ------------------------------------------------------------
+
+    @_guarded(lambda: None)
+    def on_memory_write(
+        self,
+        action: str,
+        target: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        session = str((metadata or {}).get("session_id") or self._session_id)
+        self.core.capture.record_memory_write(session, action, target, content, metadata)
+        self._tick("on_memory_write")
+
+    @_guarded(lambda: None)
+    def on_delegation(
+        self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any
+    ) -> None:
+        self.core.capture.record_delegation(self._session_id, task, result, child_session_id)
+        self._tick("on_delegation")
+
+    # -- tools and prompt ---------------------------------------------------------------------
+
+    @_guarded(lambda: "")
+    def system_prompt_block(self) -> str:
+        return _PROMPT
+
+    @_guarded(_no_tools)
+    def get_tool_schemas(self) -> list[dict[str, Any]]:
+        if self._core is None:
+            return []
+        recall = self._recall()
+        if recall is None:
+            return []  # the memory tools arrive with the recall part
+        from chronicle_engine.tools import schemas
+
+        return schemas(recall.TOOLS)
+
+    @_guarded(lambda: '{"error": "Chronicle memory is unavailable right now"}')
+    def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        recall = self._recall()
+        if recall is None:
+            return '{"error": "Chronicle memory tools are not available in this build"}'
+        from chronicle_engine.tools import dispatch
+
+        result = dispatch(
+            recall.TOOLS, self.core, tool_name, args, session_id=self._session_id, **kwargs
+        )
+        self._tick("handle_tool_call")
+        return result
+
+    # -- setup (hermes memory setup) -----------------------------------------------------------
+
+    def get_config_schema(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "key": "db_path",
+                "description": "Where Chronicle keeps its SQLite log (blank: inside HERMES_HOME)",
+                "required": False,
+                "default": "",
+            }
+        ]
+
+    @_guarded(lambda: None)
+    def save_config(self, values: dict[str, Any], hermes_home: str) -> None:
+        """Write the answers under `chronicle:` in $HERMES_HOME/config.yaml, keeping the rest."""
+        path = Path(hermes_home) / "config.yaml"
+        data: dict[str, Any] = {}
+        if path.exists():
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if isinstance(loaded, dict):
+                data = loaded
+        section = data.get("chronicle")
+        if not isinstance(section, dict):
+            section = {}
+        for key, value in values.items():
+            if key == "db_path":
+                if value:
+                    section["db_path"] = str(value)
+                else:
+                    section.pop("db_path", None)
+        data["chronicle"] = section
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".yaml.chronicle-tmp")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def backup_paths(self) -> list[str]:
+        """The database files when they live outside HERMES_HOME (`hermes backup` only walks
+        HERMES_HOME). Resolved from config and environment only."""
+        try:
+            home = Path(self._hermes_home) if self._hermes_home else None
+            config = load_hermes_config(home)
+            db = config.db_path().expanduser().resolve()
+            root = (config.hermes_home or default_db_path().parent.parent).expanduser().resolve()
+            if db.is_relative_to(root):
+                return []
+            return [str(db), str(db) + "-wal", str(db) + "-shm"]
+        except Exception as exc:  # noqa: BLE001 - backup must not fail because of us
+            self._log_once("backup_paths", exc)
+            return []

@@ -1,0 +1,357 @@
+"""Capture: every message once, exactly as sent, with who said what."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chronicle_engine.capture.events import HANDOFF_MARKER
+from chronicle_engine.core import ChronicleCore
+
+
+@pytest.fixture(params=["memory", "file"])
+def core(request, tmp_path):
+    path = ":memory:" if request.param == "memory" else tmp_path / "capture.db"
+    c = ChronicleCore(path)
+    yield c
+    c.shutdown()
+
+
+def captured(core: ChronicleCore, session: str | None = None) -> list[dict]:
+    return [
+        e.payload
+        for e in core.store.read(session=session, namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ]
+
+
+def contents(core: ChronicleCore, session: str | None = None) -> list[str]:
+    return [p["message"].get("content") for p in captured(core, session)]
+
+
+def u(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def a(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def fresh(messages: list[dict]) -> list[dict]:
+    """The same messages as new dict objects (what a restart or a compaction copy hands us)."""
+    return json.loads(json.dumps(messages))
+
+
+def test_replay_records_nothing_twice(core):
+    live = [{"role": "system", "content": "You are Hermes."}, u("hi"), a("hello")]
+    first = core.capture.capture_messages("s1", live)
+    again = core.capture.capture_messages("s1", live)
+    assert first == again
+    assert first[0] is None and first[1] is not None and first[2] is not None
+    assert contents(core) == ["hi", "hello"]
+
+
+def test_growing_list_records_only_the_new_messages(core):
+    live = [u("plan the trip"), a("Where to?")]
+    core.capture.capture_messages("s1", live)
+    live += [u("Lisbon"), a("Booked.")]
+    seqs = core.capture.capture_messages("s1", live)
+    assert contents(core) == ["plan the trip", "Where to?", "Lisbon", "Booked."]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 4
+
+
+@pytest.mark.parametrize("return_seqs", [True, False])
+@pytest.mark.parametrize("same_objects", [True, False])
+def test_identical_messages_said_twice_are_two_messages(core, same_objects, return_seqs):
+    live = [u("start"), a("ready")]
+    core.capture.capture_messages("s1", live, return_seqs=return_seqs)
+    for _ in range(3):
+        live += [u("ok"), a("Done.")]
+        for _again in range(2):
+            seqs = core.capture.capture_messages(
+                "s1", live if same_objects else fresh(live), return_seqs=return_seqs
+            )
+            if return_seqs:
+                assert None not in seqs
+    assert contents(core) == ["start", "ready"] + ["ok", "Done."] * 3
+
+
+def test_the_fast_path_fills_only_new_seqs_and_follows_host_edits(core):
+    live = [u("hello"), a("hi")]
+    core.capture.capture_messages("s1", live, return_seqs=False)
+    live += [u("ok")]  # an interrupted turn: no reply yet
+    seqs = core.capture.capture_messages("s1", live, return_seqs=False)
+    assert seqs[:2] == [None, None] and seqs[2] is not None
+    # Hermes merges the next user message into the unanswered one, in place: a new message,
+    # on a new branch from the reply before it (the unmerged one stays in the old branch).
+    live[2]["content"] = "ok\n\nand also this"
+    live.append(a("Both done."))
+    core.capture.capture_messages("s1", live, return_seqs=False)
+    assert contents(core) == ["hello", "hi", "ok", "ok\n\nand also this", "Both done."]
+    kinds = [e.kind for e in core.sessions.path("s1")]
+    assert kinds == ["message", "message", "branch_summary", "message", "message"]
+
+
+def test_result_is_aligned_with_the_live_list(core):
+    live = [{"role": "system", "content": "sys"}, u("a"), a("b")]
+    seqs = core.capture.capture_messages("s1", live)
+    by_seq = {e.seq: e.payload["message"] for e in core.store.read()}
+    assert seqs[0] is None
+    assert [by_seq[s] for s in seqs[1:]] == live[1:]
+
+
+def test_wire_message_round_trips_byte_for_byte(core):
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Let me look — ünïcode ✓"}],
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "/etc/hosts"}'},
+            }
+        ],
+        "reasoning": "thinking…",
+        "_db_persisted": True,
+    }
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "127.0.0.1 localhost\n"}
+    seqs = core.capture.capture_messages("s1", [u("read hosts"), message, tool])
+    stored = core.store.get(seqs[1])
+    assert stored is not None
+    expected = {k: v for k, v in message.items() if not k.startswith("_")}
+    assert json.dumps(stored.payload["message"]) == json.dumps(expected)
+    assert stored.payload["tool_call_ids"] == ["call_1"]
+    result = core.store.get(seqs[2])
+    assert result is not None and result.payload["tool_name"] == "read_file"
+    assert result.payload["speaker"] == "tool"
+
+
+def test_api_content_is_archived_but_never_read_as_the_persons_words(core):
+    recalled = (
+        "<memory-context>\n[System note: The following is recalled memory context, NOT new "
+        "user input. Treat as authoritative reference data — this is the agent's persistent "
+        "memory and should inform all responses.]\n\nUser lives in Porto.\n</memory-context>"
+    )
+    message = {
+        "role": "user",
+        "content": "what's the weather?",
+        "api_content": "what's the weather?\n\n" + recalled,
+    }
+    (seq,) = core.capture.capture_messages("s1", [message])
+    payload = core.store.get(seq).payload
+    assert payload["message"]["api_content"].endswith("</memory-context>")
+    assert payload["person_text"] == "what's the weather?"
+    assert "Porto" not in payload["text"]
+
+
+def test_host_frames_inside_a_user_message_are_not_the_persons_words(core):
+    content = (
+        "[System note: The user's previous session expired due to inactivity. This is a fresh "
+        "conversation with no prior context.]\n\nmy cat is called Miso\n\n<memory-context>\n"
+        "[System note: recalled]\nUser likes tea\n</memory-context>"
+    )
+    (seq,) = core.capture.capture_messages("s1", [u(content)])
+    payload = core.store.get(seq).payload
+    assert payload["speaker"] == "person"
+    assert payload["person_text"] == "my cat is called Miso"
+    spans = payload["host_spans"]
+    host = "".join(payload["text"][lo:hi] for lo, hi in spans)
+    assert "expired due to inactivity" in host and "User likes tea" in host
+    assert "Miso" not in host
+
+
+def test_whole_host_messages_and_automation(core):
+    notice = u(
+        "[IMPORTANT: Background process proc_1 completed normally (exit code 0).\nCommand: make\nOutput:\nok]"
+    )
+    seqs = core.capture.capture_messages("s1", [notice, a("noted")])
+    assert core.store.get(seqs[0]).payload["speaker"] == "host"
+    assert core.store.get(seqs[0]).payload["person_text"] == ""
+    cron = core.capture.capture_messages("cron_1", [u("Summarise my inbox")], agent_context="cron")
+    payload = core.store.get(cron[0]).payload
+    assert payload["speaker"] == "automation"
+    assert payload["person_text"] == ""
+    assert payload["agent_context"] == "cron"
+
+
+def test_credentials_are_masked_everywhere_but_the_archived_message(core):
+    key = "sk-proj-Ab3dEf5hIj7kLm9nOp1qRs3tUv5wXy7z"
+    (seq,) = core.capture.capture_messages("s1", [u(f"use {key} for the api")])
+    payload = core.store.get(seq).payload
+    assert payload["message"]["content"] == f"use {key} for the api"
+    assert key not in payload["text"] and key not in payload["person_text"]
+    assert "«masked:openai_key»" in payload["person_text"]
+
+
+def test_system_prompt_and_handoffs_are_not_conversation(core):
+    live = [u("one"), a("two")]
+    core.capture.capture_messages("s1", live)
+    handoff = {"role": "user", "content": HANDOFF_MARKER + " Chronicle folded 2 messages."}
+    builtin = {"role": "assistant", "content": "summary", "_compressed_summary": True}
+    seqs = core.capture.capture_messages(
+        "s1", [{"role": "system", "content": "sys"}, handoff, builtin, *live]
+    )
+    assert seqs[:3] == [None, None, None]
+    assert contents(core) == ["one", "two"]
+
+
+def test_malformed_messages_are_still_stored(core):
+    class Weird:
+        def __init__(self) -> None:
+            self.role = "assistant"
+            self.content = "from an object"
+
+    live = [u("hi"), None, "plain string", Weird(), {"role": "user", "content": {1, 2}}]
+    seqs = core.capture.capture_messages("s1", live)
+    assert all(s is not None for s in seqs)
+    kinds = [p["message"] for p in captured(core)]
+    assert kinds[1] == {"role": "unknown", "content": None}
+    assert kinds[2] == {"role": "unknown", "content": "plain string"}
+    assert kinds[3] == {"role": "assistant", "content": "from an object"}
+    assert core.capture.capture_messages("s1", live) == seqs
+
+
+def test_compaction_shaped_list_after_a_recorded_compaction(core):
+    live = [u("start"), a("ready")] + [u("ok"), a("Done.")] * 3
+    seqs = core.capture.capture_messages("s1", live)
+    core.sessions.record_compaction(
+        "s1", section_ids=["1-4"], first_kept_seq=seqs[4], tokens_before=900, tokens_after=300
+    )
+    handoff = {"role": "user", "content": HANDOFF_MARKER + " folded 1-4"}
+    compacted = [live[0], handoff, *fresh(live[4:])]
+    again = core.capture.capture_messages("s1", compacted)
+    assert again == [seqs[0], None, *seqs[4:]]
+    compacted += [u("ok"), a("Done.")]
+    core.capture.capture_messages("s1", fresh(compacted))
+    assert contents(core) == ["start", "ready"] + ["ok", "Done."] * 4
+
+
+def test_compression_continuation_under_a_new_session_id(core):
+    live = [u("what is 2+2"), a("4"), u("and 3+3"), a("6")]
+    core.capture.capture_messages("old", live)
+    handoff = {"role": "user", "content": HANDOFF_MARKER + " folded"}
+    core.sessions.switch("new", parent_session_id="old", reason="compression")
+    compacted = [live[0], handoff, *fresh(live[2:]), u("and 4+4"), a("8")]
+    seqs = core.capture.capture_messages("new", compacted)
+    assert contents(core, "old") == ["what is 2+2", "4", "and 3+3", "6"]
+    assert contents(core, "new") == ["and 4+4", "8"]
+    assert seqs[1] is None and None not in seqs[2:]
+    assert core.sessions.lineage("new") == ["old", "new"]
+    assert core.sessions.chronicle_name("new") == core.sessions.chronicle_name("old")
+
+
+def test_a_rewind_starts_a_branch_and_keeps_the_old_one(core):
+    live = [u("write a poem"), a("Roses..."), u("make it longer"), a("Roses, longer...")]
+    core.capture.capture_messages("s1", live)
+    rewound = fresh(live[:2]) + [u("make it rhyme"), a("Roses rhyme...")]
+    core.capture.capture_messages("s1", rewound)
+    assert contents(core) == [m["content"] for m in live] + ["make it rhyme", "Roses rhyme..."]
+    path = core.sessions.path("s1")
+    kinds = [e.kind for e in path]
+    assert kinds == ["message", "message", "branch_summary", "message", "message"]
+    summary = core.store.get(path[2].seq).payload
+    assert "make it longer" in summary["summary"]
+    # Seen again, the rewound list records nothing more.
+    core.capture.capture_messages("s1", fresh(rewound))
+    assert len(captured(core)) == 6
+
+
+def test_a_new_core_on_the_same_file_resumes_alignment(tmp_path):
+    path = tmp_path / "restart.db"
+    live = [u("x"), a("y")] * 3
+    first = ChronicleCore(path)
+    before = first.capture.capture_messages("s1", live)
+    first.shutdown()
+    second = ChronicleCore(path)
+    live = fresh(live) + [u("x"), a("y")]
+    after = second.capture.capture_messages("s1", live)
+    assert after[:6] == before
+    assert len(captured(second)) == 8
+    second.shutdown()
+
+
+def test_concurrent_captures_record_each_message_once(tmp_path):
+    core = ChronicleCore(tmp_path / "threads.db")
+    live: list[dict] = []
+    for turn in range(20):
+        live += [u(f"q{turn % 3}"), a("same answer")]
+    errors: list[BaseException] = []
+
+    def worker(offset: int) -> None:
+        try:
+            for end in range(2, len(live) + 1, 2):
+                core.capture.capture_messages("s1", fresh(live[:end]))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert contents(core) == [m["content"] for m in live]
+    core.shutdown()
+
+
+_ALPHABET = st.sampled_from(
+    [
+        u("ok"),
+        a("Done."),
+        u("again"),
+        a("Sure."),
+        {"role": "tool", "tool_call_id": "t", "content": "x"},
+    ]
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    messages=st.lists(_ALPHABET, min_size=1, max_size=24),
+    cuts=st.lists(st.integers(min_value=1, max_value=24), max_size=6),
+)
+def test_law_every_prefix_seen_in_any_order_of_growth_records_each_message_once(messages, cuts):
+    core = ChronicleCore(":memory:")
+    ends = sorted({min(c, len(messages)) for c in cuts} | {len(messages)})
+    for end in ends:
+        core.capture.capture_messages("s", fresh(messages[:end]))
+        core.capture.capture_messages("s", fresh(messages[:end]))
+    assert [p["message"] for p in captured(core)] == messages
+    core.shutdown()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    messages=st.lists(_ALPHABET, min_size=4, max_size=30),
+    data=st.data(),
+)
+def test_law_compactions_with_recorded_kept_tail_lose_and_repeat_nothing(messages, data):
+    core = ChronicleCore(":memory:")
+    live: list[dict] = []
+    for message in messages:
+        live.append(message)
+        seqs = core.capture.capture_messages("s", fresh(live))
+        conversation = [
+            i
+            for i, m in enumerate(live)
+            if not str(m.get("content", "")).startswith(HANDOFF_MARKER)
+        ]
+        if len(conversation) > 3 and data.draw(st.booleans()):
+            keep = data.draw(st.integers(min_value=1, max_value=len(conversation) - 1))
+            first_kept = conversation[-keep]
+            core.sessions.record_compaction(
+                "s",
+                section_ids=["x"],
+                first_kept_seq=seqs[first_kept],
+                tokens_before=1,
+                tokens_after=1,
+            )
+            live = [{"role": "user", "content": HANDOFF_MARKER + " folded"}] + live[first_kept:]
+    assert [p["message"] for p in captured(core)] == messages
+    core.shutdown()

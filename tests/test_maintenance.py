@@ -1,0 +1,176 @@
+"""Maintenance sweeps: bounded runs, persisted cursors, honest reports, problems found not hidden."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from test_scheduler_support import (
+    START,
+    FakeClock,
+    location,
+    message,
+    open_core,
+    scheduler,
+)
+
+from chronicle_engine.chronicle.sections import Anchor, Section
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.scheduler import JobSpec
+
+
+@pytest.fixture(params=["memory", "file"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
+    return location(request.param, tmp_path)
+
+
+def _results(core: ChronicleCore, kind: str) -> list[dict]:
+    with core.store.reading() as conn:
+        rows = conn.execute(
+            "SELECT result FROM scheduler_jobs WHERE kind = ? AND state = 'done' ORDER BY id",
+            (kind,),
+        ).fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+def _sections(core: ChronicleCore, count: int, chronicle: str = "conversation/x") -> None:
+    core.store.append([message(core, "x", "user", f"m{i}", START + i) for i in range(count * 2)])
+    target = core.chronicle(chronicle)
+    for i in range(count):
+        lo = 2 * i + 1
+        target.append(Section(Anchor(f"{lo}-{lo + 1}", lo, lo + 1, unit=lo + 1), f"s{i}"))
+
+
+def test_integrity_resumes_from_its_cursor_within_its_row_budget(where) -> None:
+    core = open_core(
+        where,
+        {"maintenance": {"schedules": {"integrity": "0 5 * * *"}, "drain_per_hook": 1}},
+        {"sweeps": {"row_budget": 4}},
+    )
+    _sections(core, 10)
+    sched = scheduler(core, FakeClock())
+    for _ in range(3):
+        sched.tick("sync_turn")  # one run per hook: the continuation waits for the next
+    runs = _results(core, "integrity")
+    assert [(r["processed"], r["remaining"], r["wrapped"]) for r in runs] == [
+        (4, 6, False),
+        (4, 2, False),
+        (2, 0, True),
+    ]
+    state = sched.sweeps.load("integrity")
+    assert state.passes == 1 and state.cursor == 0
+    assert "problems" not in runs[-1].get("detail", {})
+    sched.tick("sync_turn")
+    assert len(_results(core, "integrity")) == 3  # a finished pass does not chase itself
+    core.shutdown()
+
+
+def test_integrity_reports_a_range_the_log_does_not_hold_and_a_fork(
+    where, caplog: pytest.LogCaptureFixture
+) -> None:
+    core = open_core(where, {"maintenance": {"schedules": {"integrity": "0 5 * * *"}}})
+    _sections(core, 2)  # 1-2 and 3-4 over a log of four events
+    # Damage the kind the store refuses to write: a section past the log's end, and a second
+    # current section over a range already covered (as a hand-edited or half-carried file might).
+    core.chronicle("conversation/x").append(Section(Anchor("5-9", 5, 9, unit=9), "beyond"))
+    with core.store.atomic() as conn:
+        conn.execute(
+            "INSERT INTO sections(chronicle, section_id, from_seq, to_seq, unit, prose, pins,"
+            " created_at) VALUES ('conversation/x', '2-3', 2, 3, 3, 'forked', '[]', '')"
+        )
+    caplog.set_level(logging.WARNING, logger="chronicle_engine.scheduler")
+    sched = scheduler(core, FakeClock())
+    sched.tick("sync_turn")
+    problems = _results(core, "integrity")[0]["detail"]["problems"]
+    assert {(p["section_id"], p["problem"].split(" ")[0]) for p in problems} == {
+        ("5-9", "cites"),
+        ("2-3", "overlaps"),
+    }
+    assert any("integrity check: 2 problem(s)" in r.getMessage() for r in caplog.records)
+    core.shutdown()
+
+
+def test_queue_retention_runs_as_a_scheduled_sweep(where) -> None:
+    core = open_core(
+        where,
+        {"maintenance": {"schedules": {"queue_retention": "0 * * * *"}}},
+        {"queue": {"retention": {"days": 1, "max_rows": 0}}},
+        {"sweeps": {"row_budget": 1000}},
+    )
+    clock = FakeClock(START + 60)
+    sched = scheduler(core, clock)
+    for i in range(12):
+        sched.queue.enqueue(JobSpec("integrity", "maintenance", key=f"old-{i}"))
+    sched.run_pending()
+    clock.advance(2 * 86400)
+    sched.tick("sync_turn")
+    (run,) = _results(core, "queue_retention")
+    assert (run["processed"], run["remaining"]) == (12, 0)
+    assert sched.queue.counts()["done"] == 1  # only the retention run itself is left
+    core.shutdown()
+
+
+def test_the_wal_checkpoint_is_passive_and_reports_frames(tmp_path: Path) -> None:
+    core = open_core(
+        tmp_path / "wal.db", {"maintenance": {"schedules": {"wal_checkpoint": "* * * * *"}}}
+    )
+    core.store.append([message(core, "x", "user", f"m{i}" * 200, START) for i in range(200)])
+    sched = scheduler(core, FakeClock())
+    sched.tick("sync_turn")
+    (run,) = _results(core, "wal_checkpoint")
+    assert run["processed"] > 0 and run["remaining"] == 0 and run["wrapped"]
+    assert run["detail"]["wal_frames"] >= run["processed"]
+    core.shutdown()
+
+
+def test_an_in_memory_store_skips_the_checkpoint_and_says_why() -> None:
+    core = open_core(":memory:", {"maintenance": {"schedules": {"wal_checkpoint": "* * * * *"}}})
+    sched = scheduler(core, FakeClock())
+    sched.tick("sync_turn")
+    (run,) = _results(core, "wal_checkpoint")
+    assert run["skipped"] == "an in-memory database has no WAL"
+    core.shutdown()
+
+
+def test_recall_sweeps_are_skipped_with_a_reason_until_recall_offers_its_hooks(where) -> None:
+    core = open_core(
+        where,
+        {"maintenance": {"schedules": {"fts_optimize": "* * * * *", "belief_sweep": "* * * * *"}}},
+    )
+    sched = scheduler(core, FakeClock())
+    for _ in range(2):
+        sched.tick("sync_turn")
+    assert _results(core, "fts_optimize")[0]["skipped"] == "recall offers no optimize_fts hook"
+    assert _results(core, "belief_sweep")[0]["skipped"] == "recall offers no sweep_beliefs hook"
+    outcomes = {s["task"]: s["last_outcome"] for s in sched.maintenance_status()["schedules"]}
+    assert outcomes["fts_optimize"] == "done: skipped (recall offers no optimize_fts hook)"
+    core.shutdown()
+
+
+def test_a_registered_sweep_continues_until_its_pass_is_done(where) -> None:
+    from chronicle_engine.scheduler import SweepReport
+
+    core = open_core(where, {"sweeps": {"row_budget": 3}})
+    sched = scheduler(core, FakeClock())
+    rows = list(range(10))
+
+    def sweep(ctx):
+        state = ctx.sweeps.load("demo")
+        batch = rows[state.cursor : state.cursor + ctx.budget]
+        cursor = state.cursor + len(batch)
+        report = SweepReport(
+            "demo", len(batch), len(rows) - cursor, cursor, wrapped=cursor == len(rows)
+        )
+        ctx.sweeps.save(report)
+        return report
+
+    sched.handle("demo", sweep)
+    sched.queue.enqueue(JobSpec("demo", "maintenance"))
+    for _ in range(6):
+        sched.tick("sync_turn")
+    runs = _results(core, "demo")
+    assert [r["processed"] for r in runs] == [3, 3, 3, 1]
+    assert sched.sweeps.load("demo").passes == 1
+    core.shutdown()

@@ -1,0 +1,30 @@
+"""The installed package must carry every subpackage of engine/ (a wheel only holds listed ones)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_engine_subpackage_is_listed_in_pyproject() -> None:
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        "chronicle_engine" + ".".join(["", *p.parent.relative_to(ROOT / "engine").parts])
+        for p in (ROOT / "engine").rglob("__init__.py")
+    }
+    assert found == listed, f"add to pyproject [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+def test_plugin_manifest_is_standalone() -> None:
+    import yaml
+
+    manifest = yaml.safe_load((ROOT / "plugin.yaml").read_text())
+    # Without kind: standalone Hermes treats the plugin as memory-only and never registers the
+    # context engine, silently falling back to its built-in compressor.
+    assert manifest["kind"] == "standalone"
+    assert manifest["name"] == "chronicle"
+    assert manifest["manifest_version"] == 1

@@ -1,0 +1,142 @@
+"""The event store's contract, run against an in-memory store and a WAL file alike."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from chronicle_engine.errors import AppendOnlyViolation, StoreReadOnly
+from chronicle_engine.log.store import PendingEvent, SQLiteEventStore, sqlite_errors
+
+
+def ev(i: int, *, session: str | None = "s", id: str | None = None) -> PendingEvent:
+    extra = {"id": id} if id else {}
+    return PendingEvent("test", "Thing", 1, {"i": i}, session=session, **extra)
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request, tmp_path):
+    s = SQLiteEventStore(":memory:" if request.param == "memory" else tmp_path / "log.db")
+    yield s
+    s.close()
+
+
+def test_append_assigns_monotonic_seq_and_round_trips(store: SQLiteEventStore) -> None:
+    first = store.append([ev(1), ev(2)])
+    second = store.append([ev(3)])
+    assert [e.seq for e in first + second] == [1, 2, 3]
+    read = list(store.read())
+    assert [(e.seq, e.payload) for e in read] == [(1, {"i": 1}), (2, {"i": 2}), (3, {"i": 3})]
+    assert read[0].envelope == first[0].envelope
+    assert store.last_seq() == 3 and store.count() == 3
+
+
+def test_read_filters_and_pages(store: SQLiteEventStore) -> None:
+    store.append([ev(i, session="a" if i % 2 else "b") for i in range(1, 5001)])
+    assert len(list(store.read())) == 5000  # crosses several pages
+    assert [e.seq for e in store.read(after=10, upto=14)] == [11, 12, 13, 14]
+    assert all(e.envelope.session == "a" for e in store.read(session="a"))
+    assert len(list(store.read(sessions=["a", "b"], limit=7))) == 7
+    assert list(store.read(sessions=[])) == []
+    assert store.get(5000) is not None and store.get(5001) is None
+
+
+def test_events_can_never_be_updated_or_deleted(store: SQLiteEventStore) -> None:
+    store.append([ev(1)])
+    for sql in ("UPDATE events SET payload = '{}'", "DELETE FROM events"):
+        with pytest.raises(AppendOnlyViolation), sqlite_errors("tampering"), store.atomic() as c:
+            c.execute(sql)
+    assert [e.payload for e in store.read()] == [{"i": 1}]
+
+
+def test_append_new_is_idempotent_by_id(store: SQLiteEventStore) -> None:
+    assert len(store.append_new([ev(1, id="x"), ev(2, id="y")])) == 2
+    again = store.append_new([ev(1, id="x"), ev(3, id="z")])
+    assert [e.envelope.id for e in again] == ["z"]
+    assert store.count() == 3
+
+
+def test_failed_transaction_leaves_nothing(store: SQLiteEventStore) -> None:
+    with pytest.raises(RuntimeError), store.atomic() as conn:
+        conn.execute(
+            "INSERT INTO events(id, namespace, type, version, created_at, session, payload)"
+            " VALUES ('a', 'n', 't', 1, 'now', NULL, '{}')"
+        )
+        raise RuntimeError("boom")
+    assert store.count() == 0
+
+
+def test_nested_atomic_is_a_savepoint(store: SQLiteEventStore) -> None:
+    with store.atomic():
+        store.append([ev(1)])
+        with pytest.raises(RuntimeError), store.atomic():
+            store.append([ev(2)])
+            raise RuntimeError("inner only")
+        store.append([ev(3)])
+    assert [e.payload["i"] for e in store.read()] == [1, 3]
+
+
+def test_many_threads_append_without_loss_or_lock_errors(store: SQLiteEventStore) -> None:
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for i in range(50):
+                store.append([ev(n * 1000 + i), ev(n * 1000 + i)])
+                list(store.read(after=max(0, store.last_seq() - 5)))
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    seqs = [e.seq for e in store.read()]
+    assert seqs == list(range(1, 8 * 50 * 2 + 1))
+
+
+def test_two_stores_on_one_file_behave_like_two_processes(tmp_path) -> None:
+    path = tmp_path / "shared.db"
+    a, b = SQLiteEventStore(path), SQLiteEventStore(path)
+    errors: list[BaseException] = []
+
+    def writer(store: SQLiteEventStore, base: int) -> None:
+        try:
+            for i in range(100):
+                store.append([ev(base + i)])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(s, k * 1000)) for k, s in enumerate((a, b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    assert a.count() == b.count() == 200
+    a.close()
+    b.close()
+
+
+def test_wal_mode_and_checkpoint_on_close(tmp_path) -> None:
+    path = tmp_path / "wal.db"
+    store = SQLiteEventStore(path)
+    store.append([ev(1)])
+    assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    wal = tmp_path / "wal.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert sqlite3.connect(path).execute("SELECT COUNT(*) FROM events").fetchone()[0] == 1
+
+
+def test_read_only_connection_is_a_clear_error(tmp_path) -> None:
+    path = tmp_path / "ro.db"
+    SQLiteEventStore(path).close()
+    store = SQLiteEventStore(f"file:{path}?mode=ro")
+    with pytest.raises(StoreReadOnly):
+        store.append([ev(1)])
+    store.close()
