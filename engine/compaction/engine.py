@@ -457,16 +457,26 @@ class Compaction:
                 self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
             self._record(session_id, record)
 
-        kept_after = [s for s in (seqs[i] for i in the_plan.keep) if s is not None]
-        folded_through = max((v.to_seq for v in view), default=through)
-        first_kept = min((s for s in kept_after if s > folded_through), default=folded_through + 1)
+        # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
+        # live list from it); the head and the protected copies kept before the tail count as
+        # the head, so the tree's projection holds what the model holds.
+        tail = [s for s in (seqs[i] for i in the_plan.keep if i >= the_plan.cut) if s is not None]
+        head_seqs = [
+            s
+            for s in (
+                seqs[i] for i in (*the_plan.head, *(i for i in the_plan.keep if i < the_plan.cut))
+            )
+            if s is not None
+        ]
         try:
             self.core.sessions.record_compaction(
                 session_id,
                 section_ids=[v.label for v in view],
-                first_kept_seq=first_kept,
+                first_kept_seq=tail[0] if tail else None,
                 tokens_before=tokens_before,
                 tokens_after=tokens_after,
+                summary=text,
+                head_seqs=head_seqs,
             )
         except Exception:  # the sections are written; the tree entry is bookkeeping
             log.exception("could not record the compaction entry for %s", session_id)
