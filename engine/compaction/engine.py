@@ -654,14 +654,17 @@ def message_facts(
             out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
             continue
         role = str(message.get("role") or "")
-        kind = handoff_kind(message)
+        # Only user and assistant messages can be handoffs, requests or instructions.
+        conversational = role in ("user", "assistant")
+        kind = handoff_kind(message) if conversational else None
         own = kind == "own"
+        real_user = role == "user" and is_real_user(message)
         pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
         protected = (
             pinned
             or kind == "foreign"
             or (seq is None and not own)
-            or (role == "user" and is_standing_instruction(message))
+            or (real_user and is_standing_instruction(message))
         )
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(
@@ -671,7 +674,7 @@ def message_facts(
                 folded=seq is not None and seq <= through,
                 handoff=own,
                 protected=protected,
-                real_user=is_real_user(message),
+                real_user=real_user,
                 call_ids=tool_call_ids(message) if role == "assistant" else (),
                 result_id=str(result_id) if result_id is not None else None,
             )
