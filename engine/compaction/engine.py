@@ -321,6 +321,7 @@ class Compaction:
         force: bool,
         memory_context: str,
     ) -> Outcome:
+        started = time.perf_counter()
         state = self.lineage_state(session_id)
         focus = (focus_topic or "").strip() or state.focus or None
         previous, role, through = self._previous_view(name, messages)
@@ -449,6 +450,7 @@ class Compaction:
             fell_back=fell_back,
             writer=self.writer.name,
             focus=focus or "",
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
         with self.core.store.atomic() as conn:
             for v in new_sections:

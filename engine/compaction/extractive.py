@@ -219,7 +219,7 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
     seen once (an id, a code) over one that recurs (a template like "service-12"), letters with
     digits over bare numbers, the person's and the assistant's words (weight 1) over tool output
     (0) and commands (-1, already on the Step lines). Within the last tier that fits, facts are
-    drawn evenly from across the range, not just its start. Returned in order of appearance."""
+    drawn evenly from across the range, not just its start. Returned best first."""
     counts: dict[str, int] = {}  # by lower-cased value: "Service-4" recurs as "service-4"
     first: dict[str, int] = {}
     weight: dict[str, int] = {}
@@ -253,19 +253,33 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
         step = len(values) / room
         chosen += [values[int(k * step)] for k in range(room)]
         break
-    return sorted(chosen, key=first.__getitem__)
+    # Best first; ties (and the evenly drawn last tier) in order of appearance.
+    rank = {value: k for k, value in enumerate(chosen)}
+    return sorted(chosen, key=lambda v: (-score(v), rank[v]))
 
 
 def _fact_line(values: Sequence[str], cap: int) -> str:
-    """'Facts: a, b, c' within `cap` characters, whole values only, spread evenly over `values`
-    when they do not all fit (a cut value would be a wrong fact)."""
-    values = [v for v in values if v and len(v) < cap // 2]
-    chosen = list(values)
-    while chosen and len("Facts: " + ", ".join(chosen)) > cap:
-        keep = max(1, int(len(chosen) * cap / len("Facts: " + ", ".join(chosen))) - 1)
-        step = len(values) / keep
-        chosen = [values[int(k * step)] for k in range(keep)] if keep < len(chosen) else chosen[:-1]
+    """'Facts: a, b, c' within `cap` characters: whole values only (a cut value would be a wrong
+    fact), taken in the order given (best first) while they fit, shown in that order."""
+    chosen: list[str] = []
+    length = len("Facts: ")
+    for value in values:
+        extra = len(value) + (2 if chosen else 0)
+        if not value or length + extra > cap:
+            continue
+        chosen.append(value)
+        length += extra
     return "Facts: " + ", ".join(chosen)
+
+
+def _round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
+    """The first of every list, then the second of every list, ...: no part crowds out the rest."""
+    out: dict[str, None] = {}
+    for k in range(max((len(x) for x in lists), default=0)):
+        for values in lists:
+            if k < len(values):
+                out.setdefault(values[k], None)
+    return list(out)
 
 
 def _middle_out(n: int) -> Iterable[int]:
@@ -432,7 +446,7 @@ def condense_prose(
     condensed section still names what each part was about."""
     terms = focus_terms(focus)
     lines: list[_Line] = []
-    facts: dict[str, None] = {}
+    facts: list[list[str]] = []
     order = 0
     per_user = max(120, min(400, budget_chars // max(1, 3 * len(children))))
     for label, prose in children:
@@ -444,10 +458,7 @@ def condense_prose(
                 continue
             focused = _mentions(line, terms)
             if line.startswith("Facts:"):
-                for value in line[len("Facts:") :].split(","):
-                    value = value.strip().rstrip("…")
-                    if value:
-                        facts.setdefault(value, None)
+                facts.append([v.strip() for v in line[len("Facts:") :].split(",") if v.strip()])
                 continue
             if line.startswith("User:"):
                 rank, cap = _RANK_USER, per_user * (2 if focused else 1)
@@ -463,5 +474,5 @@ def condense_prose(
             order += 1
     if facts:
         cap = max(80, min(_FACTS_CHARS, budget_chars // 4))
-        lines.append(_Line(_RANK_FACTS, _fact_line(list(facts), cap), order))
+        lines.append(_Line(_RANK_FACTS, _fact_line(_round_robin(facts), cap), order))
     return _fit(lines, budget_chars, restore)
