@@ -38,7 +38,7 @@ _FACT_CHARS = frozenset("0123456789/@_")
 _FACT_HIT = re.compile(r"[0-9/@_A-Z]")  # where a fact-like word may be
 _SPACE = re.compile(r"\s")
 _STRIP = ".,;:!?()[]{}<>\"'`*"
-_FACTS_SCANNED = 1500  # messages scanned for facts at most, spread evenly over the range
+_FACTS_SCANNED = 800  # messages scanned for facts at most, spread evenly over the range
 _FACTS_PER_MESSAGE = 6
 
 # Keyword tests on lower-cased text: far cheaper than a regex alternation per sentence.
@@ -369,7 +369,7 @@ def summarize_messages(
     # for an even spread of messages (every request while they are few enough), and facts are
     # scanned in an even spread too.
     n = len(messages)
-    line_cap = max(400, budget_chars // 20)
+    line_cap = max(300, budget_chars // 25)
     detail: set[int] | None = None
     if n > 2 * line_cap:
         users = [
