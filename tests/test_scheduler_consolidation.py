@@ -75,7 +75,13 @@ def test_a_session_end_closes_the_unit_after_its_last_message(where) -> None:
     section = core.chronicle(chronicle_of(core, "a")).current()[0]
     assert section.meta["boundary"] == "session_end" and section.meta["messages"] == 3
     assert c.open_units() == [
-        {"chronicle": "conversation:a", "session": "a", "from_seq": 5, "last_seq": 5, "turns": 1}
+        {
+            "chronicle": chronicle_of(core, "a"),
+            "session": "a",
+            "from_seq": 5,
+            "last_seq": 5,
+            "turns": 1,
+        }
     ]
     core.shutdown()
 
