@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Capture"]
 
+_CACHED_SESSIONS = 256
+"""Sessions whose branch capture keeps in memory (a gateway serves many chats; a session
+evicted here is reloaded from the tree on its next capture)."""
+
 
 def _created(created_at: Any) -> str | None:
     if created_at is None:
@@ -132,7 +136,11 @@ class Capture(HostRecorder):
                 for offset, i in enumerate(plan.new):
                     result[i] = plan.path.seqs[plan.first_new_q + offset]
         # Only a committed write updates the cache (the lock is still ours: no one raced it).
-        self._paths[session] = plan.path
+        with self._locks_guard:
+            self._paths.pop(session, None)
+            self._paths[session] = plan.path  # most recently used last
+            while len(self._paths) > _CACHED_SESSIONS:
+                self._paths.pop(next(iter(self._paths)))
         return result
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
