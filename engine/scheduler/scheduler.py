@@ -35,6 +35,7 @@ from .maintenance import MAINTENANCE, TaskContext, optional_subsystem
 from .queue import Job, JobQueue, JobSpec, RetryNextTick, allocate
 from .schema import SCHEDULER_MIGRATIONS
 from .settings import JOB_CLASSES, TASKS, read_settings
+from .summaries import WriterSummarizer
 from .sweeps import SweepCursors, SweepReport
 from .units import UnitRules
 
@@ -380,9 +381,10 @@ class Scheduler:
         try:
             if summarize is None:
                 compaction = optional_subsystem(self.core, "compaction")
-                summarize = getattr(compaction, "summarizer", None)
-                if summarize is None:
-                    missing.append("no summariser (core.compaction offers no `summarizer`)")
+                if compaction is None or not hasattr(compaction, "writer"):
+                    missing.append("no summariser (core.compaction offers no section writer)")
+                else:
+                    summarize = WriterSummarizer.for_core(self.core, compaction)
             if conversations is None:
                 conversations = optional_subsystem(self.core, "sessions")
                 if conversations is None:
