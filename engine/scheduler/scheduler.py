@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -325,10 +326,15 @@ class Scheduler:
             follow_ups.append(
                 JobSpec("consolidate", TASKS["consolidate"], "consolidate", depends_on=job.id)
             )
-        if self.queue.complete(job, report.as_dict(), follow_ups):
-            self._note_outcome(job, "done", _summary(report))
-            if follow_ups:
-                self._queue_wake = min(self._queue_wake, self.clock())
+        outcome = _summary(report)
+        done = self.queue.complete(
+            job,
+            report.as_dict(),
+            follow_ups,
+            then=lambda c: self._note_outcome(job, "done", outcome, c),
+        )
+        if done and follow_ups:
+            self._queue_wake = min(self._queue_wake, self.clock())
 
     def _failed_attempt(self, job: Job, exc: Exception) -> None:
         reason = f"{type(exc).__name__}: {exc}"
@@ -357,15 +363,20 @@ class Scheduler:
             ]
         )
 
-    def _note_outcome(self, job: Job, state: str, text: str) -> None:
+    def _note_outcome(
+        self, job: Job, state: str, text: str, conn: sqlite3.Connection | None = None
+    ) -> None:
         schedule = job.payload.get("schedule")
         if not isinstance(schedule, str):
             return
-        with sqlite_errors("recording a schedule's outcome"), self.core.store.atomic() as conn:
-            conn.execute(
-                "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?",
-                (self.clock(), f"{state}: {text}", schedule),
-            )
+        if conn is None:
+            with sqlite_errors("recording a schedule's outcome"), self.core.store.atomic() as c:
+                self._note_outcome(job, state, text, c)
+            return
+        conn.execute(
+            "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?",
+            (self.clock(), f"{state}: {text}", schedule),
+        )
 
     # -- consolidation ---------------------------------------------------------------------
 
