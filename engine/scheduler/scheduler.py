@@ -167,7 +167,8 @@ class Scheduler:
     # -- scheduling ------------------------------------------------------------------------
 
     def _load(self) -> None:
-        self._resolve()
+        # Finding the summariser imports the context engine, which is slow the first time, so
+        # it waits for the first consolidation job (on a draining hook, off the user's turn).
         with sqlite_errors("reading schedule watermarks"), self.core.store.reading() as conn:
             marks = dict(conn.execute("SELECT schedule, last_due FROM scheduler_watermarks"))
         self._next_due = {}
@@ -294,10 +295,9 @@ class Scheduler:
 
     async def _run_async(self, job: Job) -> None:
         try:
-            if job.kind == "consolidate":
-                report = await self._require_consolidator().run_async(
-                    self.settings.budget_for(job.kind)
-                )
+            consolidator = self._consolidator_for(job)
+            if job.kind == "consolidate" and consolidator is not None:
+                report = await consolidator.run_async(self.settings.budget_for(job.kind))
             else:
                 report = self._handle(job)
         except Exception as exc:
@@ -305,13 +305,25 @@ class Scheduler:
         else:
             self._finish(job, report)
 
+    def _consolidator_for(self, job: Job) -> Consolidator | None:
+        if job.kind not in ("consolidate", "reap"):
+            return None
+        self._resolve()
+        if self._consolidator is None:
+            # Found out now, not at start-up: stop scheduling what cannot run.
+            for task in ("consolidate", "reap"):
+                self._next_due.pop(task, None)
+        return self._consolidator
+
     def _handle(self, job: Job) -> SweepReport:
-        if job.kind == "consolidate":
-            return self._require_consolidator().run(self.settings.budget_for(job.kind))
-        if job.kind == "reap":
-            return self._require_consolidator().reap(
-                self.clock(), self.settings.budget_for(job.kind)
-            )
+        if job.kind in ("consolidate", "reap"):
+            consolidator = self._consolidator_for(job)
+            budget = self.settings.budget_for(job.kind)
+            if consolidator is None:
+                return SweepReport(job.kind, skipped=self._unavailable.get(job.kind, "unavailable"))
+            if job.kind == "consolidate":
+                return consolidator.run(budget)
+            return consolidator.reap(self.clock(), budget)
         task = self._handlers.get(job.kind)
         if task is None:
             raise LookupError(f"no handler for job kind {job.kind!r}")
@@ -420,12 +432,6 @@ class Scheduler:
                 close_on_session_end=self.settings.close_on_session_end,
             ),
         )
-
-    def _require_consolidator(self) -> Consolidator:
-        self._resolve()
-        if self._consolidator is None:
-            raise LookupError(self._unavailable.get("consolidate", "consolidation is unavailable"))
-        return self._consolidator
 
     @property
     def consolidator(self) -> Consolidator | None:
