@@ -21,7 +21,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,37 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..log.store import PendingEvent
 from ..sessions.events import BranchSummarized
+from ..sessions.summary import abandoned_summary
 from .align import align, fingerprint, wire_message
-from .events import MessageCaptured, message_text, register_capture_events
+from .describe import describe, digest, message_id
+from .events import MessageCaptured, register_capture_events
 from .hooks import HostRecorder
 from .path import BranchPath, positional
-from .secrets import mask
-from .speaker import attribute, is_handoff
+from .speaker import is_handoff
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
     from ..sessions.tree import TreeWriter
 
-__all__ = ["Capture", "abandoned_summary"]
-
-_SUMMARY_LIMIT = 600
-
-
-def abandoned_summary(texts: Sequence[tuple[str, str]]) -> str:
-    """A short extractive account of an abandoned branch: what was asked, what came back."""
-    asked = [t for role, t in texts if role == "user" and t.strip()]
-    said = [t for role, t in texts if role == "assistant" and t.strip()]
-    pieces = [f"Abandoned branch of {len(texts)} message(s)."]
-    if asked:
-        pieces.append("Asked: " + " | ".join(clip(t, 160) for t in asked[:3]))
-    if said:
-        pieces.append("Last reply: " + clip(said[-1], 200))
-    return clip(" ".join(pieces), _SUMMARY_LIMIT)
-
-
-def clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+__all__ = ["Capture"]
 
 
 def _created(created_at: Any) -> str | None:
@@ -68,10 +49,6 @@ def _created(created_at: Any) -> str | None:
     if isinstance(created_at, datetime):
         return created_at.isoformat(timespec="microseconds")
     return str(created_at)
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.blake2b("\0".join(parts).encode("utf-8"), digest_size=16).hexdigest()
 
 
 class _Plan:
@@ -328,7 +305,7 @@ class Capture(HostRecorder):
                 summary=abandoned_summary(self._texts(path.seqs[q + 1 :])),
                 abandoned_entries=len(path.ids) - q - 1,
             )
-            parent = "b" + _digest(session, anchor, path.leaf or "")
+            parent = "b" + digest(session, anchor, path.leaf or "")
             plan.events.append(self.core.types.pending(summary, session=session, id=parent))
         turns = plan.path.turns[-1] if plan.path.turns else 0
         tool_names = _ToolNames(items)
@@ -340,7 +317,7 @@ class Capture(HostRecorder):
                 fp = fingerprint(wire)
             role = str(wire.get("role") or "")
             turns += role == "user"
-            event_id = "m" + _digest(session, anchor, fp)
+            event_id = message_id(session, anchor, fp)
             event = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
             plan.events.append(
                 self.core.types.pending(
@@ -373,41 +350,21 @@ class Capture(HostRecorder):
         tool_names: _ToolNames,
         context: dict[str, Any],
     ) -> MessageCaptured:
-        role = str(wire.get("role") or "unknown")
-        text = mask(message_text(wire))
-        attribution = attribute(
-            obj if isinstance(obj, dict) else wire,
-            text,
-            agent_context=context["agent_context"],
-            platform=context["platform"],
-        )
-        call_ids: list[str] = []
-        tool_name: str | None = None
-        if role == "assistant":
-            for call in wire.get("tool_calls") or ():
-                if isinstance(call, dict) and call.get("id"):
-                    call_ids.append(str(call["id"]))
-        elif role in ("tool", "function"):
-            call_id = str(wire.get("tool_call_id") or "")
-            if call_id:
-                call_ids.append(call_id)
-            name = wire.get("name")
-            tool_name = str(name) if name else tool_names.get(call_id)
-        return MessageCaptured(
-            role=role,
-            message=wire,
-            fingerprint=fp,
-            speaker=attribution.speaker,
-            text=text,
-            person_text=attribution.person_text,
-            host_spans=attribution.host_spans,
+        role = wire.get("role")
+        tool_name = None
+        if role in ("tool", "function") and not wire.get("name"):
+            tool_name = tool_names.get(str(wire.get("tool_call_id") or ""))
+        return describe(
+            obj,
+            wire,
+            fp,
+            parent=parent,
             turn=turn,
+            tool_name=tool_name,
             user_id=context["user_id"],
             profile=context["profile"],
             agent_context=context["agent_context"],
-            tool_name=tool_name,
-            tool_call_ids=call_ids,
-            parent=parent,
+            platform=context["platform"],
         )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -29,13 +30,15 @@ from rich.table import Table
 
 from ..capture.events import HANDOFF_MARKER
 from .app import CommandFailed, Exit, Outcome, Session
+from .commands._optional import maybe
 from .demo_chat import NEEDLE, NEEDLE_QUERY, turns
 
 __all__ = ["run_demo"]
 
 CONTEXT_LENGTH = 65_536
+HANDOFF_LINES = 14
 SYSTEM_PROMPT = "You are Hermes Agent. " * 200  # stands in for Hermes' own system prompt
-COMPRESSION = {"threshold": 0.3, "target_ratio": 0.25, "protect_first_n": 1, "protect_last_n": 6}
+COMPRESSION = {"threshold": 0.75, "target_ratio": 0.25, "protect_first_n": 1, "protect_last_n": 6}
 
 
 def _tokens(messages: list[dict[str, Any]]) -> int:
@@ -213,20 +216,47 @@ class DemoHost:
     def tool(self, slot: Any, name: str, args: dict[str, Any], **kwargs: Any) -> Any:
         return json.loads(slot.handle_tool_call(name, args, **kwargs))
 
+    def expand(self, section_id: str) -> list[dict[str, Any]]:
+        """The agent's own tool, through the engine, every page of it (bounded)."""
+        messages: list[dict[str, Any]] = []
+        page = 1
+        for _ in range(1000):
+            result = self.tool(
+                self.engine,
+                "chronicle_expand",
+                {"section_id": section_id, "page": page, "page_size": 200},
+                messages=self.messages,
+            )
+            if "error" in result:
+                raise CommandFailed(f"chronicle_expand failed: {result['error']}", Exit.FAILED)
+            messages += [m["message"] for m in result.get("messages", [])]
+            nxt = result.get("next")
+            if not nxt:
+                break
+            page = int(nxt["page"])
+        return messages
+
 
 def run_demo(s: Session) -> Outcome:
     keep = getattr(s.args, "db", None)
     work = Path(tempfile.mkdtemp(prefix="chronicle-demo-"))
+    db = Path(keep).expanduser().resolve() if keep else work / "chronicle" / "chronicle.db"
+    # Hermes runs with HERMES_HOME set; the demo sets a throwaway one, never touching ~/.hermes.
+    saved = os.environ.get("HERMES_HOME")
+    os.environ["HERMES_HOME"] = str(work)
     try:
-        return _run(
-            s, work, Path(keep).expanduser() if keep else work / "chronicle" / "chronicle.db"
-        )
+        return _run(s, work, db)
     finally:
         from ..core import ChronicleCore
 
         for core in ChronicleCore.open_cores():
-            if Path(core.db_path).is_relative_to(work):
+            path = Path(core.db_path)
+            if path.is_relative_to(work) or path == db:
                 core.shutdown()
+        if saved is None:
+            os.environ.pop("HERMES_HOME", None)
+        else:
+            os.environ["HERMES_HOME"] = saved
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -260,19 +290,23 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
     from ..core import ChronicleCore
 
     core = ChronicleCore.get(db)
-    chronicle = core.chronicle(core.sessions.chronicle_name(host.session_id))
+    lineage = core.sessions.lineage(host.session_id)
+    chronicle_name = core.sessions.chronicle_name(host.session_id)
+    chronicle = core.chronicle(chronicle_name)
     sections = chronicle.current()
     handoff = next(
         (m for m in host.messages if str(m.get("content") or "").startswith(HANDOFF_MARKER)), None
     )
-    hits = core.recall.search(NEEDLE_QUERY, session_id=host.session_id, limit=3)
+    recall = maybe(lambda: core.recall)
+    hits = (
+        recall.search(NEEDLE_QUERY, session_id=host.session_id, limit=3)
+        if recall is not None
+        else []
+    )
     first = sections[0] if sections else None
     expanded: list[dict[str, Any]] = []
     if first is not None:
-        events = core.sessions.message_events(
-            host.session_id, first.anchor.from_seq, first.anchor.to_seq
-        )
-        expanded = [e.payload["message"] for e in events]
+        expanded = host.expand(first.anchor.section_id)
     originals = [json.dumps(m, ensure_ascii=False) for m in host.sent]
     restored = [json.dumps(m, ensure_ascii=False) for m in expanded]
     identical = bool(restored) and any(
@@ -295,6 +329,8 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
         "messages_in_context": len(host.messages),
         "compactions": [c.__dict__ for c in host.compactions],
         "handoff": handoff.get("content") if handoff else None,
+        "lineage": lineage,
+        "chronicle": chronicle_name,
         "sections": [
             {
                 "id": x.anchor.section_id,
@@ -316,7 +352,8 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
         )
         console.print(
             f"{len(list(turns()))} turns, {len(host.sent)} messages sent; context window "
-            f"{CONTEXT_LENGTH:,} tokens, compaction at {COMPRESSION['threshold']:.0%}"
+            f"{CONTEXT_LENGTH:,} tokens; Chronicle compacts above "
+            f"{int(getattr(host.engine, 'threshold_tokens', 0)):,} tokens"
         )
         t = Table(title="Compactions", title_justify="left")
         for col in ("turn", "session", "messages", "tokens"):
@@ -330,8 +367,13 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
             )
         console.print(t)
         if handoff is not None:
+            lines = str(handoff["content"]).splitlines()
+            shown = "\n".join(lines[:HANDOFF_LINES])
+            if len(lines) > HANDOFF_LINES:
+                shown += f"\n… ({len(lines) - HANDOFF_LINES} more lines)"
             console.print(
-                Panel(str(handoff["content"]), title="the handoff the model sees now", expand=False)
+                Panel(shown, title="the handoff the model sees now (start)", expand=False),
+                soft_wrap=False,
             )
         t = Table(
             title="Chronicle sections (each cites the seq range it covers)", title_justify="left"
@@ -347,13 +389,17 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
                 prose[:160] + ("…" if len(prose) > 160 else ""),
             )
         console.print(t)
-        console.print(f"[bold]search[/] {NEEDLE_QUERY!r}: {len(hits)} hits; top hit:")
+        if recall is None:
+            console.print("[bold]search[/]: this build has no recall subsystem yet")
+        else:
+            console.print(f"[bold]search[/] {NEEDLE_QUERY!r}: {len(hits)} hits; top hit:")
         if hits:
             console.print(json.dumps(hits[0], ensure_ascii=False, default=str)[:400])
         verdict = "[bold green]identical[/]" if identical else "[bold red]DIFFERENT[/]"
         console.print(
             f"[bold]expand[/] {expand_info['section']}: {len(restored)} original messages, "
-            f"{expand_info['bytes']:,} bytes — byte for byte {verdict} to what the host sent"
+            f"{expand_info['bytes']:,} bytes (via the agent's chronicle_expand tool) — byte for "
+            f"byte {verdict} to what the host sent"
         )
         if restored:
             console.print(f"  first: {restored[0][:200]}")

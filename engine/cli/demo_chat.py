@@ -43,7 +43,7 @@ class Turn:
         return [self.user, *self.steps, self.answer]
 
 
-def _output(topic: str, n: int, lines: int = 40) -> str:
+def _output(topic: str, n: int, lines: int = 150) -> str:
     rows = [
         f"{i:04d} {topic.split()[0]}: checked module_{(n * 7 + i) % 53}.py "
         f"(rev {(n * 131 + i * 17) % 9973:04x}) ok"

@@ -50,13 +50,30 @@ _OPAQUE = re.compile(
 )
 
 
+# Cheap tests that decide whether a pattern can match at all (most text holds no credential, and
+# the patterns are slow to run over every position of a long message).
+_SHAPE_MARKERS = (
+    "sk-", "pk-", "rk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-",
+    "gldt-", "glrt-", "xox", "AKIA", "AIza", "hf_", "eyJ", "PRIVATE KEY",
+)  # fmt: skip
+_LABEL_WORDS = (
+    "pass", "pwd", "pin", "secret", "key", "token", "bearer",
+)  # fmt: skip
+
+
 def mask(text: str) -> str:
     """`text` with every credential-looking value replaced by `MASK`."""
     if not text:
         return text
-    out = _KEY_SHAPES.sub(MASK, text)
-    out = _LABELLED.sub(lambda m: m.group("label") + MASK, out)
-    return _OPAQUE.sub(_opaque, out)
+    out = text
+    if any(marker in out for marker in _SHAPE_MARKERS):
+        out = _KEY_SHAPES.sub(MASK, out)
+    lowered = out.lower()
+    if any(word in lowered for word in _LABEL_WORDS):
+        out = _LABELLED.sub(lambda m: m.group("label") + MASK, out)
+    if any(len(chunk) >= 32 for chunk in out.split()):
+        out = _OPAQUE.sub(_opaque, out)
+    return out
 
 
 def _opaque(match: re.Match[str]) -> str:
