@@ -399,7 +399,6 @@ def test_prefetch_gives_nothing_to_a_scheduled_job(core):
         "cron_42",
         "check backup server disk usage",
         agent_context="cron",
-        speaker="automation",
     )
     assert core.recall.prefetch("check backup server disk usage", session_id="cron_42") == ""
     assert core.recall.prefetch("is the backup server disk full?", session_id="chat") != ""

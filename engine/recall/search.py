@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .redact import mask
+from .redact import mask, mask_words
 from .schema import message_index
 from .settings import Tuning
 from .text import match_any, quote, tokens
@@ -77,7 +77,8 @@ class Hit:
 
 
 def snippet(text: str, limit: int = _SNIPPET) -> str:
-    text = mask(text or "")
+    # Indexed text was fully masked when it was folded; recall's own layer again is cheap.
+    text = mask_words(text or "")
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
