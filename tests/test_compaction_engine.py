@@ -14,6 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from test_compaction_support import conversation, core_for, wire
+
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.compaction.handoff import HEADER, cited
 from chronicle_engine.compaction.messages import content_text, estimate_list_tokens, is_own_handoff
@@ -22,9 +26,6 @@ from chronicle_engine.compaction.summarizer import ExtractiveWriter, ModelWriter
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.pins import BOOKKEEPING_NAMESPACE
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from test_compaction_support import conversation, core_for, wire
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from chronicle_engine.compaction.assemble import assemble
 from chronicle_engine.compaction.contract import violations
 from chronicle_engine.compaction.engine import message_facts
 from chronicle_engine.compaction.handoff import HEADER
 from chronicle_engine.compaction.messages import content_text, is_real_user
 from chronicle_engine.compaction.planner import STUB_TOKENS, MessageFacts, plan, units_of
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 _block = st.one_of(
     st.tuples(st.just("user"), st.integers(1, 3000)),
