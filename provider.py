@@ -230,13 +230,25 @@ class ChronicleMemoryProvider(_ProviderBase):
         recall = self._recall()
         if recall is None:
             return ""
-        return str(recall.prefetch(query, session_id=session_id or self._session_id) or "")
+        return str(
+            recall.prefetch(query, session_id=session_id or self._session_id, **self._who()) or ""
+        )
 
     @_guarded(lambda: None)
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         recall = self._recall()
         if recall is not None:
-            recall.queue_prefetch(query, session_id=session_id or self._session_id)
+            recall.queue_prefetch(query, session_id=session_id or self._session_id, **self._who())
+
+    def _who(self) -> dict[str, Any]:
+        """Whose memory recall reads, and what kind of turn this is (a gateway user's first turn
+        has nothing captured yet that would say so; a cron turn gets no per-turn memory)."""
+        return {
+            "user_id": self._user_id,
+            "profile": self._profile,
+            "agent_context": self._agent_context,
+            "platform": self._platform,
+        }
 
     @_guarded(lambda: None)
     def sync_turn(
@@ -369,9 +381,8 @@ class ChronicleMemoryProvider(_ProviderBase):
             return '{"error": "Chronicle memory tools are not available in this build"}'
         from chronicle_engine.tools import dispatch
 
-        result = dispatch(
-            recall.TOOLS, self.core, tool_name, args, session_id=self._session_id, **kwargs
-        )
+        context = {"session_id": self._session_id, **self._who(), **kwargs}
+        result = dispatch(recall.TOOLS, self.core, tool_name, args, **context)
         self._tick("handle_tool_call")
         return result
 

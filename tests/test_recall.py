@@ -521,3 +521,42 @@ def test_core_exposes_the_tools(core):
         "chronicle_correct",
         "chronicle_forget",
     ]
+
+
+# -- maintenance hooks ------------------------------------------------------------------------------
+
+
+def test_optimize_fts_merges_and_search_is_unchanged(core):
+    for i in range(40):
+        say(
+            core,
+            f"s{i % 4}",
+            f"note {i} about the lighthouse keeper and the tide table",
+            user_id="u",
+        )
+    before = core.recall.search("lighthouse tide", user_id="u")
+    report = core.recall.optimize_fts(budget=64)
+    assert report["processed"] == report["indexes"] == 3 and report["busy"] == []
+    assert core.recall.search("lighthouse tide", user_id="u") == before
+
+
+def test_sweep_beliefs_walks_in_bounded_steps_and_finds_nothing_wrong(core):
+    for city in ("Paris", "Rome", "Oslo", "Lima", "Kyiv"):
+        say(core, "s1", f"I live in {city}.")
+    first = core.recall.sweep_beliefs(cursor=0, budget=2)
+    assert first["processed"] == 2 and first["remaining"] == 3 and not first["wrapped"]
+    second = core.recall.sweep_beliefs(cursor=first["cursor"], budget=10)
+    assert second["processed"] == 3 and second["wrapped"] and second["cursor"] == 0
+    assert first["problems"] == second["problems"] == []
+
+
+def test_the_scheduler_runs_recalls_hooks(core):
+    from chronicle_engine.scheduler.maintenance import MAINTENANCE, TaskContext
+
+    say(core, "s1", "I live in Quito.")
+    scheduler = core.scheduler
+    ctx = TaskContext(core, scheduler.queue, scheduler.sweeps, scheduler.settings, 50, 0.0)
+    optimized = MAINTENANCE["fts_optimize"](ctx)
+    swept = MAINTENANCE["belief_sweep"](ctx)
+    assert optimized.skipped is None and optimized.processed == 3
+    assert swept.skipped is None and swept.processed == 1 and swept.wrapped
