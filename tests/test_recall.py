@@ -392,6 +392,36 @@ def test_prefetch_leaves_out_the_conversation_in_the_window(core):
     assert f"m{there}" in block and f"m{here}" not in block
 
 
+def test_what_a_compaction_folded_out_comes_back_and_the_kept_part_does_not(core):
+    head = say(core, "live", "Planning the caravan trip: tyres, gas bottles, maps.")
+    folded = say(core, "live", "The caravan tyres are from 2016 and the trip is in May.")
+    say(core, "live", "OK, I will check tyre prices.", role="assistant")
+    kept = say(core, "live", "Caravan tyres: the dealer quoted 300 for the trip.")
+    question = "what did we say about the caravan tyres for the trip?"
+    assert core.recall.prefetch(question, session_id="live") == ""
+    core.sessions.record_compaction(
+        "live",
+        section_ids=[],
+        first_kept_seq=kept,
+        head_seqs=[head],
+        tokens_before=9000,
+        tokens_after=3000,
+    )
+    block = core.recall.prefetch(question, session_id="live")
+    assert f"m{folded}" in block
+    assert f"m{kept}" not in block and f"m{head}" not in block
+
+
+def test_a_consolidated_but_uncompacted_conversation_is_still_in_the_window(core):
+    first = say(core, "live", "The caravan tyres are from 2016 and the trip is in May.")
+    last = say(core, "live", "Noted about the caravan tyres.", role="assistant")
+    name = core.sessions.chronicle_name("live")
+    core.chronicle(name).append(
+        Section(Anchor(f"{first}-{last}", first, last, 1), "Caravan tyres.")
+    )
+    assert core.recall.prefetch("caravan tyres for the trip in May", session_id="live") == ""
+
+
 def test_prefetch_gives_nothing_to_a_scheduled_job(core):
     say(core, "earlier", "The backup server disk is almost full.")
     say(
