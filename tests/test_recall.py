@@ -590,3 +590,71 @@ def test_the_scheduler_runs_recalls_hooks(core):
     swept = MAINTENANCE["belief_sweep"](ctx)
     assert optimized.skipped is None and optimized.processed == 3
     assert swept.skipped is None and swept.processed == 1 and swept.wrapped
+
+
+_SENTENCES = [
+    "I live in Paris.",
+    "I moved to Rome.",
+    "I really love green tea.",
+    "I hate green tea.",
+    "My favourite colour is blue.",
+    "My sister Anna is visiting.",
+    "Always answer in French.",
+    "the harbour ferry leaves at noon",
+    "what about the museum tickets?",
+]
+
+
+@settings(
+    max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("say"), st.sampled_from(["u1", "u2"]), st.sampled_from(_SENTENCES)),
+            st.tuples(st.just("fold"), st.none(), st.none()),
+            st.tuples(st.just("forget_m"), st.integers(0, 20), st.booleans()),
+            st.tuples(st.just("forget_b"), st.integers(0, 20), st.booleans()),
+            st.tuples(st.just("correct_b"), st.integers(0, 20), st.sampled_from(_SENTENCES)),
+            st.tuples(
+                st.just("remember"), st.sampled_from(["u1", "u2"]), st.sampled_from(_SENTENCES)
+            ),
+        ),
+        max_size=18,
+    )
+)
+def test_folding_in_pieces_equals_a_rebuild(tmp_path, ops):
+    core = open_core("memory", tmp_path)
+    try:
+        said: list[tuple[int, str]] = []
+        for op, a, b in ops:
+            try:
+                if op == "say":
+                    said.append((say(core, f"{a}-chat", b, user_id=a), a))
+                elif op == "fold":
+                    core.recall.catch_up()
+                elif op == "remember":
+                    core.recall.remember(b, user_id=a)
+                elif said and op == "forget_m":
+                    seq, user = said[a % len(said)]
+                    core.recall.forget(f"m{seq}", user_id=user)
+                elif said and op == "forget_b":
+                    seq, user = said[a % len(said)]
+                    core.recall.forget(f"b{seq}.0", include_source=b, user_id=user)
+                elif said and op == "correct_b":
+                    seq, user = said[a % len(said)]
+                    core.recall.correct(f"b{seq}.0", b, user_id=user)
+            except UsageError:
+                pass  # no such belief: the tools refuse, nothing is written
+        core.recall.catch_up()
+        before = _projection(core)
+        searches = [
+            core.recall.search(q, user_id=u) for q in ("tea Paris", "harbour") for u in ("u1", "u2")
+        ]
+        core.recall.rebuild()
+        assert _projection(core) == before
+        assert [
+            core.recall.search(q, user_id=u) for q in ("tea Paris", "harbour") for u in ("u1", "u2")
+        ] == searches
+    finally:
+        core.shutdown()
