@@ -207,7 +207,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "recall.vector_scan",
-        2000,
+        500,
         "Newest vectors of a user compared per query (brute force, no index).",
     ),
     # -- scheduler and maintenance -------------------------------------------------------------------

@@ -52,7 +52,7 @@ from .search import (
 )
 from .settings import Tuning
 from .text import content_words, tokens
-from .vectors import Embedder, cosine, pack, unpack
+from .vectors import Embedder, cosine, nearest, pack, unpack
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
@@ -364,8 +364,7 @@ class Recall:
             " ORDER BY seq DESC LIMIT ?",
             (scope, self.embedder.model, self.tuning.vector_scan),
         ).fetchall()
-        scored = sorted(((cosine(vector, unpack(blob)), seq) for seq, blob in rows), reverse=True)
-        top = scored[: limit * 3]
+        top = nearest(vector, rows, limit * 3)
         found = message_rows(conn, [seq for _, seq in top])
         hits = [
             message_hit(found[seq], sim) for sim, seq in top if seq in found and keep(found[seq])
