@@ -205,6 +205,15 @@ class ChronicleMemoryProvider(_ProviderBase):
         except Exception as exc:  # noqa: BLE001 - maintenance must never break a hook
             self._log_once(f"scheduler.tick({hook})", exc)
 
+    def _live(self) -> dict[str, Any]:
+        """Who this agent serves, for recall's gates (an automation turn gets no memory)."""
+        return {
+            "user_id": self._user_id,
+            "profile": self._profile,
+            "agent_context": self._agent_context,
+            "platform": self._platform,
+        }
+
     def _recall(self) -> Any | None:
         """core.recall, or None until the recall part lands (then recall hooks are no-ops)."""
         try:
@@ -231,24 +240,14 @@ class ChronicleMemoryProvider(_ProviderBase):
         if recall is None:
             return ""
         return str(
-            recall.prefetch(query, session_id=session_id or self._session_id, **self._who()) or ""
+            recall.prefetch(query, session_id=session_id or self._session_id, **self._live()) or ""
         )
 
     @_guarded(lambda: None)
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         recall = self._recall()
         if recall is not None:
-            recall.queue_prefetch(query, session_id=session_id or self._session_id, **self._who())
-
-    def _who(self) -> dict[str, Any]:
-        """Whose memory recall reads, and what kind of turn this is (a gateway user's first turn
-        has nothing captured yet that would say so; a cron turn gets no per-turn memory)."""
-        return {
-            "user_id": self._user_id,
-            "profile": self._profile,
-            "agent_context": self._agent_context,
-            "platform": self._platform,
-        }
+            recall.queue_prefetch(query, session_id=session_id or self._session_id, **self._live())
 
     @_guarded(lambda: None)
     def sync_turn(
@@ -381,7 +380,8 @@ class ChronicleMemoryProvider(_ProviderBase):
             return '{"error": "Chronicle memory tools are not available in this build"}'
         from chronicle_engine.tools import dispatch
 
-        context = {"session_id": self._session_id, **self._who(), **kwargs}
+        # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
+        context = {"session_id": self._session_id, **self._live(), **kwargs}
         result = dispatch(recall.TOOLS, self.core, tool_name, args, **context)
         self._tick("handle_tool_call")
         return result

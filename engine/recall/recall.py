@@ -735,13 +735,6 @@ class Recall:
 
     # -- for other parts -----------------------------------------------------------------------
 
-    def optimize_fts(self, budget: int = 200) -> dict[str, Any]:
-        """Scheduler hook: merge full-text index segments, bounded by `budget` pages each."""
-        from .upkeep import optimize_fts
-
-        self.catch_up()
-        return optimize_fts(self.core.store, budget)
-
     def sweep_beliefs(self, cursor: int = 0, budget: int = 1000) -> dict[str, Any]:
         """Scheduler hook: check beliefs for consistency from `cursor`, `budget` at a time."""
         from .upkeep import sweep_beliefs

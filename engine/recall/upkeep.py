@@ -1,57 +1,19 @@
-"""Recall's maintenance hooks, called by the scheduler within a budget.
+"""Recall's maintenance hook, called by the scheduler within a budget (the scheduler merges
+recall's full-text indexes itself, as it does every FTS5 index).
 
-Invariants: each call does bounded work in short transactions and never raises for a busy store
-(it reports what it could not do); nothing is repaired behind anyone's back: the consistency
-sweep reports problems, it does not rewrite beliefs (they are never updated; a fix is an event).
+Invariants: bounded work per call, resumable from a cursor; nothing is repaired behind anyone's
+back: the consistency sweep reports problems, it does not rewrite beliefs (they are never
+updated; a fix is an event).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
-from ..errors import StoreBusy
 from ..log.store import SQLiteEventStore, sqlite_errors
 from .redact import has_secret
-from .schema import message_index
 
-__all__ = ["optimize_fts", "sweep_beliefs"]
-
-_MAX_PAGES = 500
-
-
-def _indexes(conn: sqlite3.Connection) -> list[str]:
-    scoped = [message_index(n) for (n,) in conn.execute("SELECT n FROM recall_scopes ORDER BY n")]
-    return [*scoped, "recall_beliefs_fts", "recall_sections_fts"]
-
-
-def optimize_fts(store: SQLiteEventStore, budget: int) -> dict[str, Any]:
-    """Merge index segments, at most `budget` pages of work per index (FTS5's incremental
-    'merge'), one short transaction per index."""
-    pages = max(16, min(int(budget), _MAX_PAGES))
-    with sqlite_errors("listing recall's indexes"), store.reading() as conn:
-        tables = _indexes(conn)
-    merged = 0
-    busy: list[str] = []
-    unfinished = 0
-    for table in tables:
-        try:
-            with sqlite_errors(f"merging {table}"), store.atomic() as conn:
-                before = conn.total_changes
-                conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
-                if conn.total_changes - before > 2:
-                    unfinished += 1  # it did work, so there may be more left
-        except StoreBusy:
-            busy.append(table)
-            continue
-        merged += 1
-    return {
-        "processed": merged,
-        "remaining": len(busy) + unfinished,
-        "wrapped": True,
-        "indexes": len(tables),
-        "busy": busy,
-    }
+__all__ = ["sweep_beliefs"]
 
 
 def sweep_beliefs(store: SQLiteEventStore, cursor: int, budget: int) -> dict[str, Any]:
