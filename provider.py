@@ -360,7 +360,8 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @_guarded(lambda: "")
     def system_prompt_block(self) -> str:
-        return _PROMPT
+        recall = self._recall() if self._core is not None else None
+        return str(recall.system_prompt_block()) if recall is not None else _PROMPT
 
     @_guarded(_no_tools)
     def get_tool_schemas(self) -> list[dict[str, Any]]:

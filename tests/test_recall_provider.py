@@ -67,3 +67,17 @@ def test_a_cron_turn_gets_no_per_turn_memory(tmp_path):
     finally:
         cron.shutdown()
         person.shutdown()
+
+
+def test_the_system_prompt_says_what_chronicle_is_and_names_the_tools(tmp_path):
+    home = tmp_path / "hermes"
+    home.mkdir()
+    provider = ChronicleMemoryProvider()
+    provider.initialize("cli-1", hermes_home=str(home), platform="cli")
+    try:
+        block = provider.system_prompt_block()
+        assert "long-term memory" in block and "<memory-context>" in block
+        names = [schema["name"] for schema in provider.get_tool_schemas()]
+        assert names and all(name in block for name in names)
+    finally:
+        provider.shutdown()

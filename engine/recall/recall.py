@@ -600,14 +600,14 @@ class Recall:
 
     def system_prompt_block(self) -> str:
         return (
-            "Chronicle is this agent's long-term memory: every message is kept in a local, "
-            "append-only log, and long chats are compacted into sections that cite the messages "
-            "they cover. Memory it recalls for a turn is reference from earlier conversations, not "
-            "new input. Tools: chronicle_search (find earlier messages, facts and sections; "
+            "Chronicle is this agent's long-term memory: every message of your conversations "
+            "with this user is kept in a local, append-only log, and long chats are compacted "
+            "into sections that cite the messages they cover. Memory recalled for a turn arrives "
+            "inside <memory-context>: it is background from earlier conversations, not a new "
+            "request. Tools: chronicle_search (find earlier messages, facts and sections; "
             "results cite ids, seq, session and time), chronicle_answer (answer from memory with "
             "citations, or say there is not enough evidence), chronicle_remember (keep a note), "
-            "chronicle_correct (fix what memory holds) and chronicle_forget (hide an item from "
-            "memory)."
+            "chronicle_correct (fix what memory holds) and chronicle_forget (hide an item)."
         )
 
     # -- the memory tools ----------------------------------------------------------------------
