@@ -360,7 +360,8 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @_guarded(lambda: "")
     def system_prompt_block(self) -> str:
-        return _PROMPT
+        recall = self._recall() if self._core is not None else None
+        return str(recall.system_prompt_block()) if recall is not None else _PROMPT
 
     @_guarded(_no_tools)
     def get_tool_schemas(self) -> list[dict[str, Any]]:
@@ -380,9 +381,9 @@ class ChronicleMemoryProvider(_ProviderBase):
             return '{"error": "Chronicle memory tools are not available in this build"}'
         from chronicle_engine.tools import dispatch
 
-        result = dispatch(
-            recall.TOOLS, self.core, tool_name, args, session_id=self._session_id, **kwargs
-        )
+        # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
+        context = {"session_id": self._session_id, **self._live(), **kwargs}
+        result = dispatch(recall.TOOLS, self.core, tool_name, args, **context)
         self._tick("handle_tool_call")
         return result
 

@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 _DF_TTL_S = 120.0
+_NEIGHBOUR_SOURCES = 30
 _SNIPPET = 600
 
 
@@ -222,15 +223,15 @@ class MessageSearch:
         base = self.bm25(conn, scope, words)
         if not base:
             return []
-        links = _links(conn, base)
+        # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
+        # lift a turn into the results, and every link costs a lookup.
+        sources = sorted(base, key=lambda s: -base[s])[:_NEIGHBOUR_SOURCES]
+        links = _links(conn, sources) if t.neighbour_weight else {}
         relevance: dict[int, float] = defaultdict(float)
         for seq, score in base.items():
-            if seq not in links:
-                continue  # forgotten since the index was read
             relevance[seq] += score
-            if t.neighbour_weight:
-                for neighbour in links[seq]:
-                    relevance[neighbour] += t.neighbour_weight * score
+            for neighbour in links.get(seq, ()):
+                relevance[neighbour] += t.neighbour_weight * score
         newest = conn.execute(
             "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
         ).fetchone()
@@ -292,7 +293,9 @@ def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]
         chunk = wanted[i : i + 500]
         marks = ",".join("?" * len(chunk))
         for seq, prev in conn.execute(
-            f"SELECT seq, prev FROM recall_messages WHERE seq IN ({marks})", chunk
+            "SELECT seq, prev FROM recall_messages INDEXED BY recall_messages_links"
+            f" WHERE seq IN ({marks})",
+            chunk,
         ):
             out[seq] = [prev] if prev is not None else []
         for seq, prev in conn.execute(
