@@ -75,50 +75,7 @@ def evidence_ids(raw: Sequence[str]) -> set[str]:
 # -- ingest ------------------------------------------------------------------------------------
 
 
-def _append_directly(
-    core: ChronicleCore,
-    session_id: str,
-    messages: list[dict[str, Any]],
-    *,
-    user_id: str,
-    platform: str,
-    created_at: str,
-) -> list[int | None]:
-    """Stand-in until capture lands on main: MessageCaptured events appended as-is (no masking,
-    no speaker analysis). Figures measured this way are marked as provisional."""
-    from chronicle_engine.capture.events import MessageCaptured, register_capture_events
-
-    register_capture_events(core.types)
-    pending = []
-    for i, m in enumerate(messages):
-        event = MessageCaptured(
-            role=m["role"],
-            message=m,
-            fingerprint=f"{session_id}:{i}",
-            speaker="person",
-            text=m["content"],
-            person_text=m["content"],
-            turn=i,
-            user_id=user_id,
-        )
-        pending.append(core.types.pending(event, session=session_id, created_at=created_at))
-    return [e.seq for e in core.store.append(pending)]
-
-
-def _capture(core: ChronicleCore) -> Callable[..., list[int | None]]:
-    try:
-        return core.capture.capture_messages
-    except ImportError:
-        print(
-            "NOTE: core.capture is not on this branch yet; appending MessageCaptured events "
-            "directly (provisional figures)"
-        )
-        return lambda *a, **k: _append_directly(core, *a, **k)
-
-
-def ingest(
-    core: ChronicleCore, sample: dict[str, Any], capture: Callable[..., Any]
-) -> dict[int, str]:
+def ingest(core: ChronicleCore, sample: dict[str, Any]) -> dict[int, str]:
     """Capture one conversation; returns seq -> dia_id."""
     conversation = sample["conversation"]
     user = str(sample["sample_id"])
@@ -128,7 +85,7 @@ def ingest(
         messages = [
             {"role": "user", "name": str(t["speaker"]), "content": turn_text(t)} for t in turns
         ]
-        seqs = capture(
+        seqs = core.capture.capture_messages(
             f"{user}-session-{n}",
             messages,
             user_id=user,
@@ -240,9 +197,8 @@ def run(
     try:
         started = time.perf_counter()
         dia: dict[str, dict[int, str]] = {}
-        capture = _capture(core)
         for sample in samples:
-            dia[str(sample["sample_id"])] = ingest(core, sample, capture)
+            dia[str(sample["sample_id"])] = ingest(core, sample)
         core.recall.catch_up()
         turns = sum(len(v) for v in dia.values())
         print(

@@ -118,12 +118,12 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "recall.candidates",
-        200,
+        100,
         "Full-text candidates per query that are re-ranked (recency, role, neighbours).",
     ),
     Key(
         "recall.match_budget",
-        3000,
+        1500,
         "Matching messages one query may score with bm25. Above it, the commonest query words only "
         "rank within the most recent matches, so search time stays flat as memory grows.",
     ),

@@ -48,6 +48,7 @@ class StandInCapture:
     def __init__(self, core: ChronicleCore) -> None:
         self.core = core
         register_capture_events(core.types)
+        self._known: dict[str, int] = {}
 
     def capture_messages(self, session_id: str, messages: list[Any], **_: Any) -> list[int | None]:
         sessions: SessionStandIn = self.core.sessions  # type: ignore[assignment]
@@ -81,13 +82,18 @@ class StandInCapture:
                     id=event_id,
                 )
             )
-        self.core.store.append_new(pending)
+        for stored in self.core.store.append_new([p for p in pending if p.id not in self._known]):
+            self._known[stored.envelope.id] = stored.seq
         for event_id in ids:
             if event_id is None:
                 seqs.append(None)
+            elif event_id in self._known:
+                seqs.append(self._known[event_id])
             else:
-                stored = self.core.store.get_by_id(event_id)
-                seqs.append(stored.seq if stored else None)
+                found = self.core.store.get_by_id(event_id)
+                if found is not None:
+                    self._known[event_id] = found.seq
+                seqs.append(found.seq if found else None)
         return seqs
 
 
@@ -149,8 +155,11 @@ class _StandInCore(ChronicleCore):
         return self._subsystem("sessions", SessionStandIn)
 
 
-def core_for(path: Any) -> ChronicleCore:
-    core = ChronicleCore.get(path) if str(path) != ":memory:" else ChronicleCore(path)
+def core_for(path: Any, config: Any = None) -> ChronicleCore:
+    if str(path) == ":memory:":
+        core = ChronicleCore(path, config)
+    else:
+        core = ChronicleCore.get(path, config=config)
     if not REAL_CAPTURE:
         core.__class__ = _StandInCore
     return core

@@ -21,7 +21,6 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,37 +28,23 @@ from typing import TYPE_CHECKING, Any
 
 from ..log.store import PendingEvent
 from ..sessions.events import BranchSummarized
-from .align import align, fingerprint, wire_message
-from .events import MessageCaptured, message_text, register_capture_events
+from ..sessions.summary import abandoned_summary
+from .align import RUN, align, fingerprint, wire_message
+from .describe import describe, digest, message_id
+from .events import MessageCaptured, register_capture_events
 from .hooks import HostRecorder
 from .path import BranchPath, positional
-from .secrets import mask
-from .speaker import attribute, is_handoff
+from .speaker import is_handoff
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
     from ..sessions.tree import TreeWriter
 
-__all__ = ["Capture", "abandoned_summary"]
+__all__ = ["Capture"]
 
-_SUMMARY_LIMIT = 600
-
-
-def abandoned_summary(texts: Sequence[tuple[str, str]]) -> str:
-    """A short extractive account of an abandoned branch: what was asked, what came back."""
-    asked = [t for role, t in texts if role == "user" and t.strip()]
-    said = [t for role, t in texts if role == "assistant" and t.strip()]
-    pieces = [f"Abandoned branch of {len(texts)} message(s)."]
-    if asked:
-        pieces.append("Asked: " + " | ".join(clip(t, 160) for t in asked[:3]))
-    if said:
-        pieces.append("Last reply: " + clip(said[-1], 200))
-    return clip(" ".join(pieces), _SUMMARY_LIMIT)
-
-
-def clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+_CACHED_SESSIONS = 256
+"""Sessions whose branch capture keeps in memory (a gateway serves many chats; a session
+evicted here is reloaded from the tree on its next capture)."""
 
 
 def _created(created_at: Any) -> str | None:
@@ -68,10 +53,6 @@ def _created(created_at: Any) -> str | None:
     if isinstance(created_at, datetime):
         return created_at.isoformat(timespec="microseconds")
     return str(created_at)
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.blake2b("\0".join(parts).encode("utf-8"), digest_size=16).hexdigest()
 
 
 class _Plan:
@@ -155,7 +136,11 @@ class Capture(HostRecorder):
                 for offset, i in enumerate(plan.new):
                     result[i] = plan.path.seqs[plan.first_new_q + offset]
         # Only a committed write updates the cache (the lock is still ours: no one raced it).
-        self._paths[session] = plan.path
+        with self._locks_guard:
+            self._paths.pop(session, None)
+            self._paths[session] = plan.path  # most recently used last
+            while len(self._paths) > _CACHED_SESSIONS:
+                self._paths.pop(next(iter(self._paths)))
         return result
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
@@ -245,9 +230,20 @@ class Capture(HostRecorder):
             if q is not None:
                 p, q_anchor = k, q
                 break
+        start = 0 if last_handoff < 0 else path.kept_from
+        in_step = False  # aligned by position from `start`, verified by a run at the path's end
+        if p < 0 and path.ids and start is not None:
+            # Where the path ends, if the region runs in step with it: check a run at that point
+            # only, so a restart does not hash the whole list (a run is the same evidence
+            # `align` asks for).
+            k_end = len(path.ids) - 1 - start
+            if 0 <= k_end < len(region):
+                depth = min(RUN, k_end + 1)
+                if all(fp(region[k_end - j]) == path.fps[-1 - j] for j in range(depth)):
+                    p, q_anchor, in_step = k_end, len(path.ids) - 1, True
         if p < 0 and path.ids:
             live = [fp(i) for i in region]
-            p, q_anchor = positional(live, path.fps, 0 if last_handoff < 0 else path.kept_from)
+            p, q_anchor = positional(live, path.fps, start)
             if p < 0:
                 p, q_anchor = align(live, path.fps)
 
@@ -258,7 +254,11 @@ class Capture(HostRecorder):
             q = known(i)
             if q is None:
                 expected = q_anchor - (p - k)
-                if 0 <= expected < len(path.fps) and path.fps[expected] == fp(i):
+                if 0 <= expected < len(path.fps) and (
+                    path.fps[expected] == fps[i] if i in fps else in_step
+                ):
+                    # In step with the path (checked, or inside a run that was): a message the
+                    # host rewrote since keeps the seq of the original it stands for.
                     q = expected
                 else:
                     if latest is None:
@@ -328,7 +328,7 @@ class Capture(HostRecorder):
                 summary=abandoned_summary(self._texts(path.seqs[q + 1 :])),
                 abandoned_entries=len(path.ids) - q - 1,
             )
-            parent = "b" + _digest(session, anchor, path.leaf or "")
+            parent = "b" + digest(session, anchor, path.leaf or "")
             plan.events.append(self.core.types.pending(summary, session=session, id=parent))
         turns = plan.path.turns[-1] if plan.path.turns else 0
         tool_names = _ToolNames(items)
@@ -340,7 +340,7 @@ class Capture(HostRecorder):
                 fp = fingerprint(wire)
             role = str(wire.get("role") or "")
             turns += role == "user"
-            event_id = "m" + _digest(session, anchor, fp)
+            event_id = message_id(session, anchor, fp)
             event = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
             plan.events.append(
                 self.core.types.pending(
@@ -373,41 +373,21 @@ class Capture(HostRecorder):
         tool_names: _ToolNames,
         context: dict[str, Any],
     ) -> MessageCaptured:
-        role = str(wire.get("role") or "unknown")
-        text = mask(message_text(wire))
-        attribution = attribute(
-            obj if isinstance(obj, dict) else wire,
-            text,
-            agent_context=context["agent_context"],
-            platform=context["platform"],
-        )
-        call_ids: list[str] = []
-        tool_name: str | None = None
-        if role == "assistant":
-            for call in wire.get("tool_calls") or ():
-                if isinstance(call, dict) and call.get("id"):
-                    call_ids.append(str(call["id"]))
-        elif role in ("tool", "function"):
-            call_id = str(wire.get("tool_call_id") or "")
-            if call_id:
-                call_ids.append(call_id)
-            name = wire.get("name")
-            tool_name = str(name) if name else tool_names.get(call_id)
-        return MessageCaptured(
-            role=role,
-            message=wire,
-            fingerprint=fp,
-            speaker=attribution.speaker,
-            text=text,
-            person_text=attribution.person_text,
-            host_spans=attribution.host_spans,
+        role = wire.get("role")
+        tool_name = None
+        if role in ("tool", "function") and not wire.get("name"):
+            tool_name = tool_names.get(str(wire.get("tool_call_id") or ""))
+        return describe(
+            obj,
+            wire,
+            fp,
+            parent=parent,
             turn=turn,
+            tool_name=tool_name,
             user_id=context["user_id"],
             profile=context["profile"],
             agent_context=context["agent_context"],
-            tool_name=tool_name,
-            tool_call_ids=call_ids,
-            parent=parent,
+            platform=context["platform"],
         )
 
 

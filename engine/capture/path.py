@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..sessions.tree import PathEntry
+    from ..sessions.paths import PathEntry
 
 __all__ = ["BranchPath", "positional"]
 

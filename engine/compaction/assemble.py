@@ -26,12 +26,13 @@ def _restore(seq: int | None) -> str:
     return f"chronicle_expand(from_seq={seq}, to_seq={seq}) returns the original"
 
 
-def shorten(message: Any, allowance: int, seq: int | None) -> Any:
-    """`message` cut to about `allowance` tokens, saying how to get the rest back."""
+def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
+    """`message` cut to about `allowance` tokens, saying how to get the rest back, and whether
+    anything had to be cut (a message already that short comes back as it was)."""
     if not isinstance(message, dict):
-        return message
+        return message, False
     copy = fresh_copy(message)
-    copy.pop("api_content", None)
+    changed = False
     budget = max(_MIN_KEPT_CHARS, allowance * _CHARS_PER_TOKEN)
     text = content_text(message)
     content = message.get("content")
@@ -68,9 +69,13 @@ def shorten(message: Any, allowance: int, seq: int | None) -> Any:
                     },
                     ensure_ascii=False,
                 )
+                changed = True
             calls.append({**call, "function": fn})
         copy["tool_calls"] = calls
-    return copy
+    if changed:
+        copy.pop("api_content", None)
+        return copy, True
+    return fresh_copy(message), False
 
 
 def assemble(
@@ -89,8 +94,10 @@ def assemble(
         if allowance is None:
             out.append(fresh_copy(messages[index]))
         else:
-            rewritten.append(len(out))
-            out.append(shorten(messages[index], allowance, seqs[index]))
+            shortened, changed = shorten(messages[index], allowance, seqs[index])
+            if changed:
+                rewritten.append(len(out))
+            out.append(shortened)
 
     for index in plan.head:
         put(index)

@@ -55,7 +55,7 @@ from .view import Condensed, level_name, rebase
 if TYPE_CHECKING:
     from ..core import ChronicleCore
 
-__all__ = ["Compaction", "Outcome"]
+__all__ = ["Compaction", "Outcome", "message_facts"]
 
 log = logging.getLogger("chronicle_engine.compaction")
 
@@ -101,6 +101,7 @@ class Compaction:
         self._events_through = 0
         self._events_by_session: dict[str, list[StoredEvent]] = {}
         self._events_lock = threading.Lock()
+        self._expanded: tuple[Any, list[StoredEvent]] | None = None  # the last range expanded
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -282,35 +283,7 @@ class Compaction:
         through: int,
         pins: Sequence[tuple[int, int]] = (),
     ) -> list[MessageFacts]:
-        out: list[MessageFacts] = []
-        for message, seq in zip(messages, seqs, strict=True):
-            if not isinstance(message, dict):
-                out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
-                continue
-            role = str(message.get("role") or "")
-            kind = handoff_kind(message)
-            own = kind == "own"
-            pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
-            protected = (
-                pinned
-                or kind == "foreign"
-                or (seq is None and not own)
-                or (role == "user" and is_standing_instruction(message))
-            )
-            result_id = message.get("tool_call_id") if role == "tool" else None
-            out.append(
-                MessageFacts(
-                    tokens=estimate_tokens(message),
-                    role=role,
-                    folded=seq is not None and seq <= through,
-                    handoff=own,
-                    protected=protected,
-                    real_user=is_real_user(message),
-                    call_ids=tool_call_ids(message) if role == "assistant" else (),
-                    result_id=str(result_id) if result_id is not None else None,
-                )
-            )
-        return out
+        return message_facts(messages, seqs, through=through, pins=pins)
 
     def plan_for(
         self,
@@ -554,7 +527,7 @@ class Compaction:
                 raise UsageError(f"from_seq {lo} is after to_seq {hi}; give from_seq <= to_seq")
         else:
             raise UsageError("give section_id, or from_seq (and to_seq) to expand")
-        events = self.core.sessions.message_events(session_id, lo, hi)
+        events = self._range_events(session_id, lo, hi)
         size = max(1, min(int(page_size), 200))
         pages = max(1, -(-len(events) // size))
         page = max(1, int(page))
@@ -570,6 +543,18 @@ class Compaction:
         if page < pages:
             result["next"] = {"page": page + 1}
         return result
+
+    def _range_events(self, session_id: str, lo: int, hi: int) -> list[StoredEvent]:
+        """The lineage's messages in lo..hi; kept for the next pages while the log is unchanged."""
+        lineage = tuple(self.core.sessions.lineage(session_id) or [session_id])
+        key = (lineage, lo, hi, self.core.store.last_seq())
+        with self._guard:
+            if self._expanded is not None and self._expanded[0] == key:
+                return self._expanded[1]
+        events = list(self.core.sessions.message_events(session_id, lo, hi))
+        with self._guard:
+            self._expanded = (key, events)
+        return events
 
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, Any]:
         state = self.lineage_state(session_id)
@@ -642,6 +627,46 @@ class Compaction:
         return self.plan_for(
             facts, policy=policy, current_tokens=None, reserve=0, force=True
         ).changed
+
+
+def message_facts(
+    messages: Sequence[Any],
+    seqs: Sequence[int | None],
+    *,
+    through: int,
+    pins: Sequence[tuple[int, int]] = (),
+) -> list[MessageFacts]:
+    """What the planner needs to know about each message. `seqs` are capture's answer (None:
+    not conversation); `through` is how far sections already cover the log."""
+    out: list[MessageFacts] = []
+    for message, seq in zip(messages, seqs, strict=True):
+        if not isinstance(message, dict):
+            out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
+            continue
+        role = str(message.get("role") or "")
+        kind = handoff_kind(message)
+        own = kind == "own"
+        pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
+        protected = (
+            pinned
+            or kind == "foreign"
+            or (seq is None and not own)
+            or (role == "user" and is_standing_instruction(message))
+        )
+        result_id = message.get("tool_call_id") if role == "tool" else None
+        out.append(
+            MessageFacts(
+                tokens=estimate_tokens(message),
+                role=role,
+                folded=seq is not None and seq <= through,
+                handoff=own,
+                protected=protected,
+                real_user=is_real_user(message),
+                call_ids=tool_call_ids(message) if role == "assistant" else (),
+                result_id=str(result_id) if result_id is not None else None,
+            )
+        )
+    return out
 
 
 def _gaps(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

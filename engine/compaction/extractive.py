@@ -208,7 +208,8 @@ def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
     dropped: set[int] = set()
     by_rank: dict[int, list[_Line]] = {}
     for ln in lines:
-        by_rank.setdefault(ln.rank - (1 if ln.focused else 0), []).append(ln)
+        # A line about the focus outranks its kind: it goes after every unfocused one.
+        by_rank.setdefault(ln.rank + (1 if ln.focused else 0), []).append(ln)
     for rank in sorted(by_rank):
         candidates = by_rank[rank]
         # Keep the ends of a run (how it started, where it got to); drop from the middle out.

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from .porter import stem
-from .redact import MASK, has_secret
+from .redact import has_secret
 from .text import STOPWORDS, tokens
 
 __all__ = ["Claim", "extract", "norm_key", "norm_value"]
@@ -60,7 +60,8 @@ _RELATIONS = (
 _NAME = r"((?-i:[A-Z][\w'-]*(?: [A-Z][\w'-]*)?))"  # a capitalised name, even in an /i pattern
 _CLAUSE = r"([^,.;!?\n]{1,80})"
 _END_WORDS = re.compile(
-    r"\s+(?:because|but|and i|and we|when|since|so that|which|who|though|although|if|"
+    r"\s+(?:because|but|and i|and we|and my|and our|and the|when|since|so that|which|who|though|"
+    r"although|if|"
     r"now|anymore|these days|nowadays|lately|too|as well|right now|please|last (?:year|month|week|"
     r"weekend|night)|yesterday|today|recently|a while ago|this (?:year|month|week)|\d+ \w+ ago)\b.*$",
     re.IGNORECASE,
@@ -130,7 +131,7 @@ def _clean(value: str) -> str:
 
 
 def _secret(subject: str, sentence: str) -> bool:
-    if MASK in sentence or has_secret(sentence):
+    if has_secret(sentence):
         return True
     key = " ".join(tokens(subject))
     return key in _SECRET_SUBJECTS or any(w in _SECRET_SUBJECTS for w in key.split()[-2:])
@@ -154,7 +155,7 @@ def extract(text: str) -> list[Claim]:
 
 
 def _sentence_claims(sentence: str) -> list[Claim]:
-    if has_secret(sentence) or MASK in sentence:
+    if has_secret(sentence):
         return []
     out: list[Claim] = []
     remember = _REMEMBER.match(sentence)
@@ -176,7 +177,10 @@ def _sentence_claims(sentence: str) -> list[Claim]:
             value = _AGE.search(sentence).group(1) if key == "age" else _clean(m.group(1))  # type: ignore[union-attr]
             if value and not _secret(key, sentence):
                 out.append(Claim("fact", key, value, 1, sentence))
-    for m in _MY_X_IS.finditer(sentence):
+    for start in re.finditer(r"\bmy\b", sentence, re.IGNORECASE):
+        m = _MY_X_IS.match(sentence, start.start())
+        if m is None:
+            continue
         subject, value = m.group(1), _clean(m.group(2))
         if any(w[:1].isupper() for w in subject.split()):
             continue  # "my sister Anna is ...": an entity, read below

@@ -359,6 +359,7 @@ class Recall:
             return 0
         model = self.embedder.model
         try:
+            self.catch_up()
             with self.core.store.reading() as conn:
                 top = conn.execute(
                     "SELECT max(seq), min(seq) FROM recall_vectors WHERE model = ?", (model,)

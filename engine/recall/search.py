@@ -4,9 +4,10 @@ Invariants:
 - Scoped: messages are read from the user's own index (`recall_fts_<n>`); beliefs and sections
   are filtered to the same scope in SQL. Hidden (forgotten) items never come back.
 - Every word reaches MATCH quoted (`text.match_any`), so any query string is safe.
-- Bounded: one query scores at most about `match_budget` matching messages with bm25. When the
-  query's words match more, the rarer words are searched over all time and every word over the
-  most recent matches, so latency does not grow with the size of the log.
+- Bounded: bm25 reads every match of each word it scores, so it is only given words whose matches
+  add up to at most `match_budget`; the commonest words of a query are left out when rarer ones
+  exist, and a query of common words only is answered from their newest matches. Latency stays
+  flat as the log grows.
 
 Ranking of messages: bm25 (body, the previous turn's words, speaker name), plus a share of the
 score of the turns just before and after (an answer sits next to its question), times the
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .redact import mask
+from .redact import mask, mask_words
 from .schema import message_index
 from .settings import Tuning
 from .text import match_any, quote, tokens
@@ -76,7 +77,8 @@ class Hit:
 
 
 def snippet(text: str, limit: int = _SNIPPET) -> str:
-    text = mask(text or "")
+    # Indexed text was fully masked when it was folded; recall's own layer again is cheap.
+    text = mask_words(text or "")
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
@@ -157,58 +159,51 @@ class MessageSearch:
         self._df[(table, word)] = (now, df)
         return df
 
-    def _newest_floor(self, conn: sqlite3.Connection, table: str, word: str, n: int) -> int:
-        """The seq above which `word` has its `n` most recent matches."""
-        row = conn.execute(
-            f"SELECT min(rowid) FROM (SELECT rowid FROM {table} WHERE {table} MATCH ?"
-            " ORDER BY rowid DESC LIMIT ?)",
-            (quote(word), n),
-        ).fetchone()
-        return int(row[0] or 0)
-
     def plan(
         self, conn: sqlite3.Connection, table: str, words: Sequence[str]
-    ) -> list[tuple[str, int]]:
-        """MATCH expressions to run, each with the lowest seq it may match (0: all time)."""
+    ) -> tuple[list[str], list[str]]:
+        """Split the query's words into those bm25 can afford to rank (their matches add up to
+        at most `match_budget`) and the common rest."""
         budget = max(self.tuning.match_budget, 1)
         frequency = {w: self._frequency(conn, table, w, budget + 1) for w in words}
-        if sum(frequency.values()) <= budget:
-            return [(match_any(words), 0)]
-        ordered = sorted(words, key=lambda w: frequency[w])
         rare: list[str] = []
         total = 0
-        for w in ordered:
+        for w in sorted(words, key=lambda w: frequency[w]):
             if total + frequency[w] > budget:
                 break
             rare.append(w)
             total += frequency[w]
-        plans: list[tuple[str, int]] = []
-        if rare:
-            plans.append((match_any(rare), 0))
-        common = [w for w in ordered if w not in rare]
-        per_word = max(budget // max(len(words), 1), 50)
-        floor = max(self._newest_floor(conn, table, w, per_word) for w in common)
-        plans.append((match_any(words), floor))
-        return plans
+        return rare, [w for w in words if w not in rare]
 
     def bm25(self, conn: sqlite3.Connection, scope: int, words: Sequence[str]) -> dict[int, float]:
-        """seq -> bm25 relevance (higher is better) of the best `candidates` messages."""
+        """seq -> relevance (higher is better) of the best `candidates` messages.
+
+        bm25 reads every match of every word it scores (for the word's idf), so the commonest
+        words are left out of the ranking when rarer ones exist: they would cost the most and
+        weigh the least. A query of common words only is answered from their newest matches,
+        those with all of the words first."""
         if not words:
             return {}
         table = message_index(scope)
         t = self.tuning
-        scored: dict[int, float] = {}
-        for expr, floor in self.plan(conn, table, words):
+        rare, common = self.plan(conn, table, words)
+        if rare:
             sql = (
                 f"SELECT rowid, -bm25({table}, {t.name_weight}, 1.0, {t.context_weight})"
-                f" FROM {table} WHERE {table} MATCH ?"
-                + (" AND rowid >= ?" if floor else "")
-                + " ORDER BY 2 DESC LIMIT ?"
+                f" FROM {table} WHERE {table} MATCH ? ORDER BY 2 DESC LIMIT ?"
             )
-            params: tuple[Any, ...] = (expr, floor, t.candidates) if floor else (expr, t.candidates)
-            for seq, score in conn.execute(sql, params):
-                if score > scored.get(seq, 0.0):
-                    scored[seq] = float(score)
+            return {
+                int(seq): float(score)
+                for seq, score in conn.execute(sql, (match_any(rare), t.candidates))
+            }
+        scored: dict[int, float] = {}
+        newest = f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?"
+        all_of = " AND ".join(quote(w) for w in common)
+        for (seq,) in conn.execute(newest, (all_of, t.candidates)):
+            scored[int(seq)] = 2.0
+        if len(scored) < t.candidates:
+            for (seq,) in conn.execute(newest, (match_any(common), t.candidates)):
+                scored.setdefault(int(seq), 1.0)
         return scored
 
     # -- ranking --------------------------------------------------------------------------------
@@ -227,47 +222,41 @@ class MessageSearch:
         base = self.bm25(conn, scope, words)
         if not base:
             return []
-        rows = message_rows(conn, base, text=False)
-        following: dict[int, int] = {}
-        marks = list(base)
-        for i in range(0, len(marks), 500):
-            chunk = marks[i : i + 500]
-            for seq, prev in conn.execute(
-                f"SELECT seq, prev FROM recall_messages WHERE prev IN ({','.join('?' * len(chunk))})",
-                chunk,
-            ):
-                following[prev] = seq
+        links = _links(conn, base)
         relevance: dict[int, float] = defaultdict(float)
         for seq, score in base.items():
-            row = rows.get(seq)
-            if row is None:
-                continue
+            if seq not in links:
+                continue  # forgotten since the index was read
             relevance[seq] += score
             if t.neighbour_weight:
-                if row.prev is not None:
-                    relevance[row.prev] += t.neighbour_weight * score
-                nxt = following.get(seq)
-                if nxt is not None:
-                    relevance[nxt] += t.neighbour_weight * score
-        missing = [s for s in relevance if s not in rows]
-        rows.update(message_rows(conn, missing, text=False))
+                for neighbour in links[seq]:
+                    relevance[neighbour] += t.neighbour_weight * score
         newest = conn.execute(
             "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
         ).fetchone()
         newest_ts = float(newest[0]) if newest else 0.0
         half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
+        # The multipliers below (role, recency, speaker) move an item by a bounded factor, so
+        # only the best-related items can reach the top: rows are read for those alone, a
+        # chunk at a time, until enough of them pass `keep`.
+        ordered = sorted(relevance, key=lambda s: -relevance[s])
+        chunk = max(limit * 8, 80)
         scored: list[tuple[float, MessageRow]] = []
-        for seq, rel in relevance.items():
-            row = rows.get(seq)
-            if row is None or (keep is not None and not keep(row)):
-                continue
-            score = rel * t.role_weights.get(row.speaker, 0.8)
-            if t.recency_weight and row.ts and newest_ts:
-                age = max(newest_ts - row.ts, 0.0)
-                score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
-            if row.name and query_tokens and query_tokens & _name_tokens(row.name):
-                score *= t.speaker_boost
-            scored.append((score, row))
+        for start in range(0, len(ordered), chunk):
+            rows = message_rows(conn, ordered[start : start + chunk], text=False)
+            for seq in ordered[start : start + chunk]:
+                row = rows.get(seq)
+                if row is None or (keep is not None and not keep(row)):
+                    continue
+                score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
+                if t.recency_weight and row.ts and newest_ts:
+                    age = max(newest_ts - row.ts, 0.0)
+                    score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
+                if row.name and query_tokens and query_tokens & _name_tokens(row.name):
+                    score *= t.speaker_boost
+                scored.append((score, row))
+            if len(scored) >= limit * 2:
+                break
         scored.sort(key=lambda x: (-x[0], -x[1].seq))
         chosen = _spread(scored, limit, t.session_share)
         corrections = _corrections(conn, [r.seq for _, r in chosen])
@@ -293,6 +282,25 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
         text=snippet(row.body),
         extra=extra,
     )
+
+
+def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]]:
+    """seq -> the turns just before and after it in its session, for each visible seq."""
+    wanted = list(seqs)
+    out: dict[int, list[int]] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        for seq, prev in conn.execute(
+            f"SELECT seq, prev FROM recall_messages WHERE seq IN ({marks})", chunk
+        ):
+            out[seq] = [prev] if prev is not None else []
+        for seq, prev in conn.execute(
+            f"SELECT seq, prev FROM recall_messages WHERE prev IN ({marks})", chunk
+        ):
+            if prev in out:
+                out[prev].append(seq)
+    return out
 
 
 def _spread(

@@ -19,8 +19,8 @@ DEFAULT_ROLE_WEIGHTS: dict[str, float] = {
 @dataclass(frozen=True)
 class Tuning:
     limit: int = 10
-    candidates: int = 200
-    match_budget: int = 3000
+    candidates: int = 100
+    match_budget: int = 1500
     name_weight: float = 0.2
     context_weight: float = 0.4
     neighbour_weight: float = 0.4

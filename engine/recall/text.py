@@ -78,8 +78,9 @@ def stems(words: Iterable[str]) -> set[str]:
 
 
 def quote(word: str) -> str:
-    """One FTS5 string: inside double quotes, a double quote is written twice."""
-    return '"' + word.replace('"', '""') + '"'
+    """One FTS5 string: inside double quotes, a double quote is written twice. NUL ends a string
+    for SQLite's parser, so it is dropped."""
+    return '"' + word.replace("\x00", "").replace('"', '""') + '"'
 
 
 def match_any(words: Sequence[str], *, columns: Sequence[str] = ()) -> str:

@@ -37,14 +37,30 @@ class EgressRefused(Exception):
     """The endpoint is off this host and its private network, and allow_remote is not set."""
 
 
+_LOCAL_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "127.0.0.0/8",  # loopback
+        "10.0.0.0/8",  # RFC 1918
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",  # link-local
+        "100.64.0.0/10",  # carrier-grade NAT / overlay networks on the user's own machines
+        "::1/128",
+        "fc00::/7",  # unique local
+        "fe80::/10",  # link-local
+    )
+)
+
+
 def _address_is_local(address: str) -> bool:
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if ip.version == 6 and ip.ipv4_mapped is not None:  # type: ignore[union-attr]
-        ip = ip.ipv4_mapped  # type: ignore[union-attr]
-    return bool(ip.is_loopback or ip.is_private or ip.is_link_local)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in _LOCAL_NETWORKS if net.version == ip.version)
 
 
 def endpoint_is_local(url: str) -> bool:

@@ -9,16 +9,17 @@ Invariants:
   its *scope* (what expand and search may reach) still includes the parent's messages up to the
   fork.
 - The model-facing projection of a session depends only on the log: it is the same after the
-  database is reopened or the fold rebuilt.
+  database is reopened, the fold rebuilt, or the session exported and imported elsewhere.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
@@ -27,32 +28,30 @@ from ..errors import UsageError
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
 from .events import (
     SWITCH_REASONS,
+    BranchSummarized,
     CompactionRecorded,
+    ContextEdited,
+    Labeled,
+    LeafMoved,
+    SessionNamed,
     SessionSwitched,
     UsageRecorded,
     register_session_events,
 )
 from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
+from .paths import PathEntry, read_path, walk_since
+from .projection import project
+from .summary import abandoned_summary
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
 
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
-CHRONICLE_PREFIX = "conv-"
+CHRONICLE_PREFIX = "conversation:"
 
-_MAX_DEPTH = 10_000_000  # guards the path walk against a cycle an import could smuggle in
-
-
-@dataclass(frozen=True, slots=True)
-class PathEntry:
-    entry_id: str
-    seq: int
-    kind: str
-    fp: str | None
-    session: str
-    target: str | None = None
-    role: str | None = None
+# Reasons Hermes itself passes (memory_manager, cli) that name one of ours differently.
+_HOST_REASONS = {"new_session": "new", "undo": "rewound"}
 
 
 class TreeWriter:
@@ -70,36 +69,12 @@ class TreeWriter:
         return row[0] if row else None
 
     def path(self, leaf: str | None) -> list[PathEntry]:
-        return _path(self.conn, leaf)
+        return read_path(self.conn, leaf)
 
     def since(
         self, leaf: str | None, old_leaf: str | None, limit: int = 64
     ) -> list[PathEntry] | None:
-        """Entries from just after `old_leaf` up to `leaf` (root-first) when `old_leaf` is an
-        ancestor of `leaf` within `limit` steps; None otherwise."""
-        if leaf == old_leaf:
-            return []
-        if leaf is None:
-            return None
-        walked: list[PathEntry] = []
-        current: str | None = leaf
-        while current is not None and len(walked) < limit:
-            if current == old_leaf:
-                walked.reverse()
-                return walked
-            row = self.conn.execute(
-                "SELECT entry_id, seq, kind, fp, session, target_id, role, parent_id"
-                " FROM session_entries WHERE entry_id = ?",
-                (current,),
-            ).fetchone()
-            if row is None:
-                return None
-            walked.append(PathEntry(*row[:7]))
-            current = row[7]
-        if current is None and old_leaf is None:
-            walked.reverse()
-            return walked
-        return None
+        return walk_since(self.conn, leaf, old_leaf, limit)
 
     def append(self, events: Sequence[PendingEvent]) -> list[int]:
         """Append (idempotently, by event id) and fold. Returns each event's seq, in order; an
@@ -126,24 +101,6 @@ class TreeWriter:
             self.end = max(self.end, stored[-1].seq)
         existing.update((e.envelope.id, e.seq) for e in stored)
         return [existing[e.id] for e in events]
-
-
-def _path(conn: sqlite3.Connection, leaf: str | None) -> list[PathEntry]:
-    if leaf is None:
-        return []
-    rows = conn.execute(
-        "WITH RECURSIVE path(entry_id, parent_id, seq, kind, fp, session, target_id, role, depth)"
-        " AS (SELECT entry_id, parent_id, seq, kind, fp, session, target_id, role, 0"
-        " FROM session_entries WHERE entry_id = ?"
-        " UNION ALL"
-        " SELECT e.entry_id, e.parent_id, e.seq, e.kind, e.fp, e.session, e.target_id, e.role,"
-        " p.depth + 1 FROM session_entries e JOIN path p ON e.entry_id = p.parent_id"
-        " WHERE p.depth < ?"
-        ") SELECT entry_id, seq, kind, fp, session, target_id, role FROM path"
-        " ORDER BY depth DESC",
-        (leaf, _MAX_DEPTH),
-    ).fetchall()
-    return [PathEntry(*row) for row in rows]
 
 
 class SessionTree:
@@ -187,8 +144,9 @@ class SessionTree:
     # -- the host's session switches ---------------------------------------------------------
 
     def switch(self, new_session_id: str, *, parent_session_id: str = "", reason: str = "") -> int:
-        """Record that Hermes moved to `new_session_id`. Returns the event's seq."""
-        reason = reason or "new"
+        """Record that Hermes moved to `new_session_id`; reason is one of compression, resume,
+        branch, reset, rewound, new. Returns the event's seq."""
+        reason = _HOST_REASONS.get(reason, reason) or "new"
         if reason not in SWITCH_REASONS:
             raise UsageError(
                 f"unknown session switch reason {reason!r}; use one of {sorted(SWITCH_REASONS)}"
@@ -230,23 +188,22 @@ class SessionTree:
         return chain
 
     def lineage(self, session_id: str) -> list[str]:
-        """Every session id of the same logical conversation (its compression continuations),
-        oldest first. They share one chronicle."""
+        """Every session id of the same logical conversation (the compression continuations
+        before AND after this one), oldest first. They share one chronicle, so a tool called
+        from any of them reaches every section the conversation ever cited."""
         self.refresh()
         session = str(session_id)
-        chain = [session]
-        seen = {session}
         with self.store.reading() as conn:
-            current = session
-            while True:
-                head = self._head(conn, current)
-                if head is None or head[4] != "compression" or not head[2] or head[2] in seen:
-                    break
-                current = head[2]
-                seen.add(current)
-                chain.append(current)
-        chain.reverse()
-        return chain
+            head = self._head(conn, session)
+            if head is None:
+                return [session]
+            rows = conn.execute(
+                "SELECT session FROM session_heads WHERE lineage_root = ?"
+                " ORDER BY started_seq, rowid",
+                (head[1],),
+            ).fetchall()
+        chain = [str(r[0]) for r in rows]
+        return chain if session in chain else [*chain, session]
 
     def chronicle_name(self, session_id: str) -> str:
         """The chronicle the conversation's sections go to; the same for its whole lineage."""
@@ -262,6 +219,13 @@ class SessionTree:
                 names.append(name)
         return names
 
+    def conversation(self, session_id: str) -> str:
+        """The tree a session's entries belong to (shared by its branches and continuations)."""
+        self.refresh()
+        with self.store.reading() as conn:
+            head = self._head(conn, str(session_id))
+        return str(head[0]) if head else str(session_id)
+
     def leaf(self, session_id: str) -> str | None:
         self.refresh()
         with self.store.reading() as conn:
@@ -273,7 +237,21 @@ class SessionTree:
         self.refresh()
         with self.store.reading() as conn:
             head = self._head(conn, str(session_id))
-            return _path(conn, head[5] if head else None)
+            return read_path(conn, head[5] if head else None)
+
+    def message_count(self, session_id: str) -> int:
+        """How many messages the session's scope holds in the log (every branch)."""
+        segments = self.scope(session_id)
+        total = 0
+        with self.store.reading() as conn:
+            for session, bound in segments:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM session_entries WHERE session = ? AND kind = 'message'"
+                    " AND seq <= ?",
+                    (session, bound if bound is not None else 2**62),
+                ).fetchone()
+                total += int(row[0])
+        return total
 
     def message_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredEvent]:
         """The MessageCaptured events of the session's scope with from_seq <= seq <= to_seq."""
@@ -295,19 +273,143 @@ class SessionTree:
             out.append(event)
         return out
 
-    def message_count(self, session_id: str) -> int:
-        """How many messages the session's scope holds in the log (every branch)."""
-        segments = self.scope(session_id)
-        total = 0
+    def payloads(self, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Stored payloads by seq (the entries' data lives in the log, not in the fold)."""
+        out: dict[int, dict[str, Any]] = {}
+        wanted = list(seqs)
+        with sqlite_errors("reading entries"), self.store.reading() as conn:
+            for chunk in range(0, len(wanted), 500):
+                part = wanted[chunk : chunk + 500]
+                rows = conn.execute(
+                    f"SELECT seq, payload FROM events WHERE seq IN ({','.join('?' * len(part))})",
+                    part,
+                ).fetchall()
+                out.update((int(seq), json.loads(payload)) for seq, payload in rows)
+        return out
+
+    # -- the projection -------------------------------------------------------------------------
+
+    def projection(self, session_id: str, *, branch_summaries: bool = True) -> list[dict[str, Any]]:
+        """The messages a model sees for this session: its active branch, with the latest
+        compaction and the context edits applied (see `projection.py`)."""
+        return project(self.path(session_id), self.payloads, branch_summaries=branch_summaries)
+
+    # -- moving around the tree ------------------------------------------------------------------
+
+    def _entry(self, conn: sqlite3.Connection, entry_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = conn.execute(
+            "SELECT e.entry_id, e.seq, e.kind, h.conversation FROM session_entries e"
+            " JOIN session_heads h ON h.session = e.session WHERE e.entry_id = ?",
+            (entry_id,),
+        ).fetchone()
+        return row
+
+    def branch(self, session_id: str, entry_id: str, *, summary: str | None = None) -> str:
+        """Continue the session from the earlier entry `entry_id`; the branch it leaves stays in
+        the tree. Unless `summary` is "" a short summary of the abandoned entries is attached
+        where the new branch continues (generated when None). Returns the new leaf's id."""
+        session = str(session_id)
+        self.refresh()
         with self.store.reading() as conn:
-            for session, bound in segments:
-                row = conn.execute(
-                    "SELECT COUNT(*) FROM session_entries WHERE session = ? AND kind = 'message'"
-                    " AND seq <= ?",
-                    (session, bound if bound is not None else 2**62),
-                ).fetchone()
-                total += int(row[0])
-        return total
+            target = self._entry(conn, str(entry_id))
+            head = self._head(conn, session)
+        conversation = head[0] if head else session
+        if target is None:
+            raise UsageError(f"no entry {entry_id!r} in the session tree; `path()` lists them")
+        if target[3] != conversation:
+            raise UsageError(
+                f"entry {entry_id!r} belongs to conversation {target[3]!r}, not {conversation!r}"
+                " of session {session!r}; a session branches within its own tree"
+            )
+        old_path = self.path(session)
+        new_path = self._path_to(str(entry_id))
+        common = 0
+        while (
+            common < min(len(old_path), len(new_path))
+            and old_path[common].entry_id == new_path[common].entry_id
+        ):
+            common += 1
+        abandoned = old_path[common:]
+        events: list[Any] = [LeafMoved(target=str(entry_id))]
+        if abandoned and summary != "":
+            text = summary if summary is not None else self._summarise(abandoned)
+            events.append(
+                BranchSummarized(
+                    parent=str(entry_id),
+                    abandoned_leaf=old_path[-1].entry_id,
+                    summary=text,
+                    abandoned_entries=len(abandoned),
+                )
+            )
+        pending = [self.core.types.pending(e, session=session) for e in events]
+        with self.writing() as w:
+            w.append(pending)
+            leaf = w.leaf(session)
+        return str(leaf)
+
+    def _path_to(self, entry_id: str) -> list[PathEntry]:
+        with self.store.reading() as conn:
+            return read_path(conn, entry_id)
+
+    def _summarise(self, entries: Sequence[PathEntry]) -> str:
+        messages = [e for e in entries if e.kind == "message"]
+        data = self.payloads([e.seq for e in messages[-50:]])
+        return abandoned_summary(
+            [
+                (str(data[e.seq].get("role", "")), str(data[e.seq].get("text", "")))
+                for e in messages[-50:]
+                if e.seq in data
+            ]
+        )
+
+    def _on_path(self, session: str, target: str) -> None:
+        if not any(e.entry_id == target for e in self.path(session)):
+            raise UsageError(
+                f"entry {target!r} is not on the active branch of session {session!r}; "
+                "edits and labels apply to what the session's context holds"
+            )
+
+    def edit_context(
+        self, session_id: str, target: str, replacement: dict[str, Any] | None = None
+    ) -> int:
+        """Hide (`replacement` None) or replace an earlier entry in future context. The entry
+        itself stays in the log, exports and accounting; branching back before the edit brings
+        it back. Returns the edit's seq."""
+        self._on_path(str(session_id), str(target))
+        edit = ContextEdited(
+            target=str(target), replacement=dict(replacement) if replacement else None
+        )
+        return self._append(str(session_id), [edit])[0]
+
+    def label(self, session_id: str, target: str, label: str | None) -> int:
+        """Put a label on an entry (None clears it). Labels never reach the model."""
+        self._on_path(str(session_id), str(target))
+        return self._append(str(session_id), [Labeled(target=str(target), label=label)])[0]
+
+    def labels(self, session_id: str) -> dict[str, str]:
+        """Current labels of the entries on the active branch (latest wins)."""
+        path = self.path(session_id)
+        data = self.payloads([e.seq for e in path if e.kind == "label"])
+        out: dict[str, str] = {}
+        for e in path:
+            if e.kind == "label" and e.target:
+                value = data.get(e.seq, {}).get("label")
+                if value is None:
+                    out.pop(e.target, None)
+                else:
+                    out[e.target] = str(value)
+        return out
+
+    def name(self, session_id: str, name: str) -> int:
+        """Name the session (a session-info entry)."""
+        return self._append(str(session_id), [SessionNamed(name=str(name))])[0]
+
+    def session_name(self, session_id: str) -> str | None:
+        path = self.path(session_id)
+        named = [e for e in path if e.kind == "session_info"]
+        if not named:
+            return None
+        return str(self.payloads([named[-1].seq])[named[-1].seq].get("name") or "") or None
 
     # -- entries other subsystems record -------------------------------------------------------
 
@@ -332,8 +434,10 @@ class SessionTree:
         summary: str = "",
         head_seqs: Sequence[int] = (),
     ) -> int:
-        """A compaction entry on the session's branch. `summary` is the handoff text the model
-        sees in place of the folded entries; `head_seqs` the protected head kept before it."""
+        """A compaction entry on the session's branch. `first_kept_seq` is the seq of the first
+        message kept verbatim after the handoff (capture aligns the next live list from it);
+        `summary` is the handoff text the model sees in place of the folded entries;
+        `head_seqs` the protected head kept before it. Returns the entry's seq."""
         heads = [e for e in (self._entry_at(s) for s in head_seqs) if e is not None]
         event = CompactionRecorded(
             section_ids=list(section_ids),
@@ -349,9 +453,63 @@ class SessionTree:
     def record_usage(
         self, session_id: str, *, prompt_tokens: int, completion_tokens: int, source: str
     ) -> int:
+        """The tokens of one model call (the host's, or Chronicle's own summaries)."""
         event = UsageRecorded(
             prompt_tokens=int(prompt_tokens or 0),
             completion_tokens=int(completion_tokens or 0),
             source=str(source or "host"),
         )
         return self._append(str(session_id), [event])[0]
+
+    def usage(self, session_id: str) -> dict[str, Any]:
+        """Token totals over the session's lineage, every branch included, by source."""
+        sessions = self.lineage(session_id)
+        with self.store.reading() as conn:
+            seqs = [
+                int(row[0])
+                for row in conn.execute(
+                    "SELECT seq FROM session_entries WHERE kind = 'usage' AND session IN"
+                    f" ({','.join('?' * len(sessions))})",
+                    sessions,
+                )
+            ]
+        totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        by_source: dict[str, dict[str, int]] = {}
+        for payload in self.payloads(seqs).values():
+            source = str(payload.get("source") or "host")
+            bucket = by_source.setdefault(
+                source, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+            )
+            for key, value in (
+                ("calls", 1),
+                ("prompt_tokens", int(payload.get("prompt_tokens") or 0)),
+                ("completion_tokens", int(payload.get("completion_tokens") or 0)),
+            ):
+                bucket[key] += value
+                totals[key] += value
+        totals["by_source"] = by_source
+        return totals
+
+    # -- carrying a session -------------------------------------------------------------------------
+
+    def export_jsonl(self, session_id: str, path: str | Path | None = None) -> str:
+        """The session's whole conversation tree as versioned JSONL (returned, and written to
+        `path` when given)."""
+        from .jsonl import export_session
+
+        text = export_session(self, str(session_id))
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def import_jsonl(self, source: str | Path) -> int:
+        """Import an exported session (text or a file path). Older format versions are
+        migrated; a corrupt line is reported with its number and nothing is imported. Returns
+        how many events were new to this log."""
+        from .jsonl import import_session
+
+        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
+            candidate = Path(source)
+            if candidate.exists():
+                source = candidate.read_text(encoding="utf-8")
+        return import_session(self, str(source))

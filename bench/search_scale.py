@@ -1,0 +1,180 @@
+"""Search latency at scale: a generated corpus of 1M captured messages, then chronicle_search.
+
+The corpus is deterministic (seeded): sessions of user/assistant turns whose words follow one
+Zipf law: English function words at the head, then 30,000 invented content words, so the
+commonest content words are in several percent of all messages (the case that makes full-text
+ranking slow) and rare words are rare. Messages are
+appended as MessageCaptured events and folded by recall's own fold, exactly as captured chat is.
+
+Queries imitate someone recalling something: 2-5 content words of a random earlier message,
+sometimes with a very common word added, sometimes with a word that occurs nowhere.
+
+    python bench/search_scale.py [--messages 1000000] [--users 1] [--queries 500]
+                                 [--db PATH] [--reuse]
+
+Prints build time, then search latency p50/p95/max per scope. Target: p95 < 20 ms at 1M.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from chronicle_engine.capture.events import MessageCaptured, register_capture_events
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.recall.text import STOPWORDS, content_words
+
+_SYLLABLES = [a + b for a in "bcdfghjklmnprstvwz" for b in ("a", "e", "i", "o", "u", "ai", "ou")]
+_FUNCTION = sorted(STOPWORDS - {"d", "m", "s", "t", "ll", "re", "ve"})
+
+
+def vocabulary(size: int, rng: random.Random) -> list[str]:
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
+class Corpus:
+    """Words drawn from one Zipf law: English function words take the head ranks (as they do
+    in real text), invented content words the long tail after them."""
+
+    def __init__(self, seed: int = 7, vocab: int = 30_000, exponent: float = 1.0) -> None:
+        self.rng = random.Random(seed)
+        self.words = vocabulary(vocab, self.rng)
+        self.rng.shuffle(self.words)
+        ranked = list(_FUNCTION) + self.words
+        weights = [1 / (rank + 1) ** exponent for rank in range(len(ranked))]
+        self.ranked = ranked
+        self.cumulative = list(itertools.accumulate(weights))
+
+    def word(self) -> str:
+        x = self.rng.random() * self.cumulative[-1]
+        return self.ranked[bisect.bisect(self.cumulative, x)]
+
+    def message(self) -> str:
+        return " ".join(self.word() for _ in range(self.rng.randint(6, 40))).capitalize() + "."
+
+
+def build(core: ChronicleCore, messages: int, users: int, corpus: Corpus) -> float:
+    register_capture_events(core.types)
+    started = time.perf_counter()
+    batch = []
+    session_len = 40
+    for i in range(messages):
+        session = i // session_len
+        user = f"user{session % users}" if users > 1 else None
+        role = "user" if i % 2 == 0 else "assistant"
+        text = corpus.message()
+        event = MessageCaptured(
+            role=role,
+            message={"role": role, "content": text},
+            fingerprint=f"{session}:{i}",
+            speaker="person" if role == "user" else "assistant",
+            text=text,
+            person_text=text if role == "user" else "",
+            turn=i % session_len,
+            user_id=user,
+        )
+        batch.append(core.types.pending(event, session=f"s{session}"))
+        if len(batch) == 5000:
+            core.store.append(batch)
+            batch = []
+        if (i + 1) % 100_000 == 0:
+            core.recall.catch_up()
+            rate = (i + 1) / (time.perf_counter() - started)
+            print(f"  {i + 1:>9,} messages captured and indexed ({rate:,.0f}/s)", flush=True)
+    if batch:
+        core.store.append(batch)
+    core.recall.catch_up()
+    return time.perf_counter() - started
+
+
+def queries(core: ChronicleCore, corpus: Corpus, n: int, rng: random.Random) -> list[str]:
+    last = core.store.last_seq()
+    out: list[str] = []
+    while len(out) < n:
+        event = core.store.get(rng.randint(1, last))
+        if event is None or event.envelope.type != "MessageCaptured":
+            continue
+        words = content_words(str(event.payload.get("text", "")))
+        if len(words) < 2:
+            continue
+        picked = rng.sample(words, min(len(words), rng.randint(2, 5)))
+        roll = rng.random()
+        if roll < 0.2:
+            picked.append(corpus.words[rng.randint(0, 5)])  # one of the commonest words
+        elif roll < 0.3:
+            picked.append("zzqxnotaword")
+        out.append("what did we say about " + " ".join(picked) + "?")
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--users", type=int, default=1)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--db", type=Path, default=None, help="database file (default: temp)")
+    parser.add_argument("--reuse", action="store_true", help="search an existing --db as is")
+    args = parser.parse_args(argv)
+    tmp = tempfile.TemporaryDirectory(prefix="chronicle-scale-")
+    path = args.db or Path(tmp.name) / "scale.db"
+    corpus = Corpus()
+    core = ChronicleCore.get(path)
+    try:
+        if args.reuse and core.store.count() > 0:
+            print(f"reusing {path}: {core.store.count():,} events")
+            core.recall.catch_up()
+        else:
+            if core.store.count() > 0:
+                print(f"{path} is not empty; pass --reuse or another --db", file=sys.stderr)
+                return 2
+            print(f"building {args.messages:,} messages for {args.users} user(s) in {path}")
+            seconds = build(core, args.messages, args.users, corpus)
+            size = path.stat().st_size / 1e6
+            print(
+                f"built in {seconds:.0f} s ({args.messages / seconds:,.0f} messages/s), {size:,.0f} MB"
+            )
+        rng = random.Random(11)
+        asked = queries(core, corpus, args.queries, rng)
+        user = "user0" if args.users > 1 else None
+        for q in asked[:20]:  # warm the page cache and the frequency cache like a live process
+            core.recall.search(q, user_id=user)
+        for scope in ("messages", "all"):
+            latencies = []
+            found = 0
+            for q in asked:
+                t0 = time.perf_counter()
+                results = core.recall.search(q, user_id=user, scope=scope, limit=10)
+                latencies.append((time.perf_counter() - t0) * 1000)
+                found += bool(results)
+            print(
+                f"scope={scope:<8} {len(asked)} queries: p50 {statistics.median(latencies):.2f} ms, "
+                f"p95 {percentile(latencies, 0.95):.2f} ms, max {max(latencies):.2f} ms "
+                f"({found} with results)"
+            )
+    finally:
+        core.shutdown()
+        tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""Laws of the pure planner and assembler, over random conversations (hypothesis).
+
+Conversations mix requests, standing instructions, host scaffolding, replies, tool calls with
+their results (some missing, some orphaned), pins, an earlier handoff and an already-folded
+prefix. Whatever the mix, the compacted list satisfies the host's contract and loses nothing
+that is not already folded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chronicle_engine.compaction.assemble import assemble
+from chronicle_engine.compaction.contract import violations
+from chronicle_engine.compaction.engine import message_facts
+from chronicle_engine.compaction.handoff import HEADER
+from chronicle_engine.compaction.messages import content_text, is_real_user
+from chronicle_engine.compaction.planner import STUB_TOKENS, MessageFacts, plan, units_of
+
+_block = st.one_of(
+    st.tuples(st.just("user"), st.integers(1, 3000)),
+    st.tuples(st.just("instruction"), st.integers(1, 400)),
+    st.tuples(st.just("scaffold"), st.integers(1, 300)),
+    st.tuples(st.just("assistant"), st.integers(1, 3000)),
+    st.tuples(
+        st.just("tools"),
+        st.integers(1, 3),
+        st.integers(1, 4000),
+        st.sampled_from(["ok", "ok", "ok", "missing", "orphan"]),
+    ),
+    st.tuples(st.just("system"), st.integers(1, 200)),
+)
+
+
+def build(blocks: list[tuple[Any, ...]], handoff_at: int | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for n, block in enumerate(blocks):
+        if handoff_at is not None and n == handoff_at:
+            out.append({"role": "user", "content": HEADER + "\n\n## 1-4 · seq 1–4\nUser: earlier"})
+        kind = block[0]
+        pad = "x" * block[1]
+        if kind == "user":
+            out.append(
+                {
+                    "role": "user",
+                    "content": f"request {n} {pad}",
+                    "api_content": f"request {n} {pad} +memory",
+                }
+            )
+        elif kind == "instruction":
+            out.append({"role": "user", "content": f"from now on never touch prod-{n} {pad}"})
+        elif kind == "scaffold":
+            out.append(
+                {
+                    "role": "user",
+                    "content": f"[System: note {n}] {pad}",
+                    "_todo_snapshot_synthetic": True,
+                }
+            )
+        elif kind == "assistant":
+            out.append({"role": "assistant", "content": f"reply {n} {pad}", "_db_persisted": True})
+        elif kind == "system":
+            out.append({"role": "system", "content": f"system {n} {pad}"})
+        else:
+            _, calls, size, shape = block
+            ids = [f"c{n}_{k}" for k in range(calls)]
+            if shape != "orphan":
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": i,
+                                "type": "function",
+                                "function": {"name": "terminal", "arguments": '{"command": "ls"}'},
+                            }
+                            for i in ids
+                        ],
+                    }
+                )
+            answered = ids[:-1] if shape == "missing" else ids
+            for i in answered:
+                out.append({"role": "tool", "tool_call_id": i, "content": f"out {i} " + "y" * size})
+    return out
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    blocks = draw(st.lists(_block, min_size=1, max_size=40))
+    handoff_at = draw(st.one_of(st.none(), st.integers(0, len(blocks))))
+    messages = build(blocks, handoff_at)
+    seqs: list[int | None] = []
+    next_seq = 1
+    for m in messages:
+        if m.get("role") == "system" or content_text(m).startswith(HEADER[:20]):
+            seqs.append(None)
+        else:
+            seqs.append(next_seq)
+            next_seq += 1
+    through = draw(st.integers(0, next_seq)) if handoff_at is not None else 0
+    pin_count = draw(st.integers(0, 3))
+    pins = [
+        (a, a + draw(st.integers(0, 3)))
+        for a in draw(
+            st.lists(st.integers(1, max(1, next_seq)), min_size=pin_count, max_size=pin_count)
+        )
+    ]
+    return {
+        "messages": messages,
+        "seqs": seqs,
+        "through": through,
+        "pins": pins,
+        "first": draw(st.integers(0, 4)),
+        "last": draw(st.integers(0, 8)),
+        "budget": draw(st.integers(50, 20_000)),
+        "reserve": draw(st.integers(0, 2_000)),
+        "force": draw(st.booleans()),
+    }
+
+
+def _plan(s: dict[str, Any]) -> tuple[list[MessageFacts], Any]:
+    facts = message_facts(s["messages"], s["seqs"], through=s["through"], pins=s["pins"])
+    p = plan(
+        facts,
+        protect_first_n=s["first"],
+        protect_last_n=s["last"],
+        budget=s["budget"],
+        reserve=s["reserve"],
+        force=s["force"],
+    )
+    return facts, p
+
+
+_settings = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_settings
+@given(scenarios())
+def test_compacted_list_satisfies_the_host_contract(s: dict[str, Any]) -> None:
+    facts, p = _plan(s)
+    if not p.changed:
+        return
+    out, rewritten = assemble(s["messages"], p, {"role": "user", "content": HEADER}, s["seqs"])
+    assert violations(s["messages"], out, rewritten) == []
+    assert not any(isinstance(m, dict) and "_db_persisted" in m for m in out)
+    for index in rewritten:
+        assert "api_content" not in out[index]
+        assert "chronicle_expand" in content_text(out[index]) or "not in the log" in content_text(
+            out[index]
+        )
+
+
+@_settings
+@given(scenarios())
+def test_nothing_leaves_the_context_unless_folded(s: dict[str, Any]) -> None:
+    facts, p = _plan(s)
+    n = len(facts)
+    kept = set(p.head) | set(p.keep)
+    assert not set(p.head) & set(p.keep)
+    assert sorted(kept | set(p.drop)) == list(range(n))
+    assert not kept & set(p.drop)
+    assert set(p.fold) <= set(p.drop)
+    for i in p.drop:
+        assert facts[i].folded or facts[i].handoff or i in p.fold
+    assert list(p.head) == sorted(p.head) and list(p.keep) == sorted(p.keep)
+    assert not p.keep or not p.head or max(p.head) < min(p.keep)
+
+
+@_settings
+@given(scenarios())
+def test_units_are_kept_whole_and_protected_ones_kept(s: dict[str, Any]) -> None:
+    facts, p = _plan(s)
+    kept = set(p.head) | set(p.keep)
+    units = units_of(facts)
+    head_end = max(p.head) + 1 if p.head else 0
+    for unit in units:
+        inside = [i in kept for i in unit.indices()]
+        assert all(inside) or not any(inside)
+        if not unit.well_formed:
+            assert not any(inside)
+        elif unit.start >= head_end and any(facts[i].protected for i in unit.indices()):
+            assert all(inside)
+        if unit.well_formed and unit.start >= p.cut:
+            assert all(inside)
+    real = [i for i, m in enumerate(s["messages"]) if is_real_user(m)]
+    if real:
+        assert real[-1] in kept
+    formed_tail = [u for u in units if u.well_formed]
+    if formed_tail and formed_tail[-1] is units[-1]:
+        assert all(i in kept for i in units[-1].indices())
+
+
+@_settings
+@given(scenarios())
+def test_budget_holds_unless_the_protected_part_is_shortened(s: dict[str, Any]) -> None:
+    facts, p = _plan(s)
+    kept_cost = sum(facts[i].tokens for i in (*p.head, *p.keep)) + s["reserve"]
+    if not p.allowances:
+        assert p.tokens_after == kept_cost
+        # Over budget with nothing shortened only by messages already at a stub's size.
+        stubs = sum(facts[i].tokens for i in (*p.head, *p.keep) if facts[i].tokens <= STUB_TOKENS)
+        assert kept_cost <= max(s["budget"], s["reserve"]) + stubs
+    for i, allowance in p.allowances.items():
+        assert STUB_TOKENS <= allowance < facts[i].tokens
+        assert i in p.head or i in p.keep
+
+
+@_settings
+@given(scenarios())
+def test_force_keeps_only_the_protected_tail(s: dict[str, Any]) -> None:
+    s = dict(s, force=True, budget=10**9)
+    facts, p = _plan(s)
+    counted = 0
+    units = [u for u in units_of(facts) if u.start >= (max(p.head) + 1 if p.head else 0)]
+    floor = len(facts)
+    for unit in reversed(units):
+        if counted >= s["last"]:
+            break
+        floor = unit.start
+        if unit.well_formed:
+            counted += unit.end - unit.start
+    assert p.cut >= floor
+
+
+def test_newest_request_survives_a_long_tool_loop() -> None:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    messages.append({"role": "user", "content": "migrate the billing tables"})
+    for k in range(30):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": f"t{k}",
+                        "type": "function",
+                        "function": {"name": "sql", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"t{k}", "content": "row " * 400})
+    facts = message_facts(messages, list(range(1, len(messages) + 1)), through=0)
+    p = plan(facts, protect_first_n=2, protect_last_n=4, budget=3000, reserve=500)
+    assert 2 in p.keep  # the request, far behind the tail
+    assert p.cut > 10
+    out, _ = assemble(
+        messages, p, {"role": "assistant", "content": HEADER}, list(range(1, len(messages) + 1))
+    )
+    assert [m["content"] for m in out[:3]] == ["first", "ok", HEADER]
+    assert out[3]["content"] == "migrate the billing tables"
+
+
+def test_overflowing_protected_part_is_shortened_newest_first_and_says_how_to_restore() -> None:
+    big = "z" * 40_000
+    messages = [
+        {"role": "user", "content": "head " + big},
+        {"role": "assistant", "content": "older " + big},
+        {"role": "user", "content": "newest request " + big, "api_content": "stale"},
+        {"role": "assistant", "content": "newest answer " + big},
+    ]
+    seqs = [1, 2, 3, 4]
+    facts = message_facts(messages, seqs, through=0)
+    p = plan(facts, protect_first_n=1, protect_last_n=4, budget=12_000, reserve=1_000)
+    assert 3 not in p.allowances  # the newest turn wins
+    assert 2 in p.allowances and 0 in p.allowances
+    out, rewritten = assemble(messages, p, {"role": "assistant", "content": HEADER}, seqs)
+    assert out[-1]["content"] == messages[3]["content"]
+    shortened = [out[i] for i in rewritten]
+    assert all("chronicle_expand(from_seq=" in m["content"] for m in shortened)
+    assert all("api_content" not in m for m in shortened)
+    assert violations(messages, out, rewritten) == []

@@ -1,0 +1,523 @@
+"""Recall: scoped search with provenance, forgetting and correcting as events, per-turn memory
+behind the gate, answers that abstain, and the memory tools."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_recall_support import open_core, say
+
+from chronicle_engine.chronicle.sections import Anchor, Section
+from chronicle_engine.errors import UsageError
+from chronicle_engine.recall.tools import RECALL_TOOLS
+from chronicle_engine.tools import dispatch
+
+
+@pytest.fixture(params=["memory", "file"])
+def core(request, tmp_path):
+    c = open_core(request.param, tmp_path)
+    yield c
+    c.shutdown()
+
+
+def ids(results):
+    return [r["id"] for r in results]
+
+
+# -- search -----------------------------------------------------------------------------------
+
+
+def test_a_result_cites_seq_session_and_time(core):
+    seq = say(
+        core,
+        "s1",
+        "We booked the ferry to Naxos for the third of June.",
+        created_at="2024-05-01T10:00:00+00:00",
+    )
+    say(core, "s1", "Great, I noted the ferry booking.", role="assistant")
+    (top, *_) = core.recall.search("naxos ferry", scope="messages")
+    assert top["id"] == f"m{seq}" and top["seq"] == seq
+    assert top["session"] == "s1"
+    assert top["time"] == "2024-05-01T10:00:00+00:00"
+    assert top["kind"] == "message" and top["speaker"] == "person"
+    assert "Naxos" in top["text"]
+
+
+def test_stemming_finds_inflected_words(core):
+    seq = say(core, "s1", "The cities we visited were crowded.")
+    assert f"m{seq}" in ids(core.recall.search("city", scope="messages"))
+
+
+def test_the_answer_next_to_its_question_is_found(core):
+    say(core, "s1", "Which dentist did you pick in the end?", role="assistant")
+    answer = say(core, "s1", "Doctor Okafor on Elm Street.")
+    assert f"m{answer}" in ids(core.recall.search("which dentist", scope="messages"))
+
+
+def test_one_session_does_not_take_every_result(core):
+    for i in range(12):
+        say(core, "long", f"gardening note {i}: tomatoes need water")
+    others = [
+        say(core, "short", "gardening: the roses need pruning"),
+        say(core, "shorter", "gardening gloves are in the shed"),
+    ]
+    found = core.recall.search("gardening", scope="messages", limit=5)
+    assert {f"m{o}" for o in others} <= set(ids(found))
+    assert sum(r["session"] == "long" for r in found) == 3
+    # with no other session to make room for, the long one fills the results
+    assert len(core.recall.search("tomatoes", scope="messages", limit=5)) == 5
+
+
+def test_person_words_rank_above_tool_output(core):
+    tool = say(core, "s1", "kayak rental price list: kayak 20 euro", role="tool")
+    person = say(core, "s1", "I want to rent a kayak on saturday")
+    found = ids(core.recall.search("kayak", scope="messages"))
+    assert found.index(f"m{person}") < found.index(f"m{tool}")
+
+
+@settings(
+    max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+@given(
+    query=st.one_of(
+        st.text(max_size=80),
+        st.lists(
+            st.sampled_from(
+                [
+                    '"',
+                    "'",
+                    "(",
+                    ")",
+                    "*",
+                    "^",
+                    ":",
+                    "-",
+                    "+",
+                    "NEAR",
+                    "AND",
+                    "OR",
+                    "NOT",
+                    "{body}",
+                    "body:",
+                    "ctx:",
+                    "rank",
+                    "MATCH",
+                    "\x00",
+                    "ß",
+                    "é",
+                    "漢字",
+                    "moon",
+                ]
+            ),
+            max_size=12,
+        ).map(" ".join),
+    )
+)
+def test_any_query_string_is_safe(core, query):
+    say(core, "s1", "the moon was bright over the harbour")
+    results = core.recall.search(query)
+    assert isinstance(results, list)
+    json.dumps(results)
+
+
+def test_unknown_scope_is_a_usage_error(core):
+    with pytest.raises(UsageError, match="scope must be one of"):
+        core.recall.search("x", scope="everything")
+
+
+def test_sections_are_searched_with_their_section_id(core):
+    first = say(core, "s1", "Let us plan the release.")
+    last = say(core, "s1", "Agreed, release on Friday.", role="assistant")
+    core.chronicle("chat-1").append(
+        Section(
+            Anchor(f"{first}-{last}", first, last, 1),
+            "Planned the quarterly release: Friday, with a rollback drill.",
+        )
+    )
+    found = core.recall.search("rollback drill", scope="sections")
+    assert [r["section_id"] for r in found] == [f"{first}-{last}"]
+    assert found[0]["seq_range"] == [first, last] and found[0]["session"] == "s1"
+    assert core.recall.search("rollback drill", scope="sections", user_id="someone-else") == []
+
+
+# -- isolation ----------------------------------------------------------------------------------
+
+
+def test_one_users_memory_never_reaches_another(core):
+    say(core, "alice-1", "My bank is Northwind and my favourite colour is teal.", user_id="alice")
+    say(core, "bob-1", "My bank is Contoso and my favourite colour is red.", user_id="bob")
+    for query in ("bank", "favourite colour", "Northwind", "Contoso teal red"):
+        for r in core.recall.search(query, user_id="alice"):
+            assert "Contoso" not in r["text"] and " red" not in r["text"]
+        for r in core.recall.search(query, user_id="bob"):
+            assert "Northwind" not in r["text"] and "teal" not in r["text"]
+    assert core.recall.search("Contoso", user_id="alice") == []
+    assert all("bob" not in b["text"] for b in core.recall.beliefs(user_id="alice"))
+    assert {b["value"] for b in core.recall.beliefs(user_id="alice", kind="fact")} == {
+        "Northwind",
+        "teal",
+    }
+    # the session says whose memory a call reads
+    assert core.recall.search("Contoso", session_id="alice-1") == []
+    assert core.recall.search("Contoso", session_id="bob-1") != []
+
+
+def test_profiles_are_separate_memories(core):
+    say(core, "p1", "deploy key rotation every monday", user_id="u", profile="coder")
+    say(core, "p2", "sourdough starter feeding schedule", user_id="u", profile="baker")
+    assert core.recall.search("sourdough", user_id="u", profile="coder") == []
+    assert core.recall.search("rotation", user_id="u", profile="baker") == []
+    assert core.recall.search("sourdough", user_id="u", profile="baker") != []
+
+
+def test_a_user_cannot_forget_or_correct_another_users_memory(core):
+    seq = say(core, "b1", "I live in Oslo", user_id="bob")
+    with pytest.raises(UsageError, match="not an item of this user's memory"):
+        core.recall.forget(f"m{seq}", user_id="alice")
+    with pytest.raises(UsageError):
+        core.recall.correct(f"b{seq}.0", "I live in Rome", user_id="alice")
+    assert core.recall.search("Oslo", user_id="bob") != []
+
+
+@settings(
+    max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+@given(
+    texts=st.lists(
+        st.tuples(
+            st.sampled_from(["ann", "ben", None]),
+            st.lists(
+                st.sampled_from(
+                    ["apple", "harbour", "ticket", "blue", "garden", "piano", "ferry", "lamp"]
+                ),
+                min_size=1,
+                max_size=6,
+            ),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    query=st.lists(
+        st.sampled_from(["apple", "harbour", "ticket", "blue", "garden", "piano"]),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_isolation_holds_for_any_memory_and_query(tmp_path, texts, query):
+    core = open_core("memory", tmp_path)
+    try:
+        owner = {}
+        for i, (user, words) in enumerate(texts):
+            seq = say(core, f"{user}-s{i % 3}", " ".join(words), user_id=user)
+            owner[seq] = user
+        for user in ("ann", "ben", None):
+            for r in core.recall.search(" ".join(query), user_id=user, limit=20):
+                sources = r.get("sources") or [r["seq"]]
+                assert all(owner[s] == user for s in sources)
+    finally:
+        core.shutdown()
+
+
+# -- beliefs, correct, forget -----------------------------------------------------------------------
+
+
+def test_a_newer_statement_supersedes_and_nothing_is_deleted(core):
+    first = say(core, "s1", "I live in Paris.")
+    second = say(core, "s2", "I moved to Berlin last year.")
+    (home,) = [b for b in core.recall.beliefs() if b["key"] == "home"]
+    assert home["value"] == "Berlin" and home["supersedes"] == f"b{first}.0"
+    assert home["sources"] == [second]
+    with core.store.reading() as conn:
+        assert (
+            conn.execute("SELECT count(*) FROM recall_beliefs WHERE key = 'home'").fetchone()[0]
+            == 2
+        )
+
+
+def test_beliefs_come_only_from_the_persons_own_words(core):
+    say(core, "s1", "I live in Lisbon.", role="assistant")
+    say(core, "s1", "I live in Lisbon.", role="tool")
+    say(core, "cron-1", "I live in Lisbon.", agent_context="cron")
+    assert core.recall.beliefs() == []
+    say(core, "s1", "I live in Porto.")
+    assert [b["value"] for b in core.recall.beliefs()] == ["Porto"]
+
+
+def test_correct_records_an_event_and_supersedes(core):
+    seq = say(core, "s1", "My favourite colour is green.")
+    out = core.recall.correct(f"b{seq}.0", "My favourite colour is purple.", session_id="s1")
+    (colour,) = core.recall.beliefs(kind="fact")
+    assert colour["value"] == "purple" and colour["id"] == out["id"]
+    assert colour["origin"] == "correction" and colour["supersedes"] == f"b{seq}.0"
+    assert core.store.get(out["seq"]).envelope.type == "MemoryCorrected"
+    core.recall.rebuild()
+    assert [b["value"] for b in core.recall.beliefs(kind="fact")] == ["purple"]
+
+
+def test_correcting_a_message_keeps_it_and_adds_the_correction(core):
+    seq = say(core, "s1", "The meeting is on Tuesday at noon.")
+    out = core.recall.correct(f"m{seq}", "The meeting moved to Thursday at noon.")
+    (hit,) = [r for r in core.recall.search("meeting", scope="messages") if r["seq"] == seq]
+    assert hit["corrected_by"] == [out["id"]]
+    assert out["id"] in ids(core.recall.search("meeting Thursday", scope="beliefs"))
+
+
+def test_forget_removes_an_item_from_search_prefetch_and_answer(core):
+    seq = say(core, "old", "My sister Ingrid lives in Tromso and loves skiing.")
+    belief = f"b{seq}.0"
+    assert belief in ids(core.recall.search("Ingrid"))
+    core.recall.forget(belief, include_source=True)
+    for query in ("Ingrid", "Tromso skiing", "sister Ingrid Tromso"):
+        assert core.recall.search(query) == []
+    assert (
+        core.recall.prefetch("does my sister Ingrid still live in Tromso?", session_id="new") == ""
+    )
+    assert core.recall.answer("where does my sister Ingrid live?")["abstain"] is True
+    assert core.recall.beliefs() == []
+    assert core.recall.is_hidden(f"m{seq}") and core.recall.hidden_seqs([seq, seq + 1]) == {seq}
+    # forgetting is an event: a rebuild of the projection keeps it forgotten
+    core.recall.rebuild()
+    assert core.recall.search("Ingrid Tromso") == []
+
+
+def test_forgetting_a_message_takes_its_words_out_of_the_next_turns_context(core):
+    gone = say(core, "s1", "what about the zeppelin museum?", role="assistant")
+    reply = say(core, "s1", "yes, let us go there on sunday")
+    assert f"m{reply}" in ids(core.recall.search("zeppelin", scope="messages"))
+    core.recall.forget(f"m{gone}")
+    assert core.recall.search("zeppelin", scope="messages") == []
+    assert f"m{reply}" in ids(core.recall.search("sunday", scope="messages"))
+
+
+def test_forgetting_a_belief_without_its_source_keeps_the_message(core):
+    seq = say(core, "s1", "I really love jasmine tea.")
+    core.recall.forget(f"b{seq}.0")
+    assert ids(core.recall.search("jasmine")) == [f"m{seq}"]
+
+
+# -- credentials ----------------------------------------------------------------------------------
+
+SECRETS = [
+    "hunter22",
+    "sk-proj-abcdefghijklmnopqrstuvwx1234",
+    "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+]
+
+
+def test_a_credential_never_appears_in_search_prefetch_or_beliefs(core):
+    # Capture masks credentials; these reached the log unmasked (an older capture, an import).
+    say(core, "old", "My wifi password is hunter22 and I love the new router.")
+    say(
+        core, "old", "Use my api key sk-proj-abcdefghijklmnopqrstuvwx1234 for the router dashboard."
+    )
+    say(core, "old", "token: ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa for the router repo")
+    outputs = [
+        json.dumps(core.recall.search("router password key token")),
+        json.dumps(core.recall.search("hunter22")),
+        core.recall.prefetch(
+            "what was the router password and api key for the router dashboard?", session_id="new"
+        ),
+        json.dumps(core.recall.beliefs()),
+        json.dumps(core.recall.answer("what is my wifi password for the router?")),
+    ]
+    assert any("router" in o for o in outputs)
+    for out in outputs:
+        for secret in SECRETS:
+            assert secret not in out
+    with core.store.reading() as conn:
+        stored = json.dumps(conn.execute("SELECT * FROM recall_beliefs").fetchall())
+    assert not any(secret in stored for secret in SECRETS)
+
+
+# -- answers ----------------------------------------------------------------------------------------
+
+
+def test_answer_quotes_evidence_with_citations(core):
+    seq = say(core, "s1", "My name is Pat Testley. I work at Acme Fake Co.")
+    out = core.recall.answer("where do I work?")
+    assert out["abstain"] is False
+    assert "Acme Fake Co" in out["answer"]
+    assert seq in [c["seq"] for c in out["citations"]]
+
+
+def test_answer_abstains_when_evidence_is_weak(core):
+    say(core, "s1", "My name is Pat Testley. I work at Acme Fake Co.")
+    out = core.recall.answer("what is the name of my dog?")
+    assert out["abstain"] is True and out["answer"] is None
+    assert "not enough" in out["reason"] or "no memory" in out["reason"]
+    assert core.recall.answer("???")["abstain"] is True
+    assert core.recall.answer("submarine voyages")["reason"] == "no memory matches the question"
+
+
+# -- per-turn memory --------------------------------------------------------------------------------
+
+
+def test_prefetch_brings_back_an_earlier_conversation(core):
+    seq = say(core, "monday", "I booked a table at Lucca for our anniversary dinner.")
+    say(core, "today", "hello again")
+    block = core.recall.prefetch(
+        "Can you remind me which restaurant table I booked for the anniversary?", session_id="today"
+    )
+    assert f"m{seq}" in block and "Lucca" in block
+
+
+def test_prefetch_gate_needs_real_overlap(core):
+    say(core, "old", "The health check of the cluster failed twice on Monday.")
+    say(core, "old", "I bought new running shoes.")
+    say(core, "now", "hi")
+    # one shared word in a short message and nothing to vouch for it: left out
+    assert core.recall.prefetch("system health", session_id="now") == ""
+    # a longer message needs two shared words
+    assert (
+        core.recall.prefetch("my shoes feel tight after the long weekend hike", session_id="now")
+        == ""
+    )
+    block = core.recall.prefetch(
+        "why did the cluster health check fail again on Monday?", session_id="now"
+    )
+    assert "health check" in block
+    # an inflection matches, a mere prefix does not
+    assert "running shoes" in core.recall.prefetch("shoe running", session_id="now")
+    assert core.recall.prefetch("shoestring runner", session_id="now") == ""
+
+
+def test_prefetch_leaves_out_the_conversation_in_the_window(core):
+    here = say(core, "live", "The caravan needs new tyres before the trip.")
+    there = say(core, "earlier", "We talked about caravan tyres and the trip to Wales.")
+    block = core.recall.prefetch("caravan tyres for the trip", session_id="live")
+    assert f"m{there}" in block and f"m{here}" not in block
+
+
+def test_prefetch_gives_nothing_to_a_scheduled_job(core):
+    say(core, "earlier", "The backup server disk is almost full.")
+    say(
+        core,
+        "cron_42",
+        "check backup server disk usage",
+        agent_context="cron",
+    )
+    assert core.recall.prefetch("check backup server disk usage", session_id="cron_42") == ""
+    assert core.recall.prefetch("is the backup server disk full?", session_id="chat") != ""
+
+
+def test_prefetch_uses_what_queue_prefetch_prepared(core):
+    say(core, "earlier", "The boiler service is due in October.")
+    core.recall.queue_prefetch("when is the boiler service due in October?", session_id="live")
+    # the database changes, but the prepared answer is what prefetch returns for that message
+    with core.store.atomic() as conn:
+        conn.execute("DELETE FROM recall_beliefs")
+    assert "boiler service" in core.recall.prefetch(
+        "when is the boiler service due in October?", session_id="live"
+    )
+
+
+def test_prefetch_never_raises(core, caplog):
+    recall = core.recall
+    core.shutdown()
+    with caplog.at_level(logging.WARNING):
+        assert recall.prefetch("anything at all", session_id="x") == ""
+        recall.queue_prefetch("anything at all", session_id="x")
+    assert "prefetch failed" in caplog.text
+
+
+def test_system_prompt_block_names_the_tools(core):
+    block = core.recall.system_prompt_block()
+    for tool in RECALL_TOOLS:
+        assert tool.name in block
+
+
+# -- rebuild ----------------------------------------------------------------------------------------
+
+
+def _projection(core):
+    with core.store.reading() as conn:
+        return {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in (
+                "recall_messages",
+                "recall_beliefs",
+                "recall_belief_sources",
+                "recall_hidden",
+                "recall_scopes",
+            )
+        }
+
+
+def test_rebuild_equals_incremental_folding(core):
+    say(core, "s1", "I live in Paris. My favourite colour is blue.", user_id="u")
+    core.recall.catch_up()
+    seq = say(core, "s1", "I moved to Rome.", user_id="u")
+    core.recall.catch_up()
+    say(core, "s2", "Always answer in French.", user_id="u")
+    core.recall.catch_up()
+    core.recall.forget(f"m{seq}", user_id="u")
+    before = _projection(core)
+    results = core.recall.search("Paris colour French", user_id="u")
+    core.recall.rebuild()
+    assert _projection(core) == before
+    assert core.recall.search("Paris colour French", user_id="u") == results
+
+
+# -- tools ------------------------------------------------------------------------------------------
+
+
+def test_tools_speak_json_and_never_raise(core):
+    say(core, "s1", "The spare key is under the blue flowerpot.", user_id="u")
+    ctx = {"session_id": "s1", "user_id": "u"}
+    found = json.loads(
+        dispatch(RECALL_TOOLS, core, "chronicle_search", {"query": "spare key"}, **ctx)
+    )
+    assert found["count"] >= 1 and found["results"][0]["session"] == "s1"
+    kept = json.loads(
+        dispatch(
+            RECALL_TOOLS, core, "chronicle_remember", {"text": "Gate code changes in May."}, **ctx
+        )
+    )
+    assert kept["stored"] is True
+    assert kept["id"] in [
+        r["id"]
+        for r in json.loads(
+            dispatch(
+                RECALL_TOOLS,
+                core,
+                "chronicle_search",
+                {"query": "gate code", "scope": "beliefs"},
+                **ctx,
+            )
+        )["results"]
+    ]
+    answered = json.loads(
+        dispatch(
+            RECALL_TOOLS, core, "chronicle_answer", {"question": "where is the spare key?"}, **ctx
+        )
+    )
+    assert answered["abstain"] is False and "flowerpot" in answered["answer"]
+    forgotten = json.loads(
+        dispatch(RECALL_TOOLS, core, "chronicle_forget", {"id": kept["id"]}, **ctx)
+    )
+    assert forgotten["forgotten"] == kept["id"]
+    assert "error" in json.loads(
+        dispatch(RECALL_TOOLS, core, "chronicle_forget", {"id": "m999999"}, **ctx)
+    )
+    assert "error" in json.loads(dispatch(RECALL_TOOLS, core, "chronicle_search", {}, **ctx))
+    assert "error" in json.loads(
+        dispatch(RECALL_TOOLS, core, "chronicle_search", {"query": "x", "limit": "many"}, **ctx)
+    )
+    for tool in RECALL_TOOLS:
+        schema = tool.schema()
+        assert set(schema) == {"name", "description", "parameters"}
+        assert schema["parameters"]["type"] == "object"
+
+
+def test_core_exposes_the_tools(core):
+    assert [t.name for t in core.recall.TOOLS] == [
+        "chronicle_search",
+        "chronicle_answer",
+        "chronicle_remember",
+        "chronicle_correct",
+        "chronicle_forget",
+    ]

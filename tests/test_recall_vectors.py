@@ -1,0 +1,186 @@
+"""Optional vectors: hybrid ranking with a local embedding server, refusal of off-host endpoints,
+and full-text recall unchanged when vectors are refused or down. The server is a tiny stub on
+127.0.0.1; nothing here leaves the host."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from test_recall_support import open_core, say
+
+from chronicle_engine.recall.vectors import Embedder, cosine, endpoint_is_local, pack, unpack
+
+CONCEPTS = [
+    {"car", "automobile", "sedan", "vehicle"},
+    {"buy", "bought", "purchase", "purchased"},
+    {"dog", "puppy", "canine"},
+    {"doctor", "physician", "dentist"},
+]
+
+
+def embed(text: str) -> list[float]:
+    """Words of one concept land on one axis; other words on hashed axes after them."""
+    vec = [0.0] * 16
+    for word in re.findall(r"[a-z]+", text.lower()):
+        for i, concept in enumerate(CONCEPTS):
+            if word in concept:
+                vec[i] += 1.0
+                break
+        else:
+            vec[4 + sum(map(ord, word)) % 12] += 0.3
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / norm for x in vec]
+
+
+class _Stub(BaseHTTPRequestHandler):
+    requests: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        data = [{"index": i, "embedding": embed(t)} for i, t in enumerate(body["input"])]
+        payload = json.dumps({"data": data, "model": body.get("model")}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stub():
+    _Stub.requests = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_vectors_find_what_words_miss(stub, tmp_path, kind):
+    core = open_core(
+        kind, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="stub-embed"
+    )
+    try:
+        seq = say(core, "s1", "I finally bought a sedan yesterday")
+        say(core, "s1", "The weather was lovely in the park")
+        assert core.recall.embed_pending() == 2
+        assert core.recall.embed_pending() == 0
+        found = core.recall.search("automobile purchase", scope="messages")
+        assert [r["id"] for r in found][:1] == [f"m{seq}"]
+        assert all(r["model"] == "stub-embed" for r in _Stub.requests)
+    finally:
+        core.shutdown()
+
+
+def test_without_a_server_full_text_is_unchanged(tmp_path):
+    core = open_core("memory", tmp_path)
+    try:
+        say(core, "s1", "I finally bought a sedan yesterday")
+        assert core.recall.embed_pending() == 0
+        assert core.recall.search("automobile purchase", scope="messages") == []
+        assert len(core.recall.search("sedan", scope="messages")) == 1
+    finally:
+        core.shutdown()
+
+
+@pytest.mark.parametrize("url", ["http://203.0.113.5:8080/v1", "https://api.example.com/v1"])
+def test_an_off_host_endpoint_is_refused_with_one_warning(tmp_path, caplog, url):
+    core = open_core("memory", tmp_path, recall__embeddings__url=url)
+    try:
+        seq = say(core, "s1", "the sedan needs new tyres")
+        with caplog.at_level(logging.WARNING, logger="chronicle_engine.recall.vectors"):
+            for _ in range(3):
+                assert [r["id"] for r in core.recall.search("sedan tyres")][:1] == [f"m{seq}"]
+            assert core.recall.embed_pending() == 0
+        warnings = [r for r in caplog.records if r.name == "chronicle_engine.recall.vectors"]
+        assert len(warnings) == 1
+        assert "off this host" in warnings[0].getMessage()
+    finally:
+        core.shutdown()
+
+
+def test_allow_remote_permits_and_says_so(caplog):
+    embedder = Embedder("http://203.0.113.5:8080/v1", "m", allow_remote=True)
+    with caplog.at_level(logging.WARNING, logger="chronicle_engine.recall.vectors"):
+        assert embedder._permitted() is True
+    assert "leaves" in caplog.text or "sent" in caplog.text
+
+
+def test_a_server_that_is_down_degrades_with_one_warning(tmp_path, caplog):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    core = open_core(
+        "memory", tmp_path, recall__embeddings__url=url, recall__embeddings__timeout_s=0.5
+    )
+    try:
+        say(core, "s1", "the dentist appointment is on friday")
+        with caplog.at_level(logging.WARNING, logger="chronicle_engine.recall.vectors"):
+            for _ in range(3):
+                assert len(core.recall.search("dentist friday")) >= 1
+            assert core.recall.embed_pending() == 0
+        assert len([r for r in caplog.records if r.name == "chronicle_engine.recall.vectors"]) == 1
+    finally:
+        core.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://127.0.0.1:1234/v1", True),
+        ("http://localhost:11434/v1", True),
+        ("http://[::1]:8080/v1", True),
+        ("http://10.1.2.3/v1", True),
+        ("http://192.168.0.7:8080", True),
+        ("http://172.16.5.4", True),
+        ("http://169.254.10.1", True),
+        ("http://[::ffff:127.0.0.1]:9/v1", True),
+        ("http://8.8.8.8/v1", False),
+        ("http://203.0.113.5/v1", False),
+        ("http://[2001:4860:4860::8888]/v1", False),
+        ("not a url", False),
+    ],
+)
+def test_which_endpoints_are_local(url, local):
+    assert endpoint_is_local(url) is local
+
+
+def test_prefetch_gate_asks_the_vectors_about_a_single_shared_word(stub, tmp_path):
+    core = open_core(
+        "memory", tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    )
+    try:
+        say(core, "old", "my puppy chewed the sofa")
+        say(core, "old", "sofa prices went up again")
+        core.recall.embed_pending()
+        block = core.recall.prefetch("dog sofa", session_id="now")
+        assert "puppy" in block  # one shared word, and near in meaning
+        assert "prices" not in block  # one shared word, far in meaning
+    finally:
+        core.shutdown()
+
+
+def test_vectors_round_trip():
+    vec = [0.25, -1.5, 3.0]
+    assert unpack(pack(vec)) == vec
+    assert cosine(vec, vec) == pytest.approx(1.0)
+    assert cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
+    assert cosine([], []) == 0.0

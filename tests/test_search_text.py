@@ -1,0 +1,69 @@
+"""The words recall compares in Python are the words FTS5 indexes, and any query is quoted."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chronicle_engine.recall.porter import stem
+from chronicle_engine.recall.text import TOKENIZER, content_words, match_any, quote, stems, tokens
+
+_db = sqlite3.connect(":memory:")
+_db.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{TOKENIZER}')")
+_db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+
+
+def indexed(text: str) -> list[str]:
+    _db.execute("DELETE FROM t")
+    _db.execute("INSERT INTO t(x) VALUES (?)", (text,))
+    return [r[0] for r in _db.execute("SELECT term FROM v ORDER BY offset")]
+
+
+@settings(max_examples=400)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=24))
+def test_porter_agrees_with_sqlite(word):
+    assert indexed(word) == [stem(word)]
+
+
+@settings(max_examples=200)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_tokens_then_stem_agree_with_the_index(text):
+    assert [stem(w) for w in tokens(text)] == indexed(text)
+
+
+def test_diacritics_fold_as_the_index_folds_them():
+    text = "Café naïve résumé Ångström façade"
+    assert [stem(w) for w in tokens(text)] == indexed(text)
+
+
+def test_inflections_share_a_stem_and_prefixes_do_not():
+    assert stems(["booked", "cities"]) == stems(["book", "city"])
+    assert stem("cat") != stem("category")
+
+
+@settings(max_examples=300)
+@given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6))
+def test_quoted_words_never_break_match(words):
+    _db.execute("DELETE FROM t")
+    _db.execute("INSERT INTO t(x) VALUES ('plain text')")
+    _db.execute("SELECT rowid FROM t WHERE t MATCH ?", (match_any(words),)).fetchall()
+    _db.execute(
+        "SELECT rowid FROM t WHERE t MATCH ?", (match_any(words, columns=["x"]),)
+    ).fetchall()
+
+
+def test_quote_doubles_quotes_and_drops_nul():
+    assert quote('say "hi"') == '"say ""hi"""'
+    assert quote("a\x00b") == '"ab"'
+
+
+def test_content_words_drop_function_words():
+    assert content_words("What did Caroline research about the adoption agencies?") == [
+        "caroline",
+        "research",
+        "adoption",
+        "agencies",
+    ]
+    assert match_any([]) == ""
