@@ -54,9 +54,21 @@ NOUNS = ("vault", "staging", "billing", "mirror", "ledger", "router", "archive",
 
 
 def _filler(n: int, seed: int) -> str:
-    words = (
-        "checked the service logs and the config then compared latency with the baseline".split()
-    )
+    words = [
+        "checked",
+        "the",
+        "service",
+        "logs",
+        "and",
+        "the",
+        "config",
+        "then",
+        "compared",
+        "latency",
+        "with",
+        "the",
+        "baseline",
+    ]
     return " ".join(words[(seed + k) % len(words)] for k in range(n))
 
 
