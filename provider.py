@@ -205,6 +205,15 @@ class ChronicleMemoryProvider(_ProviderBase):
         except Exception as exc:  # noqa: BLE001 - maintenance must never break a hook
             self._log_once(f"scheduler.tick({hook})", exc)
 
+    def _live(self) -> dict[str, Any]:
+        """Who this agent serves, for recall's gates (an automation turn gets no memory)."""
+        return {
+            "user_id": self._user_id,
+            "profile": self._profile,
+            "agent_context": self._agent_context,
+            "platform": self._platform,
+        }
+
     def _recall(self) -> Any | None:
         """core.recall, or None until the recall part lands (then recall hooks are no-ops)."""
         try:
@@ -230,13 +239,15 @@ class ChronicleMemoryProvider(_ProviderBase):
         recall = self._recall()
         if recall is None:
             return ""
-        return str(recall.prefetch(query, session_id=session_id or self._session_id) or "")
+        return str(
+            recall.prefetch(query, session_id=session_id or self._session_id, **self._live()) or ""
+        )
 
     @_guarded(lambda: None)
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         recall = self._recall()
         if recall is not None:
-            recall.queue_prefetch(query, session_id=session_id or self._session_id)
+            recall.queue_prefetch(query, session_id=session_id or self._session_id, **self._live())
 
     @_guarded(lambda: None)
     def sync_turn(
@@ -349,7 +360,8 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @_guarded(lambda: "")
     def system_prompt_block(self) -> str:
-        return _PROMPT
+        recall = self._recall() if self._core is not None else None
+        return str(recall.system_prompt_block()) if recall is not None else _PROMPT
 
     @_guarded(_no_tools)
     def get_tool_schemas(self) -> list[dict[str, Any]]:
@@ -369,9 +381,9 @@ class ChronicleMemoryProvider(_ProviderBase):
             return '{"error": "Chronicle memory tools are not available in this build"}'
         from chronicle_engine.tools import dispatch
 
-        result = dispatch(
-            recall.TOOLS, self.core, tool_name, args, session_id=self._session_id, **kwargs
-        )
+        # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
+        context = {"session_id": self._session_id, **self._live(), **kwargs}
+        result = dispatch(recall.TOOLS, self.core, tool_name, args, **context)
         self._tick("handle_tool_call")
         return result
 

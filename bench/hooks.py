@@ -7,7 +7,7 @@ Every figure is per `Scheduler.tick(hook)` call, on a WAL file in a temporary di
 - one job due, enqueue only: a non-draining hook (on_turn_start) finds one schedule due;
 - one job due, enqueue + run: a draining hook (sync_turn) enqueues the integrity check and runs it;
 - consolidation: a draining hook enqueues consolidation and folds one closed unit of ten messages
-  into a section (a trivial joining summariser stands in for the extractive one).
+  into a section, drawn by the shipped writer (the context engine's extractive summariser).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from chronicle_engine.capture.events import NAMESPACE, MessageCaptured, register_capture_events
-from chronicle_engine.chronicle.sections import Consolidation
+from chronicle_engine.capture.events import register_capture_events
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.log.store import StoredEvent
 from chronicle_engine.scheduler import Scheduler
 
 OFF = {
@@ -48,25 +46,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Conversations:
-    """One session is one conversation (the session tree is not wired in this bench)."""
-
-    def __init__(self, core: ChronicleCore) -> None:
-        self.core = core
-
-    def chronicle_name(self, session_id: str) -> str:
-        return f"conversation/{session_id}"
-
-    def message_events(self, session_id: str, lo: int, hi: int) -> list[StoredEvent]:
-        return list(
-            self.core.store.read(after=lo - 1, upto=hi, session=session_id, namespaces=[NAMESPACE])
-        )
-
-
-def join(events: Sequence[StoredEvent]) -> Consolidation:
-    return Consolidation(" | ".join(e.payload.get("text", "") for e in events))
 
 
 def per_call_ms(
@@ -100,7 +79,7 @@ def core_at(path: Path, schedules: dict[str, str]) -> ChronicleCore:
 def bench_idle(tmp: Path, calls: int) -> None:
     core = ChronicleCore(tmp / "idle.db", Config({}))
     register_capture_events(core.types)
-    sched = Scheduler(core, summarize=join, conversations=Conversations(core))
+    sched = Scheduler(core)
     for _ in range(20):  # every default schedule runs once (it never ran), then nothing is due
         sched.tick("sync_turn")
     for hook in ("on_turn_start", "sync_turn"):
@@ -116,7 +95,7 @@ def bench_one_due(tmp: Path, calls: int) -> None:
     ):
         core = core_at(tmp / f"due-{hook}.db", {"integrity": "* * * * *"})
         clock = Clock(start)
-        sched = Scheduler(core, clock=clock, summarize=join, conversations=Conversations(core))
+        sched = Scheduler(core, clock=clock)
         sched.tick(hook)
 
         def next_minute(c: Clock = clock) -> None:
@@ -139,38 +118,29 @@ def bench_consolidation(tmp: Path, calls: int) -> None:
     )
     register_capture_events(core.types)
     clock = Clock(start)
-    sched = Scheduler(core, clock=clock, summarize=join, conversations=Conversations(core))
+    sched = Scheduler(core, clock=clock)
     sched.tick("sync_turn")
-    turn = [0]
+    live: list[dict] = []
 
     def ten_more_messages() -> None:
+        # Through capture, as Hermes' sync_turn would (untimed): the session tree is current.
         clock.now += 60
-        events = []
         for _ in range(5):
-            turn[0] += 1
-            for role in ("user", "assistant"):
-                text = f"{role} says something about item {turn[0]} at /srv/app/{turn[0]}.py"
-                events.append(
-                    core.types.pending(
-                        MessageCaptured(
-                            role=role,
-                            message={"role": role, "content": text},
-                            fingerprint=f"{turn[0]}-{role}",
-                            speaker="person" if role == "user" else "assistant",
-                            text=text,
-                        ),
-                        session="bench",
-                        created_at=datetime.fromtimestamp(clock.now, UTC).isoformat(),
-                    )
-                )
-        core.store.append(events)
+            n = len(live) // 2 + 1
+            live.append({"role": "user", "content": f"please fix item {n} in /srv/app/{n}.py"})
+            live.append({"role": "assistant", "content": f"fixed item {n}: renamed f{n} to g{n}"})
+        core.capture.capture_messages(
+            "bench", live, created_at=datetime.fromtimestamp(clock.now, UTC).isoformat()
+        )
 
     show(
         "one due, consolidate a 10-message unit",
         per_call_ms(calls, lambda: sched.tick("sync_turn"), ten_more_messages),
     )
-    sections = len(core.chronicle("conversation/bench"))
+    sections = len(core.chronicle(core.sessions.chronicle_name("bench")))
     print(f"{'':<44} sections written: {sections}")
+    sample = core.chronicle(core.sessions.chronicle_name("bench")).current()[0]
+    print(f"{'':<44} writer: {sample.meta.get('writer')}, {len(sample.prose)} chars of prose")
     core.shutdown()
 
 

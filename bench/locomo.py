@@ -16,6 +16,10 @@ nDCG@10 (binary relevance), and the search latency. The baseline, computed here 
 turns and questions, is plain SQLite FTS5 bm25 over the turns with an OR of quoted content words.
 
     python bench/locomo.py [--data PATH] [--db DIR] [--limit-samples N] [--show-misses N]
+                           [--out bench/out/locomo.json]
+
+Writes the figures as JSON for bench/plots.py (recall@10 per category as the plotted metric;
+recall@5, nDCG@10 and latency beside it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import re
 import sqlite3
 import statistics
@@ -75,50 +80,7 @@ def evidence_ids(raw: Sequence[str]) -> set[str]:
 # -- ingest ------------------------------------------------------------------------------------
 
 
-def _append_directly(
-    core: ChronicleCore,
-    session_id: str,
-    messages: list[dict[str, Any]],
-    *,
-    user_id: str,
-    platform: str,
-    created_at: str,
-) -> list[int | None]:
-    """Stand-in until capture lands on main: MessageCaptured events appended as-is (no masking,
-    no speaker analysis). Figures measured this way are marked as provisional."""
-    from chronicle_engine.capture.events import MessageCaptured, register_capture_events
-
-    register_capture_events(core.types)
-    pending = []
-    for i, m in enumerate(messages):
-        event = MessageCaptured(
-            role=m["role"],
-            message=m,
-            fingerprint=f"{session_id}:{i}",
-            speaker="person",
-            text=m["content"],
-            person_text=m["content"],
-            turn=i,
-            user_id=user_id,
-        )
-        pending.append(core.types.pending(event, session=session_id, created_at=created_at))
-    return [e.seq for e in core.store.append(pending)]
-
-
-def _capture(core: ChronicleCore) -> Callable[..., list[int | None]]:
-    try:
-        return core.capture.capture_messages
-    except ImportError:
-        print(
-            "NOTE: core.capture is not on this branch yet; appending MessageCaptured events "
-            "directly (provisional figures)"
-        )
-        return lambda *a, **k: _append_directly(core, *a, **k)
-
-
-def ingest(
-    core: ChronicleCore, sample: dict[str, Any], capture: Callable[..., Any]
-) -> dict[int, str]:
+def ingest(core: ChronicleCore, sample: dict[str, Any]) -> dict[int, str]:
     """Capture one conversation; returns seq -> dia_id."""
     conversation = sample["conversation"]
     user = str(sample["sample_id"])
@@ -128,7 +90,7 @@ def ingest(
         messages = [
             {"role": "user", "name": str(t["speaker"]), "content": turn_text(t)} for t in turns
         ]
-        seqs = capture(
+        seqs = core.capture.capture_messages(
             f"{user}-session-{n}",
             messages,
             user_id=user,
@@ -224,6 +186,35 @@ def report(name: str, score: Score) -> None:
     print(f"{'latency':12}p50 {p50:.2f} ms, p95 {p95:.2f} ms ({len(score.latency)} queries)")
 
 
+def as_json(score: Score) -> dict[str, Any]:
+    labels = [f"{c} {NAMES[c]}" for c in CATEGORIES] + ["all 1-4"]
+    p50, p95 = score.latency_ms()
+    return {
+        "recall@5": dict(zip(labels, score.row(score.r5), strict=True)),
+        "recall@10": dict(zip(labels, score.row(score.r10), strict=True)),
+        "ndcg@10": dict(zip(labels, score.row(score.ndcg), strict=True)),
+        "latency_ms": {"p50": p50, "p95": p95, "queries": len(score.latency)},
+    }
+
+
+def write(out: Path, data: Path, ours: Score, base: Score, argv: Sequence[str]) -> None:
+    systems = {
+        "Chronicle chronicle_search": as_json(ours),
+        "FTS5 bm25 baseline": as_json(base),
+    }
+    document = {
+        "machine": f"{platform.machine()} {platform.system()}, Python {platform.python_version()}",
+        "command": "python bench/locomo.py " + " ".join(argv),
+        "dataset": str(data),
+        "metric": "recall@10 (share of evidence turns retrieved)",
+        "systems": {name: figures["recall@10"] for name, figures in systems.items()},
+        "details": systems,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    print(f"\nwrote {out}")
+
+
 def run(
     data: Path,
     db_dir: Path,
@@ -240,9 +231,8 @@ def run(
     try:
         started = time.perf_counter()
         dia: dict[str, dict[int, str]] = {}
-        capture = _capture(core)
         for sample in samples:
-            dia[str(sample["sample_id"])] = ingest(core, sample, capture)
+            dia[str(sample["sample_id"])] = ingest(core, sample)
         core.recall.catch_up()
         turns = sum(len(v) for v in dia.values())
         print(
@@ -287,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--limit-samples", type=int, default=None)
     parser.add_argument("--show-misses", type=int, default=0)
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "locomo.json"
+    )
     args = parser.parse_args(argv)
     if not args.data.exists():
         print(f"no dataset at {args.data}; pass --data", file=sys.stderr)
@@ -299,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     report("chronicle_search (scope=messages, no model, no network)", ours)
     report("baseline: FTS5 bm25 over turns, OR of quoted content words", base)
+    write(args.out, args.data, ours, base, sys.argv[1:] if argv is None else argv)
     return 0
 
 

@@ -124,8 +124,9 @@ KEYS: tuple[Key, ...] = (
     Key(
         "recall.match_budget",
         1500,
-        "Matching messages one query may score with bm25. Above it, the commonest query words only "
-        "rank within the most recent matches, so search time stays flat as memory grows.",
+        "Matches bm25 may score for one query. Words whose matches would exceed it (the commonest) "
+        "are left out of the ranking when rarer ones exist; a query of only such words is answered "
+        "from their newest matches. Search time stays flat as memory grows.",
     ),
     Key("recall.name_weight", 0.2, "bm25 weight of the speaker's name (a message's `name`)."),
     Key(
@@ -206,7 +207,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "recall.vector_scan",
-        2000,
+        500,
         "Newest vectors of a user compared per query (brute force, no index).",
     ),
     # -- scheduler and maintenance -------------------------------------------------------------------

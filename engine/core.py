@@ -18,11 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .capture.events import register_capture_events
 from .chronicle.store import SQLiteChronicleStore
+from .compaction.events import register_context_events
 from .config import Config, load_hermes_config
 from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from .log.pins import register_builtin_events
 from .log.store import SQLiteEventStore
+from .recall.events import register_recall_events
+from .scheduler.events import register_scheduler_events
+from .sessions.events import register_session_events
 
 if TYPE_CHECKING:
     from .capture.capture import Capture
@@ -50,7 +55,17 @@ class ChronicleCore:
         )
         self.types = EventTypeRegistry()
         self.upcasts = UpcastRegistry()
-        register_builtin_events(self.types)
+        # The whole vocabulary is known from the start, so any reader (the CLI, an export, a
+        # rebuild) can decode every event before the subsystem that writes it is first used.
+        for register in (
+            register_builtin_events,
+            register_capture_events,
+            register_session_events,
+            register_recall_events,
+            register_context_events,
+            register_scheduler_events,
+        ):
+            register(self.types)
         self.reader = EventReader(self.store, self.upcasts, self.types)
         self._closed = False
         self._subsystems: dict[str, Any] = {}

@@ -355,3 +355,31 @@ def test_law_compactions_with_recorded_kept_tail_lose_and_repeat_nothing(message
             live = [{"role": "user", "content": HANDOFF_MARKER + " folded"}] + live[first_kept:]
     assert [p["message"] for p in captured(core)] == messages
     core.shutdown()
+
+
+def test_a_resumed_list_with_a_message_the_host_rewrote_records_nothing_twice(core):
+    live = [u(f"question {i}") if i % 2 == 0 else a(f"answer {i}") for i in range(20)]
+    seqs = core.capture.capture_messages("s1", live)
+    core.capture.forget("s1")  # a restart: no live dicts known
+    resumed = fresh(live)
+    resumed[3]["content"] = "answer 3 (redacted on replay)"
+    again = core.capture.capture_messages("s1", resumed)
+    assert again == seqs
+    resumed += [u("next"), a("reply")]
+    core.capture.forget("s1")
+    core.capture.capture_messages("s1", resumed, return_seqs=False)
+    assert len(captured(core)) == 22
+
+
+def test_sessions_evicted_from_the_cache_reload_from_the_tree(core, monkeypatch):
+    import chronicle_engine.capture.capture as capture_module
+
+    monkeypatch.setattr(capture_module, "_CACHED_SESSIONS", 2)
+    lives = {f"s{i}": [u("ok"), a("Done.")] for i in range(5)}
+    for _ in range(3):
+        for session, live in lives.items():
+            live += [u("ok"), a("Done.")]
+            core.capture.capture_messages(session, live, return_seqs=False)
+    assert len(core.capture._paths) == 2
+    for session, live in lives.items():
+        assert contents(core, session) == [m["content"] for m in live]

@@ -13,6 +13,9 @@ from chronicle_engine.capture.events import MessageCaptured, register_capture_ev
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.cli import Exit, main
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.sessions.tree import CHRONICLE_PREFIX
+
+CHRONICLE = CHRONICLE_PREFIX + "s1"  # the chronicle the session tree names for session s1
 
 MESSAGES = [
     {"role": "user", "content": "Please rename the service to heron-api. ünïcode ✓"},
@@ -45,7 +48,7 @@ def _captured(message: dict, turn: int) -> MessageCaptured:
     )
 
 
-def seed(db: Path, session: str = "s1", chronicle: str = "conversation:s1") -> ChronicleCore:
+def seed(db: Path, session: str = "s1", chronicle: str = CHRONICLE) -> ChronicleCore:
     core = ChronicleCore.get(db)
     if not core.types.knows("chronicle.chat", "MessageCaptured"):
         register_capture_events(core.types)
@@ -86,16 +89,16 @@ def test_status_counts_events_sessions_and_chronicles(db, capsys):
     assert data["events"] == len(MESSAGES) and data["last_seq"] == len(MESSAGES)
     assert data["sessions"] == 1
     assert data["chronicles"] == [
-        {"chronicle": "conversation:s1", "sections": 1, "current": 1, "through_seq": 4}
+        {"chronicle": CHRONICLE, "sections": 1, "current": 1, "through_seq": 4}
     ]
     assert main(["status", "--db", str(db)]) == 0
-    assert "conversation:s1" in capsys.readouterr().out
+    assert CHRONICLE in capsys.readouterr().out
 
 
 def test_sections_lists_ranges(db, capsys):
     code, data = run_json(capsys, "sections", "--db", str(db))
     assert code == Exit.OK
-    (section,) = data["conversation:s1"]
+    (section,) = data[CHRONICLE]
     assert (section["id"], section["from_seq"], section["to_seq"]) == ("1-4", 1, 4)
 
 
@@ -138,11 +141,11 @@ def test_export_import_round_trip_is_idempotent(db, tmp_path, capsys):
 
 def test_chronicle_carry_between_databases(db, tmp_path, capsys):
     out = tmp_path / "sections.jsonl"
-    assert main(["export", "--chronicle", "conversation:s1", "--db", str(db), "-o", str(out)]) == 0
+    assert main(["export", "--chronicle", CHRONICLE, "--db", str(db), "-o", str(out)]) == 0
     assert "exported 1 sections" in capsys.readouterr().out
     target = tmp_path / "replica.db"
     code, data = run_json(capsys, "import", str(out), "--db", str(target))
-    assert (code, data["loaded"], data["chronicle"]) == (Exit.OK, 1, "conversation:s1")
+    assert (code, data["loaded"], data["chronicle"]) == (Exit.OK, 1, CHRONICLE)
     code, data = run_json(capsys, "import", str(out), "--db", str(target))
     assert data["loaded"] == 0
 
@@ -230,7 +233,7 @@ def test_tree_shows_lineage_switch_and_compaction_points(tmp_path, capsys):
     code, data = run_json(capsys, "tree", "--db", str(db))
     assert code == Exit.OK
     (lineage,) = data["lineages"]
-    assert lineage["chronicle"] == "conversation:s1"
+    assert lineage["chronicle"] == CHRONICLE
     first, second = lineage["sessions"]
     assert (first["session"], second["session"]) == ("s1", "s2")
     assert (second["reason"], second["parent"]) == ("compression", "s1")
@@ -246,3 +249,33 @@ def test_maintenance_reports_and_runs_pending_jobs(db, capsys):
     assert {"schedules", "queue", "consolidation"} <= set(data["status"])
     code, data = run_json(capsys, "maintenance", "--run", "--db", str(db))
     assert code == Exit.OK and isinstance(data["ran"], int)
+
+
+def test_search_finds_captured_memory_in_the_latest_sessions_partition(tmp_path, capsys):
+    db = tmp_path / "search.db"
+    core = ChronicleCore.get(db)
+    try:
+        core.capture.capture_messages("s1", MESSAGES, profile="default")
+    finally:
+        core.shutdown()
+    code, data = run_json(capsys, "search", "heron-api", "--db", str(db))
+    assert code == Exit.OK
+    assert any("heron-api" in json.dumps(hit) for hit in data["hits"])
+    code, data = run_json(capsys, "search", "zebra crossing", "--db", str(db))
+    assert code == Exit.NOT_FOUND and data["hits"] == []
+
+
+def test_expand_with_session_follows_the_lineage(tmp_path, capsys):
+    db = tmp_path / "lineage.db"
+    core = ChronicleCore.get(db)
+    try:
+        core.capture.capture_messages("s1", MESSAGES[:2])
+        core.sessions.switch("s2", parent_session_id="s1", reason="compression")
+        core.capture.capture_messages("s2", MESSAGES[2:])
+        last = core.store.last_seq()
+    finally:
+        core.shutdown()
+    code = main(["expand", f"1..{last}", "--session", "s2", "--db", str(db), "--raw"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == Exit.OK
+    assert lines == [json.dumps(m, ensure_ascii=False) for m in MESSAGES]

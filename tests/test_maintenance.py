@@ -134,18 +134,39 @@ def test_an_in_memory_store_skips_the_checkpoint_and_says_why() -> None:
     core.shutdown()
 
 
-def test_recall_sweeps_are_skipped_with_a_reason_until_recall_offers_its_hooks(where) -> None:
+def test_the_belief_sweep_runs_recalls_hook(where) -> None:
+    core = open_core(where, {"maintenance": {"schedules": {"belief_sweep": "* * * * *"}}})
+    sched = scheduler(core, FakeClock())
+    sched.tick("sync_turn")
+    (run,) = _results(core, "belief_sweep")
+    assert "skipped" not in run and run["wrapped"]
+    outcomes = {s["task"]: s["last_outcome"] for s in sched.maintenance_status()["schedules"]}
+    assert outcomes["belief_sweep"].startswith("done")
+    core.shutdown()
+
+
+def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(where) -> None:
     core = open_core(
         where,
-        {"maintenance": {"schedules": {"fts_optimize": "* * * * *", "belief_sweep": "* * * * *"}}},
+        {"maintenance": {"schedules": {"fts_optimize": "* * * * *"}, "drain_per_hook": 1}},
+        {"sweeps": {"row_budget": 2}},
     )
+    with core.store.atomic() as conn:
+        conn.execute("CREATE VIRTUAL TABLE notes USING fts5(body)")
+    for i in range(40):  # one transaction each: forty segments, several pages each, to merge
+        words = " ".join(f"w{(i * 7919 + j * 104729) % 100003}" for j in range(400))
+        with core.store.atomic() as conn:
+            conn.execute("INSERT INTO notes(body) VALUES (?)", (f"{words} lisbon trip",))
     sched = scheduler(core, FakeClock())
-    for _ in range(2):
+    for _ in range(60):
         sched.tick("sync_turn")
-    assert _results(core, "fts_optimize")[0]["skipped"] == "recall offers no optimize_fts hook"
-    assert _results(core, "belief_sweep")[0]["skipped"] == "recall offers no sweep_beliefs hook"
-    outcomes = {s["task"]: s["last_outcome"] for s in sched.maintenance_status()["schedules"]}
-    assert outcomes["fts_optimize"] == "done: skipped (recall offers no optimize_fts hook)"
+    runs = _results(core, "fts_optimize")
+    assert len(runs) > 2  # bounded: it took several runs, each a continuation of the last
+    assert all(r["detail"]["indexes"].keys() >= {"notes"} for r in runs)
+    assert runs[0]["processed"] > 0 and runs[-1]["processed"] == 0 and runs[-1]["wrapped"]
+    with core.store.reading() as conn:
+        hits = conn.execute("SELECT count(*) FROM notes WHERE notes MATCH 'lisbon'").fetchone()[0]
+    assert hits == 40
     core.shutdown()
 
 

@@ -313,3 +313,27 @@ def test_a_turn_without_the_live_list_is_still_captured_once(home):
         json.dumps({"content": "Done.", "role": "assistant"}, sort_keys=True): 3,
     }
     provider.shutdown()
+
+
+def test_memory_comes_back_in_a_later_session_through_recall(home):
+    provider = ChronicleMemoryProvider()
+    provider.initialize("monday", hermes_home=str(home), platform="cli")
+    provider.sync_turn(
+        "x",
+        "y",
+        session_id="monday",
+        messages=[
+            {"role": "user", "content": "Remember that my project launch day is Friday."},
+            {"role": "assistant", "content": "Noted: launch on Friday."},
+        ],
+    )
+    provider.on_session_switch(
+        "tuesday", parent_session_id="monday", reset=True, reason="new_session"
+    )
+    names = {schema["name"] for schema in provider.get_tool_schemas()}
+    assert "chronicle_search" in names
+    recalled = provider.prefetch("When is my project launch day?", session_id="")
+    assert "Friday" in recalled
+    result = json.loads(provider.handle_tool_call("chronicle_search", {"query": "launch day"}))
+    assert "Friday" in json.dumps(result)
+    provider.shutdown()

@@ -392,6 +392,36 @@ def test_prefetch_leaves_out_the_conversation_in_the_window(core):
     assert f"m{there}" in block and f"m{here}" not in block
 
 
+def test_what_a_compaction_folded_out_comes_back_and_the_kept_part_does_not(core):
+    head = say(core, "live", "Planning the caravan trip: tyres, gas bottles, maps.")
+    folded = say(core, "live", "The caravan tyres are from 2016 and the trip is in May.")
+    say(core, "live", "OK, I will check tyre prices.", role="assistant")
+    kept = say(core, "live", "Caravan tyres: the dealer quoted 300 for the trip.")
+    question = "what did we say about the caravan tyres for the trip?"
+    assert core.recall.prefetch(question, session_id="live") == ""
+    core.sessions.record_compaction(
+        "live",
+        section_ids=[],
+        first_kept_seq=kept,
+        head_seqs=[head],
+        tokens_before=9000,
+        tokens_after=3000,
+    )
+    block = core.recall.prefetch(question, session_id="live")
+    assert f"m{folded}" in block
+    assert f"m{kept}" not in block and f"m{head}" not in block
+
+
+def test_a_consolidated_but_uncompacted_conversation_is_still_in_the_window(core):
+    first = say(core, "live", "The caravan tyres are from 2016 and the trip is in May.")
+    last = say(core, "live", "Noted about the caravan tyres.", role="assistant")
+    name = core.sessions.chronicle_name("live")
+    core.chronicle(name).append(
+        Section(Anchor(f"{first}-{last}", first, last, 1), "Caravan tyres.")
+    )
+    assert core.recall.prefetch("caravan tyres for the trip in May", session_id="live") == ""
+
+
 def test_prefetch_gives_nothing_to_a_scheduled_job(core):
     say(core, "earlier", "The backup server disk is almost full.")
     say(
@@ -399,7 +429,6 @@ def test_prefetch_gives_nothing_to_a_scheduled_job(core):
         "cron_42",
         "check backup server disk usage",
         agent_context="cron",
-        speaker="automation",
     )
     assert core.recall.prefetch("check backup server disk usage", session_id="cron_42") == ""
     assert core.recall.prefetch("is the backup server disk full?", session_id="chat") != ""
@@ -522,3 +551,115 @@ def test_core_exposes_the_tools(core):
         "chronicle_correct",
         "chronicle_forget",
     ]
+
+
+# -- maintenance hooks ------------------------------------------------------------------------------
+
+
+def test_merging_the_indexes_leaves_search_unchanged(core):
+    from chronicle_engine.scheduler.maintenance import MAINTENANCE, TaskContext
+
+    for i in range(40):
+        say(
+            core,
+            f"s{i % 4}",
+            f"note {i} about the lighthouse keeper and the tide table",
+            user_id="u",
+        )
+    before = core.recall.search("lighthouse tide", user_id="u")
+    scheduler = core.scheduler
+    ctx = TaskContext(core, scheduler.queue, scheduler.sweeps, scheduler.settings, 64, 0.0)
+    report = MAINTENANCE["fts_optimize"](ctx)
+    assert report.skipped is None
+    assert {"recall_fts_1", "recall_beliefs_fts", "recall_sections_fts"} <= set(
+        report.detail["indexes"]
+    )
+    assert core.recall.search("lighthouse tide", user_id="u") == before
+
+
+def test_sweep_beliefs_walks_in_bounded_steps_and_finds_nothing_wrong(core):
+    for city in ("Paris", "Rome", "Oslo", "Lima", "Kyiv"):
+        say(core, "s1", f"I live in {city}.")
+    first = core.recall.sweep_beliefs(cursor=0, budget=2)
+    assert first["processed"] == 2 and first["remaining"] == 3 and not first["wrapped"]
+    second = core.recall.sweep_beliefs(cursor=first["cursor"], budget=10)
+    assert second["processed"] == 3 and second["wrapped"] and second["cursor"] == 0
+    assert first["problems"] == second["problems"] == []
+
+
+def test_the_scheduler_runs_recalls_hooks(core):
+    from chronicle_engine.scheduler.maintenance import MAINTENANCE, TaskContext
+
+    say(core, "s1", "I live in Quito.")
+    scheduler = core.scheduler
+    ctx = TaskContext(core, scheduler.queue, scheduler.sweeps, scheduler.settings, 50, 0.0)
+    swept = MAINTENANCE["belief_sweep"](ctx)
+    assert swept.skipped is None and swept.processed == 1 and swept.wrapped
+
+
+_SENTENCES = [
+    "I live in Paris.",
+    "I moved to Rome.",
+    "I really love green tea.",
+    "I hate green tea.",
+    "My favourite colour is blue.",
+    "My sister Anna is visiting.",
+    "Always answer in French.",
+    "the harbour ferry leaves at noon",
+    "what about the museum tickets?",
+]
+
+
+@settings(
+    max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
+)
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("say"), st.sampled_from(["u1", "u2"]), st.sampled_from(_SENTENCES)),
+            st.tuples(st.just("fold"), st.none(), st.none()),
+            st.tuples(st.just("forget_m"), st.integers(0, 20), st.booleans()),
+            st.tuples(st.just("forget_b"), st.integers(0, 20), st.booleans()),
+            st.tuples(st.just("correct_b"), st.integers(0, 20), st.sampled_from(_SENTENCES)),
+            st.tuples(
+                st.just("remember"), st.sampled_from(["u1", "u2"]), st.sampled_from(_SENTENCES)
+            ),
+        ),
+        max_size=18,
+    )
+)
+def test_folding_in_pieces_equals_a_rebuild(tmp_path, ops):
+    core = open_core("memory", tmp_path)
+    try:
+        said: list[tuple[int, str]] = []
+        for op, a, b in ops:
+            try:
+                if op == "say":
+                    said.append((say(core, f"{a}-chat", b, user_id=a), a))
+                elif op == "fold":
+                    core.recall.catch_up()
+                elif op == "remember":
+                    core.recall.remember(b, user_id=a)
+                elif said and op == "forget_m":
+                    seq, user = said[a % len(said)]
+                    core.recall.forget(f"m{seq}", user_id=user)
+                elif said and op == "forget_b":
+                    seq, user = said[a % len(said)]
+                    core.recall.forget(f"b{seq}.0", include_source=b, user_id=user)
+                elif said and op == "correct_b":
+                    seq, user = said[a % len(said)]
+                    core.recall.correct(f"b{seq}.0", b, user_id=user)
+            except UsageError:
+                pass  # no such belief: the tools refuse, nothing is written
+        core.recall.catch_up()
+        before = _projection(core)
+        searches = [
+            core.recall.search(q, user_id=u) for q in ("tea Paris", "harbour") for u in ("u1", "u2")
+        ]
+        core.recall.rebuild()
+        assert _projection(core) == before
+        assert [
+            core.recall.search(q, user_id=u) for q in ("tea Paris", "harbour") for u in ("u1", "u2")
+        ] == searches
+    finally:
+        core.shutdown()

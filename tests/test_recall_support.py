@@ -1,15 +1,17 @@
-"""Builds captured chat for recall's tests through the lower layers (MessageCaptured events
-appended to the log), the way capture records it."""
+"""Captured chat for recall's tests, recorded through the real capture path
+(`core.capture.capture_messages`), one live list per session as Hermes hands it over."""
 
 from __future__ import annotations
 
-import itertools
+import weakref
 from typing import Any
 
-from chronicle_engine.capture.events import MessageCaptured, register_capture_events
+from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
 
-_counter = itertools.count()
+_live: weakref.WeakKeyDictionary[ChronicleCore, dict[str, list[dict[str, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def say(
@@ -18,39 +20,36 @@ def say(
     text: str,
     *,
     role: str = "user",
-    speaker: str | None = None,
     user_id: str | None = None,
     profile: str | None = None,
     name: str | None = None,
     agent_context: str = "primary",
     created_at: str | None = None,
 ) -> int:
-    """Append one captured message and return its seq."""
-    register_capture_events(core.types)
-    if speaker is None:
-        speaker = {"user": "person", "assistant": "assistant", "tool": "tool"}.get(role, "host")
+    """Add one message to the session's live list, capture the list, return the message's seq."""
     message: dict[str, Any] = {"role": role, "content": text}
     if name:
         message["name"] = name
-    event = MessageCaptured(
-        role=role,
-        message=message,
-        fingerprint=f"fp{next(_counter)}",
-        speaker=speaker,  # type: ignore[arg-type]
-        text=text,
-        person_text=text if speaker == "person" else "",
+    if role == "tool":
+        message["tool_call_id"] = f"call-{len(_live.get(core, {}).get(session, []))}"
+    messages = _live.setdefault(core, {}).setdefault(session, [])
+    messages.append(message)
+    seqs = core.capture.capture_messages(
+        session,
+        messages,
         user_id=user_id,
         profile=profile,
         agent_context=agent_context,
+        created_at=created_at,
     )
-    extra = {"created_at": created_at} if created_at else {}
-    return core.store.append([core.types.pending(event, session=session, **extra)])[0].seq
+    seq = seqs[-1]
+    assert seq is not None
+    return seq
 
 
 def open_core(kind: str, tmp_path: Any, **config: Any) -> ChronicleCore:
-    """A core over ":memory:" or a WAL file in `tmp_path`, with optional config values."""
-    from chronicle_engine.config import Config
-
+    """A core over ":memory:" or a WAL file in `tmp_path`, with optional config values
+    (`recall__embeddings__url=...` sets chronicle.recall.embeddings.url)."""
     path = ":memory:" if kind == "memory" else tmp_path / "chronicle.db"
     values: dict[str, Any] = {}
     for dotted, value in config.items():

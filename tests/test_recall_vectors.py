@@ -15,7 +15,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from test_recall_support import open_core, say
 
-from chronicle_engine.recall.vectors import Embedder, cosine, endpoint_is_local, pack, unpack
+from chronicle_engine.recall.vectors import (
+    Embedder,
+    cosine,
+    endpoint_is_local,
+    nearest,
+    pack,
+    unit,
+    unpack,
+)
 
 CONCEPTS = [
     {"car", "automobile", "sedan", "vehicle"},
@@ -178,9 +186,11 @@ def test_prefetch_gate_asks_the_vectors_about_a_single_shared_word(stub, tmp_pat
         core.shutdown()
 
 
-def test_vectors_round_trip():
+def test_vectors_are_stored_at_unit_length_and_ranked_by_similarity():
     vec = [0.25, -1.5, 3.0]
-    assert unpack(pack(vec)) == vec
+    assert unpack(pack(vec)) == pytest.approx(unit(vec), rel=1e-6)
+    rows = [(1, pack([1.0, 0.0, 0.0])), (2, pack([0.0, 1.0, 0.0])), (3, pack([1.0, 1.0]))]
+    assert [key for _, key in nearest([0.9, 0.1, 0.0], rows, 5)] == [1, 2]
     assert cosine(vec, vec) == pytest.approx(1.0)
     assert cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
     assert cosine([], []) == 0.0

@@ -215,16 +215,37 @@ def test_status_reports_runs_due_times_queue_and_what_is_not_scheduled(where) ->
     core.shutdown()
 
 
-def test_consolidation_without_its_parts_is_reported_unavailable(where) -> None:
-    core = open_core(where, _on(consolidate="* * * * *", reap="*/5 * * * *"))
-    sched = Scheduler(core, clock=FakeClock())  # no summariser passed, and none on main yet
-    for _ in range(5):
-        sched.tick("sync_turn")
-    assert _jobs(core, "consolidate") == []
-    schedules = {s["task"]: s for s in sched.maintenance_status()["schedules"]}
-    assert schedules["consolidate"]["state"] == "unavailable"
-    assert schedules["reap"]["state"] == "unavailable"
-    assert schedules["consolidate"]["reason"]
+def test_by_default_consolidation_uses_the_context_engines_section_writer(where) -> None:
+    core = open_core(where, _on(consolidate="* * * * *"))
+    sched = Scheduler(core, clock=FakeClock())  # nothing injected: the shipped wiring
+    messages = [
+        {"role": "user", "content": "Rename the build target to chronicle-ci in Makefile"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "shell",
+                        "arguments": '{"cmd": "sed -i s/ci/chronicle-ci/ Makefile"}',
+                    },
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+        {"role": "assistant", "content": "Done: the target is now chronicle-ci."},
+    ]
+    core.capture.capture_messages("s1", messages)
+    core.capture.record_session_end("s1", len(messages), len(messages))
+    sched.tick("sync_turn")
+    (section,) = core.chronicle(core.sessions.chronicle_name("s1")).current()
+    assert (section.anchor.from_seq, section.anchor.to_seq) == (1, 4)
+    assert "Rename the build target to chronicle-ci in Makefile" in section.prose
+    assert section.meta["writer"] == "extractive" and section.meta["source"] == "consolidation"
+    status = {s["task"]: s for s in sched.maintenance_status()["schedules"]}
+    assert status["consolidate"]["state"] == "active"
     core.shutdown()
 
 

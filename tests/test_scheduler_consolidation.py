@@ -397,3 +397,69 @@ def test_a_rebuild_of_the_fold_keeps_the_carried_sections_and_their_anchors(wher
     assert anchors(core, "a") == before == [("1-3", 1, 3), ("5-5", 5, 5)]
     assert len(core.chronicle(chronicle_of(core, "a"))) == 2
     core.shutdown()
+
+
+def _chat(start: int, count: int) -> list[dict]:
+    out = []
+    for i in range(start, start + count):
+        out.append({"role": "user", "content": f"request {i}: handle item {i} " + "x" * 300})
+        out.append({"role": "assistant", "content": f"handled item {i} " + "y" * 300})
+    return out
+
+
+def test_the_context_engine_reuses_background_sections_and_never_forks_them(where) -> None:
+    from chronicle_engine.compaction.policy import policy_from_config
+
+    core = open_core(where, {"consolidation": {"unit_turns": 3}})
+    sched = scheduler(core, FakeClock(), summarize=None)  # the shipped writer
+    name = chronicle_of(core, "s1")
+    messages = _chat(0, 15)
+    core.capture.capture_messages("s1", messages)
+    sched.enqueue("consolidate")
+    sched.run_pending()
+    background = [s.anchor.section_id for s in core.chronicle(name).current()]
+    assert background == ["1-6", "7-12", "13-18", "19-24"]
+
+    policy = policy_from_config(core.config)
+    out = core.compaction.compress("s1", messages, policy=policy, force=True)
+    assert out.messages is not None
+    assert out.reused and set(out.reused) <= set(background)
+    assert out.model_calls == 0
+
+    # The conversation goes on; background consolidation extends after whatever is there.
+    more = out.messages + _chat(100, 7)
+    core.capture.capture_messages("s1", more)
+    sched.enqueue("consolidate")
+    sched.run_pending()
+    sections = core.chronicle(name).current()
+    for before, after in zip(sections, sections[1:], strict=False):
+        assert before.anchor.to_seq < after.anchor.from_seq
+    assert len(sections) > len(background)
+    sched.enqueue("integrity")
+    sched.run_pending()
+    assert "problems" not in sched.sweeps.load("integrity").report.get("detail", {})
+    core.shutdown()
+
+
+def test_background_consolidation_starts_after_a_compaction_of_the_same_conversation(
+    where,
+) -> None:
+    from chronicle_engine.compaction.policy import policy_from_config
+
+    core = open_core(where, {"consolidation": {"unit_turns": 2}})
+    sched = scheduler(core, FakeClock(), summarize=None)
+    name = chronicle_of(core, "s1")
+    messages = _chat(0, 12)
+    out = core.compaction.compress(
+        "s1", messages, policy=policy_from_config(core.config), force=True
+    )
+    assert out.messages is not None and out.written
+    compacted_through = core.chronicle(name).consolidated_through()
+    sched.enqueue("consolidate")
+    sched.run_pending()
+    sections = core.chronicle(name).current()
+    mine = [s for s in sections if s.meta.get("source") == "consolidation"]
+    assert mine and all(s.anchor.from_seq > compacted_through for s in mine)
+    for before, after in zip(sections, sections[1:], strict=False):
+        assert before.anchor.to_seq < after.anchor.from_seq
+    core.shutdown()

@@ -6,6 +6,8 @@ import json
 import sqlite3
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chronicle_engine.capture.events import HANDOFF_MARKER
 from chronicle_engine.core import ChronicleCore
@@ -297,3 +299,61 @@ def test_a_corrupt_line_is_reported_with_its_number_and_nothing_is_imported(core
     with sqlite3.connect(tmp_path / "corrupt.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM session_entries").fetchone()[0] == 0
     other.shutdown()
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("say"), st.sampled_from(["ok", "Done.", "why?", "because"])),
+        st.tuples(st.just("branch"), st.integers(min_value=0, max_value=40)),
+        st.tuples(st.just("hide"), st.integers(min_value=0, max_value=40)),
+        st.tuples(st.just("compact"), st.integers(min_value=1, max_value=5)),
+        st.tuples(st.just("usage"), st.integers(min_value=1, max_value=500)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=_OPS)
+def test_law_rebuild_reopen_and_carry_give_the_same_tree_and_projection(ops, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("law")
+    core = ChronicleCore(tmp / "a.db")
+    live: list[dict] = []
+    for op, arg in ops:
+        if op == "say":
+            live.append({"role": "user" if len(live) % 2 == 0 else "assistant", "content": arg})
+            core.capture.capture_messages("s", json.loads(json.dumps(live)))
+        elif op == "branch" and core.sessions.path("s"):
+            path = core.sessions.path("s")
+            core.sessions.branch("s", path[arg % len(path)].entry_id)
+        elif op == "hide":
+            messages = [e for e in core.sessions.path("s") if e.kind == "message"]
+            if messages:
+                core.sessions.edit_context("s", messages[arg % len(messages)].entry_id)
+        elif op == "compact":
+            seqs = [
+                s for s in core.capture.capture_messages("s", json.loads(json.dumps(live))) if s
+            ]
+            if len(seqs) > arg:
+                core.sessions.record_compaction(
+                    "s",
+                    section_ids=["x"],
+                    first_kept_seq=seqs[-arg],
+                    tokens_before=2,
+                    tokens_after=1,
+                )
+        else:
+            core.sessions.record_usage("s", prompt_tokens=arg, completion_tokens=1, source="host")
+    projection = core.sessions.projection("s")
+    before = tables(core)
+    Projector(core.store, core.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    assert tables(core) == before
+    exported = core.sessions.export_jsonl("s")
+    core.shutdown()
+    reopened = ChronicleCore(tmp / "a.db")
+    assert reopened.sessions.projection("s") == projection
+    reopened.shutdown()
+    carried = ChronicleCore(tmp / "b.db")
+    carried.sessions.import_jsonl(exported)
+    assert carried.sessions.projection("s") == projection
+    carried.shutdown()

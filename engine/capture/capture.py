@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..log.store import PendingEvent
 from ..sessions.events import BranchSummarized
 from ..sessions.summary import abandoned_summary
-from .align import align, fingerprint, wire_message
+from .align import RUN, align, fingerprint, wire_message
 from .describe import describe, digest, message_id
 from .events import MessageCaptured, register_capture_events
 from .hooks import HostRecorder
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from ..sessions.tree import TreeWriter
 
 __all__ = ["Capture"]
+
+_CACHED_SESSIONS = 256
+"""Sessions whose branch capture keeps in memory (a gateway serves many chats; a session
+evicted here is reloaded from the tree on its next capture)."""
 
 
 def _created(created_at: Any) -> str | None:
@@ -132,7 +136,11 @@ class Capture(HostRecorder):
                 for offset, i in enumerate(plan.new):
                     result[i] = plan.path.seqs[plan.first_new_q + offset]
         # Only a committed write updates the cache (the lock is still ours: no one raced it).
-        self._paths[session] = plan.path
+        with self._locks_guard:
+            self._paths.pop(session, None)
+            self._paths[session] = plan.path  # most recently used last
+            while len(self._paths) > _CACHED_SESSIONS:
+                self._paths.pop(next(iter(self._paths)))
         return result
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
@@ -222,9 +230,20 @@ class Capture(HostRecorder):
             if q is not None:
                 p, q_anchor = k, q
                 break
+        start = 0 if last_handoff < 0 else path.kept_from
+        in_step = False  # aligned by position from `start`, verified by a run at the path's end
+        if p < 0 and path.ids and start is not None:
+            # Where the path ends, if the region runs in step with it: check a run at that point
+            # only, so a restart does not hash the whole list (a run is the same evidence
+            # `align` asks for).
+            k_end = len(path.ids) - 1 - start
+            if 0 <= k_end < len(region):
+                depth = min(RUN, k_end + 1)
+                if all(fp(region[k_end - j]) == path.fps[-1 - j] for j in range(depth)):
+                    p, q_anchor, in_step = k_end, len(path.ids) - 1, True
         if p < 0 and path.ids:
             live = [fp(i) for i in region]
-            p, q_anchor = positional(live, path.fps, 0 if last_handoff < 0 else path.kept_from)
+            p, q_anchor = positional(live, path.fps, start)
             if p < 0:
                 p, q_anchor = align(live, path.fps)
 
@@ -235,7 +254,11 @@ class Capture(HostRecorder):
             q = known(i)
             if q is None:
                 expected = q_anchor - (p - k)
-                if 0 <= expected < len(path.fps) and path.fps[expected] == fp(i):
+                if 0 <= expected < len(path.fps) and (
+                    path.fps[expected] == fps[i] if i in fps else in_step
+                ):
+                    # In step with the path (checked, or inside a run that was): a message the
+                    # host rewrote since keeps the seq of the original it stands for.
                     q = expected
                 else:
                     if latest is None:

@@ -30,7 +30,6 @@ from rich.table import Table
 
 from ..capture.events import HANDOFF_MARKER
 from .app import CommandFailed, Exit, Outcome, Session
-from .commands._optional import maybe
 from .demo_chat import NEEDLE, NEEDLE_QUERY, turns
 
 __all__ = ["run_demo"]
@@ -297,12 +296,11 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
     handoff = next(
         (m for m in host.messages if str(m.get("content") or "").startswith(HANDOFF_MARKER)), None
     )
-    recall = maybe(lambda: core.recall)
-    hits = (
-        recall.search(NEEDLE_QUERY, session_id=host.session_id, limit=3)
-        if recall is not None
-        else []
-    )
+    # The agent's own search tool, through the memory provider, as the model would call it.
+    found = host.tool(host.provider, "chronicle_search", {"query": NEEDLE_QUERY, "limit": 3})
+    if "error" in found:
+        raise CommandFailed(f"chronicle_search failed: {found['error']}", Exit.FAILED)
+    hits: list[dict[str, Any]] = list(found.get("results") or [])
     first = sections[0] if sections else None
     expanded: list[dict[str, Any]] = []
     if first is not None:
@@ -313,9 +311,9 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
         originals[i : i + len(restored)] == restored
         for i in range(len(originals) - len(restored) + 1)
     )
-    needle_found = (
-        any(NEEDLE.split(";")[1].strip() in json.dumps(h) for h in hits) if hits else False
-    )
+    needle = NEEDLE.split("vault path is ")[1].rstrip(".")
+    needle_found = any(needle in json.dumps(h, ensure_ascii=False) for h in hits)
+    recalled = [n for n, text in host.prefetched if needle in text]
 
     expand_info: dict[str, Any] = {
         "section": first.anchor.section_id if first else None,
@@ -343,8 +341,15 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
         "search": {"query": NEEDLE_QUERY, "hits": hits, "found": needle_found},
         "expand": expand_info,
         "prefetched_turns": [n for n, _ in host.prefetched],
+        "needle_prefetched_turns": recalled,
     }
-    ok = len(host.compactions) >= 2 and handoff is not None and identical and bool(sections)
+    ok = (
+        len(host.compactions) >= 2
+        and handoff is not None
+        and identical
+        and bool(sections)
+        and needle_found
+    )
 
     def draw(console: Console) -> None:
         console.rule(
@@ -389,12 +394,21 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
                 prose[:160] + ("…" if len(prose) > 160 else ""),
             )
         console.print(t)
-        if recall is None:
-            console.print("[bold]search[/]: this build has no recall subsystem yet")
-        else:
-            console.print(f"[bold]search[/] {NEEDLE_QUERY!r}: {len(hits)} hits; top hit:")
+        console.print(
+            f"[bold]search[/] (the agent's chronicle_search tool) {NEEDLE_QUERY!r}: "
+            f"{len(hits)} hits, {'the' if needle_found else '[bold red]NOT the[/]'} turn-3 note "
+            "among them; top hit:"
+        )
         if hits:
-            console.print(json.dumps(hits[0], ensure_ascii=False, default=str)[:400])
+            top = hits[0]
+            console.print(
+                f"  seq {top.get('seq')} ({top.get('kind')}, {top.get('session')}): "
+                f"{' '.join(str(top.get('text') or top.get('prose') or '').split())[:300]}"
+            )
+        console.print(
+            f"[bold]prefetch[/]: memory was injected before {len(host.prefetched)} of "
+            f"{len(list(turns()))} turns"
+        )
         verdict = "[bold green]identical[/]" if identical else "[bold red]DIFFERENT[/]"
         console.print(
             f"[bold]expand[/] {expand_info['section']}: {len(restored)} original messages, "

@@ -52,7 +52,7 @@ from .search import (
 )
 from .settings import Tuning
 from .text import content_words, tokens
-from .vectors import Embedder, cosine, pack, unpack
+from .vectors import Embedder, cosine, nearest, pack, unpack
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
@@ -206,20 +206,39 @@ class Recall:
             self._warn_once("chronicle_name", "chronicle recall: no chronicle name (%s)", exc)
             return None
 
-    def window(self, session_id: str) -> tuple[set[str], int]:
-        """The live conversation's sessions and the seq its compacted part ends at: its messages
-        after that seq are in the model's window already."""
+    def window(self, session_id: str) -> set[int]:
+        """The seqs of the messages the model has in its window for this session: the active
+        branch after its latest compaction (the kept head, then everything from the first kept
+        message on), or the whole branch when nothing was compacted. What a compaction folded
+        out, and every other conversation, is not in the window."""
         if not session_id:
-            return set(), 0
-        lineage = set(self.lineage(session_id))
-        name = self._chronicle_name(session_id)
-        through = 0
-        if name is not None:
-            try:
-                through = self.core.chronicle(name).consolidated_through()
-            except ChronicleError as exc:
-                self._warn_once("through", "chronicle recall: no compaction boundary (%s)", exc)
-        return lineage, through
+            return set()
+        try:
+            path = list(self.core.sessions.path(session_id))
+        except ImportError:
+            path = []
+        except Exception as exc:  # the tree is another subsystem: degrade, do not fail a turn
+            self._warn_once("window", "chronicle recall: session tree unavailable (%s)", exc)
+            path = []
+        if not path:
+            with self.core.store.reading() as conn:
+                return {
+                    int(seq)
+                    for (seq,) in conn.execute(
+                        "SELECT seq FROM recall_messages WHERE session = ?", (session_id,)
+                    )
+                }
+        latest = max((i for i, e in enumerate(path) if e.kind == "compaction"), default=None)
+        messages = [e for e in path if e.kind == "message"]
+        if latest is None:
+            return {e.seq for e in messages}
+        compaction = self.core.sessions.payloads([path[latest].seq]).get(path[latest].seq, {})
+        heads = {str(h) for h in compaction.get("head_entries") or ()}
+        kept = path[latest].target or compaction.get("first_kept_entry")
+        start = next((i for i in range(latest) if path[i].entry_id == kept), latest)
+        window = {e.seq for e in path[:latest] if e.kind == "message" and e.entry_id in heads}
+        window.update(e.seq for e in path[start:] if e.kind == "message")
+        return window
 
     # -- search --------------------------------------------------------------------------------
 
@@ -260,6 +279,7 @@ class Recall:
         keep_belief: Callable[[Hit], bool] | None = None,
         belief_origins: Sequence[str] | None = None,
         use_vectors: bool = True,
+        sections: bool = True,
     ) -> list[Hit]:
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
@@ -314,7 +334,7 @@ class Recall:
                         ),
                     )
                 )
-            if scope in ("all", "session", "sections"):
+            if sections and scope in ("all", "session", "sections"):
                 lists.append(
                     (0.9, rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
                 )
@@ -344,8 +364,7 @@ class Recall:
             " ORDER BY seq DESC LIMIT ?",
             (scope, self.embedder.model, self.tuning.vector_scan),
         ).fetchall()
-        scored = sorted(((cosine(vector, unpack(blob)), seq) for seq, blob in rows), reverse=True)
-        top = scored[: limit * 3]
+        top = nearest(vector, rows, limit * 3)
         found = message_rows(conn, [seq for _, seq in top])
         hits = [
             message_hit(found[seq], sim) for sim, seq in top if seq in found and keep(found[seq])
@@ -460,10 +479,10 @@ class Recall:
         message = gate_words(query)
         if not message:
             return ""
-        lineage, through = self.window(session_id)
+        window = self.window(session_id)
 
         def in_window(seq: int, session: str | None) -> bool:
-            return session in lineage and seq > through
+            return seq in window
 
         person_words: dict[int, set[str]] = {}
 
@@ -498,6 +517,7 @@ class Recall:
             keep_belief=keep_belief,
             belief_origins=("person", "correction"),
             use_vectors=False,
+            sections=False,  # a section is a summary, not the person's own words
         )
         if not t.prefetch_gate:
             chosen = found[: t.prefetch_limit]
@@ -566,8 +586,6 @@ class Recall:
             day = (hit.time or "")[:10]
             if hit.kind == "belief":
                 line = f"- [{hit.id}{' · ' + day if day else ''}] {hit.text}"
-            elif hit.kind == "section":
-                line = f"- [{hit.id} · seq {hit.extra.get('seq_range')}] {hit.text}"
             else:
                 who = hit.extra.get("name") or "the user"
                 line = f"- [{hit.id}{' · ' + day if day else ''}] {who} said: {hit.text}"
@@ -582,14 +600,14 @@ class Recall:
 
     def system_prompt_block(self) -> str:
         return (
-            "Chronicle is this agent's long-term memory: every message is kept in a local, "
-            "append-only log, and long chats are compacted into sections that cite the messages "
-            "they cover. Memory it recalls for a turn is reference from earlier conversations, not "
-            "new input. Tools: chronicle_search (find earlier messages, facts and sections; "
+            "Chronicle is this agent's long-term memory: every message of your conversations "
+            "with this user is kept in a local, append-only log, and long chats are compacted "
+            "into sections that cite the messages they cover. Memory recalled for a turn arrives "
+            "inside <memory-context>: it is background from earlier conversations, not a new "
+            "request. Tools: chronicle_search (find earlier messages, facts and sections; "
             "results cite ids, seq, session and time), chronicle_answer (answer from memory with "
             "citations, or say there is not enough evidence), chronicle_remember (keep a note), "
-            "chronicle_correct (fix what memory holds) and chronicle_forget (hide an item from "
-            "memory)."
+            "chronicle_correct (fix what memory holds) and chronicle_forget (hide an item)."
         )
 
     # -- the memory tools ----------------------------------------------------------------------
@@ -716,6 +734,13 @@ class Recall:
         return {"corrected": target.strip(), "id": f"b{seq}.0", "seq": seq}
 
     # -- for other parts -----------------------------------------------------------------------
+
+    def sweep_beliefs(self, cursor: int = 0, budget: int = 1000) -> dict[str, Any]:
+        """Scheduler hook: check beliefs for consistency from `cursor`, `budget` at a time."""
+        from .upkeep import sweep_beliefs
+
+        self.catch_up()
+        return sweep_beliefs(self.core.store, cursor, budget)
 
     def is_hidden(self, target: str) -> bool:
         """Was this item ("m<seq>", "b<seq>.<n>", "s:<chronicle>/<section>") forgotten?"""

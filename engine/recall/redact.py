@@ -1,17 +1,25 @@
 """The last guard before memory leaves recall: credential values are masked in everything it
 returns (search results, prefetch blocks, answers) and never become part of a belief.
 
-Capture already masks what it stores; this is the second line, for text that reached the log
-some other way (an older capture, an import, a tool's own echo). Masking is idempotent.
+Capture masks credentials of a recognisable shape (`capture.secrets`: provider key prefixes,
+JWTs, PEM blocks, `password=...` assignments) before anything is indexed. A person also hands
+over credentials in plain words ("my wifi password is hunter22", "the PIN is 4821"), which capture
+keeps readable in the searchable text. Recall adds that conversational layer, and a second
+pass of common key shapes, to everything it indexes or returns. Masking is idempotent.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["MASK", "mask", "has_secret"]
+from ..capture.secrets import MASK_FORMAT
+from ..capture.secrets import mask as capture_mask
 
-MASK = "[credential]"
+__all__ = ["MASK", "MASK_MARK", "mask", "mask_words", "has_secret"]
+
+MASK = MASK_FORMAT.format(kind="credential")
+MASK_MARK = MASK_FORMAT.split("{", 1)[0]
+"""What every masked value starts with, capture's and recall's alike."""
 
 _KEY_SHAPES = re.compile(
     r"""
@@ -39,7 +47,7 @@ _LABELLED = re.compile(
            (?:\s*[:=]\s*|\s+(?:is|was|is\ now)\s*[:=]?\s*))
         | \bbearer\s+
     )
-    (?P<value>(?![\[=:])[^\s"'`,;]{4,})
+    (?P<value>(?![\[=:«])[^\s"'`,;]{4,})
     """,
     re.VERBOSE | re.IGNORECASE,
 )
@@ -52,6 +60,7 @@ _OPAQUE = re.compile(
 
 # Cheap tests that decide whether a pattern can match at all (most text holds no credential, and
 # the patterns are slow to run over every position of a long message).
+_FOUR_DIGITS = re.compile(r"\d{4}[ -]?\d{4}")
 _SHAPE_MARKERS = (
     "sk-", "pk-", "rk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-",
     "gldt-", "glrt-", "xox", "AKIA", "AIza", "hf_", "eyJ", "PRIVATE KEY",
@@ -62,7 +71,14 @@ _LABEL_WORDS = (
 
 
 def mask(text: str) -> str:
-    """`text` with every credential-looking value replaced by `MASK`."""
+    """`text` with every credential value masked: capture's shapes, then recall's layer."""
+    if not text:
+        return text
+    return mask_words(capture_mask(text))
+
+
+def mask_words(text: str) -> str:
+    """Recall's layer only, for text capture has already masked (a captured message's `text`)."""
     if not text:
         return text
     out = text
@@ -73,7 +89,27 @@ def mask(text: str) -> str:
         out = _LABELLED.sub(lambda m: m.group("label") + MASK, out)
     if any(len(chunk) >= 32 for chunk in out.split()):
         out = _OPAQUE.sub(_opaque, out)
+    if _FOUR_DIGITS.search(out):
+        out = _CARD.sub(_card, out)
     return out
+
+
+_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card(match: re.Match[str]) -> str:
+    digits = re.sub(r"[ -]", "", match.group(0))
+    return MASK if 13 <= len(digits) <= 19 and _luhn(digits) else match.group(0)
 
 
 def _opaque(match: re.Match[str]) -> str:
@@ -86,4 +122,5 @@ def _opaque(match: re.Match[str]) -> str:
 
 
 def has_secret(text: str) -> bool:
-    return mask(text) != text
+    """Does `text` hold a credential, masked already or not?"""
+    return MASK_MARK in text or mask(text) != text

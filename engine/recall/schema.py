@@ -135,6 +135,11 @@ INSERT INTO recall_sections_fts(recall_sections_fts) VALUES ('rebuild');
 """
 
 
+_LINKS = """
+CREATE INDEX IF NOT EXISTS recall_messages_links ON recall_messages(seq, prev);
+"""
+
+
 def _m001_recall(conn: sqlite3.Connection) -> None:
     run_script(conn, _SCHEMA)
 
@@ -143,9 +148,16 @@ def _m002_sections_index(conn: sqlite3.Connection) -> None:
     run_script(conn, _SECTIONS)
 
 
+def _m003_links(conn: sqlite3.Connection) -> None:
+    # Ranking reads each hit's neighbours; a narrow index answers that without touching the
+    # wide rows (their text), which at a million messages are mostly not in the page cache.
+    run_script(conn, _LINKS)
+
+
 RECALL_MIGRATIONS = (
     Migration("recall.m001_tables", _m001_recall),
     Migration("recall.m002_sections_index", _m002_sections_index),
+    Migration("recall.m003_links", _m003_links),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

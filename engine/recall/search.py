@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .redact import mask
+from .redact import mask, mask_words
 from .schema import message_index
 from .settings import Tuning
 from .text import match_any, quote, tokens
@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 _DF_TTL_S = 120.0
+_NEIGHBOUR_SOURCES = 30
 _SNIPPET = 600
 
 
@@ -77,7 +78,8 @@ class Hit:
 
 
 def snippet(text: str, limit: int = _SNIPPET) -> str:
-    text = mask(text or "")
+    # Indexed text was fully masked when it was folded; recall's own layer again is cheap.
+    text = mask_words(text or "")
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
@@ -221,15 +223,15 @@ class MessageSearch:
         base = self.bm25(conn, scope, words)
         if not base:
             return []
-        links = _links(conn, base)
+        # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
+        # lift a turn into the results, and every link costs a lookup.
+        sources = sorted(base, key=lambda s: -base[s])[:_NEIGHBOUR_SOURCES]
+        links = _links(conn, sources) if t.neighbour_weight else {}
         relevance: dict[int, float] = defaultdict(float)
         for seq, score in base.items():
-            if seq not in links:
-                continue  # forgotten since the index was read
             relevance[seq] += score
-            if t.neighbour_weight:
-                for neighbour in links[seq]:
-                    relevance[neighbour] += t.neighbour_weight * score
+            for neighbour in links.get(seq, ()):
+                relevance[neighbour] += t.neighbour_weight * score
         newest = conn.execute(
             "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
         ).fetchone()
@@ -291,7 +293,9 @@ def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]
         chunk = wanted[i : i + 500]
         marks = ",".join("?" * len(chunk))
         for seq, prev in conn.execute(
-            f"SELECT seq, prev FROM recall_messages WHERE seq IN ({marks})", chunk
+            "SELECT seq, prev FROM recall_messages INDEXED BY recall_messages_links"
+            f" WHERE seq IN ({marks})",
+            chunk,
         ):
             out[seq] = [prev] if prev is not None else []
         for seq, prev in conn.execute(

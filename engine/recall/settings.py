@@ -36,7 +36,7 @@ class Tuning:
     prefetch_max_chars: int = 1500
     prefetch_min_similarity: float = 0.65
     prefetch_pair_similarity: float = 0.60
-    vector_scan: int = 2000
+    vector_scan: int = 500
     answer_min_coverage: float = 0.6
 
     @classmethod

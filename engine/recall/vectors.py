@@ -13,10 +13,12 @@ Invariants:
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import json
 import logging
 import math
+import operator
 import socket
 import struct
 import threading
@@ -24,17 +26,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EgressRefused", "endpoint_is_local", "Embedder", "pack", "unpack", "cosine"]
+__all__ = [
+    "endpoint_is_local",
+    "Embedder",
+    "pack",
+    "unpack",
+    "unit",
+    "cosine",
+    "nearest",
+]
 
 log = logging.getLogger("chronicle_engine.recall.vectors")
-
-
-class EgressRefused(Exception):
-    """The endpoint is off this host and its private network, and allow_remote is not set."""
 
 
 _LOCAL_NETWORKS = tuple(
@@ -84,8 +90,15 @@ def endpoint_is_local(url: str) -> bool:
     return bool(addresses) and all(_address_is_local(a) for a in addresses)
 
 
+def unit(vector: Sequence[float]) -> list[float]:
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    return [x / norm for x in vector] if norm else list(vector)
+
+
 def pack(vector: Sequence[float]) -> bytes:
-    return struct.pack(f"<{len(vector)}f", *vector)
+    """Stored vectors are unit length, so a similarity is one dot product."""
+    v = unit(vector)
+    return struct.pack(f"<{len(v)}f", *v)
 
 
 def unpack(blob: bytes) -> list[float]:
@@ -95,10 +108,24 @@ def unpack(blob: bytes) -> list[float]:
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     if len(a) != len(b) or not a:
         return 0.0
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
+    dot = math.fsum(map(operator.mul, a, b))
+    na = math.sqrt(math.fsum(map(operator.mul, a, a)))
+    nb = math.sqrt(math.fsum(map(operator.mul, b, b)))
     return dot / (na * nb) if na and nb else 0.0
+
+
+def nearest(
+    query: Sequence[float], rows: Iterable[tuple[int, bytes]], k: int
+) -> list[tuple[float, int]]:
+    """The `k` stored (unit) vectors most similar to `query`, as (similarity, key), best first."""
+    q = unit(query)
+    dim = len(q)
+    scored = []
+    for key, blob in rows:
+        if len(blob) != 4 * dim:
+            continue  # another model's width: not comparable
+        scored.append((sum(map(operator.mul, q, struct.unpack(f"<{dim}f", blob))), key))
+    return heapq.nlargest(k, scored)
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """Maintenance sweeps: each bounded per run, resumable from a persisted cursor, honest about what is left.
 
-- `fts_optimize` and `belief_sweep` belong to recall, which owns the index and the beliefs; the
-  scheduler only calls recall's hooks (`optimize_fts(budget=)`, `sweep_beliefs(cursor=, budget=)`)
-  and reports a skip, with the reason, when recall does not offer them.
+- `fts_optimize` calls recall's `optimize_fts(budget=)` when recall offers it; otherwise it runs
+  FTS5's own incremental merge on each full-text index, `budget` pages a run, until a merge finds
+  nothing to do (layout only: no row is added, changed or removed).
+- `belief_sweep` belongs to recall, which owns the beliefs: the scheduler calls its
+  `sweep_beliefs(cursor=, budget=)` and reports a skip, with the reason, when recall has none.
 - `queue_retention` prunes finished job rows within the age and count bounds.
 - `wal_checkpoint` is PASSIVE: it copies what it can and never waits for a reader or a writer.
 - `integrity` walks every chronicle's current sections: each range must lie inside the log (both
@@ -69,9 +71,42 @@ def _from_hook(task: str, answer: Any, cursor: int = 0) -> SweepReport:
 def fts_optimize(ctx: TaskContext) -> SweepReport:
     recall = optional_subsystem(ctx.core, "recall")
     hook = getattr(recall, "optimize_fts", None)
-    if hook is None:
-        return SweepReport("fts_optimize", skipped="recall offers no optimize_fts hook")
-    return _from_hook("fts_optimize", hook(budget=ctx.budget))
+    if hook is not None:
+        return _from_hook("fts_optimize", hook(budget=ctx.budget))
+    return _fts_merge(ctx)
+
+
+def _fts_merge(ctx: TaskContext) -> SweepReport:
+    """FTS5's own incremental merge on every full-text index in the database, `budget` pages
+    each. FTS5 keeps where a merge stopped, so that is the cursor; a merge that changes nothing
+    means the index is as merged as it gets. Only segment layout changes, never content."""
+    store = ctx.core.store
+    with sqlite_errors("listing full-text indexes"), store.reading() as conn:
+        tables = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND lower(sql) LIKE 'create virtual table%using fts5%' ORDER BY name"
+            )
+        ]
+    if not tables:
+        return SweepReport("fts_optimize", skipped="the database has no full-text index")
+    changed: dict[str, int] = {}
+    for table in tables:
+        quoted = '"' + table.replace('"', '""') + '"'
+        with sqlite_errors(f"merging full-text index {table}"), store.atomic() as conn:
+            before = conn.total_changes
+            conn.execute(f"INSERT INTO {quoted}({quoted}, rank) VALUES ('merge', ?)", (ctx.budget,))
+            # The merge command counts as one change itself; more means it moved pages.
+            changed[table] = max(0, conn.total_changes - before - 1)
+    worked = sum(changed.values())
+    return SweepReport(
+        "fts_optimize",
+        processed=worked,
+        remaining=1 if worked else 0,  # unknown until a merge finds nothing left to do
+        wrapped=not worked,
+        detail={"indexes": changed},
+    )
 
 
 def belief_sweep(ctx: TaskContext) -> SweepReport:

@@ -260,10 +260,11 @@ class JobQueue:
         job: Job,
         result: Mapping[str, Any] | None = None,
         follow_ups: Sequence[JobSpec] = (),
+        then: Callable[[sqlite3.Connection], None] | None = None,
     ) -> bool:
-        """Mark a claimed job done and enqueue its follow-ups in the same transaction. False when
-        the lease was lost meanwhile (another claim re-armed it); the follow-ups are then dropped,
-        because the job will run again."""
+        """Mark a claimed job done, enqueue its follow-ups and run `then` in the same
+        transaction. False when the lease was lost meanwhile (another claim re-armed it); the
+        follow-ups are then dropped, because the job will run again."""
         now = self.clock()
         with sqlite_errors("completing a job"), self.store.atomic() as conn:
             cur = conn.execute(
@@ -281,6 +282,8 @@ class JobQueue:
                 return False
             for spec in follow_ups:
                 self._enqueue(conn, spec)
+            if then is not None:
+                then(conn)
             return True
 
     def fail(self, job: Job, reason: str, *, delay: float | None = None) -> Job | None:

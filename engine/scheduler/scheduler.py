@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from .maintenance import MAINTENANCE, TaskContext, optional_subsystem
 from .queue import Job, JobQueue, JobSpec, RetryNextTick, allocate
 from .schema import SCHEDULER_MIGRATIONS
 from .settings import JOB_CLASSES, TASKS, read_settings
+from .summaries import WriterSummarizer
 from .sweeps import SweepCursors, SweepReport
 from .units import UnitRules
 
@@ -165,7 +167,8 @@ class Scheduler:
     # -- scheduling ------------------------------------------------------------------------
 
     def _load(self) -> None:
-        self._resolve()
+        # Finding the summariser imports the context engine, which is slow the first time, so
+        # it waits for the first consolidation job (on a draining hook, off the user's turn).
         with sqlite_errors("reading schedule watermarks"), self.core.store.reading() as conn:
             marks = dict(conn.execute("SELECT schedule, last_due FROM scheduler_watermarks"))
         self._next_due = {}
@@ -292,10 +295,9 @@ class Scheduler:
 
     async def _run_async(self, job: Job) -> None:
         try:
-            if job.kind == "consolidate":
-                report = await self._require_consolidator().run_async(
-                    self.settings.budget_for(job.kind)
-                )
+            consolidator = self._consolidator_for(job)
+            if job.kind == "consolidate" and consolidator is not None:
+                report = await consolidator.run_async(self.settings.budget_for(job.kind))
             else:
                 report = self._handle(job)
         except Exception as exc:
@@ -303,13 +305,25 @@ class Scheduler:
         else:
             self._finish(job, report)
 
+    def _consolidator_for(self, job: Job) -> Consolidator | None:
+        if job.kind not in ("consolidate", "reap"):
+            return None
+        self._resolve()
+        if self._consolidator is None:
+            # Found out now, not at start-up: stop scheduling what cannot run.
+            for task in ("consolidate", "reap"):
+                self._next_due.pop(task, None)
+        return self._consolidator
+
     def _handle(self, job: Job) -> SweepReport:
-        if job.kind == "consolidate":
-            return self._require_consolidator().run(self.settings.budget_for(job.kind))
-        if job.kind == "reap":
-            return self._require_consolidator().reap(
-                self.clock(), self.settings.budget_for(job.kind)
-            )
+        if job.kind in ("consolidate", "reap"):
+            consolidator = self._consolidator_for(job)
+            budget = self.settings.budget_for(job.kind)
+            if consolidator is None:
+                return SweepReport(job.kind, skipped=self._unavailable.get(job.kind, "unavailable"))
+            if job.kind == "consolidate":
+                return consolidator.run(budget)
+            return consolidator.reap(self.clock(), budget)
         task = self._handlers.get(job.kind)
         if task is None:
             raise LookupError(f"no handler for job kind {job.kind!r}")
@@ -324,10 +338,15 @@ class Scheduler:
             follow_ups.append(
                 JobSpec("consolidate", TASKS["consolidate"], "consolidate", depends_on=job.id)
             )
-        if self.queue.complete(job, report.as_dict(), follow_ups):
-            self._note_outcome(job, "done", _summary(report))
-            if follow_ups:
-                self._queue_wake = min(self._queue_wake, self.clock())
+        outcome = _summary(report)
+        done = self.queue.complete(
+            job,
+            report.as_dict(),
+            follow_ups,
+            then=lambda c: self._note_outcome(job, "done", outcome, c),
+        )
+        if done and follow_ups:
+            self._queue_wake = min(self._queue_wake, self.clock())
 
     def _failed_attempt(self, job: Job, exc: Exception) -> None:
         reason = f"{type(exc).__name__}: {exc}"
@@ -356,15 +375,20 @@ class Scheduler:
             ]
         )
 
-    def _note_outcome(self, job: Job, state: str, text: str) -> None:
+    def _note_outcome(
+        self, job: Job, state: str, text: str, conn: sqlite3.Connection | None = None
+    ) -> None:
         schedule = job.payload.get("schedule")
         if not isinstance(schedule, str):
             return
-        with sqlite_errors("recording a schedule's outcome"), self.core.store.atomic() as conn:
-            conn.execute(
-                "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?",
-                (self.clock(), f"{state}: {text}", schedule),
-            )
+        if conn is None:
+            with sqlite_errors("recording a schedule's outcome"), self.core.store.atomic() as c:
+                self._note_outcome(job, state, text, c)
+            return
+        conn.execute(
+            "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?",
+            (self.clock(), f"{state}: {text}", schedule),
+        )
 
     # -- consolidation ---------------------------------------------------------------------
 
@@ -380,9 +404,10 @@ class Scheduler:
         try:
             if summarize is None:
                 compaction = optional_subsystem(self.core, "compaction")
-                summarize = getattr(compaction, "summarizer", None)
-                if summarize is None:
-                    missing.append("no summariser (core.compaction offers no `summarizer`)")
+                if compaction is None or not hasattr(compaction, "writer"):
+                    missing.append("no summariser (core.compaction offers no section writer)")
+                else:
+                    summarize = WriterSummarizer.for_core(self.core, compaction)
             if conversations is None:
                 conversations = optional_subsystem(self.core, "sessions")
                 if conversations is None:
@@ -407,12 +432,6 @@ class Scheduler:
                 close_on_session_end=self.settings.close_on_session_end,
             ),
         )
-
-    def _require_consolidator(self) -> Consolidator:
-        self._resolve()
-        if self._consolidator is None:
-            raise LookupError(self._unavailable.get("consolidate", "consolidation is unavailable"))
-        return self._consolidator
 
     @property
     def consolidator(self) -> Consolidator | None:

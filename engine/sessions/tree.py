@@ -188,23 +188,22 @@ class SessionTree:
         return chain
 
     def lineage(self, session_id: str) -> list[str]:
-        """Every session id of the same logical conversation (its compression continuations),
-        oldest first. They share one chronicle."""
+        """Every session id of the same logical conversation (the compression continuations
+        before AND after this one), oldest first. They share one chronicle, so a tool called
+        from any of them reaches every section the conversation ever cited."""
         self.refresh()
         session = str(session_id)
-        chain = [session]
-        seen = {session}
         with self.store.reading() as conn:
-            current = session
-            while True:
-                head = self._head(conn, current)
-                if head is None or head[4] != "compression" or not head[2] or head[2] in seen:
-                    break
-                current = head[2]
-                seen.add(current)
-                chain.append(current)
-        chain.reverse()
-        return chain
+            head = self._head(conn, session)
+            if head is None:
+                return [session]
+            rows = conn.execute(
+                "SELECT session FROM session_heads WHERE lineage_root = ?"
+                " ORDER BY started_seq, rowid",
+                (head[1],),
+            ).fetchall()
+        chain = [str(r[0]) for r in rows]
+        return chain if session in chain else [*chain, session]
 
     def chronicle_name(self, session_id: str) -> str:
         """The chronicle the conversation's sections go to; the same for its whole lineage."""

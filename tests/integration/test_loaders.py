@@ -7,6 +7,7 @@ imports the same directory again as `_hermes_user_memory.chronicle` (after execu
 
 from __future__ import annotations
 
+import copy
 import shutil
 import sys
 from collections.abc import Iterator
@@ -70,3 +71,32 @@ def test_general_loader_registers_the_cli_command_under_its_own_module_name(plug
     command["setup_fn"](parser)
     args = parser.parse_args(["status", "--json"])
     assert args.chronicle_command == "status" and args.json
+
+
+def test_both_loaders_fill_both_slots_and_share_one_core(plugin_home: Path):
+    from plugins.memory import _load_provider_from_dir
+
+    from chronicle_engine.core import ChronicleCore
+
+    manager = _general_loader()
+    engine = manager._context_engine
+    assert engine is not None and engine.name == "chronicle"
+    clone = copy.deepcopy(engine)  # what Hermes does for every agent
+    assert clone is not engine
+
+    provider = _load_provider_from_dir(plugin_home)
+    assert provider is not None and provider.name == "chronicle"
+    assert "_hermes_user_memory.chronicle" in sys.modules
+    assert "hermes_plugins.chronicle" in sys.modules
+    assert (
+        sys.modules["_hermes_user_memory.chronicle"] is not sys.modules["hermes_plugins.chronicle"]
+    )
+
+    home = str(plugin_home.parent.parent)
+    engine.on_session_start("s-loaders", hermes_home=home, platform="cli")
+    provider.initialize("s-loaders", hermes_home=home, platform="cli", agent_context="primary")
+    cores = ChronicleCore.open_cores()
+    assert len([c for c in cores if c.db_path.startswith(home)]) == 1
+    for core in cores:
+        if core.db_path.startswith(home):
+            core.shutdown()
