@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_compaction_support import REAL_CAPTURE, core_for  # noqa: E402
+from test_compaction_support import core_for  # noqa: E402
 
 from chronicle_engine.compaction.messages import estimate_list_tokens  # noqa: E402
 from chronicle_engine.compaction.policy import policy_from_config  # noqa: E402
@@ -158,9 +158,6 @@ def main() -> None:
     args = parser.parse_args()
     print(
         f"machine: {platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()} python={platform.python_version()}"
-    )
-    print(
-        f"capture: {'chronicle_engine.capture (real)' if REAL_CAPTURE else 'test stand-in (capture not on this branch yet)'}"
     )
     print(
         f"{'messages':>9} {'tokens before':>14} {'low mark':>9} {'after':>8} {'<=low':>6} {'compress ms':>12} {'of it capture':>14} {'compaction ms':>14}"

@@ -249,3 +249,33 @@ def test_maintenance_reports_and_runs_pending_jobs(db, capsys):
     assert {"schedules", "queue", "consolidation"} <= set(data["status"])
     code, data = run_json(capsys, "maintenance", "--run", "--db", str(db))
     assert code == Exit.OK and isinstance(data["ran"], int)
+
+
+def test_search_finds_captured_memory_in_the_latest_sessions_partition(tmp_path, capsys):
+    db = tmp_path / "search.db"
+    core = ChronicleCore.get(db)
+    try:
+        core.capture.capture_messages("s1", MESSAGES, profile="default")
+    finally:
+        core.shutdown()
+    code, data = run_json(capsys, "search", "heron-api", "--db", str(db))
+    assert code == Exit.OK
+    assert any("heron-api" in json.dumps(hit) for hit in data["hits"])
+    code, data = run_json(capsys, "search", "zebra crossing", "--db", str(db))
+    assert code == Exit.NOT_FOUND and data["hits"] == []
+
+
+def test_expand_with_session_follows_the_lineage(tmp_path, capsys):
+    db = tmp_path / "lineage.db"
+    core = ChronicleCore.get(db)
+    try:
+        core.capture.capture_messages("s1", MESSAGES[:2])
+        core.sessions.switch("s2", parent_session_id="s1", reason="compression")
+        core.capture.capture_messages("s2", MESSAGES[2:])
+        last = core.store.last_seq()
+    finally:
+        core.shutdown()
+    code = main(["expand", f"1..{last}", "--session", "s2", "--db", str(db), "--raw"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == Exit.OK
+    assert lines == [json.dumps(m, ensure_ascii=False) for m in MESSAGES]

@@ -67,7 +67,8 @@ class Host:
         self.messages.extend(messages)
         self.everything.extend(messages)
         self.tokens += estimate_list_tokens(list(messages))
-        self.core.capture.capture_messages(self.session, list(messages))  # what sync_turn records
+        # What sync_turn records: the whole live list, every turn (capture is idempotent).
+        self.core.capture.capture_messages(self.session, self.messages)
 
     def due(self) -> bool:
         return self.tokens >= self.policy.high_tokens
@@ -365,20 +366,28 @@ def test_another_compressors_summary_is_kept_verbatim(core: ChronicleCore) -> No
 
 def test_the_compaction_entry_is_recorded_in_the_session_tree(core: ChronicleCore) -> None:
     host = Host(core, small_policy())
+    instruction = "Never run migrations on a Friday."
     for n in range(60):
-        host.add(*turn(n))
+        host.add(*turn(n, instruction=instruction if n == 5 else None))
     outcome = host.compress()
-    entries = getattr(core.sessions, "compactions", None)
-    if entries is None:
-        pytest.skip("the real session tree keeps its entries in the log; covered by its own tests")
-    (entry,) = entries
-    assert entry["session_id"] == "s0"
-    assert entry["section_ids"] == outcome.view
-    assert (
-        entry["tokens_before"] == outcome.tokens_before
-        and entry["tokens_after"] == outcome.tokens_after
+    assert outcome.messages is not None
+    entries = [e for e in core.sessions.path("s0") if e.kind == "compaction"]
+    assert len(entries) == 1
+    (payload,) = core.sessions.payloads([entries[0].seq]).values()
+    assert payload["section_ids"] == outcome.view
+    assert (payload["tokens_before"], payload["tokens_after"]) == (
+        outcome.tokens_before,
+        outcome.tokens_after,
     )
-    assert entry["first_kept_seq"] > 0
+    # The tree's projection holds what the model holds: the same messages, the handoff as summary.
+    projected = core.sessions.projection("s0")
+    handoff = next(m for m in outcome.messages if is_own_handoff(m))
+    assert {"role": "user", "content": handoff["content"]} in projected
+    key = lambda m: json.dumps(wire(m), sort_keys=True)  # noqa: E731
+    assert sorted(key(m) for m in projected if not is_own_handoff(m)) == sorted(
+        key(m) for m in outcome.messages if not is_own_handoff(m)
+    )
+    assert any(m.get("content") == instruction for m in projected)
 
 
 def test_scripted_conversation_helper_is_well_formed() -> None:

@@ -1,42 +1,17 @@
-"""Shared set-up for the compaction tests (no tests of its own).
-
-`core_for(path)` returns a core whose capture and session-tree subsystems are the real ones when
-they are on this branch, and otherwise stand-ins built on the lower layers, as the brief allows
-until the capture issue lands: they write real `MessageCaptured` events with
-`core.types.pending` + `core.store.append` and answer the contract's questions from the log.
-They are deliberately minimal (idempotence by content, lineage by switch) and go away the moment
-`chronicle_engine.capture.capture` and `chronicle_engine.sessions.tree` exist.
-"""
+"""Shared set-up for the compaction tests (no tests of its own): cores on real stores, the
+plugin loaded the way Hermes loads it, and scripted conversations."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from chronicle_engine.capture.events import (
-    HANDOFF_MARKER,
-    MessageCaptured,
-    message_text,
-    register_capture_events,
-)
-from chronicle_engine.capture.events import (
-    NAMESPACE as CHAT,
-)
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.log.store import StoredEvent
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _real(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-REAL_CAPTURE = _real("chronicle_engine.capture.capture") and _real("chronicle_engine.sessions.tree")
 
 
 def wire(message: dict[str, Any]) -> dict[str, Any]:
@@ -44,125 +19,11 @@ def wire(message: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if not str(k).startswith("_")}
 
 
-class StandInCapture:
-    def __init__(self, core: ChronicleCore) -> None:
-        self.core = core
-        register_capture_events(core.types)
-        self._known: dict[str, int] = {}
-
-    def capture_messages(self, session_id: str, messages: list[Any], **_: Any) -> list[int | None]:
-        sessions: SessionStandIn = self.core.sessions  # type: ignore[assignment]
-        root = sessions.root(session_id)
-        seqs: list[int | None] = []
-        pending = []
-        ids: list[str | None] = []
-        for message in messages:
-            if not isinstance(message, dict) or message.get("role") == "system":
-                ids.append(None)
-                continue
-            if message_text(message).lstrip().startswith(HANDOFF_MARKER):
-                ids.append(None)
-                continue
-            body = json.dumps(wire(message), sort_keys=True, ensure_ascii=False)
-            event_id = hashlib.sha256(f"{root}\n{body}".encode()).hexdigest()
-            ids.append(event_id)
-            role = str(message.get("role") or "")
-            pending.append(
-                self.core.types.pending(
-                    MessageCaptured(
-                        role=role,
-                        message=wire(message),
-                        fingerprint=event_id,
-                        speaker={"user": "person", "assistant": "assistant", "tool": "tool"}.get(
-                            role, "host"
-                        ),
-                        text=message_text(message),
-                    ),
-                    session=session_id,
-                    id=event_id,
-                )
-            )
-        for stored in self.core.store.append_new([p for p in pending if p.id not in self._known]):
-            self._known[stored.envelope.id] = stored.seq
-        for event_id in ids:
-            if event_id is None:
-                seqs.append(None)
-            elif event_id in self._known:
-                seqs.append(self._known[event_id])
-            else:
-                found = self.core.store.get_by_id(event_id)
-                if found is not None:
-                    self._known[event_id] = found.seq
-                seqs.append(found.seq if found else None)
-        return seqs
-
-
-class SessionStandIn:
-    def __init__(self, core: ChronicleCore) -> None:
-        self.core = core
-        self.parent: dict[str, str] = {}
-        self.compactions: list[dict[str, Any]] = []
-        self.switches: list[tuple[str, str, str]] = []
-
-    def root(self, session_id: str) -> str:
-        while session_id in self.parent:
-            session_id = self.parent[session_id]
-        return session_id
-
-    def switch(self, new_session_id: str, *, parent_session_id: str = "", reason: str = "") -> None:
-        self.switches.append((new_session_id, parent_session_id, reason))
-        if (
-            parent_session_id
-            and parent_session_id != new_session_id
-            and reason
-            in (
-                "compression",
-                "resume",
-            )
-        ):
-            self.parent.setdefault(new_session_id, parent_session_id)
-
-    def lineage(self, session_id: str) -> list[str]:
-        root = self.root(session_id)
-        return [root] + [s for s in self.parent if self.root(s) == root]
-
-    def chronicle_name(self, session_id: str) -> str:
-        return f"conversation/{self.root(session_id)}"
-
-    def record_compaction(self, session_id: str, **entry: Any) -> None:
-        self.compactions.append({"session_id": session_id, **entry})
-
-    def message_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredEvent]:
-        return [
-            e
-            for e in self.core.store.read(
-                after=from_seq - 1,
-                upto=to_seq,
-                sessions=self.lineage(session_id),
-                namespaces=[CHAT],
-            )
-            if e.envelope.type == "MessageCaptured"
-        ]
-
-
-class _StandInCore(ChronicleCore):
-    @property
-    def capture(self) -> Any:  # type: ignore[override]
-        return self._subsystem("capture", StandInCapture)
-
-    @property
-    def sessions(self) -> Any:  # type: ignore[override]
-        return self._subsystem("sessions", SessionStandIn)
-
-
 def core_for(path: Any, config: Any = None) -> ChronicleCore:
+    """A core on `path` (":memory:" or a WAL file), with the real capture and session tree."""
     if str(path) == ":memory:":
-        core = ChronicleCore(path, config)
-    else:
-        core = ChronicleCore.get(path, config=config)
-    if not REAL_CAPTURE:
-        core.__class__ = _StandInCore
-    return core
+        return ChronicleCore(path, config)
+    return ChronicleCore.get(path, config=config)
 
 
 def load_plugin() -> Any:

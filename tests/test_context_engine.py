@@ -149,9 +149,8 @@ def test_compress_then_rotation_then_tools_on_the_new_session(
     engine.on_session_start(
         "a2", boundary_reason="compression", old_session_id="a1", platform="cli"
     )
-    assert "a2" in core.sessions.lineage("a1") and core.sessions.chronicle_name(
-        "a2"
-    ) == core.sessions.chronicle_name("a1")
+    assert core.sessions.lineage("a2") == ["a1", "a2"]
+    assert core.sessions.chronicle_name("a2") == core.sessions.chronicle_name("a1")
     section = json.loads(engine.handle_tool_call("chronicle_context_status", {}, messages=out))
     assert section["passes"] == 1 and section["policy"]["protect_last_n"] == 4
     label = section["handoff"]["sections"][0]["section_id"]

@@ -457,16 +457,26 @@ class Compaction:
                 self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
             self._record(session_id, record)
 
-        kept_after = [s for s in (seqs[i] for i in the_plan.keep) if s is not None]
-        folded_through = max((v.to_seq for v in view), default=through)
-        first_kept = min((s for s in kept_after if s > folded_through), default=folded_through + 1)
+        # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
+        # live list from it); the head and the protected copies kept before the tail count as
+        # the head, so the tree's projection holds what the model holds.
+        tail = [s for s in (seqs[i] for i in the_plan.keep if i >= the_plan.cut) if s is not None]
+        head_seqs = [
+            s
+            for s in (
+                seqs[i] for i in (*the_plan.head, *(i for i in the_plan.keep if i < the_plan.cut))
+            )
+            if s is not None
+        ]
         try:
             self.core.sessions.record_compaction(
                 session_id,
                 section_ids=[v.label for v in view],
-                first_kept_seq=first_kept,
+                first_kept_seq=tail[0] if tail else None,
                 tokens_before=tokens_before,
                 tokens_after=tokens_after,
+                summary=text,
+                head_seqs=head_seqs,
             )
         except Exception:  # the sections are written; the tree entry is bookkeeping
             log.exception("could not record the compaction entry for %s", session_id)
@@ -644,14 +654,17 @@ def message_facts(
             out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
             continue
         role = str(message.get("role") or "")
-        kind = handoff_kind(message)
+        # Only user and assistant messages can be handoffs, requests or instructions.
+        conversational = role in ("user", "assistant")
+        kind = handoff_kind(message) if conversational else None
         own = kind == "own"
+        real_user = role == "user" and is_real_user(message)
         pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
         protected = (
             pinned
             or kind == "foreign"
             or (seq is None and not own)
-            or (role == "user" and is_standing_instruction(message))
+            or (real_user and is_standing_instruction(message))
         )
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(
@@ -661,7 +674,7 @@ def message_facts(
                 folded=seq is not None and seq <= through,
                 handoff=own,
                 protected=protected,
-                real_user=is_real_user(message),
+                real_user=real_user,
                 call_ids=tool_call_ids(message) if role == "assistant" else (),
                 result_id=str(result_id) if result_id is not None else None,
             )

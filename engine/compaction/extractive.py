@@ -22,18 +22,22 @@ from .messages import content_text, is_real_user, tool_calls
 __all__ = ["summarize_messages", "condense_prose", "focus_terms", "facts_in"]
 
 _SCAN_CHARS = 800
+_FACT_SCAN_CHARS = 1600  # of a request or a reply, scanned for facts
+_TOOL_HEAD_CHARS = 600  # of a tool output: its start ...
+_TOOL_TAIL_CHARS = 300  # ... and its end
+_ARGS_SCAN_CHARS = 240  # of a call's arguments (the Step line shows the call anyway)
 _USER_CAP = 1200
 _USER_HEAD = 900
 _USER_TAIL = 200
 _REPLY_CAP = 220
 _STEP_CAP = 200
-_MAX_FACTS = 60
+_MAX_FACTS = 80
 _FACTS_CHARS = 1600
 
 _FACT_CHARS = frozenset("0123456789/@_")
 _STRIP = ".,;:!?()[]{}<>\"'`*"
 _FACTS_SCANNED = 600  # messages scanned for facts at most, spread evenly over the range
-_FACTS_PER_MESSAGE = 3
+_FACTS_PER_MESSAGE = 6
 
 # Keyword tests on lower-cased text: far cheaper than a regex alternation per sentence.
 _ERROR_WORDS = (
@@ -80,8 +84,12 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"[A-Za-z0-9_./-]{4,}")
 _ARG_KEYS = ("command", "cmd", "path", "file_path", "filename", "query", "url", "pattern", "name")
 
-# Lower rank goes first when over budget.
-_RANK_REPLY, _RANK_STEP, _RANK_FACTS, _RANK_DECISION, _RANK_USER = 0, 1, 2, 3, 4
+# Lower rank goes first when over budget. The fact line is bounded instead (a quarter of the
+# budget at most) and never dropped: it is the densest line of all.
+_RANK_REPLY, _RANK_STEP, _RANK_DECISION, _RANK_USER, _RANK_FACTS, _RANK_FRAME = 0, 1, 2, 3, 5, 6
+_COMPACT_USER = 220
+_NOTE_RESERVE = 110
+_COMPACT_OTHER = 140
 
 
 @dataclass(slots=True)
@@ -90,6 +98,7 @@ class _Line:
     text: str
     order: int
     focused: bool = False
+    compact: str | None = None  # a shorter form, tried before the line is dropped
 
 
 def focus_terms(focus: str | None) -> tuple[str, ...]:
@@ -173,18 +182,59 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     return found
 
 
-def _facts(texts: Sequence[str], limit: int) -> list[str]:
-    """Up to `limit` distinct facts, drawn evenly from across the range, not just its start."""
+def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
+    """Up to `limit` distinct facts from `(text, weight)` pairs, the most telling first: a value
+    seen once (an id, a code) over one that recurs (a template like "service-12"), letters with
+    digits over bare numbers, the person's and the assistant's words (weight 1) over tool output
+    (0) and commands (-1, already on the Step lines). Within the last tier that fits, facts are
+    drawn evenly from across the range, not just its start. Returned in order of appearance."""
     stride = max(1, -(-len(texts) // _FACTS_SCANNED))
-    seen: dict[str, None] = {}
-    for text in texts[::stride]:
+    counts: dict[str, int] = {}  # by lower-cased value: "Service-4" recurs as "service-4"
+    first: dict[str, int] = {}
+    weight: dict[str, int] = {}
+    for position, (text, w) in enumerate(texts[::stride]):
         for value in facts_in(text):
-            seen.setdefault(value, None)
-    values = list(seen)
-    if len(values) <= limit:
-        return values
-    step = len(values) / limit
-    return [values[int(k * step)] for k in range(limit)]
+            key = value.lower()
+            counts[key] = counts.get(key, 0) + 1
+            if value not in first:
+                first[value] = position
+                weight[value] = w
+
+    def score(value: str) -> int:
+        points = weight[value] + (2 if counts[value.lower()] == 1 else 0)
+        has_digit = any(c.isdigit() for c in value)
+        if has_digit and any(c.isalpha() for c in value):
+            points += 1
+        elif value.isdigit() and len(value) < 4:
+            points -= 2
+        return points
+
+    tiers: dict[int, list[str]] = {}
+    for value in first:
+        tiers.setdefault(score(value), []).append(value)
+    chosen: list[str] = []
+    for tier in sorted(tiers, reverse=True):
+        values = tiers[tier]
+        room = limit - len(chosen)
+        if len(values) <= room:
+            chosen += values
+            continue
+        step = len(values) / room
+        chosen += [values[int(k * step)] for k in range(room)]
+        break
+    return sorted(chosen, key=first.__getitem__)
+
+
+def _fact_line(values: Sequence[str], cap: int) -> str:
+    """'Facts: a, b, c' within `cap` characters, whole values only, spread evenly over `values`
+    when they do not all fit (a cut value would be a wrong fact)."""
+    values = [v for v in values if v and len(v) < cap // 2]
+    chosen = list(values)
+    while chosen and len("Facts: " + ", ".join(chosen)) > cap:
+        keep = max(1, int(len(chosen) * cap / len("Facts: " + ", ".join(chosen))) - 1)
+        step = len(values) / keep
+        chosen = [values[int(k * step)] for k in range(keep)] if keep < len(chosen) else chosen[:-1]
+    return "Facts: " + ", ".join(chosen)
 
 
 def _middle_out(n: int) -> Iterable[int]:
@@ -205,12 +255,27 @@ def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
     total = sum(len(ln.text) + 1 for ln in lines)
     if total <= budget_chars:
         return "\n".join(ln.text for ln in lines)
+    # First the shorter forms (least important kinds first, middle lines first): more lines
+    # survive, each with its opening.
+    shortening = sorted(
+        (ln for ln in lines if ln.compact is not None and len(ln.compact) < len(ln.text)),
+        key=lambda ln: ln.rank + (1 if ln.focused else 0),
+    )
+    for ln in shortening:
+        if total <= budget_chars:
+            break
+        assert ln.compact is not None
+        total -= len(ln.text) - len(ln.compact)
+        ln.text = ln.compact
+    if total <= budget_chars:
+        return "\n".join(ln.text for ln in lines)
     dropped: set[int] = set()
     by_rank: dict[int, list[_Line]] = {}
     for ln in lines:
         # A line about the focus outranks its kind: it goes after every unfocused one.
         by_rank.setdefault(ln.rank + (1 if ln.focused else 0), []).append(ln)
-    for rank in sorted(by_rank):
+    budget_chars -= _NOTE_RESERVE  # the line saying what was omitted and how to get it back
+    for rank in sorted(r for r in by_rank if r < _RANK_FACTS):
         candidates = by_rank[rank]
         # Keep the ends of a run (how it started, where it got to); drop from the middle out.
         for k in _middle_out(len(candidates)):
@@ -246,12 +311,13 @@ def summarize_messages(
                 results.setdefault(call_id, m)
 
     lines: list[_Line] = []
-    scanned: list[str] = []
+    scanned: list[tuple[str, int]] = []
     order = 0
 
-    def add(rank: int, text: str, focused: bool) -> None:
+    def add(rank: int, text: str, focused: bool, compact: int | None = None) -> None:
         nonlocal order
-        lines.append(_Line(rank, text, order, focused))
+        short = _one_line(text, compact) if compact is not None and len(text) > compact else None
+        lines.append(_Line(rank, text, order, focused, short))
         order += 1
 
     for m in messages:
@@ -260,12 +326,17 @@ def summarize_messages(
         role = m.get("role")
         text = content_text(m)
         head = text[:_SCAN_CHARS]
-        scanned.append(head)
+        if role == "tool":
+            # Tool output is bulk: its start and its end (where results and errors land).
+            tail = text[-_TOOL_TAIL_CHARS:] if len(text) > _TOOL_HEAD_CHARS else ""
+            scanned.append((text[:_TOOL_HEAD_CHARS] + "\n" + tail, 0))
+        else:
+            scanned.append((text[:_FACT_SCAN_CHARS], 1))
         focused = _mentions(head, terms)
         if role == "user":
             if is_real_user(m):
                 cap = _USER_CAP * 2 if focused else _USER_CAP
-                add(_RANK_USER, "User: " + _verbatim_request(text, cap), focused)
+                add(_RANK_USER, "User: " + _verbatim_request(text, cap), focused, _COMPACT_USER)
             elif text.strip():
                 add(_RANK_REPLY, "Host: " + _one_line(text, _REPLY_CAP), focused)
         elif role == "assistant":
@@ -278,11 +349,12 @@ def summarize_messages(
                 )
                 if decisions:
                     cap = _REPLY_CAP * 2 if focused else _REPLY_CAP
-                    add(_RANK_DECISION, "Decision: " + _one_line(" ".join(decisions), cap), focused)
+                    decision = "Decision: " + _one_line(" ".join(decisions), cap)
+                    add(_RANK_DECISION, decision, focused, _COMPACT_OTHER)
                 else:
                     add(_RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), focused)
             for call_id, name, arguments in tool_calls(m):
-                scanned.append(arguments[:_SCAN_CHARS])
+                scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
                 outcome = _outcome(results.get(call_id))
                 step = f"Step: {_call_summary(name, arguments)} → {outcome}"
                 rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
@@ -292,9 +364,9 @@ def summarize_messages(
 
     facts = _facts(scanned, _MAX_FACTS)
     if facts:
-        add(_RANK_FACTS, _one_line("Facts: " + ", ".join(facts), _FACTS_CHARS), False)
+        add(_RANK_FACTS, _fact_line(facts, max(80, min(_FACTS_CHARS, budget_chars // 4))), False)
     if terms:
-        lines.insert(0, _Line(_RANK_USER + 1, f"Focus: {focus}", -1))
+        lines.insert(0, _Line(_RANK_FRAME, f"Focus: {focus}", -1))
     return _fit(lines, budget_chars, restore)
 
 
@@ -315,7 +387,7 @@ def condense_prose(
     order = 0
     per_user = max(120, min(400, budget_chars // max(1, 3 * len(children))))
     for label, prose in children:
-        lines.append(_Line(_RANK_USER + 1, f"[{label}]", order))
+        lines.append(_Line(_RANK_FRAME, f"[{label}]", order))
         order += 1
         for raw in prose.splitlines():
             line = raw.strip()
@@ -341,8 +413,6 @@ def condense_prose(
             lines.append(_Line(rank, _one_line(line, cap), order, focused))
             order += 1
     if facts:
-        shown = list(facts)[: _MAX_FACTS * 2]
-        lines.append(
-            _Line(_RANK_FACTS, _one_line("Facts: " + ", ".join(shown), _FACTS_CHARS), order)
-        )
+        cap = max(80, min(_FACTS_CHARS, budget_chars // 4))
+        lines.append(_Line(_RANK_FACTS, _fact_line(list(facts), cap), order))
     return _fit(lines, budget_chars, restore)

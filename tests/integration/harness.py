@@ -94,7 +94,7 @@ class HermesHome:
         return self.home / "chronicle" / "chronicle.db"
 
     def env(self) -> dict[str, str]:
-        keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+        keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(
             HERMES_HOME=str(self.home),
@@ -104,6 +104,8 @@ class HermesHome:
             NO_PROXY="127.0.0.1,localhost",
             no_proxy="127.0.0.1,localhost",
             PYTHONUNBUFFERED="1",
+            # Hermes spills tool results over 100k characters to $TMPDIR/hermes-results.
+            TMPDIR=str(self.root / "tmp"),
         )
         return env
 
@@ -113,6 +115,7 @@ class HermesHome:
         """config.yaml selecting Chronicle for both slots, the stub as the model."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.root / "home").mkdir(exist_ok=True)
+        (self.root / "tmp").mkdir(exist_ok=True)
         config: dict[str, Any] = {
             "model": {
                 "provider": "custom",

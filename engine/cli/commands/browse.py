@@ -25,7 +25,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("query", help="words to look for")
     p.add_argument("--session", help="search within this conversation's lineage only")
     p.add_argument("--scope", default="all", help="what to search (default: all)")
-    p.add_argument("--user", dest="user_id", help="only this user's memory")
+    p.add_argument("--user", dest="user_id", help="whose memory (gateway user id)")
+    p.add_argument("--profile", help="which Hermes profile's memory (e.g. default)")
     p.add_argument("-n", "--limit", type=int, default=10, help="at most this many hits")
     add_common_options(p)
     p.set_defaults(run=search)
@@ -64,8 +65,19 @@ def search(s: Session) -> Outcome:
     a = s.args
     core = s.core()
     recall = subsystem("recall", lambda: core.recall)
+    # Memory is partitioned by (user, profile). Without a session, user or profile, search the
+    # partition of the most recent session: the memory the person last used.
+    anchor = a.session
+    if anchor is None and a.user_id is None and a.profile is None:
+        latest = session_rows(core.store, limit=1)
+        anchor = latest[0]["session"] if latest else None
     hits = recall.search(
-        a.query, session_id=a.session, scope=a.scope, user_id=a.user_id, limit=a.limit
+        a.query,
+        session_id=anchor,
+        scope=a.scope,
+        user_id=a.user_id,
+        profile=a.profile,
+        limit=a.limit,
     )
     data = {"query": a.query, "hits": hits}
 
@@ -127,6 +139,13 @@ def expand(s: Session) -> Outcome:
         if found is not None:
             section, owner = found, name
             break
+    if section is None and a.session:
+        # A condensed section ("L2:1-90") lives in a level chronicle the compaction part names.
+        name = subsystem("sessions", lambda: core.sessions).chronicle_name(a.session)
+        compaction = maybe(lambda: core.compaction)
+        view = compaction.resolve(name, a.target) if compaction is not None else None
+        if view is not None:
+            section, owner = view.section, name
     if section is not None:
         lo, hi = section.anchor.from_seq, section.anchor.to_seq
     else:
