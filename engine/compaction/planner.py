@@ -309,11 +309,20 @@ def _bridges(
             continue
         if end == "user":  # the reply to `a`
             k = position.get(a.start, -2) + 1
-            if 0 <= k < len(body) and body[k].start < b.start and free(body[k]):
-                if _first_role(facts, body[k]) == "assistant" and _last_role(facts, body[k]) != "user":
-                    take(body[k])
+            if (
+                0 <= k < len(body)
+                and body[k].start < b.start
+                and free(body[k])
+                and _first_role(facts, body[k]) == "assistant"
+            ):
+                take(body[k])
         else:  # the request before `b`
             k = position.get(b.start, 0) - 1
-            if k >= 0 and body[k].start > a.start and free(body[k]) and _first_role(facts, body[k]) == "user":
+            if (
+                k >= 0
+                and body[k].start > a.start
+                and free(body[k])
+                and _first_role(facts, body[k]) == "user"
+            ):
                 take(body[k])
     return added
