@@ -416,11 +416,7 @@ class Compaction:
             fell_back = fell_back or any(c.drawn.fell_back for c in condensed)
 
         text = render(view)
-        if role not in ("user", "assistant"):
-            head_roles = [
-                messages[i].get("role") for i in the_plan.head if isinstance(messages[i], dict)
-            ]
-            role = "assistant" if head_roles and head_roles[-1] == "user" else "user"
+        role = the_plan.handoff_role
         output, rewritten = assemble(messages, the_plan, handoff_message(text, role), seqs)
         problems = violations(messages, output, rewritten)
         if problems:
