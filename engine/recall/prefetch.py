@@ -4,8 +4,9 @@ Invariants:
 - Only the person's own words in past exchanges (their captured messages) and beliefs drawn from
   them are candidates; sections (summaries), the assistant's words, tool output and the agent's
   own notes never enter a turn unasked.
-- Nothing already in the model's window comes back: the live session's active branch after its
-  latest compaction (`window`). What a compaction folded out may return.
+- Nothing already in the model's window comes back: the conversation's messages after its latest
+  compaction, and the head that compaction kept (`window`). What a compaction folded out may
+  return.
 - A scheduled job's turn gets nothing (`recall.prefetch_automation` lets it).
 - Every item passes the gate (`gate.py`); a single shared word needs a vector to vouch for it.
 - The block is masked (`redact.mask`) and bounded in items and characters.
@@ -13,9 +14,11 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING
 
+from ..sessions.events import NAMESPACE as SESSION_NAMESPACE
 from .gate import gate_words, passes
 from .redact import mask
 from .search import Hit, MessageRow, with_text
@@ -28,38 +31,49 @@ __all__ = ["window", "automated", "prepare"]
 
 
 def window(recall: Recall, session_id: str) -> set[int]:
-    """The seqs of the messages the model has in its window for this session: the active
-    branch after its latest compaction (the kept head, then everything from the first kept
-    message on), or the whole branch when nothing was compacted. What a compaction folded
-    out, and every other conversation, is not in the window."""
+    """The seqs of the messages the model has in its window for this conversation: after its
+    latest recorded compaction, the kept head and every message from the first kept one on;
+    with no compaction, all of it. What a compaction folded out, and every other conversation,
+    is not in the window.
+
+    Read from the compaction records themselves (the log), not from the tree's active branch: a
+    resumed process may continue on a branch the record is not on, and the window is still the
+    one that compaction left."""
     if not session_id:
         return set()
-    try:
-        path = list(recall.core.sessions.path(session_id))
-    except ImportError:
-        path = []
-    except Exception as exc:  # the tree is another subsystem: degrade, do not fail a turn
-        recall._warn_once("window", "chronicle recall: session tree unavailable (%s)", exc)
-        path = []
-    if not path:
-        with recall.core.store.reading() as conn:
-            return {
+    recall.catch_up()
+    sessions = recall.lineage(session_id)
+    marks = ",".join("?" * len(sessions))
+    with recall.core.store.reading() as conn:
+        latest = conn.execute(
+            f"SELECT seq, payload FROM events WHERE namespace = ? AND type = ?"
+            f" AND session IN ({marks}) ORDER BY seq DESC LIMIT 1",
+            (SESSION_NAMESPACE, "CompactionRecorded", *sessions),
+        ).fetchone()
+        if latest is None:
+            rows = conn.execute(
+                f"SELECT seq FROM recall_messages WHERE session IN ({marks})", sessions
+            )
+            return {int(seq) for (seq,) in rows}
+        record = json.loads(latest[1])
+        first_kept = record.get("first_kept_seq")
+        start = int(first_kept) if isinstance(first_kept, int) else int(latest[0])
+        shown = {
+            int(seq)
+            for (seq,) in conn.execute(
+                f"SELECT seq FROM recall_messages WHERE session IN ({marks}) AND seq >= ?",
+                (*sessions, start),
+            )
+        }
+        heads = [str(h) for h in record.get("head_entries") or ()]
+        if heads:
+            shown.update(
                 int(seq)
                 for (seq,) in conn.execute(
-                    "SELECT seq FROM recall_messages WHERE session = ?", (session_id,)
+                    f"SELECT seq FROM events WHERE id IN ({','.join('?' * len(heads))})", heads
                 )
-            }
-    latest = max((i for i, e in enumerate(path) if e.kind == "compaction"), default=None)
-    messages = [e for e in path if e.kind == "message"]
-    if latest is None:
-        return {e.seq for e in messages}
-    compaction = recall.core.sessions.payloads([path[latest].seq]).get(path[latest].seq, {})
-    heads = {str(h) for h in compaction.get("head_entries") or ()}
-    kept = path[latest].target or compaction.get("first_kept_entry")
-    start = next((i for i in range(latest) if path[i].entry_id == kept), latest)
-    window = {e.seq for e in path[:latest] if e.kind == "message" and e.entry_id in heads}
-    window.update(e.seq for e in path[start:] if e.kind == "message")
-    return window
+            )
+    return shown
 
 
 def automated(recall: Recall, session_id: str) -> bool:
