@@ -279,3 +279,28 @@ def test_expand_with_session_follows_the_lineage(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert code == Exit.OK
     assert lines == [json.dumps(m, ensure_ascii=False) for m in MESSAGES]
+
+
+def test_a_session_exported_and_imported_comes_back_byte_for_byte(tmp_path, capsys):
+    src = tmp_path / "src.db"
+    core = ChronicleCore.get(src)
+    try:
+        core.capture.capture_messages("s1", MESSAGES)
+    finally:
+        core.shutdown()
+    out = tmp_path / "s1.session.jsonl"
+    code, data = run_json(capsys, "export", "--session", "s1", "--db", str(src), "-o", str(out))
+    assert code == Exit.OK and data["kind"] == "session"
+    dst = tmp_path / "dst.db"
+    code, data = run_json(capsys, "import", str(out), "--db", str(dst))
+    assert code == Exit.OK and data["kind"] == "session" and data["stored"] > 0
+    code, data = run_json(capsys, "import", str(out), "--db", str(dst))
+    assert data["stored"] == 0
+    core = ChronicleCore.get(dst)
+    try:
+        last = core.store.last_seq()
+    finally:
+        core.shutdown()
+    assert main(["expand", f"1..{last}", "--session", "s1", "--db", str(dst), "--raw"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [json.dumps(m, ensure_ascii=False) for m in MESSAGES]
