@@ -259,30 +259,11 @@ def test_after_a_restart_expand_returns_the_original_messages(conversation: Conv
     texts = [text_of(m) for m in restored if m["role"] != "tool" and text_of(m)]
     assert texts and all(t in originals for t in texts), [t[:80] for t in texts]
 
-<<<<<<< HEAD
-    # Memory was prefetched into a later turn (again a new process): what the compactions
-    # folded out (turn 2) comes back in the <memory-context> block of the user message; what is
-    # still in the window is not repeated there (the fact, kept verbatim as the protected head,
-    # reaches the model exactly once).
-    stub.script(Reply(text="It is in the vault."))
-    before = len(stub.chat_requests())
-    home.chat(
-        "Remind me: which vault path holds the Heron deploy key, and what were the turn 2 "
-        "notes with w2x5 and w2x7?",
-        resume=session,
-    )
-    request = stub.chat_requests()[before]
-    block = re.search(r"<memory-context>(.*?)</memory-context>", last_user(request), re.DOTALL)
-    assert block and "MARKER-02" in block.group(1)
-    assert FACT_NEEDLE not in block.group(1)
-    assert sum(FACT_NEEDLE in text_of(m) for m in request["messages"]) == 1
-=======
 
 def test_memory_was_prefetched_into_a_later_turn(conversation: Conversation) -> None:
     prompt = last_user(conversation.prefetch_request)
     block = re.search(r"<memory-context>(.*?)</memory-context>", prompt, re.DOTALL)
     assert block and FACT_NEEDLE in block.group(1)
->>>>>>> hermes
 
 
 @pytest.mark.xfail(
