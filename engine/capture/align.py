@@ -102,6 +102,10 @@ def fingerprint(message: Any) -> str:
     if not isinstance(message, dict):
         message = wire_message(message)
     ident = [message.get(k) for k in IDENTITY_KEYS]
+    if message.get("role") == "tool":
+        # Hermes drops a tool result's `name` when it reloads a session from its own database
+        # (keeping `tool_name`); the tool_call_id already says which call the result answers.
+        ident[IDENTITY_KEYS.index("name")] = None
     blob = json.dumps(
         ident, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_json_default
     )
