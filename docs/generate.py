@@ -6,6 +6,7 @@
 A generated block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`.
 - `config`: every key declared in engine/config.py's KEYS (path, default, purpose, dormant reason).
 - `commands`: every `chronicle` subcommand with its one-line help.
+- `tools`: every tool the two slots give the agent, from their `ToolSpec`s.
 """
 
 from __future__ import annotations
@@ -54,9 +55,24 @@ def command_reference() -> str:
     return "\n".join(lines)
 
 
+def tool_reference() -> str:
+    from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+    from chronicle_engine.recall.tools import RECALL_TOOLS
+
+    lines = ["| tool | slot | arguments | what it does |", "| --- | --- | --- | --- |"]
+    for slot, tools in (("memory provider", RECALL_TOOLS), ("context engine", CONTEXT_TOOLS)):
+        for tool in tools:
+            props = tool.parameters.get("properties") or {}
+            required = set(tool.parameters.get("required") or [])
+            args = ", ".join(f"`{k}`" + ("" if k in required else "?") for k in props) or "—"
+            lines.append(f"| `{tool.name}` | {slot} | {args} | {_cell(tool.description)} |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "config": config_reference,
     "commands": command_reference,
+    "tools": tool_reference,
 }
 
 

@@ -28,6 +28,7 @@ from .chronicle.sections import Anchor, Section
 from .chronicle.store import SQLiteChronicleStore
 from .errors import FormatError, UsageError
 from .log.store import PendingEvent, SQLiteEventStore, StoredEvent, sqlite_errors
+from .sessions.jsonl import FORMAT as SESSION_FORMAT
 
 __all__ = [
     "FORMAT",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 FORMAT = "chronicle-export"
+_OTHER = (SESSION_FORMAT,)  # a session tree exported by the session tree itself
 FORMAT_VERSION = 1
 _BATCH = 500
 
@@ -228,7 +230,7 @@ def header_of_lines(lines: Iterable[str], source: str = "input") -> dict[str, An
                 record = json.loads(line)
             except ValueError as exc:
                 raise FormatError(f"{source}, line {number}: not JSON ({exc})") from None
-            if not isinstance(record, dict) or record.get("format") != FORMAT:
+            if not isinstance(record, dict) or record.get("format") not in (FORMAT, *_OTHER):
                 raise FormatError(
                     f"{source}, line {number}: not a Chronicle export (no header with "
                     f'"format": "{FORMAT}"); was it written by `chronicle export`?'

@@ -279,3 +279,44 @@ def test_expand_with_session_follows_the_lineage(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert code == Exit.OK
     assert lines == [json.dumps(m, ensure_ascii=False) for m in MESSAGES]
+
+
+def test_a_session_exported_and_imported_comes_back_byte_for_byte(tmp_path, capsys):
+    src = tmp_path / "src.db"
+    core = ChronicleCore.get(src)
+    try:
+        core.capture.capture_messages("s1", MESSAGES)
+    finally:
+        core.shutdown()
+    out = tmp_path / "s1.session.jsonl"
+    code, data = run_json(capsys, "export", "--session", "s1", "--db", str(src), "-o", str(out))
+    assert code == Exit.OK and data["kind"] == "session"
+    dst = tmp_path / "dst.db"
+    code, data = run_json(capsys, "import", str(out), "--db", str(dst))
+    assert code == Exit.OK and data["kind"] == "session" and data["stored"] > 0
+    code, data = run_json(capsys, "import", str(out), "--db", str(dst))
+    assert data["stored"] == 0
+    core = ChronicleCore.get(dst)
+    try:
+        last = core.store.last_seq()
+    finally:
+        core.shutdown()
+    assert main(["expand", f"1..{last}", "--session", "s1", "--db", str(dst), "--raw"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [json.dumps(m, ensure_ascii=False) for m in MESSAGES]
+
+
+def test_doctor_says_which_egress_would_be_refused(db, tmp_path, capsys):
+    home = tmp_path / "egress_home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "chronicle:\n"
+        "  context: {summarizer: endpoint, summarizer_base_url: 'http://127.0.0.1:8080/v1'}\n"
+        "  recall: {embeddings: {url: 'http://203.0.113.7:11434/v1'}}\n",
+        encoding="utf-8",
+    )
+    code, data = run_json(capsys, "doctor", "--db", str(db), "--hermes-home", str(home))
+    checks = {c["name"]: c for c in data["checks"] if c["area"] == "egress"}
+    assert checks["summaries"]["status"] == "ok" and "127.0.0.1" in checks["summaries"]["detail"]
+    embeddings = checks["embeddings"]["detail"]
+    assert embeddings.startswith("REFUSED") and "recall.embeddings.allow_remote" in embeddings

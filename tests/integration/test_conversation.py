@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,54 +82,115 @@ def chat_home(tmp_path: Path, stub: StubModel, plugin_source: Path) -> HermesHom
     return make_home(tmp_path, stub, plugin_source)
 
 
-# Hermes 0.19.0 ships `compression.in_place: true` in its default config: a compaction keeps the
-# session id. With `in_place: false` it continues under a new id (a lineage). Both must work.
-@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "rotating"])
-def test_long_conversation_through_real_hermes(
-    tmp_path: Path, stub: StubModel, plugin_source: Path, in_place: bool
-) -> None:
-    home = make_home(tmp_path, stub, plugin_source, in_place=in_place)
-    # Turn 1: the fact to remember, in a fresh session.
-    stub.script(Reply(text="Noted."))
-    session = home.chat(f"{FACT} {filler(1)}").session_id
-    log = home.log_text()
-    assert "Memory provider 'chronicle' activated" in log
-    assert "Context engine 'chronicle' not found" not in log
-    assert "could not be safely copied" not in log
+@dataclass
+class Conversation:
+    """One long conversation through real Hermes, run once per compaction mode."""
 
-    # Both slots' tools reached the model.
-    tools = {t["function"]["name"] for t in stub.chat_requests()[0].get("tools", [])}
-    assert {"chronicle_search", "chronicle_expand"} <= tools
+    in_place: bool
+    home: HermesHome
+    stub: StubModel
+    session: str = ""
+    turns: int = 0
+    sent: dict[int, str] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    first_tools: set[str] = field(default_factory=set)
+    log_after_first_turn: str = ""
+    expand_request: dict[str, Any] = field(default_factory=dict)
+    prefetch_request: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return self.stub.chat_requests()
+
+    @property
+    def distinct_handoffs(self) -> list[str]:
+        return list(dict.fromkeys(h for r in self.requests for h in handoffs(r)))
+
+
+def _run_conversation(conv: Conversation) -> None:
+    home, stub = conv.home, conv.stub
+    stub.script(Reply(text="Noted."))
+    session = home.chat(filler(1)).session_id
+    conv.log_after_first_turn = home.log_text()
+    conv.first_tools = {t["function"]["name"] for t in stub.chat_requests()[0].get("tools", [])}
 
     # Long turns, each an agent loop of several tool steps, until Chronicle has compacted at
     # least twice (bounded). Each step is a long assistant message plus a Chronicle tool call
     # (chronicle_context_status), which Hermes dispatches to the engine and answers.
-    sent: dict[int, str] = {}
-    notes: dict[str, str] = {}
     turn = 1
     while turn < TURN_LIMIT:
         turn += 1
-        sent[turn] = filler(turn)
+        # The fact rides in turn 2: turn 1 is the protected head and never leaves the context.
+        conv.sent[turn] = FACT if turn == 2 else filler(turn)
         for k in range(1, STEPS + 1):
-            notes[f"NOTE-{turn:02d}-{k}"] = note(turn, k)
+            conv.notes[f"NOTE-{turn:02d}-{k}"] = note(turn, k)
             stub.script(
-                Reply(
-                    text=note(turn, k),
-                    tool_calls=(ToolCall("chronicle_context_status", {}),),
-                )
+                Reply(text=note(turn, k), tool_calls=(ToolCall("chronicle_context_status", {}),))
             )
         stub.script(Reply(text=f"Read turn {turn}."))
-        session = home.chat(sent[turn], resume=session).session_id
-        if len({h for r in stub.chat_requests() for h in handoffs(r)}) >= 2:
+        session = home.chat(conv.sent[turn], resume=session).session_id
+        if len(conv.distinct_handoffs) >= 2:
             break
-    requests = stub.chat_requests()
-    distinct = list(dict.fromkeys(h for r in requests for h in handoffs(r)))
-    assert len(distinct) >= 2, f"compaction fired {len(distinct)} times in {turn} turns"
+    conv.turns = turn
 
-    # It was Chronicle's engine: its sections exist, and the handoff cites them.
-    core = ChronicleCore.get(home.db_path)
+    # After a restart, the model expands the first section its handoff cites.
+    def expand_first_cited(body: dict[str, Any], index: int) -> Reply:
+        (handoff,) = handoffs(body)[:1]
+        level, section_id, _, _ = cited(handoff)[0]
+        # A small page: Hermes swaps any tool result over 100,000 characters for a preview.
+        args = {"section_id": label_of(level, section_id), "page_size": 3}
+        return Reply(tool_calls=(ToolCall("chronicle_expand", args),))
+
+    stub.script(expand_first_cited, Reply(text="Expanded."))
+    before = len(stub.chat_requests())
+    session = home.chat("Show me the start of our conversation again.", resume=session).session_id
+    conv.expand_request = stub.chat_requests()[before + 1]
+
+    # One more resumed turn asks about the fact from turn 2, long compacted.
+    stub.script(Reply(text="It is in the vault."))
+    before = len(stub.chat_requests())
+    session = home.chat(
+        "Remind me: which vault path holds the Heron deploy key?", resume=session
+    ).session_id
+    conv.prefetch_request = stub.chat_requests()[before]
+    conv.session = session
+
+
+# Hermes 0.19.0 ships `compression.in_place: true` in its default config: a compaction keeps the
+# session id. With `in_place: false` it continues under a new id (a lineage). Both must work.
+@pytest.fixture(scope="module", params=[True, False], ids=["in-place", "rotating"])
+def conversation(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    plugin_source: Path,
+) -> Iterator[Conversation]:
+    with StubModel() as stub:
+        root = tmp_path_factory.mktemp("conversation")
+        home = make_home(root, stub, plugin_source, in_place=request.param)
+        conv = Conversation(in_place=request.param, home=home, stub=stub)
+        _run_conversation(conv)
+        yield conv
+
+
+def test_both_slots_are_chronicle(conversation: Conversation) -> None:
+    log = conversation.log_after_first_turn
+    assert "Memory provider 'chronicle' activated" in log
+    assert "Context engine 'chronicle' not found" not in log
+    assert "could not be safely copied" not in log
+    assert {"chronicle_search", "chronicle_expand"} <= conversation.first_tools
+    assert "falling back to built-in compressor" not in conversation.home.log_text()
+
+
+def test_chronicle_compacted_more_than_once_and_its_handoffs_reached_the_model(
+    conversation: Conversation,
+) -> None:
+    distinct = conversation.distinct_handoffs
+    assert len(distinct) >= 2, (
+        f"compaction fired {len(distinct)} times in {conversation.turns} turns"
+    )
+    core = ChronicleCore.get(conversation.home.db_path)
     try:
-        name = core.sessions.chronicle_name(session)
+        name = core.sessions.chronicle_name(conversation.session)
         assert len(core.chronicle(name)) >= 1
         for handoff in distinct:
             blocks = cited(handoff)
@@ -135,19 +198,22 @@ def test_long_conversation_through_real_hermes(
             for level, section_id, lo, hi in blocks:
                 view = core.compaction.resolve(name, label_of(level, section_id))
                 assert view is not None and (view.from_seq, view.to_seq) == (lo, hi)
-        lineage = core.sessions.lineage(session)
-        if in_place:
-            assert lineage == [session]  # one id for the whole conversation
-        else:
-            assert len(lineage) >= 3  # two compactions: three Hermes sessions, one conversation
+        lineage = core.sessions.lineage(conversation.session)
     finally:
         core.shutdown()
-    assert "falling back to built-in compressor" not in home.log_text()
+    if conversation.in_place:
+        assert lineage == [conversation.session]  # one id for the whole conversation
+    else:
+        assert len(lineage) >= 3  # two compactions: three Hermes sessions, one conversation
 
-    # The tail stayed verbatim: in every request that follows a compaction, each message after
-    # the handoff is the one first sent, unchanged: notes byte for byte, user turns whole (Hermes
-    # may add its <memory-context> block around the current one), no tool result orphaned.
-    for request in requests:
+
+def test_the_tail_stayed_verbatim(conversation: Conversation) -> None:
+    # In every request that follows a compaction, each message after the handoff is the one
+    # first sent, unchanged: notes byte for byte, user turns whole (Hermes may add its
+    # <memory-context> block around the current one), and no tool result orphaned.
+    sent, notes = conversation.sent, conversation.notes
+    checked = 0
+    for request in conversation.requests:
         if not handoffs(request):
             continue
         start = next(i for i, m in enumerate(request["messages"]) if text_of(m).startswith(MARKER))
@@ -163,50 +229,59 @@ def test_long_conversation_through_real_hermes(
             found = re.match(r"Working notes (NOTE-\d\d-\d)", text)
             if found:
                 assert text == notes[found.group(1)]
+                checked += 1
             found = re.search(r"\(MARKER-(\d\d)\)", text)
             if found and m["role"] == "user":
                 assert sent[int(found.group(1))] in text
-    status_results = [m for r in requests for m in r["messages"] if m["role"] == "tool"]
-    assert status_results and all('"error"' not in text_of(m)[:20] for m in status_results)
+    assert checked
 
-    # After a restart, the model expands the first section its handoff cites: Hermes dispatches
-    # chronicle_expand to the engine and the messages come back exactly as first sent.
-    def expand_first_cited(body: dict[str, Any], index: int) -> Reply:
-        (handoff,) = handoffs(body)[:1]
-        level, section_id, _, _ = cited(handoff)[0]
-        # A small page: Hermes swaps any tool result over 100,000 characters for a preview.
-        args = {"section_id": label_of(level, section_id), "page_size": 3}
-        return Reply(tool_calls=(ToolCall("chronicle_expand", args),))
 
-    stub.script(expand_first_cited, Reply(text="Expanded."))
-    before = len(stub.chat_requests())
-    session = home.chat("Show me the start of our conversation again.", resume=session).session_id
-    answered = stub.chat_requests()[before + 1]
-    result = json.loads(
-        text_of(next(m for m in reversed(answered["messages"]) if m["role"] == "tool"))
-    )
+def test_chronicle_tool_calls_were_dispatched_and_answered(conversation: Conversation) -> None:
+    results = [m for r in conversation.requests for m in r["messages"] if m["role"] == "tool"]
+    status = [json.loads(text_of(m)) for m in results if '"engine": "chronicle"' in text_of(m)]
+    assert status and all(s.get("engine") == "chronicle" for s in status)
+
+
+def test_after_a_restart_expand_returns_the_original_messages(conversation: Conversation) -> None:
+    answered = conversation.expand_request
+    tool = next(m for m in reversed(answered["messages"]) if m["role"] == "tool")
+    result = json.loads(text_of(tool))
     restored = [entry["message"] for entry in result["messages"]]
     assert restored, result
     # Every text the conversation held, as the test sent it or scripted the model to say it.
     originals = {
-        f"{FACT} {filler(1)}",
+        filler(1),
         "Noted.",
-        *sent.values(),
-        *notes.values(),
-        *(f"Read turn {n}." for n in sent),
+        *conversation.sent.values(),
+        *conversation.notes.values(),
+        *(f"Read turn {n}." for n in conversation.sent),
     }
     texts = [text_of(m) for m in restored if m["role"] != "tool" and text_of(m)]
     assert texts and all(t in originals for t in texts), [t[:80] for t in texts]
-    assert any(t in notes.values() or t in sent.values() for t in texts)
 
-    # Memory was prefetched into a later turn: the fact from the first turn, long compacted,
-    # comes back in the <memory-context> block of the user message (again a new process).
-    stub.script(Reply(text="It is in the vault."))
-    before = len(stub.chat_requests())
-    home.chat("Remind me: which vault path holds the Heron deploy key?", resume=session)
-    prompt = last_user(stub.chat_requests()[before])
+
+def test_memory_was_prefetched_into_a_later_turn(conversation: Conversation) -> None:
+    prompt = last_user(conversation.prefetch_request)
     block = re.search(r"<memory-context>(.*?)</memory-context>", prompt, re.DOTALL)
     assert block and FACT_NEEDLE in block.group(1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="observed in both modes: after a compaction, a later turn's live list (head, handoff, "
+    "tail) is recorded by capture as a branch (branch_summary entries) although the conversation "
+    "never branched; with Hermes' default compression.in_place: true the path has no compaction "
+    "entry at all, so recall's window counts folded messages as visible and withholds them "
+    "from prefetch. Strict: fails once fixed; then remove this marker.",
+)
+def test_the_session_tree_records_the_compactions(conversation: Conversation) -> None:
+    core = ChronicleCore.get(conversation.home.db_path)
+    try:
+        kinds = [e.kind for e in core.sessions.path(conversation.session)]
+    finally:
+        core.shutdown()
+    assert "compaction" in kinds
+    assert "branch_summary" not in kinds  # the conversation never branched
 
 
 def test_memory_from_an_earlier_session_comes_back(chat_home: HermesHome, stub: StubModel) -> None:
@@ -226,13 +301,6 @@ def test_memory_from_an_earlier_session_comes_back(chat_home: HermesHome, stub: 
     assert block and FACT_NEEDLE in block.group(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the first turn of a brand-new session gets no prefetch: recall scopes memory by the "
-    "session's (user, profile), learned from messages already captured, and none are when "
-    "Hermes prefetches turn 1; the provider knows the profile from initialize(agent_identity=) "
-    "and should tell recall. Strict: fails once fixed; then remove this marker.",
-)
 def test_first_turn_of_a_new_session_gets_earlier_memory(
     chat_home: HermesHome, stub: StubModel
 ) -> None:

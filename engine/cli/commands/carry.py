@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ... import transfer
 from ...capture.events import NAMESPACE as CHAT
+from ...sessions.jsonl import FORMAT as SESSION_FORMAT
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 from ._optional import subsystem
 
@@ -21,17 +22,20 @@ from ._optional import subsystem
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export",
-        help="write sessions (events) or a chronicle's sections as JSONL",
-        description="Sessions: every event of the selected sessions (or the whole log) as JSON "
-        "lines. With --chronicle: that chronicle's sections, to carry them to another database "
-        "holding the same log.",
+        help="write a session (or the whole log, or a chronicle's sections) as JSONL",
+        description="With --session: that conversation's whole session tree in the versioned "
+        "session format (messages byte for byte, branches and compactions included). Without: "
+        "every event of the log. With --chronicle: that chronicle's sections, to carry them to "
+        "another database holding the same log.",
     )
     p.add_argument("-o", "--out", metavar="FILE", help="write here (default: stdout)")
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--session", help="one conversation (its whole lineage)")
+    what.add_argument("--session", help="one conversation (its whole tree and lineage)")
     what.add_argument("--chronicle", help="carry this chronicle's sections instead of events")
     p.add_argument(
-        "--messages-only", action="store_true", help="only captured chat messages, no other events"
+        "--messages-only",
+        action="store_true",
+        help="whole-log export: only captured chat messages, no other events",
     )
     add_common_options(p)
     p.set_defaults(run=export)
@@ -81,20 +85,24 @@ def export(s: Session) -> Outcome:
         with _open_out(a.out) as fh:
             count = transfer.write_sections(core.chronicle(a.chronicle), fh)
         data = {"kind": "sections", "chronicle": a.chronicle, "written": count, "out": a.out or "-"}
+    elif a.session:
+        tree = subsystem("sessions", lambda: core.sessions)
+        text = tree.export_jsonl(a.session)
+        with _open_out(a.out) as fh:
+            fh.write(text)
+        lines = max(0, len([line for line in text.splitlines() if line.strip()]) - 1)
+        data = {"kind": "session", "session": a.session, "written": lines, "out": a.out or "-"}
     else:
-        sessions = None
-        if a.session:
-            sessions = list(subsystem("sessions", lambda: core.sessions).lineage(a.session))
         namespaces = [CHAT] if a.messages_only else None
         total = core.store.count()
         with _open_out(a.out) as fh, _progress(stderr, not s.json and not to_stdout) as bar:
             task = bar.add_task("exporting events", total=total)
             count = transfer.write_events(
-                core.store.read(sessions=sessions, namespaces=namespaces),
+                core.store.read(namespaces=namespaces),
                 fh,
                 progress=lambda n: bar.advance(task, n),
             )
-        data = {"kind": "events", "sessions": sessions, "written": count, "out": a.out or "-"}
+        data = {"kind": "events", "written": count, "out": a.out or "-"}
 
     def draw(console: Console) -> None:
         # With stdout carrying the export itself, the summary goes to stderr.
@@ -119,8 +127,13 @@ def import_(s: Session) -> Outcome:
     else:
         header = transfer.header_of(Path(a.file))
         lines = None
-    kind = header.get("kind")
-    if kind == "sections":
+    kind = "session" if header.get("format") == SESSION_FORMAT else header.get("kind")
+    if kind == "session":
+        tree = subsystem("sessions", lambda: core.sessions)
+        text = "".join(lines) if lines is not None else Path(a.file).read_text(encoding="utf-8")
+        stored = tree.import_jsonl(text)
+        data = {"kind": "session", "session": header.get("session"), "stored": stored}
+    elif kind == "sections":
         name = a.chronicle or header.get("chronicle") or "default"
         with _lines(a.file, lines) as it:
             loaded = core.chronicle(name).load(transfer.read_sections(it, source=source))

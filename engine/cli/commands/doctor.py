@@ -7,6 +7,7 @@ import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import yaml
 from rich.console import Console
@@ -294,16 +295,70 @@ def _hermes_checks(s: Session) -> list[Check]:
 
 
 def _egress_checks(s: Session) -> list[Check]:
-    """Which configured destinations Chronicle would call, and which it refuses."""
+    """Where Chronicle would send conversation text, and which of those sends it refuses."""
     config = s.config
-    egress = [k for k in KEYS if k.path.startswith(("egress.", "summarizer.", "model."))]
-    if not egress:
-        return [
+    out: list[Check] = []
+    writer = str(config.get("context.summarizer") or "extractive")
+    if writer == "extractive":
+        out.append(
+            Check("egress", "summaries", "ok", "extractive, on this machine: nothing leaves")
+        )
+    elif writer == "auxiliary":
+        out.append(
             Check(
                 "egress",
-                "outbound calls",
-                "ok",
-                "none: this build makes no network calls (summaries are extractive, on this machine)",
+                "summaries",
+                "warn",
+                "folded ranges go to Hermes' auxiliary compression model (auxiliary.compression "
+                "in Hermes' config), wherever that points",
             )
-        ]
-    return [Check("egress", k.path, "ok", f"{config.values.get(k.path)!r}") for k in egress]
+        )
+    else:
+        out.append(
+            _endpoint_check(
+                "summaries",
+                str(config.get("context.summarizer_base_url") or ""),
+                bool(config.get("context.summarizer_allow_remote")),
+                "chronicle.context.summarizer_allow_remote",
+                "folded ranges of the conversation",
+            )
+        )
+    url = str(config.get("recall.embeddings.url") or "")
+    if not url:
+        out.append(Check("egress", "embeddings", "ok", "none configured: full-text recall only"))
+    else:
+        out.append(
+            _endpoint_check(
+                "embeddings",
+                url,
+                bool(config.get("recall.embeddings.allow_remote")),
+                "chronicle.recall.embeddings.allow_remote",
+                "message excerpts",
+            )
+        )
+    return out
+
+
+def _endpoint_check(name: str, url: str, allow_remote: bool, key: str, what: str) -> Check:
+    from ...recall.vectors import endpoint_is_local
+
+    host = urlparse(url).hostname or ""
+    if not host:
+        return Check(
+            "egress", name, "fail", f"endpoint URL {url!r} has no host; fix it in config.yaml"
+        )
+    if endpoint_is_local(url):
+        return Check(
+            "egress", name, "ok", f"{what} go to {host} (this host or its private network)"
+        )
+    if allow_remote:
+        return Check(
+            "egress", name, "warn", f"{what} go to {host}, off this network ({key} is true)"
+        )
+    return Check(
+        "egress",
+        name,
+        "warn",
+        f"REFUSED: {host} is off this host and its private network, so {what} are not sent "
+        f"there; set {key}: true to allow it",
+    )
