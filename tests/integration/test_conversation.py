@@ -266,14 +266,6 @@ def test_memory_was_prefetched_into_a_later_turn(conversation: Conversation) -> 
     assert block and FACT_NEEDLE in block.group(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="observed in both modes: after a compaction, a later turn's live list (head, handoff, "
-    "tail) is recorded by capture as a branch (branch_summary entries) although the conversation "
-    "never branched; with Hermes' default compression.in_place: true the path has no compaction "
-    "entry at all, so recall's window counts folded messages as visible and withholds them "
-    "from prefetch. Strict: fails once fixed; then remove this marker.",
-)
 def test_the_session_tree_records_the_compactions(conversation: Conversation) -> None:
     core = ChronicleCore.get(conversation.home.db_path)
     try:
