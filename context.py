@@ -141,6 +141,9 @@ class ChronicleContextEngine(_Base):
         return clone
 
     def _tick(self, hook: str) -> None:
+        # Named "context.<hook>": these calls run on the agent's own thread (compaction included),
+        # so they only let the scheduler schedule; queued jobs drain on the memory slot's hooks.
+        hook = "context." + hook
         try:
             scheduler = self.core.scheduler
         except Exception:  # the scheduler lands with its own issue; until then, nothing is due

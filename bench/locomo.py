@@ -35,13 +35,14 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.text import content_words, quote
+from chronicle_engine.tools import dispatch
 
 DEFAULT_DATA = Path("/work/shared/data/locomo/locomo-dev.json")
 CATEGORIES = (1, 2, 3, 4)
@@ -135,6 +136,15 @@ class Baseline:
 
 
 # -- scoring -----------------------------------------------------------------------------------
+
+
+def ask(core: ChronicleCore, question: str, user: str) -> list[dict[str, Any]]:
+    """The agent's own tool call: chronicle_search through the tool dispatch, JSON and all."""
+    args = {"query": question, "scope": "messages", "limit": 10}
+    answer = json.loads(dispatch(core.recall.TOOLS, core, "chronicle_search", args, user_id=user))
+    if "error" in answer:
+        raise RuntimeError(f"chronicle_search failed: {answer['error']}")
+    return list(answer["results"])
 
 
 def ndcg(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
@@ -239,7 +249,6 @@ def run(
             f"ingested {turns} turns of {len(samples)} conversations through capture in "
             f"{time.perf_counter() - started:.1f} s"
         )
-        search: Callable[..., list[dict[str, Any]]] = core.recall.search
         for sample in samples:
             user = str(sample["sample_id"])
             by_seq = dia[user]
@@ -251,7 +260,7 @@ def run(
                     continue
                 question = str(qa["question"])
                 t0 = time.perf_counter()
-                results = search(question, user_id=user, scope="messages", limit=10)
+                results = ask(core, question, user)
                 elapsed = time.perf_counter() - t0
                 ranked = [by_seq.get(r["seq"], "") for r in results]
                 ours.add(category, ranked, relevant, elapsed)

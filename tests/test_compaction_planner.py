@@ -277,3 +277,93 @@ def test_overflowing_protected_part_is_shortened_newest_first_and_says_how_to_re
     assert all("chronicle_expand(from_seq=" in m["content"] for m in shortened)
     assert all("api_content" not in m for m in shortened)
     assert violations(messages, out, rewritten) == []
+
+
+@st.composite
+def turn_conversations(draw: st.DrawFn) -> dict[str, Any]:
+    """Well-formed chats: a request (sometimes a standing instruction), a few tool steps, an
+    answer. Pins land anywhere."""
+    messages: list[dict[str, Any]] = []
+    for t in range(draw(st.integers(1, 25))):
+        if draw(st.integers(0, 5)) == 0:
+            messages.append({"role": "user", "content": f"always keep rule {t} in mind"})
+        else:
+            messages.append(
+                {"role": "user", "content": f"request {t} " + "x" * draw(st.integers(1, 2000))}
+            )
+        for k in range(draw(st.integers(0, 3))):
+            call = f"t{t}_{k}"
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": call,
+                            "type": "function",
+                            "function": {"name": "sh", "arguments": "{}"},
+                        }
+                    ],
+                }
+            )
+            messages.append(
+                {"role": "tool", "tool_call_id": call, "content": "y" * draw(st.integers(1, 3000))}
+            )
+        if draw(st.booleans()) or t == 0:
+            messages.append(
+                {"role": "assistant", "content": f"answer {t} " + "z" * draw(st.integers(1, 2000))}
+            )
+    seqs: list[int | None] = list(range(1, len(messages) + 1))
+    pins = [(p, p) for p in draw(st.lists(st.integers(1, len(messages)), max_size=3))]
+    return {
+        "messages": messages,
+        "seqs": seqs,
+        "through": 0,
+        "pins": pins,
+        "first": draw(st.integers(0, 4)),
+        "last": draw(st.integers(0, 8)),
+        "budget": draw(st.integers(500, 20_000)),
+        "reserve": draw(st.integers(0, 1_000)),
+        "force": draw(st.booleans()),
+    }
+
+
+@_settings
+@given(turn_conversations())
+def test_no_two_turns_of_the_same_role_meet_where_folded_ones_were(s: dict[str, Any]) -> None:
+    facts, p = _plan(s)
+    if not p.changed:
+        return
+    out, _ = assemble(s["messages"], p, {"role": p.handoff_role, "content": HEADER}, s["seqs"])
+    roles = [m["role"] for m in out]
+    handoff_at = len(p.head)
+    units = units_of(facts)
+    head_end = max(p.head) + 1 if p.head else 0
+    body = [u for u in units if u.start >= head_end]
+    # The handoff never meets its own role unless the original offers nothing to put between.
+    assert (
+        handoff_at == 0
+        or roles[handoff_at - 1] not in (roles[handoff_at],)
+        or roles[handoff_at - 1] == "tool"
+    )
+    if handoff_at == 0:
+        assert roles[0] == "user"
+    if handoff_at + 1 < len(roles) and roles[handoff_at + 1] == roles[handoff_at]:
+        first = p.keep[0]
+        before = [u for u in body if u.end <= first and u.well_formed]
+        if p.handoff_role == "user":  # wanted an assistant unit right before the first kept one
+            assert (
+                not before
+                or before[-1].end != first
+                or s["messages"][before[-1].start]["role"] != "assistant"
+            )
+        else:  # wanted a user message somewhere before it
+            assert not any(s["messages"][u.start]["role"] == "user" for u in before)
+    # Kept units that were not neighbours: two requests meet only if the first had no reply.
+    kept = list(p.keep)
+    for a, b in zip(kept, kept[1:], strict=False):
+        if b == a + 1:
+            continue
+        ra, rb = s["messages"][a]["role"], s["messages"][b]["role"]
+        if ra == rb == "user":
+            assert s["messages"][a + 1]["role"] != "assistant" or a + 1 in p.head

@@ -321,6 +321,7 @@ class Compaction:
         force: bool,
         memory_context: str,
     ) -> Outcome:
+        started = time.perf_counter()
         state = self.lineage_state(session_id)
         focus = (focus_topic or "").strip() or state.focus or None
         previous, role, through = self._previous_view(name, messages)
@@ -415,11 +416,7 @@ class Compaction:
             fell_back = fell_back or any(c.drawn.fell_back for c in condensed)
 
         text = render(view)
-        if role not in ("user", "assistant"):
-            head_roles = [
-                messages[i].get("role") for i in the_plan.head if isinstance(messages[i], dict)
-            ]
-            role = "assistant" if head_roles and head_roles[-1] == "user" else "user"
+        role = the_plan.handoff_role
         output, rewritten = assemble(messages, the_plan, handoff_message(text, role), seqs)
         problems = violations(messages, output, rewritten)
         if problems:
@@ -449,6 +446,7 @@ class Compaction:
             fell_back=fell_back,
             writer=self.writer.name,
             focus=focus or "",
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
         with self.core.store.atomic() as conn:
             for v in new_sections:

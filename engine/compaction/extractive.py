@@ -35,8 +35,10 @@ _MAX_FACTS = 80
 _FACTS_CHARS = 1600
 
 _FACT_CHARS = frozenset("0123456789/@_")
+_FACT_HIT = re.compile(r"[0-9/@_A-Z]")  # where a fact-like word may be
+_SPACE = re.compile(r"\s")
 _STRIP = ".,;:!?()[]{}<>\"'`*"
-_FACTS_SCANNED = 600  # messages scanned for facts at most, spread evenly over the range
+_FACTS_SCANNED = 800  # messages scanned for facts at most, spread evenly over the range
 _FACTS_PER_MESSAGE = 6
 
 # Keyword tests on lower-cased text: far cheaper than a regex alternation per sentence.
@@ -164,14 +166,25 @@ def _outcome(result: dict[str, Any] | None) -> str:
 def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     """Identifier-like words of `text`: with a digit, a slash, an @ or an underscore (paths,
     numbers, dates, ids, URLs, e-mail addresses, snake_case), or inner capitals (CamelCase,
-    ALLCAPS). Splitting on whitespace keeps this linear and cheap."""
+    ALLCAPS). Only the words around a candidate character are looked at, so plain prose costs
+    one C-level scan."""
     found: list[str] = []
-    for word in text.split():
+    end = -1
+    for hit in _FACT_HIT.finditer(text):
+        i = hit.start()
+        if i < end:
+            continue
+        start = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
+        space = _SPACE.search(text, i)
+        end = space.start() if space else len(text)
+        word = text[start:end]
+        if len(word) > 120:
+            continue
         if word.isalpha():
-            # Plain words ("lorem", "Deploy") are not facts; CamelCase and ALLCAPS are.
+            # Plain words ("Deploy", "the") are not facts; CamelCase and ALLCAPS are.
             if word.islower() or len(word) < 3 or (word[0].isupper() and word[1:].islower()):
                 continue
-        elif len(word) > 120 or _FACT_CHARS.isdisjoint(word):
+        elif _FACT_CHARS.isdisjoint(word) and word[1:] == word[1:].lower():
             continue
         word = word.strip(_STRIP)
         if len(word) < 2 or word in found:
@@ -182,17 +195,35 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     return found
 
 
+def _spread(items: Sequence[int], count: int) -> list[int]:
+    """`count` items spread evenly over `items`, both ends included."""
+    if len(items) <= count:
+        return list(items)
+    step = (len(items) - 1) / max(1, count - 1)
+    return [items[round(k * step)] for k in range(count)]
+
+
+def _fact_text(message: dict[str, Any], text: str | None = None) -> tuple[str, int]:
+    """The part of a message scanned for facts, and its weight (see `_facts`)."""
+    if text is None:
+        text = content_text(message)
+    if message.get("role") == "tool":
+        # Tool output is bulk: its start and its end (where results and errors land).
+        tail = text[-_TOOL_TAIL_CHARS:] if len(text) > _TOOL_HEAD_CHARS else ""
+        return text[:_TOOL_HEAD_CHARS] + "\n" + tail, 0
+    return text[:_FACT_SCAN_CHARS], 1
+
+
 def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
     """Up to `limit` distinct facts from `(text, weight)` pairs, the most telling first: a value
     seen once (an id, a code) over one that recurs (a template like "service-12"), letters with
     digits over bare numbers, the person's and the assistant's words (weight 1) over tool output
     (0) and commands (-1, already on the Step lines). Within the last tier that fits, facts are
-    drawn evenly from across the range, not just its start. Returned in order of appearance."""
-    stride = max(1, -(-len(texts) // _FACTS_SCANNED))
+    drawn evenly from across the range, not just its start. Returned best first."""
     counts: dict[str, int] = {}  # by lower-cased value: "Service-4" recurs as "service-4"
     first: dict[str, int] = {}
     weight: dict[str, int] = {}
-    for position, (text, w) in enumerate(texts[::stride]):
+    for position, (text, w) in enumerate(texts):
         for value in facts_in(text):
             key = value.lower()
             counts[key] = counts.get(key, 0) + 1
@@ -222,19 +253,33 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
         step = len(values) / room
         chosen += [values[int(k * step)] for k in range(room)]
         break
-    return sorted(chosen, key=first.__getitem__)
+    # Best first; ties (and the evenly drawn last tier) in order of appearance.
+    rank = {value: k for k, value in enumerate(chosen)}
+    return sorted(chosen, key=lambda v: (-score(v), rank[v]))
 
 
 def _fact_line(values: Sequence[str], cap: int) -> str:
-    """'Facts: a, b, c' within `cap` characters, whole values only, spread evenly over `values`
-    when they do not all fit (a cut value would be a wrong fact)."""
-    values = [v for v in values if v and len(v) < cap // 2]
-    chosen = list(values)
-    while chosen and len("Facts: " + ", ".join(chosen)) > cap:
-        keep = max(1, int(len(chosen) * cap / len("Facts: " + ", ".join(chosen))) - 1)
-        step = len(values) / keep
-        chosen = [values[int(k * step)] for k in range(keep)] if keep < len(chosen) else chosen[:-1]
+    """'Facts: a, b, c' within `cap` characters: whole values only (a cut value would be a wrong
+    fact), taken in the order given (best first) while they fit, shown in that order."""
+    chosen: list[str] = []
+    length = len("Facts: ")
+    for value in values:
+        extra = len(value) + (2 if chosen else 0)
+        if not value or length + extra > cap:
+            continue
+        chosen.append(value)
+        length += extra
     return "Facts: " + ", ".join(chosen)
+
+
+def _round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
+    """The first of every list, then the second of every list, ...: no part crowds out the rest."""
+    out: dict[str, None] = {}
+    for k in range(max((len(x) for x in lists), default=0)):
+        for values in lists:
+            if k < len(values):
+                out.setdefault(values[k], None)
+    return list(out)
 
 
 def _middle_out(n: int) -> Iterable[int]:
@@ -320,18 +365,35 @@ def summarize_messages(
         lines.append(_Line(rank, text, order, focused, short))
         order += 1
 
-    for m in messages:
+    # Bounded work on a huge fold: only so many lines can survive the budget, so lines are made
+    # for an even spread of messages (every request while they are few enough), and facts are
+    # scanned in an even spread too.
+    n = len(messages)
+    line_cap = max(300, budget_chars // 25)
+    detail: set[int] | None = None
+    if n > 2 * line_cap:
+        users = [
+            i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"
+        ]
+        detail = set(_spread(range(n), line_cap))
+        detail.update(users if len(users) <= line_cap else _spread(users, line_cap))
+    share = min(1.0, _FACTS_SCANNED / n) if n else 1.0
+
+    for index, m in enumerate(messages):
         if not isinstance(m, dict):
+            continue
+        # A hashed sample, not every k-th message: a fixed stride would keep hitting the same
+        # place of each turn (always the request, never the answer).
+        scan = share >= 1.0 or (index * 2654435761) % 4294967296 < share * 4294967296
+        if detail is not None and index not in detail:
+            if scan:
+                scanned.append(_fact_text(m))
             continue
         role = m.get("role")
         text = content_text(m)
         head = text[:_SCAN_CHARS]
-        if role == "tool":
-            # Tool output is bulk: its start and its end (where results and errors land).
-            tail = text[-_TOOL_TAIL_CHARS:] if len(text) > _TOOL_HEAD_CHARS else ""
-            scanned.append((text[:_TOOL_HEAD_CHARS] + "\n" + tail, 0))
-        else:
-            scanned.append((text[:_FACT_SCAN_CHARS], 1))
+        if scan:
+            scanned.append(_fact_text(m, text))
         focused = _mentions(head, terms)
         if role == "user":
             if is_real_user(m):
@@ -354,7 +416,8 @@ def summarize_messages(
                 else:
                     add(_RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), focused)
             for call_id, name, arguments in tool_calls(m):
-                scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
+                if scan:
+                    scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
                 outcome = _outcome(results.get(call_id))
                 step = f"Step: {_call_summary(name, arguments)} → {outcome}"
                 rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
@@ -383,7 +446,7 @@ def condense_prose(
     condensed section still names what each part was about."""
     terms = focus_terms(focus)
     lines: list[_Line] = []
-    facts: dict[str, None] = {}
+    facts: list[list[str]] = []
     order = 0
     per_user = max(120, min(400, budget_chars // max(1, 3 * len(children))))
     for label, prose in children:
@@ -395,10 +458,7 @@ def condense_prose(
                 continue
             focused = _mentions(line, terms)
             if line.startswith("Facts:"):
-                for value in line[len("Facts:") :].split(","):
-                    value = value.strip().rstrip("…")
-                    if value:
-                        facts.setdefault(value, None)
+                facts.append([v.strip() for v in line[len("Facts:") :].split(",") if v.strip()])
                 continue
             if line.startswith("User:"):
                 rank, cap = _RANK_USER, per_user * (2 if focused else 1)
@@ -414,5 +474,5 @@ def condense_prose(
             order += 1
     if facts:
         cap = max(80, min(_FACTS_CHARS, budget_chars // 4))
-        lines.append(_Line(_RANK_FACTS, _fact_line(list(facts), cap), order))
+        lines.append(_Line(_RANK_FACTS, _fact_line(_round_robin(facts), cap), order))
     return _fit(lines, budget_chars, restore)

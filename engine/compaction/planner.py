@@ -62,6 +62,7 @@ class Plan:
     tokens_after: int = 0  # head + handoff reserve + kept, after shortening
     newest_request: int | None = None
     handoffs_dropped: int = 0
+    handoff_role: str = "user"
 
     @property
     def changed(self) -> bool:
@@ -75,7 +76,9 @@ def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
     i, n = 0, len(facts)
     while i < n:
         f = facts[i]
-        if f.role == "assistant" and f.call_ids:
+        if f.role == "assistant" and f.call_ids and not f.handoff:
+            # (an earlier handoff the host merged with a call is not a call of ours to keep: it
+            # is dropped alone, and its results, now orphans, are folded)
             wanted = set(f.call_ids)
             found: set[str] = set()
             j = i + 1
@@ -187,6 +190,13 @@ def plan(
 
     kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
     head_kept = [u for u in head_units if u.well_formed]
+    handoff_role = _handoff_role(facts, head_kept)
+    bridges = _bridges(facts, body, kept_units, handoff_role)
+    if bridges:
+        for unit in bridges:
+            mandatory[unit.start] = unit
+            total += _cost(facts, unit)
+        kept_units = sorted(kept_units + bridges, key=lambda u: u.start)
     head_idx = tuple(i for u in head_kept for i in u.indices())
     keep_idx = tuple(i for u in kept_units for i in u.indices())
     kept = set(head_idx) | set(keep_idx)
@@ -235,4 +245,84 @@ def plan(
         tokens_after=total,
         newest_request=newest_request.start if newest_request is not None else None,
         handoffs_dropped=handoffs_dropped,
+        handoff_role=handoff_role,
     )
+
+
+def _handoff_role(facts: Sequence[MessageFacts], head: list[Unit]) -> str:
+    """The handoff's role: not the role that ends the head (a user turn is answered, tool
+    results are followed, by an assistant); a user turn when nothing precedes it."""
+    last = facts[head[-1].end - 1].role if head else None
+    return "assistant" if last in ("user", "tool") else "user"
+
+
+def _first_role(facts: Sequence[MessageFacts], unit: Unit) -> str:
+    return facts[unit.start].role
+
+
+def _last_role(facts: Sequence[MessageFacts], unit: Unit) -> str:
+    return facts[unit.end - 1].role
+
+
+def _bridges(
+    facts: Sequence[MessageFacts], body: list[Unit], kept: list[Unit], handoff_role: str
+) -> list[Unit]:
+    """Original units to keep as well, so that no two messages of the same role meet where the
+    compacted list skips over folded ones: after the handoff, and between kept units that were
+    not neighbours. The host would merge such a pair in place (a handoff swallowing a call, a
+    pinned request swallowing the next one); a verbatim neighbour keeps both whole."""
+    if not kept:
+        return []
+    taken = {u.start for u in kept}
+    position = {u.start: k for k, u in enumerate(body)}
+    added: list[Unit] = []
+
+    def free(unit: Unit) -> bool:
+        return unit.well_formed and unit.start not in taken
+
+    def take(unit: Unit) -> None:
+        taken.add(unit.start)
+        added.append(unit)
+
+    # After the handoff: the role it does not have.
+    first = kept[0]
+    want = "user" if handoff_role == "assistant" else "assistant"
+    if _first_role(facts, first) != want:
+        k = position.get(first.start, 0) - 1
+        if want == "assistant":
+            if k >= 0 and free(body[k]) and _first_role(facts, body[k]) == "assistant":
+                take(body[k])
+        else:
+            # The request that started this stretch, however far back.
+            while k >= 0 and not (free(body[k]) and _first_role(facts, body[k]) == "user"):
+                if body[k].start in taken:
+                    break
+                k -= 1
+            if k >= 0 and free(body[k]) and _first_role(facts, body[k]) == "user":
+                take(body[k])
+    # Between kept units that were not neighbours.
+    for a, b in zip(kept, kept[1:], strict=False):
+        if a.end == b.start:
+            continue
+        end, start = _last_role(facts, a), _first_role(facts, b)
+        if end != start or end not in ("user", "assistant"):
+            continue
+        if end == "user":  # the reply to `a`
+            k = position.get(a.start, -2) + 1
+            if (
+                0 <= k < len(body)
+                and body[k].start < b.start
+                and free(body[k])
+                and _first_role(facts, body[k]) == "assistant"
+            ):
+                take(body[k])
+        else:  # the request before `b`
+            k = position.get(b.start, 0) - 1
+            if (
+                k >= 0
+                and body[k].start > a.start
+                and free(body[k])
+                and _first_role(facts, body[k]) == "user"
+            ):
+                take(body[k])
+    return added

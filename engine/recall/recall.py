@@ -5,9 +5,10 @@ before every read, and answers:
 - `search` (chronicle_search): full text over messages, beliefs and sections, optionally fused
   with vectors from a local embedding server;
 - `prefetch` / `queue_prefetch`: per-turn memory behind the relevance gate, never from the
-  conversation already in the window, never for a scheduled job's turn;
-- `answer` (chronicle_answer): evidence with citations, or an abstention;
-- `remember`, `forget`, `correct`: the memory tools, each written to the log as an event.
+  conversation already in the window, never for a scheduled job's turn (prefetch.py);
+- `answer` (chronicle_answer): evidence with citations, or an abstention (answer.py);
+- `remember`, `forget`, `correct`: the memory tools, each written to the log as an event
+  (memory.py).
 
 Invariants: nothing here raises into the host from prefetch or queue_prefetch (they log once and
 return nothing); the one user's memory is never read for another (see search.py); every text
@@ -28,14 +29,8 @@ from ..capture.events import register_capture_events
 from ..errors import ChronicleError, StoreBusy, UsageError
 from ..log.projector import Projector
 from ..log.store import sqlite_errors
-from .events import (
-    MemoryCorrected,
-    MemoryForgotten,
-    MemoryRemembered,
-    register_recall_events,
-)
+from .events import register_recall_events
 from .fold import RecallFold, scope_number
-from .gate import gate_words, passes
 from .redact import mask
 from .schema import MIGRATIONS
 from .search import (
@@ -48,11 +43,10 @@ from .search import (
     message_rows,
     rank_beliefs,
     rank_sections,
-    with_text,
 )
 from .settings import Tuning
 from .text import content_words, tokens
-from .vectors import Embedder, cosine, nearest, pack, unpack
+from .vectors import Embedder, nearest, pack
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
@@ -207,38 +201,11 @@ class Recall:
             return None
 
     def window(self, session_id: str) -> set[int]:
-        """The seqs of the messages the model has in its window for this session: the active
-        branch after its latest compaction (the kept head, then everything from the first kept
-        message on), or the whole branch when nothing was compacted. What a compaction folded
-        out, and every other conversation, is not in the window."""
-        if not session_id:
-            return set()
-        try:
-            path = list(self.core.sessions.path(session_id))
-        except ImportError:
-            path = []
-        except Exception as exc:  # the tree is another subsystem: degrade, do not fail a turn
-            self._warn_once("window", "chronicle recall: session tree unavailable (%s)", exc)
-            path = []
-        if not path:
-            with self.core.store.reading() as conn:
-                return {
-                    int(seq)
-                    for (seq,) in conn.execute(
-                        "SELECT seq FROM recall_messages WHERE session = ?", (session_id,)
-                    )
-                }
-        latest = max((i for i, e in enumerate(path) if e.kind == "compaction"), default=None)
-        messages = [e for e in path if e.kind == "message"]
-        if latest is None:
-            return {e.seq for e in messages}
-        compaction = self.core.sessions.payloads([path[latest].seq]).get(path[latest].seq, {})
-        heads = {str(h) for h in compaction.get("head_entries") or ()}
-        kept = path[latest].target or compaction.get("first_kept_entry")
-        start = next((i for i in range(latest) if path[i].entry_id == kept), latest)
-        window = {e.seq for e in path[:latest] if e.kind == "message" and e.entry_id in heads}
-        window.update(e.seq for e in path[start:] if e.kind == "message")
-        return window
+        """The seqs of the messages already in the model's window for this session (see
+        `prefetch.window`)."""
+        from .prefetch import window
+
+        return window(self, session_id)
 
     # -- search --------------------------------------------------------------------------------
 
@@ -457,146 +424,14 @@ class Recall:
 
     def automated(self, session_id: str) -> bool:
         """Is this session a scheduled job's (cron) run?"""
-        live = self._live.get(session_id)
-        if live is not None and ("cron" in (live.agent_context or "") or live.platform == "cron"):
-            return True
-        if session_id.startswith("cron"):
-            return True
-        with self.core.store.reading() as conn:
-            row = conn.execute(
-                "SELECT agent_context, speaker FROM recall_messages WHERE session = ?"
-                " AND role = 'user' ORDER BY seq DESC LIMIT 1",
-                (session_id,),
-            ).fetchone()
-        return row is not None and (row[0] == "cron" or row[1] == "automation")
+        from .prefetch import automated
+
+        return automated(self, session_id)
 
     def _prefetch_now(self, query: str, session_id: str) -> str:
-        if not isinstance(query, str) or not query.strip():
-            return ""
-        t = self.tuning
-        if session_id and not t.prefetch_automation and self.automated(session_id):
-            return ""
-        message = gate_words(query)
-        if not message:
-            return ""
-        window = self.window(session_id)
+        from .prefetch import prepare
 
-        def in_window(seq: int, session: str | None) -> bool:
-            return seq in window
-
-        person_words: dict[int, set[str]] = {}
-
-        def keep_message(row: MessageRow) -> bool:
-            if row.speaker != "person" or in_window(row.seq, row.session):
-                return False
-            with self.core.store.reading() as conn:
-                with_text(conn, row)
-            if not row.person:
-                return False
-            person_words[row.seq] = gate_words(row.person)
-            return bool(message & person_words[row.seq])
-
-        def keep_belief(hit: Hit) -> bool:
-            sources = hit.extra.get("sources") or []
-            with self.core.store.reading() as conn:
-                sessions = {
-                    seq: s
-                    for seq, s in conn.execute(
-                        f"SELECT seq, session FROM recall_messages WHERE seq IN ({','.join('?' * len(sources))})",
-                        list(sources),
-                    )
-                }
-            return not sources or not all(in_window(s, sessions.get(s)) for s in sources)
-
-        found = self.hits(
-            query,
-            session_id=session_id or None,
-            scope="all",
-            limit=t.prefetch_limit * 4,
-            keep_message=keep_message,
-            keep_belief=keep_belief,
-            belief_origins=("person", "correction"),
-            use_vectors=False,
-            sections=False,  # a section is a summary, not the person's own words
-        )
-        if not t.prefetch_gate:
-            chosen = found[: t.prefetch_limit]
-        else:
-            chosen = self._gate(query, message, found, person_words)
-        return self._format(chosen)
-
-    def _gate(
-        self, query: str, message: set[str], found: list[Hit], person_words: dict[int, set[str]]
-    ) -> list[Hit]:
-        t = self.tuning
-        out: list[Hit] = []
-        query_vector: list[float] | None = None
-        on_the_spot = 4
-        deadline = time.monotonic() + 1.5
-        for hit in found:
-            if hit.kind == "message" and hit.seq is not None:
-                item = person_words.get(hit.seq, set())
-            else:
-                item = gate_words(
-                    f"{hit.extra.get('key', '')} {hit.extra.get('value', '')} {hit.text}"
-                )
-            shared = len(message & item)
-            similarity: float | None = None
-            vectors = self.embedder is not None and self.embedder.available
-            if 1 <= shared <= 3 and vectors and time.monotonic() < deadline:
-                if query_vector is None:
-                    query_vector = self._query_vector(query)
-                if query_vector is not None:
-                    similarity = self._similarity(hit, query_vector, on_the_spot > 0)
-                    on_the_spot -= 1
-            if passes(
-                message,
-                item,
-                similarity=similarity,
-                min_similarity=t.prefetch_min_similarity,
-                pair_similarity=t.prefetch_pair_similarity,
-            ):
-                out.append(hit)
-            if len(out) == t.prefetch_limit:
-                break
-        return out
-
-    def _similarity(self, hit: Hit, query_vector: list[float], may_embed: bool) -> float | None:
-        assert self.embedder is not None
-        with self.core.store.reading() as conn:
-            row = conn.execute(
-                "SELECT vec FROM recall_vectors WHERE target = ? AND model = ?",
-                (hit.id, self.embedder.model),
-            ).fetchone()
-        if row is not None:
-            return cosine(query_vector, unpack(row[0]))
-        if not may_embed:
-            return None
-        got = self.embedder.embed([hit.text[:2000]])
-        return cosine(query_vector, got[0]) if got else None
-
-    def _format(self, hits: list[Hit]) -> str:
-        if not hits:
-            return ""
-        lines = [
-            "Chronicle recalled this from earlier conversations (ids work with chronicle_search):"
-        ]
-        budget = self.tuning.prefetch_max_chars - len(lines[0])
-        for hit in hits:
-            day = (hit.time or "")[:10]
-            if hit.kind == "belief":
-                line = f"- [{hit.id}{' · ' + day if day else ''}] {hit.text}"
-            else:
-                who = hit.extra.get("name") or "the user"
-                line = f"- [{hit.id}{' · ' + day if day else ''}] {who} said: {hit.text}"
-            line = mask(line)
-            if len(line) > budget:
-                if budget > 80:
-                    lines.append(line[: budget - 1] + "…")
-                break
-            lines.append(line)
-            budget -= len(line) + 1
-        return "\n".join(lines) if len(lines) > 1 else ""
+        return prepare(self, query, session_id)
 
     def system_prompt_block(self) -> str:
         return (
@@ -624,14 +459,6 @@ class Recall:
 
         return answer(self, question, session_id=session_id, user_id=user_id, profile=profile)
 
-    def _append(self, event: Any, session_id: str | None) -> int:
-        stored = self.core.store.append(
-            [self.core.types.pending(event, session=session_id or None)]
-        )
-        self.catch_up()
-        self._clear_caches()
-        return stored[0].seq
-
     def remember(
         self,
         text: str,
@@ -640,57 +467,10 @@ class Recall:
         user_id: str | None = None,
         profile: str | None = None,
     ) -> dict[str, Any]:
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError("chronicle_remember needs the text to keep")
-        with self.core.store.reading() as conn:
-            user, prof = self._who(conn, session_id, user_id, profile)
-        seq = self._append(
-            MemoryRemembered(text=text.strip(), user_id=user, profile=prof), session_id
-        )
-        return {"id": f"b{seq}.0", "seq": seq, "stored": True, "text": mask(text.strip())}
+        """chronicle_remember: keep the agent's note, as an event."""
+        from .memory import remember
 
-    def _owned(self, conn: sqlite3.Connection, scope: int | None, target: str) -> bool:
-        if scope is None:
-            return False
-        if target.startswith("m") and target[1:].isdigit():
-            row = conn.execute(
-                "SELECT scope FROM recall_messages WHERE seq = ?", (int(target[1:]),)
-            ).fetchone()
-        elif target.startswith("b"):
-            row = conn.execute(
-                "SELECT scope FROM recall_beliefs WHERE id = ?", (target,)
-            ).fetchone()
-        elif target.startswith("s:") and "/" in target:
-            chronicle, _, section_id = target[2:].rpartition("/")
-            span = conn.execute(
-                "SELECT from_seq, to_seq FROM sections WHERE chronicle = ? AND section_id = ?",
-                (chronicle, section_id),
-            ).fetchone()
-            row = (
-                conn.execute(
-                    "SELECT scope FROM recall_messages WHERE seq BETWEEN ? AND ? ORDER BY seq LIMIT 1",
-                    span,
-                ).fetchone()
-                if span
-                else None
-            )
-        else:
-            return False
-        return row is not None and int(row[0]) == scope
-
-    def _target(
-        self, target: str, session_id: str | None, user_id: str | None, profile: str | None
-    ) -> tuple[str | None, str | None]:
-        target = (target or "").strip()
-        self.catch_up()
-        with self.core.store.reading() as conn:
-            user, prof = self._who(conn, session_id, user_id, profile)
-            if not self._owned(conn, scope_number(conn, user, prof), target):
-                raise UsageError(
-                    f"{target!r} is not an item of this user's memory; use an id from "
-                    "chronicle_search (m<seq>, b<seq>.<n> or s:<chronicle>/<section>)"
-                )
-        return user, prof
+        return remember(self, text, session_id=session_id, user_id=user_id, profile=profile)
 
     def forget(
         self,
@@ -702,18 +482,18 @@ class Recall:
         user_id: str | None = None,
         profile: str | None = None,
     ) -> dict[str, Any]:
-        user, prof = self._target(target, session_id, user_id, profile)
-        seq = self._append(
-            MemoryForgotten(
-                target=target.strip(),
-                include_source=bool(include_source),
-                reason=reason,
-                user_id=user,
-                profile=prof,
-            ),
-            session_id,
+        """chronicle_forget: hide an item of this user's memory from every read path."""
+        from .memory import forget
+
+        return forget(
+            self,
+            target,
+            include_source=include_source,
+            reason=reason,
+            session_id=session_id,
+            user_id=user_id,
+            profile=profile,
         )
-        return {"forgotten": target.strip(), "include_source": bool(include_source), "seq": seq}
 
     def correct(
         self,
@@ -724,14 +504,10 @@ class Recall:
         user_id: str | None = None,
         profile: str | None = None,
     ) -> dict[str, Any]:
-        if not isinstance(text, str) or not text.strip():
-            raise UsageError("chronicle_correct needs the corrected text")
-        user, prof = self._target(target, session_id, user_id, profile)
-        seq = self._append(
-            MemoryCorrected(target=target.strip(), text=text.strip(), user_id=user, profile=prof),
-            session_id,
-        )
-        return {"corrected": target.strip(), "id": f"b{seq}.0", "seq": seq}
+        """chronicle_correct: record what is true instead, superseding the item."""
+        from .memory import correct
+
+        return correct(self, target, text, session_id=session_id, user_id=user_id, profile=profile)
 
     # -- for other parts -----------------------------------------------------------------------
 

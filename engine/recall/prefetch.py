@@ -1,0 +1,226 @@
+"""Per-turn memory: what enters a turn unasked, behind the relevance gate.
+
+Invariants:
+- Only the person's own words in past exchanges (their captured messages) and beliefs drawn from
+  them are candidates; sections (summaries), the assistant's words, tool output and the agent's
+  own notes never enter a turn unasked.
+- Nothing already in the model's window comes back: the conversation's messages after its latest
+  compaction, and the head that compaction kept (`window`). What a compaction folded out may
+  return.
+- A scheduled job's turn gets nothing (`recall.prefetch_automation` lets it).
+- Every item passes the gate (`gate.py`); a single shared word needs a vector to vouch for it.
+- The block is masked (`redact.mask`) and bounded in items and characters.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+from ..sessions.events import NAMESPACE as SESSION_NAMESPACE
+from .gate import gate_words, passes
+from .redact import mask
+from .search import Hit, MessageRow, with_text
+from .vectors import cosine, unpack
+
+if TYPE_CHECKING:
+    from .recall import Recall
+
+__all__ = ["window", "automated", "prepare"]
+
+
+def window(recall: Recall, session_id: str) -> set[int]:
+    """The seqs of the messages the model has in its window for this conversation: after its
+    latest recorded compaction, the kept head and every message from the first kept one on;
+    with no compaction, all of it. What a compaction folded out, and every other conversation,
+    is not in the window.
+
+    Read from the compaction records themselves (the log), not from the tree's active branch: a
+    resumed process may continue on a branch the record is not on, and the window is still the
+    one that compaction left."""
+    if not session_id:
+        return set()
+    recall.catch_up()
+    sessions = recall.lineage(session_id)
+    marks = ",".join("?" * len(sessions))
+    with recall.core.store.reading() as conn:
+        latest = conn.execute(
+            f"SELECT seq, payload FROM events WHERE namespace = ? AND type = ?"
+            f" AND session IN ({marks}) ORDER BY seq DESC LIMIT 1",
+            (SESSION_NAMESPACE, "CompactionRecorded", *sessions),
+        ).fetchone()
+        if latest is None:
+            rows = conn.execute(
+                f"SELECT seq FROM recall_messages WHERE session IN ({marks})", sessions
+            )
+            return {int(seq) for (seq,) in rows}
+        record = json.loads(latest[1])
+        first_kept = record.get("first_kept_seq")
+        start = int(first_kept) if isinstance(first_kept, int) else int(latest[0])
+        shown = {
+            int(seq)
+            for (seq,) in conn.execute(
+                f"SELECT seq FROM recall_messages WHERE session IN ({marks}) AND seq >= ?",
+                (*sessions, start),
+            )
+        }
+        heads = [str(h) for h in record.get("head_entries") or ()]
+        if heads:
+            shown.update(
+                int(seq)
+                for (seq,) in conn.execute(
+                    f"SELECT seq FROM events WHERE id IN ({','.join('?' * len(heads))})", heads
+                )
+            )
+    return shown
+
+
+def automated(recall: Recall, session_id: str) -> bool:
+    """Is this session a scheduled job's (cron) run?"""
+    live = recall._live.get(session_id)
+    if live is not None and ("cron" in (live.agent_context or "") or live.platform == "cron"):
+        return True
+    if session_id.startswith("cron"):
+        return True
+    with recall.core.store.reading() as conn:
+        row = conn.execute(
+            "SELECT agent_context, speaker FROM recall_messages WHERE session = ?"
+            " AND role = 'user' ORDER BY seq DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+    return row is not None and (row[0] == "cron" or row[1] == "automation")
+
+
+def prepare(recall: Recall, query: str, session_id: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        return ""
+    t = recall.tuning
+    if session_id and not t.prefetch_automation and automated(recall, session_id):
+        return ""
+    message = gate_words(query)
+    if not message:
+        return ""
+    shown = window(recall, session_id)
+
+    def in_window(seq: int, session: str | None) -> bool:
+        return seq in shown
+
+    person_words: dict[int, set[str]] = {}
+
+    def keep_message(row: MessageRow) -> bool:
+        if row.speaker != "person" or in_window(row.seq, row.session):
+            return False
+        with recall.core.store.reading() as conn:
+            with_text(conn, row)
+        if not row.person:
+            return False
+        person_words[row.seq] = gate_words(row.person)
+        return bool(message & person_words[row.seq])
+
+    def keep_belief(hit: Hit) -> bool:
+        sources = hit.extra.get("sources") or []
+        with recall.core.store.reading() as conn:
+            sessions = {
+                seq: s
+                for seq, s in conn.execute(
+                    f"SELECT seq, session FROM recall_messages WHERE seq IN ({','.join('?' * len(sources))})",
+                    list(sources),
+                )
+            }
+        return not sources or not all(in_window(s, sessions.get(s)) for s in sources)
+
+    found = recall.hits(
+        query,
+        session_id=session_id or None,
+        scope="all",
+        limit=t.prefetch_limit * 4,
+        keep_message=keep_message,
+        keep_belief=keep_belief,
+        belief_origins=("person", "correction"),
+        use_vectors=False,
+        sections=False,  # a section is a summary, not the person's own words
+    )
+    if not t.prefetch_gate:
+        chosen = found[: t.prefetch_limit]
+    else:
+        chosen = _gate(recall, query, message, found, person_words)
+    return _format(recall, chosen)
+
+
+def _gate(
+    recall: Recall,
+    query: str,
+    message: set[str],
+    found: list[Hit],
+    person_words: dict[int, set[str]],
+) -> list[Hit]:
+    t = recall.tuning
+    out: list[Hit] = []
+    query_vector: list[float] | None = None
+    on_the_spot = 4
+    deadline = time.monotonic() + 1.5
+    for hit in found:
+        if hit.kind == "message" and hit.seq is not None:
+            item = person_words.get(hit.seq, set())
+        else:
+            item = gate_words(f"{hit.extra.get('key', '')} {hit.extra.get('value', '')} {hit.text}")
+        shared = len(message & item)
+        similarity: float | None = None
+        vectors = recall.embedder is not None and recall.embedder.available
+        if 1 <= shared <= 3 and vectors and time.monotonic() < deadline:
+            if query_vector is None:
+                query_vector = recall._query_vector(query)
+            if query_vector is not None:
+                similarity = _similarity(recall, hit, query_vector, on_the_spot > 0)
+                on_the_spot -= 1
+        if passes(
+            message,
+            item,
+            similarity=similarity,
+            min_similarity=t.prefetch_min_similarity,
+            pair_similarity=t.prefetch_pair_similarity,
+        ):
+            out.append(hit)
+        if len(out) == t.prefetch_limit:
+            break
+    return out
+
+
+def _similarity(
+    recall: Recall, hit: Hit, query_vector: list[float], may_embed: bool
+) -> float | None:
+    assert recall.embedder is not None
+    with recall.core.store.reading() as conn:
+        row = conn.execute(
+            "SELECT vec FROM recall_vectors WHERE target = ? AND model = ?",
+            (hit.id, recall.embedder.model),
+        ).fetchone()
+    if row is not None:
+        return cosine(query_vector, unpack(row[0]))
+    if not may_embed:
+        return None
+    got = recall.embedder.embed([hit.text[:2000]])
+    return cosine(query_vector, got[0]) if got else None
+
+
+def _format(recall: Recall, hits: list[Hit]) -> str:
+    if not hits:
+        return ""
+    lines = ["Chronicle recalled this from earlier conversations (ids work with chronicle_search):"]
+    budget = recall.tuning.prefetch_max_chars - len(lines[0])
+    for hit in hits:
+        day = (hit.time or "")[:10]
+        if hit.kind == "belief":
+            line = f"- [{hit.id}{' · ' + day if day else ''}] {hit.text}"
+        else:
+            who = hit.extra.get("name") or "the user"
+            line = f"- [{hit.id}{' · ' + day if day else ''}] {who} said: {hit.text}"
+        line = mask(line)
+        if len(line) > budget:
+            if budget > 80:
+                lines.append(line[: budget - 1] + "…")
+            break
+        lines.append(line)
+        budget -= len(line) + 1
+    return "\n".join(lines) if len(lines) > 1 else ""
