@@ -164,6 +164,18 @@ class ChronicleMemoryProvider(_ProviderBase):
             raise RuntimeError("the Chronicle memory provider was not initialised")
         return core
 
+    def _tool_core(self) -> ChronicleCore:
+        """The core for a tool call. Hermes indexes memory tools when the provider is added,
+        before initialize(), so a tool may arrive first: open the core HERMES_HOME names, as
+        initialize() would."""
+        with self._lock:
+            if self._core is None:
+                config = load_hermes_config(None)
+                opened = ChronicleCore.get(config.db_path(), config=config)
+                _users.acquire(opened)
+                self._core = opened
+            return self._core
+
     def _config(self) -> Config:
         return self.core.config
 
@@ -365,25 +377,21 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @_guarded(_no_tools)
     def get_tool_schemas(self) -> list[dict[str, Any]]:
-        if self._core is None:
-            return []
-        recall = self._recall()
-        if recall is None:
-            return []  # the memory tools arrive with the recall part
+        # Static: Hermes indexes memory tools in MemoryManager.add_provider(), BEFORE
+        # initialize_all(), so the schemas must not depend on an open core.
+        from chronicle_engine.recall.tools import RECALL_TOOLS
         from chronicle_engine.tools import schemas
 
-        return schemas(recall.TOOLS)
+        return schemas(RECALL_TOOLS)
 
     @_guarded(lambda: '{"error": "Chronicle memory is unavailable right now"}')
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
-        recall = self._recall()
-        if recall is None:
-            return '{"error": "Chronicle memory tools are not available in this build"}'
+        from chronicle_engine.recall.tools import RECALL_TOOLS
         from chronicle_engine.tools import dispatch
 
         # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
         context = {"session_id": self._session_id, **self._live(), **kwargs}
-        result = dispatch(recall.TOOLS, self.core, tool_name, args, **context)
+        result = dispatch(RECALL_TOOLS, self._tool_core(), tool_name, args, **context)
         self._tick("handle_tool_call")
         return result
 

@@ -184,7 +184,9 @@ def test_it_is_hermes_memory_provider_and_nothing_escapes(home, caplog):
         assert provider.sync_turn("a", "b", session_id="s") is None
         assert provider.on_pre_compress([]) == ""
         assert provider.prefetch("q") == ""
-        assert provider.get_tool_schemas() == []
+        # Tool schemas are static (Hermes indexes them before initialize()), and a tool call
+        # that arrives first opens the core HERMES_HOME names.
+        assert "chronicle_search" in {t["name"] for t in provider.get_tool_schemas()}
         assert json.loads(provider.handle_tool_call("chronicle_search", {}))["error"]
     assert sum("sync_turn failed" in r.getMessage() for r in caplog.records) == 1
     provider.initialize("s", hermes_home=str(home), platform="cli")
