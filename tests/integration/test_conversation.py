@@ -315,13 +315,6 @@ def test_first_turn_of_a_new_session_gets_earlier_memory(
     assert block and FACT_NEEDLE in block.group(1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provider.get_tool_schemas() returns [] until initialize(), but Hermes indexes memory "
-    "tools in MemoryManager.add_provider() BEFORE initialize_all() (agent_init.py), so "
-    "chronicle_search is advertised to the model yet dispatch answers 'Unknown tool'. "
-    "Strict: this test fails as soon as the provider is fixed; then remove this marker.",
-)
 def test_memory_tool_call_is_dispatched_and_answered(
     chat_home: HermesHome, stub: StubModel
 ) -> None:
