@@ -271,8 +271,8 @@ def test_memory_was_prefetched_into_a_later_turn(conversation: Conversation) -> 
     reason="observed in both modes: after a compaction, a later turn's live list (head, handoff, "
     "tail) is recorded by capture as a branch (branch_summary entries) although the conversation "
     "never branched; with Hermes' default compression.in_place: true the path has no compaction "
-    "entry at all, so recall's window counts folded messages as visible and withholds them "
-    "from prefetch. Strict: fails once fixed; then remove this marker.",
+    "entry at all, so what reads the tree (the projection, `chronicle tree`) sees branches, not "
+    "compactions. Strict: fails once fixed; then remove this marker.",
 )
 def test_the_session_tree_records_the_compactions(conversation: Conversation) -> None:
     core = ChronicleCore.get(conversation.home.db_path)
