@@ -321,3 +321,19 @@ def test_memory_tool_call_is_dispatched_and_answered(
     home.chat("Search your memory for the Heron deploy key.", resume=first)
     results = [m for m in stub.chat_requests()[before + 1]["messages"] if m["role"] == "tool"]
     assert results and FACT_NEEDLE in text_of(results[-1])
+
+
+def test_hermes_chronicle_shows_what_the_conversation_recorded(conversation: Conversation) -> None:
+    home = conversation.home
+    status = home.hermes("chronicle", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["events"] > 0 and data["chronicles"]
+    listing = home.hermes("chronicle", "sections", "--session", conversation.session, "--json")
+    assert listing.returncode == 0, listing.stderr
+    (sections,) = json.loads(listing.stdout).values()
+    assert sections and all(s["from_seq"] <= s["to_seq"] for s in sections)
+    tree = home.hermes("chronicle", "tree", "--session", conversation.session, "--json")
+    assert tree.returncode == 0, tree.stderr
+    (lineage,) = json.loads(tree.stdout)["lineages"]
+    assert lineage["sessions"][-1]["session"] == conversation.session
