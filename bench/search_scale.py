@@ -20,7 +20,10 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
+import json
 import math
+import os
+import platform
 import random
 import statistics
 import sys
@@ -28,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from chronicle_engine.capture.events import MessageCaptured, register_capture_events
 from chronicle_engine.core import ChronicleCore
@@ -133,7 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--db", type=Path, default=None, help="database file (default: temp)")
     parser.add_argument("--reuse", action="store_true", help="search an existing --db as is")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).parent / "out" / "latency.json",
+        help="merge this run's points into this file (for bench/plots.py)",
+    )
     args = parser.parse_args(argv)
+    points: list[dict[str, object]] = []
     tmp = tempfile.TemporaryDirectory(prefix="chronicle-scale-")
     path = args.db or Path(tmp.name) / "scale.db"
     corpus = Corpus()
@@ -165,6 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 results = core.recall.search(q, user_id=user, scope=scope, limit=10)
                 latencies.append((time.perf_counter() - t0) * 1000)
                 found += bool(results)
+            points.append(
+                {
+                    "op": f"search ({scope})",
+                    "events": core.store.count(),
+                    "p50_ms": round(statistics.median(latencies), 3),
+                    "p95_ms": round(percentile(latencies, 0.95), 3),
+                }
+            )
             print(
                 f"scope={scope:<8} {len(asked)} queries: p50 {statistics.median(latencies):.2f} ms, "
                 f"p95 {percentile(latencies, 0.95):.2f} ms, max {max(latencies):.2f} ms "
@@ -173,7 +192,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         core.shutdown()
         tmp.cleanup()
+    write_points(
+        args.out, points, " ".join(["python bench/search_scale.py", *(argv or sys.argv[1:])])
+    )
     return 0
+
+
+def write_points(out: Path, points: list[dict[str, object]], command: str) -> None:
+    """Merge points into the latency file, replacing any earlier point at the same op and size."""
+    data: dict[str, Any] = {"points": []}
+    if out.exists():
+        data = json.loads(out.read_text(encoding="utf-8"))
+    fresh = {(p["op"], p["events"]) for p in points}
+    kept = [p for p in data.get("points", []) if (p["op"], p["events"]) not in fresh]
+    data["points"] = kept + points
+    data["machine"] = (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    data["command"] = "python bench/search_scale.py --messages N (N = each size plotted)"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    print(f"wrote {out} ({command})")
 
 
 if __name__ == "__main__":
