@@ -393,3 +393,58 @@ def test_the_compaction_entry_is_recorded_in_the_session_tree(core: ChronicleCor
 def test_scripted_conversation_helper_is_well_formed() -> None:
     messages = conversation(5)
     assert [m["role"] for m in messages[:4]] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_expand_pages_stay_under_hermes_tool_result_limit(core: ChronicleCore) -> None:
+    host = Host(core, small_policy())
+    for n in range(60):
+        host.add(*turn(n, size=9000))  # ~9 KB per message: a page of 20 would pass 100 KB
+    outcome = host.compress()
+    label = outcome.written[0]
+    pages: list[dict[str, Any]] = []
+    page = 1
+    while True:
+        result = core.compaction.expand(host.session, section_id=label, page=page, page_size=200)
+        pages.append(result)
+        if "next" not in result:
+            break
+        page = result["next"]["page"]
+    assert len(pages) > 1 and all(p["pages"] == len(pages) for p in pages)
+    assert all(len(json.dumps(p, ensure_ascii=False)) < 100_000 for p in pages)
+    restored = [m["message"] for p in pages for m in p["messages"]]
+    assert restored == host.expand_all(label)  # paging by size or by characters: same messages
+
+
+def test_expand_leaves_out_what_the_user_had_forgotten(core: ChronicleCore) -> None:
+    host = Host(core, small_policy())
+    for n in range(60):
+        host.add(*turn(n))
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    outcome = host.compress()
+    label = outcome.written[0]
+    before = host.expand_all(label)
+    target = seqs[4]  # turn 1's user request, folded into the section
+    assert turn(1)[0] in before
+    core.recall.forget(f"m{target}", include_source=True, session_id=host.session)
+    result = core.compaction.expand(host.session, section_id=label, page_size=200)
+    assert result["forgotten"] == 1
+    assert target not in [m["seq"] for m in result["messages"]]
+    assert len(host.expand_all(label)) == len(before) - 1
+
+
+def test_memory_context_reaches_the_handoff_when_every_part_was_consolidated(
+    core: ChronicleCore,
+) -> None:
+    host = Host(core, small_policy())
+    for n in range(60):
+        host.add(*turn(n))
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    name = core.sessions.chronicle_name(host.session)
+    core.chronicle(name).append(  # consolidation already covered everything foldable
+        Section(Anchor(f"{seqs[2]}-{seqs[-1]}", seqs[2], seqs[-1], seqs[-1]), "Background: all.")
+    )
+    outcome = host.compress(memory_context="User prefers terse answers.")
+    assert outcome.written == [] and outcome.reused
+    assert host.handoffs[-1].endswith(
+        "Memory recalled at this compaction:\nUser prefers terse answers."
+    )

@@ -16,6 +16,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -416,6 +417,12 @@ class Compaction:
             fell_back = fell_back or any(c.drawn.fell_back for c in condensed)
 
         text = render(view)
+        memory = memory_context.strip()
+        if memory and not any(v.section.meta.get("memory_context") == memory for v in new_sections):
+            # Every folded part was already a section (written by consolidation), so no new
+            # section carries this pass's memory context: it rides at the end of the handoff,
+            # after the settled prefix, for this pass only.
+            text += "\n\nMemory recalled at this compaction:\n" + memory
         role = the_plan.handoff_role
         output, rewritten = assemble(messages, the_plan, handoff_message(text, role), seqs)
         problems = violations(messages, output, rewritten)
@@ -536,21 +543,37 @@ class Compaction:
         else:
             raise UsageError("give section_id, or from_seq (and to_seq) to expand")
         events = self._range_events(session_id, lo, hi)
-        size = max(1, min(int(page_size), 200))
-        pages = max(1, -(-len(events) // size))
+        hidden = self._forgotten([e.seq for e in events])
+        if hidden:
+            events = [e for e in events if e.seq not in hidden]
+        pages = _pages(events, max(1, min(int(page_size), 200)), EXPAND_PAGE_CHARS)
         page = max(1, int(page))
-        chunk = events[(page - 1) * size : page * size]
+        chunk = pages[page - 1] if page <= len(pages) else []
         result.update(
             from_seq=lo,
             to_seq=hi,
             page=page,
-            pages=pages,
+            pages=max(1, len(pages)),
             total=len(events),
             messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
         )
-        if page < pages:
+        if hidden:
+            result["forgotten"] = len(hidden)  # chronicle_forget(..., include_source) hid them
+        if len(chunk) == 1 and _chars(chunk[0]) > EXPAND_PAGE_CHARS:
+            result["oversized"] = (
+                "this one message is longer than a tool result Hermes passes on whole; "
+                "`chronicle expand` on the command line prints it in full"
+            )
+        if page < len(pages):
             result["next"] = {"page": page + 1}
         return result
+
+    def _forgotten(self, seqs: list[int]) -> set[int]:
+        try:
+            return set(self.core.recall.hidden_seqs(seqs))
+        except Exception:  # recall unavailable: show the log as it is rather than nothing
+            log.debug("chronicle expand: recall could not say what was forgotten", exc_info=True)
+            return set()
 
     def _range_events(self, session_id: str, lo: int, hi: int) -> list[StoredEvent]:
         """The lineage's messages in lo..hi; kept for the next pages while the log is unchanged."""
@@ -693,3 +716,30 @@ def _gaps(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[in
     if position <= hi:
         gaps.append((position, hi))
     return [(a, b) for a, b in gaps if a <= b]
+
+
+EXPAND_PAGE_CHARS = 60_000
+"""Characters of message JSON one expand page carries at most. Hermes replaces any tool result
+over 100,000 characters with a short preview, so a page stays well under that."""
+
+
+def _chars(event: StoredEvent) -> int:
+    return len(json.dumps(event.payload.get("message"), ensure_ascii=False))
+
+
+def _pages(events: Sequence[StoredEvent], size: int, max_chars: int) -> list[list[StoredEvent]]:
+    """Split into pages of at most `size` messages and `max_chars` characters (a single longer
+    message gets a page of its own). Deterministic, so page N is the same on every call."""
+    pages: list[list[StoredEvent]] = []
+    current: list[StoredEvent] = []
+    used = 0
+    for event in events:
+        chars = _chars(event)
+        if current and (len(current) >= size or used + chars > max_chars):
+            pages.append(current)
+            current, used = [], 0
+        current.append(event)
+        used += chars
+    if current:
+        pages.append(current)
+    return pages
