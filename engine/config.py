@@ -233,7 +233,7 @@ KEYS: tuple[Key, ...] = (
     Key("maintenance.drain_per_hook", 4, "Jobs one draining hook call may run, shared by weight."),
     Key(
         "maintenance.drain_budget_ms",
-        250,
+        5,
         "A draining hook call claims no new job once it has spent this long (ms) running jobs.",
     ),
     Key(
@@ -310,7 +310,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "sweeps.budgets.consolidate",
-        500,
+        100,
         "Events one consolidation run may fold (its own budget: a closed unit may need a summary).",
     ),
     Key(
