@@ -16,10 +16,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +36,7 @@ __all__ = [
     "SQLiteEventStore",
     "sqlite_errors",
     "utc_now",
+    "new_event_id",
     "run_script",
 ]
 
@@ -48,7 +49,15 @@ _PAGE = 2000
 # file, so a larger interval keeps appends fast; maintenance and shutdown checkpoint explicitly.
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_decode = json.JSONDecoder().decode
+# raw_decode skips decode()'s two whitespace regexes; payloads are written without any.
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def new_event_id() -> str:
+    """A 32-hex event id that sorts by creation time (microseconds, then 72 random bits), so the
+    UNIQUE index on `events.id` grows at its right edge instead of at random pages: appends in
+    batches run about 1.8x faster than with uuid4 ids (bench/log_throughput.py)."""
+    return f"{time.time_ns() // 1000:014x}{secrets.token_hex(9)}"
 
 
 def utc_now() -> str:
@@ -89,7 +98,7 @@ class PendingEvent:
     type: str
     version: int
     payload: dict[str, Any]
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    id: str = field(default_factory=new_event_id)
     session: str | None = None
     created_at: str = field(default_factory=utc_now)
 
@@ -532,4 +541,4 @@ class SQLiteEventStore:
 
 
 def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
-    return StoredEvent(Envelope._make(row[:7]), _decode(row[7]))
+    return StoredEvent(Envelope._make(row[:7]), _raw_decode(row[7])[0])
