@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..log.store import PendingEvent
+from ..log.store import PendingEvent, utc_now
 from ..sessions.events import BranchSummarized
 from ..sessions.summary import abandoned_summary
 from .align import RUN, align, fingerprint, wire_message
@@ -47,9 +47,10 @@ _CACHED_SESSIONS = 256
 evicted here is reloaded from the tree on its next capture)."""
 
 
-def _created(created_at: Any) -> str | None:
+def _created(created_at: Any) -> str:
     if created_at is None:
-        return None
+        # One stamp for the whole call: its messages are captured at the same moment.
+        return utc_now()
     if isinstance(created_at, datetime):
         return created_at.isoformat(timespec="microseconds")
     return str(created_at)
