@@ -1,14 +1,25 @@
-"""Credentials in captured text: found, named and masked.
+"""Credentials in text: found, named and masked. The one place Chronicle decides what a credential
+looks like; capture, recall, compaction and consolidation all call this module.
 
 Invariant: a credential's value never leaves the raw archived message. Everything derived from a
-message (its searchable `text`, the person's own words, snippets, beliefs, prefetch) is built from
-`mask(...)`'s output, so a key the user pasted into the chat is still in the transcript they can
-expand, and nowhere else.
+message (its searchable `text`, the person's own words, snippets, beliefs, prefetch, section
+prose, the handoff) is built from `mask(...)`'s output, so a key the user pasted into the chat is
+still in the transcript they can expand, and nowhere else. `mask` is idempotent, never lengthens
+a text that holds no credential, and leaves nothing `find_secrets` would find.
 
-Detection is deliberately shape-based and conservative: each pattern names a credential format
-that is random by construction (provider prefixes, JWT's three base64url parts, PEM armour), or an
-explicit assignment to a credential-named key (`password=...`). Ordinary prose and code must pass
-through untouched; the tests keep a corpus of both.
+Detection is conservative; ordinary prose and code must pass through untouched (the tests keep a
+corpus of both). Four layers:
+- shapes that are random by construction: provider prefixes, JWTs, PEM armour, `Bearer <token>`,
+  the password in a URL;
+- a value assigned to a credential-named key (`password=...`, `"api_key": "..."`);
+- a value labelled in plain words ("my wifi password is hunter22", "the PIN is 4821");
+- a card number (Luhn-valid, a card network's prefix and length) and an opaque token (32+
+  characters that mix letters and digits the way generated secrets do, not the way identifiers,
+  digests or UUIDs do).
+
+Most text holds no credential, and capture runs on every message of every turn, so each layer is
+gated by a test C does in one pass (a character that every match contains, a literal prefix found
+with `str.find`); a regex only ever runs anchored at a candidate position.
 """
 
 from __future__ import annotations
@@ -17,11 +28,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Finding", "find_secrets", "mask", "has_secret", "MASK_FORMAT"]
+__all__ = ["Finding", "find_secrets", "mask", "has_secret", "MASK_FORMAT", "MASK_MARK"]
 
 MASK_FORMAT = "«masked:{kind}»"
 """What replaces a credential's value. No brackets or angle brackets, so masking never creates or
 breaks a host frame (`[System note: ...]`, `<memory-context>`) in the text it is applied to."""
+
+MASK_MARK = MASK_FORMAT.split("{", 1)[0]
+"""What every masked value starts with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,219 +45,224 @@ class Finding:
     end: int
 
 
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")  # of a lower-cased name
+_DIGITS = "0123456789"
+
+
 def _mixed(value: str) -> bool:
     """Random keys mix letters and digits; words and kebab-case identifiers do not."""
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
 
 
-_Check = Callable[[str], bool]
+# -- shapes: formats that are random by construction --------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
     kind: str
-    hint: tuple[str, ...]  # cheap substring test before the regex runs (lower-cased text)
-    pattern: re.Pattern[str]
+    find: (
+        str  # a literal every match holds, found with str.find (in the lower-cased text if folded)
+    )
+    pattern: re.Pattern[str]  # matched where the credential starts
+    back: int = 0  # how far before `find` the credential starts
+    starts: tuple[str, ...] = ()  # what the credential may start with (none: `find` is enough)
+    gate: str = ""  # one character every match holds: absent, the shape is skipped
     group: int = 0  # the group that holds the value to mask
-    check: _Check | None = None
+    check: Callable[[str], bool] | None = None  # a value check; _mixed implies a digit
+    bounded: bool = True  # must not follow a token character
+    folded: bool = False  # `find` is case-insensitive
 
+    def scan(self, text: str, haystack: str, found: list[Finding]) -> None:
+        i = haystack.find(self.find)
+        while i >= 0:
+            at = i - self.back
+            if (
+                at >= 0
+                and not (self.bounded and at and text[at - 1] in _TOKEN_CHARS)
+                and (not self.starts or text.startswith(self.starts, at))
+            ):
+                match = self.pattern.match(text, at)
+                if match is not None:
+                    value = match.group(self.group)
+                    if value and (self.check is None or self.check(value)):
+                        start, end = match.span(self.group)
+                        found.append(Finding(self.kind, start, end))
+            i = haystack.find(self.find, i + 1)
 
-_B = r"(?<![A-Za-z0-9_\-])"  # not preceded by a token character
-_E = r"(?![A-Za-z0-9_\-])"  # not followed by one
 
 _SHAPES: tuple[_Shape, ...] = (
     _Shape(
         "private_key",
-        ("private key-----",),
+        "-----BEGIN ",
         re.compile(
             r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)"
         ),
+        gate="-",
+        bounded=False,
     ),
     _Shape(
         "anthropic_key",
-        ("sk-ant-",),
-        re.compile(_B + r"sk-ant-[A-Za-z0-9_\-]{20,}" + _E),
+        "sk-ant-",
+        re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}(?![A-Za-z0-9_\-])"),
+        gate="-",
         check=_mixed,
     ),
     _Shape(
         "openai_key",
-        ("sk-",),
-        re.compile(_B + r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}" + _E),
+        "sk-",
+        re.compile(r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}(?![A-Za-z0-9_\-])"),
+        gate="-",
         check=_mixed,
     ),
     _Shape(
         "github_token",
-        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-        re.compile(_B + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})" + _E),
+        "gh",
+        re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
+        starts=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+        gate="_",
+        check=_mixed,
+    ),
+    _Shape(
+        "github_token",
+        "github_pat_",
+        re.compile(r"github_pat_[A-Za-z0-9_]{22,}(?![A-Za-z0-9_\-])"),
+        check=_mixed,
+    ),
+    _Shape(
+        "gitlab_token",
+        "gl",
+        re.compile(r"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}(?![A-Za-z0-9_\-])"),
+        starts=("glpat-", "gldt-", "glrt-", "glptt-"),
+        gate="-",
+        check=_mixed,
+    ),
+    _Shape(
+        "huggingface_token",
+        "hf_",
+        re.compile(r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
+        gate="_",
         check=_mixed,
     ),
     _Shape(
         "aws_access_key",
-        ("akia", "asia"),
-        re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+        "A",
+        re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+        starts=("AKIA", "ASIA"),
         check=_mixed,
     ),
     _Shape(
         "slack_token",
-        ("xox", "xapp-"),
-        re.compile(_B + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,})" + _E),
+        "x",
+        re.compile(
+            r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,})(?![A-Za-z0-9_\-])"
+        ),
+        starts=("xox", "xapp-"),
+        gate="-",
         check=_mixed,
     ),
     _Shape(
         "google_api_key",
-        ("aiza",),
-        re.compile(_B + r"AIza[0-9A-Za-z_\-]{35}" + _E),
+        "AIza",
+        re.compile(r"AIza[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_\-])"),
     ),
     _Shape(
         "stripe_key",
-        ("sk_live_", "rk_live_", "sk_test_", "rk_test_"),
-        re.compile(_B + r"(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}" + _E),
+        "k_",
+        re.compile(r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,}(?![A-Za-z0-9_\-])"),
+        back=1,
+        starts=("sk_live_", "rk_live_", "sk_test_", "rk_test_"),
         check=_mixed,
     ),
     _Shape(
         "jwt",
-        ("eyj",),
-        re.compile(_B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),
+        "eyJ",
+        re.compile(
+            r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}(?![A-Za-z0-9_\-])"
+        ),
     ),
     _Shape(
         "bearer_token",
-        ("bearer", "basic"),
-        re.compile(r"(?i)\b(?:bearer|basic)\s+([A-Za-z0-9._~+/\-]{16,}=*)"),
+        "bearer",
+        re.compile(r"(?i)bearer\s+([A-Za-z0-9._~+/\-]{16,}=*)"),
         group=1,
         check=_mixed,
+        folded=True,
+    ),
+    _Shape(
+        "bearer_token",
+        "basic",
+        re.compile(r"(?i)basic\s+([A-Za-z0-9._~+/\-]{16,}=*)"),
+        group=1,
+        check=_mixed,
+        folded=True,
     ),
     _Shape(
         "url_credentials",
-        ("://",),
-        re.compile(
-            r"\b[a-zA-Z][a-zA-Z0-9+.\-]{1,20}://[^\s:/@'\"<>]{1,128}:([^\s@/'\"<>]{1,256})@"
-        ),
+        "://",
+        re.compile(r"[a-zA-Z0-9+.\-]://[^\s:/@'\"<>]{1,128}:([^\s@/'\"<>]{1,256})@"),
+        back=1,
         group=1,
+        bounded=False,
     ),
 )
 
-# An explicit assignment to a credential-named key: `password=...`, `"api_key": "..."`,
-# `passwd: ...`, `export GITHUB_TOKEN=...`. The value is what is masked.
+
+def _shapes(text: str, lowered: str, digits: bool, found: list[Finding]) -> None:
+    for shape in _SHAPES:
+        if shape.check is _mixed and not digits:
+            continue
+        if shape.gate and shape.gate not in text:
+            continue
+        shape.scan(text, lowered if shape.folded else text, found)
+
+
+def _words(spaced: str) -> frozenset[str]:
+    return frozenset(spaced.split())
+
+
+# -- assignments: `password=...`, `"api_key": "..."`, `export GITHUB_TOKEN=...` ------------------
+
 _KEY_WORDS = (
-    r"password|passwd|passwort|pwd|passphrase|secret|client[_\-]?secret|secret[_\-]?key|"
+    r"password|passwd|passwort|passcode|pwd|passphrase|secret|client[_\-]?secret|secret[_\-]?key|"
     r"api[_\-]?key|apikey|access[_\-]?key|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token|"
     r"private[_\-]?key|token"
 )
-# Where an assignment may be: a key word, the rest of its name, then `=` or `:`.
-_KEY_WORD = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*[\"']?[ \t]*[=:]")
-_KEY_WORD_ANY_CASE = re.compile(r"(?i)(?:pass|pwd|secret|token|key)[A-Za-z0-9_\-]*[\"']?[ \t]*[=:]")
+# From a key word onwards: the rest of the name, then `=` or `:` (matched on lower-cased text).
+_KEY_WORD_TAIL = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*[\"']?[ \t]*[=:]")
 _ASSIGNMENT = re.compile(
     r"(?i)([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))[\"']?"
     r"[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*"
     r"(?:\"([^\"\n]{1,512})\"|'([^'\n]{1,512})'|`([^`\n]{1,512})`|([^\s\"'`,;)}\]]{1,512}))"
 )
-_ASSIGNMENT_HINTS = ("pass", "pwd", "secret", "token", "key")
 
 # Values that are code, types or placeholders rather than a credential.
-_NOT_A_VALUE = frozenset(
-    (
-        "str",
-        "string",
-        "int",
-        "bytes",
-        "bool",
-        "boolean",
-        "none",
-        "null",
-        "nil",
-        "true",
-        "false",
-        "any",
-        "optional",
-        "secretstr",
-        "undefined",
-        "required",
-        "optional[str]",
-        "str",
-        "|",
-        "none",
-        "list",
-        "dict",
-        "object",
-        "env",
-        "environ",
-        "getenv",
-        "self",
-        "cls",
-        "default",
-        "placeholder",
-        "redacted",
-        "hidden",
-        "changeme",
-        "your_password",
-        "yourpassword",
-    )
+_NOT_A_VALUE = _words(
+    """str string int bytes bool boolean none null nil true false any optional secretstr undefined
+    required optional[str] | list dict object env environ getenv self cls default placeholder
+    redacted hidden changeme your_password yourpassword"""
+)
+_FUNCTION_WORDS = _words(
+    """a an the is are was were be been must should will would can could may might not no yes and
+    or but if then else for to of in on at by with from as it this that these those field fields
+    value values required optional empty set unset same here there below above my your his her
+    our their its"""
 )
 _PASSWORD_KEY = re.compile(r"(?i)pass|pwd")
-_FUNCTION_WORDS = frozenset(
-    (
-        "a",
-        "an",
-        "the",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "must",
-        "should",
-        "will",
-        "would",
-        "can",
-        "could",
-        "may",
-        "might",
-        "not",
-        "no",
-        "yes",
-        "and",
-        "or",
-        "but",
-        "if",
-        "then",
-        "else",
-        "for",
-        "to",
-        "of",
-        "in",
-        "on",
-        "at",
-        "by",
-        "with",
-        "from",
-        "as",
-        "it",
-        "this",
-        "that",
-        "these",
-        "those",
-        "field",
-        "fields",
-        "value",
-        "values",
-        "required",
-        "optional",
-        "empty",
-        "set",
-        "unset",
-        "same",
-        "here",
-        "there",
-        "below",
-        "above",
-    )
-)
 _PLACEHOLDER = re.compile(
     r"^(?:[*xX•.\-_#]+|<[^>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%\(?[a-z_]*\)?s|\{\{?[^}]*\}?\})$"
 )
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CODE_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:[.\[(]|$)")
+
+
+def _is_code_or_placeholder(value: str) -> bool:
+    lowered = value.lower()
+    if not value.strip() or lowered in _NOT_A_VALUE or _PLACEHOLDER.match(value):
+        return True
+    if value.startswith(("<", "${", "{{", "%(")):
+        return True
+    return _CODE_VALUE.match(value) is not None and any(c in value for c in ".[(")
 
 
 def _assignment_value_is_secret(key: str, value: str, quoted: bool, following: str) -> bool:
@@ -276,60 +295,6 @@ def _assignment_value_is_secret(key: str, value: str, quoted: bool, following: s
     return True
 
 
-def find_secrets(text: str) -> list[Finding]:
-    """Every credential value in `text`, in order, non-overlapping."""
-    if not text:
-        return []
-    lowered = text.lower()
-    found: list[Finding] = []
-    for shape in _SHAPES:
-        for h in shape.hint:
-            if h in lowered:
-                break
-        else:
-            continue
-        for match in shape.pattern.finditer(text):
-            value = match.group(shape.group)
-            if value is None or (shape.check is not None and not shape.check(value)):
-                continue
-            found.append(Finding(shape.kind, match.start(shape.group), match.end(shape.group)))
-    if any(h in lowered for h in _ASSIGNMENT_HINTS):
-        for match in _assignments(text, lowered):
-            key = match.group(1)
-            for group in (2, 3, 4, 5):
-                value = match.group(group)
-                if value is not None:
-                    break
-            else:  # pragma: no cover - the regex always fills one value group
-                continue
-            following = text[match.end(group) : match.end(group) + 1]
-            if _assignment_value_is_secret(key, value, group != 5, following):
-                found.append(Finding(_assignment_kind(key), match.start(group), match.end(group)))
-    return _non_overlapping(found)
-
-
-def _assignments(text: str, lowered: str) -> list[re.Match[str]]:
-    """Assignments to credential-named keys. The full pattern is tried only at the start of a
-    word that contains a key word, which keeps a long text without credentials cheap."""
-    found: list[re.Match[str]] = []
-    next_free = 0
-    # The finder runs case-sensitively on the lower-cased text (much faster than (?i)); when
-    # lower-casing changed the length (some non-ASCII letters), offsets would not line up.
-    haystack = lowered if len(lowered) == len(text) else text.lower()
-    finder = _KEY_WORD if haystack is lowered else _KEY_WORD_ANY_CASE
-    for word in finder.finditer(haystack if finder is _KEY_WORD else text):
-        start = word.start()
-        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
-            start -= 1
-        if start < next_free:
-            continue
-        match = _ASSIGNMENT.match(text, start)
-        if match is not None:
-            found.append(match)
-            next_free = match.end()
-    return found
-
-
 def _assignment_kind(key: str) -> str:
     k = key.lower()
     if "pass" in k or "pwd" in k:
@@ -339,6 +304,274 @@ def _assignment_kind(key: str) -> str:
     if "key" in k:
         return "api_key"
     return "secret"
+
+
+def _assignment_at(text: str, start: int, found: list[Finding]) -> int:
+    """Try an assignment whose name starts at `start`; returns where it ends (or `start`)."""
+    match = _ASSIGNMENT.match(text, start)
+    if match is None:
+        return start
+    key = match.group(1)
+    for group in (2, 3, 4, 5):
+        if match.group(group) is not None:
+            break
+    value = match.group(group)
+    following = text[match.end(group) : match.end(group) + 1]
+    if _assignment_value_is_secret(key, value, group != 5, following):
+        found.append(Finding(_assignment_kind(key), match.start(group), match.end(group)))
+    return match.end()
+
+
+# -- labelled in plain words: "my wifi password is hunter22", "the PIN is 4821" --------------------
+
+# After the label: an optional "for the router", then "is"/"was" (or, for two-word labels and the
+# PIN, `:`/`=`), then the value. Matched on the lower-cased text, at the end of the label word.
+_SAID = re.compile(
+    r"(?:[ \t]+(?:code|number))?"
+    r"(?:[ \t]+(?:for|to|of|on|at)(?:[ \t]+[^\s.,;:!?=«\"'`]+){1,3}?)??"
+    r"(?P<sep>[ \t]+(?:is|was)(?:[ \t]+(?:now|still|just|actually))?(?:[ \t]*:)?[ \t]+|[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*)"
+    r"(?P<value>\"[^\"\n]{1,128}\"|'[^'\n]{1,128}'|`[^`\n]{1,128}`|[^\s\"'`«]{1,128})"
+)
+_PASSWORD_WORDS = ("password", "passwd", "passwort", "passphrase", "passcode")
+_KEY_QUALIFIERS = _words(
+    """api access private secret license licence product activation encryption ssh signing deploy
+    master recovery wifi wi-fi wpa wpa2 network"""
+)
+_TOKEN_QUALIFIERS = _words("api auth access refresh bearer session personal")
+_INDEFINITE = _words("a an any every each no whose which what")
+# Words that describe a credential rather than being one ("the password is incorrect").
+_PREDICATES = _words(
+    """wrong right correct incorrect valid invalid required optional mandatory empty blank missing
+    unknown known different same similar new old default hidden visible public private personal
+    important necessary secure insecure safe unsafe easy hard simple complex good bad great fine ok
+    okay weak strong long short better worse best worst stronger weaker longer shorter safer easier
+    harder simpler set unset reset stored saved hashed encrypted expired locked shown written
+    given taken forgotten lost stolen leaked compromised there here what which how where why who
+    whatever something anything nothing everything one mine yours hers ours theirs too so very
+    quite pretty really also still now just only always never usually probably definitely actually
+    enough random secret none null empty unchanged case-sensitive"""
+)
+_PREDICATE_ENDINGS = ("ed", "ing", "ly", "able", "ible", "ful", "less", "ous", "ive")
+_TRAILING = ".,;:!?)]}>"
+_PIN = re.compile(r"\d{4,12}")
+
+
+def _label_kind(lowered: str, start: int, end: int) -> tuple[str, bool] | None:
+    """The kind of credential the word lowered[start:end] labels, and whether it is a two-word
+    label ("api key"), or None when the word labels nothing."""
+    word = lowered[start:end]
+    previous = lowered[max(0, start - 16) : start].rstrip().rpartition(" ")[2]
+    if word.endswith(_PASSWORD_WORDS):
+        return "password", False
+    if word == "pin":
+        return "pin", False
+    if word.endswith("token") and (word == "token" or word[-6] in "_-"):
+        return "token", word == "token" and previous in _TOKEN_QUALIFIERS
+    if word == "secret" or word.endswith(("_secret", "-secret")):
+        return "secret", word == "secret" and previous == "client"
+    if word.endswith("key"):
+        if word == "key":
+            return ("api_key", True) if previous in _KEY_QUALIFIERS else None
+        stem = word[:-3].rstrip("_-")
+        return ("api_key", False) if stem in _KEY_QUALIFIERS else None
+    return None
+
+
+def _said_value_is_secret(kind: str, value: str, quoted: bool, lowered: str, start: int) -> bool:
+    if value.startswith(MASK_MARK) or _is_code_or_placeholder(value):
+        return False
+    if kind == "pin":
+        return _PIN.fullmatch(value) is not None
+    if value.startswith(("/", "~/", "./", "../", "http://", "https://")):
+        return False
+    if kind != "password":  # a key, a token or a secret: generated, so letters and digits
+        return len(value) >= 8 and " " not in value and _mixed(value)
+    if len(value) < 4:
+        return False
+    word = value.lower()
+    if quoted or not word.replace("-", "").isalpha():
+        return word not in _PREDICATES
+    # A plain word: a password only when it is not a description of one.
+    last = word.rpartition("-")[2]
+    if word in _PREDICATES or word in _FUNCTION_WORDS or last.endswith(_PREDICATE_ENDINGS):
+        return False
+    before = lowered[max(0, start - 24) : start].split()[-2:]
+    return not any(w in _INDEFINITE for w in before)  # "a passphrase is better": general talk
+
+
+def _said_at(text: str, lowered: str, start: int, end: int, found: list[Finding]) -> None:
+    label = _label_kind(lowered, start, end)
+    if label is None:
+        return
+    kind, two_words = label
+    match = _SAID.match(lowered, end)
+    if match is None:
+        return
+    if not match.group("sep").strip(" \t").startswith(("is", "was")) and not (
+        two_words or kind == "pin"
+    ):
+        return  # `password: ...` with a one-word name is an assignment, judged as code is
+    v_start, v_end = match.span("value")
+    quoted = lowered[v_start] in "\"'`"
+    if quoted:
+        v_start, v_end = v_start + 1, v_end - 1
+    else:
+        while v_end > v_start and text[v_end - 1] in _TRAILING:
+            v_end -= 1
+    value = text[v_start:v_end]
+    if value and _said_value_is_secret(kind, value, quoted, lowered, start):
+        found.append(Finding(kind, v_start, v_end))
+
+
+_LABEL_HINTS = ("pass", "pwd", "secret", "token", "key", "pin")
+
+
+def _labelled(text: str, lowered: str, digits: bool, found: list[Finding]) -> None:
+    """Assignments and labels in plain words, tried at each occurrence of a key word."""
+    hits: list[tuple[int, str]] = []
+    for hint in _LABEL_HINTS:
+        if hint == "pin" and not digits:
+            continue  # a PIN is digits
+        i = lowered.find(hint)
+        while i >= 0:
+            hits.append((i, hint))
+            i = lowered.find(hint, i + 1)
+    if not hits:
+        return
+    hits.sort()
+    assigns = "=" in text or ":" in text
+    tried: set[int] = set()
+    next_free = 0
+    for i, hint in hits:
+        start = i
+        while start and lowered[start - 1] in _NAME_CHARS:
+            start -= 1
+        if start in tried:
+            continue  # one word, several key words ("secret_token")
+        tried.add(start)
+        if assigns and hint != "pin" and start >= next_free and _KEY_WORD_TAIL.match(lowered, i):
+            next_free = _assignment_at(text, start, found)
+        end = i + len(hint)
+        while end < len(lowered) and lowered[end] in _NAME_CHARS:
+            end += 1
+        _said_at(text, lowered, start, end, found)
+
+
+# -- card numbers ---------------------------------------------------------------------------------
+
+_CARD = re.compile(r"\d(?:[ -]?\d){12,18}(?!\d)")
+
+
+def _classes(text: str, table: bytes) -> bytes:
+    """`text` as one byte per character (non-ASCII as "?"), mapped through `table`: a string
+    `bytes.find` can scan at C speed, with offsets that are `text`'s."""
+    return text.encode("ascii", "replace").translate(table)
+
+
+_DIGIT_CLASS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
+_TOKEN_CLASS = bytes(
+    97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/") else 32 for b in range(256)
+)
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card_network(digits: str) -> bool:
+    """A prefix and a length some card network issues (Visa, Mastercard, Amex, Discover, JCB,
+    Diners, UnionPay, Maestro). Epoch milliseconds (13 digits starting with 1) are not cards."""
+    n, first = len(digits), digits[0]
+    if first == "4":
+        return n in (13, 16, 19)
+    if first == "5":
+        return 12 < n < 20
+    if first == "2":
+        return n == 16 and 2221 <= int(digits[:4]) <= 2720
+    if first == "3":
+        return digits[:2] in ("34", "37") and n == 15 or digits[:2] in ("30", "35", "36", "38")
+    return first == "6"
+
+
+def _cards(text: str, found: list[Finding]) -> None:
+    # Every card number holds a run of four digits; a number only starts where a run does.
+    classes = _classes(text, _DIGIT_CLASS)
+    i = classes.find(b"0000")
+    while i >= 0:
+        match = None
+        if not (i and text[i - 1] in "+.,-/"):  # a phone's +, a decimal, a date or a path
+            match = _CARD.match(text, i)
+        if match is not None:
+            raw = match.group(0)
+            groups = re.split(r"[ -]", raw)
+            consistent = len(groups) == 1 or (len(groups) <= 5 and len(set(raw) & {" ", "-"}) == 1)
+            digits = "".join(groups)
+            if consistent and _card_network(digits) and _luhn(digits):
+                found.append(Finding("card_number", match.start(), match.end()))
+        end = classes.find(b" ", i)
+        if end < 0:
+            break
+        i = classes.find(b"0000", max(end, match.end() if match else end))
+
+
+# -- opaque tokens --------------------------------------------------------------------------------
+
+_PADDING = re.compile(r"={1,2}(?![=\w])")
+_HEX = re.compile(r"[0-9a-fA-F\-]+")
+_PARTS = re.compile(r"[-_/+=.]+")
+
+
+def _random_looking(token: str) -> bool:
+    """Generated secrets change character class (digit to letter, lower to upper) far more often
+    than identifiers do: `validate_user_input_v2`, `ThisIsCamelCase2`, `python3.11-site-packages`
+    score low, `Xk9mP2qL7vR4...` high. Hex (digests, commit ids, UUIDs) is never masked alone, nor
+    a name with a short random part (a pod's `-7d9f8c6b5-x2k4p`): 24 characters at least must mix."""
+    if not _mixed(token) or _HEX.fullmatch(token.rstrip("=")):
+        return False
+    changes = 0.0
+    mixing = 0  # characters in parts that mix digits and letters, or cases
+    total = 0
+    for part in _PARTS.split(token):
+        total += len(part)
+        if len(part) >= 4 and (_mixed(part) or part.lower() != part != part.upper()):
+            mixing += len(part)
+        for a, b in zip(part, part[1:], strict=False):
+            if a.isdigit() != b.isdigit():
+                changes += 1
+            elif a.isupper() != b.isupper():
+                changes += 1 / 3
+    return mixing >= 24 and changes >= 0.22 * total
+
+
+def _opaque(text: str, taken: list[Finding], found: list[Finding]) -> None:
+    classes = _classes(text, _TOKEN_CLASS)
+    i = classes.find(b"a" * 32)  # the start of a run of 32 token characters or more
+    while i >= 0:
+        end = classes.find(b" ", i)
+        end = len(text) if end < 0 else end
+        padding = _PADDING.match(text, end)
+        if padding is not None:
+            end = padding.end()
+        if not any(f.start < end and i < f.end for f in taken) and _random_looking(text[i:end]):
+            found.append(Finding("opaque_token", i, end))
+        i = classes.find(b"a" * 32, end)
+
+
+# -- the public functions -------------------------------------------------------------------------
+
+
+def _lower(text: str) -> str:
+    lowered = text.lower()
+    if len(lowered) == len(text):
+        return lowered
+    # A few letters lower-case to two characters; keep offsets aligned with `text`.
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
 
 
 def _non_overlapping(found: list[Finding]) -> list[Finding]:
@@ -352,15 +585,32 @@ def _non_overlapping(found: list[Finding]) -> list[Finding]:
     return out
 
 
+def find_secrets(text: str) -> list[Finding]:
+    """Every credential value in `text`, in order, non-overlapping."""
+    if not text:
+        return []
+    lowered = _lower(text)
+    digits = any(d in text for d in _DIGITS)
+    found: list[Finding] = []
+    _shapes(text, lowered, digits, found)
+    _labelled(text, lowered, digits, found)
+    if digits:
+        _cards(text, found)
+        found = _non_overlapping(found)
+        # Last, and only where nothing more specific matched: the catch-all for a bare token.
+        if len(text) >= 32:
+            extra: list[Finding] = []
+            _opaque(text, found, extra)
+            found += extra
+    return _non_overlapping(found)
+
+
 def has_secret(text: str) -> bool:
-    return bool(find_secrets(text))
+    """Does `text` hold a credential, masked already or not?"""
+    return MASK_MARK in text or bool(find_secrets(text))
 
 
-def mask(text: str) -> str:
-    """`text` with every credential value replaced by `«masked:<kind>»`."""
-    findings = find_secrets(text)
-    if not findings:
-        return text
+def _replace(text: str, findings: list[Finding]) -> str:
     pieces: list[str] = []
     cursor = 0
     for f in findings:
@@ -369,3 +619,16 @@ def mask(text: str) -> str:
         cursor = f.end
     pieces.append(text[cursor:])
     return "".join(pieces)
+
+
+def mask(text: str) -> str:
+    """`text` with every credential value replaced by `«masked:<kind>»`."""
+    findings = find_secrets(text)
+    # Masking can leave a fragment that reads differently on its own (a label now next to a
+    # second value): mask again until nothing is found, so masking is idempotent.
+    for _ in range(4):
+        if not findings:
+            return text
+        text = _replace(text, findings)
+        findings = find_secrets(text)
+    return text
