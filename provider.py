@@ -318,12 +318,14 @@ class ChronicleMemoryProvider(_ProviderBase):
             reason = "rewound"
         elif reason is None:
             reason = "new" if reset or not parent_session_id else "resume"
+        # The host has switched whether or not the switch can be recorded (a busy store keeps
+        # the record aside): the next hooks belong to the new session.
+        self._session_id = str(new_session_id)
         if reason == "rewound":
             self.core.capture.forget(new_session_id)
         self.core.sessions.switch(
             str(new_session_id), parent_session_id=str(parent_session_id or ""), reason=reason
         )
-        self._session_id = str(new_session_id)
         self._tick("on_session_switch")
 
     @_guarded(lambda: "")

@@ -38,7 +38,6 @@ from .events import MessageCaptured, register_capture_events
 from .hooks import HostRecorder
 from .path import BranchPath, positional
 from .speaker import is_handoff
-from .spill import kept_aside
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
@@ -80,7 +79,10 @@ class Capture(HostRecorder):
         self.core = core
         register_capture_events(core.types)
         self.tree = core.sessions
-        self.tree.on_replay(self._forget_sessions)
+        # The branches a session will have once the spill is written (this process's view).
+        self._offline: dict[str, BranchPath] = {}
+        self.tree.on_replay(self._replayed)
+        self.tree.on_kept_aside(self._switch_kept_aside)
         self._paths: dict[str, BranchPath] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -158,25 +160,67 @@ class Capture(HostRecorder):
         self, exc: StoreError, session: str, items: Sequence[Any], context: dict[str, Any]
     ) -> StoreError:
         """The database refused the write: plan the same events from what it holds (a read
-        needs no lock in WAL mode) and keep them in the spill, so a session whose last capture
-        failed loses nothing. The ids are the ones a later capture of the same list computes."""
+        needs no lock in WAL mode), on top of what this process already kept aside, and keep
+        them in the spill, so a session whose last capture failed loses nothing. The ids are
+        the ones a capture of the same list computes once the spill is written."""
         # A plan may have grown the cached branch's identity map with dicts that were never
         # stored; the next capture reloads the branch from the tree.
         self.forget(session)
         if self.tree.spill is None:
             return exc
         try:
-            with sqlite_errors("reading the session tree"), self.core.store.reading() as conn:
-                path = self._sync_path(TreeWriter(self.tree, conn, 0), session)
-                plan = self._full_plan(session, path, items, [None] * len(items), context)
+            path = self._offline_path(session)
+            plan = self._full_plan(session, path, items, [None] * len(items), context)
         except StoreError as err:
             log.error("chronicle: could not plan the capture to keep it aside: %s", err)
             return exc
-        return kept_aside(exc, self.tree.spill, plan.events)
+        error, kept = self.tree.keep_aside(exc, plan.events)
+        if kept and plan.events:
+            with self._locks_guard:
+                self._offline[session] = plan.path
+        return error
 
-    def _forget_sessions(self, sessions: set[str]) -> None:
+    def _offline_path(self, session: str) -> BranchPath:
+        """The session's branch as the log will hold it once the spill is written: what this
+        process kept aside last, else the tree as it stands."""
+        if self.tree.spill is not None and not self.tree.spill.waiting():
+            with self._locks_guard:
+                self._offline.clear()  # another process wrote the spill: the tree is current
+        with self._locks_guard:
+            kept = self._offline.get(session)
+        if kept is not None:
+            return kept
+        with sqlite_errors("reading the session tree"), self.core.store.reading() as conn:
+            w = TreeWriter(self.tree, conn, 0)
+            leaf = w.leaf(session)
+            path = BranchPath(leaf=leaf)
+            path.extend(w.path(leaf))
+        return path
+
+    def _switch_kept_aside(self, events: Sequence[PendingEvent]) -> None:
+        """A session switch went to the spill: a compression continuation or a branch starts
+        from its parent's branch, as the tree will make it when the switch is written."""
+        for event in events:
+            if event.type != "SessionSwitched" or not event.session:
+                continue
+            parent = str(event.payload.get("parent_session") or "")
+            if event.payload.get("reason") not in ("compression", "branch") or not parent:
+                continue
+            with self._locks_guard:
+                if event.session in self._offline:
+                    continue
+            try:
+                start = self._offline_path(parent).copy()
+            except StoreError:
+                continue
+            with self._locks_guard:
+                self._offline.setdefault(event.session, start)
+
+    def _replayed(self, sessions: set[str]) -> None:
         for session in sessions:
             self.forget(session)
+        with self._locks_guard:
+            self._offline.clear()  # the tree holds everything that was kept aside
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
 

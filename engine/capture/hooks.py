@@ -20,7 +20,6 @@ from .events import (
     TurnStarted,
 )
 from .secrets import mask
-from .spill import kept_aside
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
@@ -59,7 +58,7 @@ class HostRecorder:
         try:
             return self.core.store.append([pending])[0].seq
         except (StoreBusy, StoreReadOnly) as exc:
-            raise kept_aside(exc, self.core.sessions.spill, [pending]) from exc
+            raise self.core.sessions.keep_aside(exc, [pending])[0] from exc
 
     def record_turn_start(
         self,

@@ -277,19 +277,23 @@ def _finish(path: Path, set_aside: bool) -> None:
         )
 
 
-def kept_aside(exc: StoreError, spill: Spill | None, events: Sequence[PendingEvent]) -> StoreError:
-    """`exc`, saying what became of `events`: kept in the spill (and where), or not."""
+def kept_aside(
+    exc: StoreError, spill: Spill | None, events: Sequence[PendingEvent]
+) -> tuple[StoreError, bool]:
+    """`exc`, saying what became of `events`, and whether they are kept in the spill."""
     if spill is None or not events:
-        return exc
+        return exc, False
     try:
         _, path = spill.keep(events)
     except OSError as err:
         log.error("chronicle: %d captured events are lost: %s", len(events), err)
         error = type(exc)(f"{exc}. {len(events)} captured events could not be kept aside: {err}")
+        kept = False
     else:
         error = type(exc)(
             f"{exc}. Nothing is lost: captured events wait in the spill file {path} and are "
             "written, once, when the database takes writes again"
         )
+        kept = True
     error.__cause__ = exc
-    return error
+    return error, kept

@@ -119,6 +119,7 @@ class SessionTree:
         self._refresh_lock = threading.Lock()
         self.spill = Spill.beside(self.store.path)
         self._replay_listeners: list[Callable[[set[str]], None]] = []
+        self._kept_listeners: list[Callable[[Sequence[PendingEvent]], None]] = []
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -169,8 +170,20 @@ class SessionTree:
         the write transaction), so caches of their branches can be dropped."""
         self._replay_listeners.append(listener)
 
-    def _kept_aside(self, exc: StoreError, events: Sequence[PendingEvent]) -> StoreError:
-        return kept_aside(exc, self.spill, events)
+    def on_kept_aside(self, listener: Callable[[Sequence[PendingEvent]], None]) -> None:
+        """Call `listener(events)` when events are kept in the spill instead of the log."""
+        self._kept_listeners.append(listener)
+
+    def keep_aside(
+        self, exc: StoreError, events: Sequence[PendingEvent]
+    ) -> tuple[StoreError, bool]:
+        """The database refused `events` (busy, read-only): keep them in the spill. Returns the
+        error to raise (saying where they are) and whether they were kept."""
+        error, kept = kept_aside(exc, self.spill, events)
+        if kept:
+            for listener in self._kept_listeners:
+                listener(events)
+        return error, kept
 
     def refresh(self) -> None:
         """Fold whatever other writers appended, so reads see the whole log."""
@@ -190,7 +203,7 @@ class SessionTree:
             with self.writing() as w:
                 return w.append(pending)
         except (StoreBusy, StoreReadOnly) as exc:
-            raise self._kept_aside(exc, pending) from exc
+            raise self.keep_aside(exc, pending)[0] from exc
 
     # -- the host's session switches ---------------------------------------------------------
 
