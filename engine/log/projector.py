@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import GenerativeRebuild, UsageError
 from .events import EventReader
-from .store import SQLiteEventStore, StoredEvent
+from .store import SQLiteEventStore, StoredEvent, sqlite_errors
 
 __all__ = ["Fold", "GenerativeFold", "AsyncGenerativeFold", "Projector", "prepares_async"]
 
@@ -154,7 +154,8 @@ class Projector:
         prepared: dict[str, Any],
     ) -> None:
         end = batch[-1].seq
-        with self.store.atomic() as conn:
+        names = ", ".join(f.name for f in folds)
+        with sqlite_errors(f"folding the log into {names}"), self.store.atomic() as conn:
             for f in folds:
                 pending = _pending_for(batch, positions[f.name])
                 if pending:

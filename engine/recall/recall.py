@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..capture.events import register_capture_events
-from ..errors import ChronicleError, StoreBusy, UsageError
+from ..errors import ChronicleError, StoreBusy, StoreReadOnly, UsageError
 from ..log.projector import Projector
 from ..log.store import sqlite_errors
 from .events import register_recall_events
@@ -98,13 +98,13 @@ class Recall:
     # -- keeping up with the log ---------------------------------------------------------------
 
     def catch_up(self) -> int:
-        """Fold whatever the log gained since the last read. A busy store is not an error: the
-        read goes on with what is already indexed."""
+        """Fold whatever the log gained since the last read. A busy or read-only store is not
+        an error: the read goes on with what is already indexed."""
         try:
             with self._fold_lock:
                 return self.projector.catch_up()
-        except StoreBusy:
-            log.debug("chronicle recall: store busy, searching what is already indexed")
+        except (StoreBusy, StoreReadOnly) as exc:
+            log.debug("chronicle recall: searching what is already indexed (%s)", exc)
             return 0
 
     def rebuild(self) -> int:
