@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chronicle_engine.capture.secrets import has_secret, mask
 from chronicle_engine.recall.beliefs import extract
-from chronicle_engine.recall.redact import has_secret, mask
 
 
 def claims(text):

@@ -56,6 +56,25 @@ CREDENTIALS = [
     ('{"api_key": "abcd1234efgh"}', "abcd1234efgh", "api_key"),
     ("export GITHUB_TOKEN=abc123xyz789", "abc123xyz789", "token"),
     ("postgres://admin:Sup3rS3cret@db.example.com:5432/app", "Sup3rS3cret", "url_credentials"),
+    ("ci uses glpat-Ab12Cd34Ef56Gh78Ij90kL", "glpat-Ab12Cd34Ef56Gh78Ij90kL", "gitlab_token"),
+    (
+        "HF_TOKEN is hf_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3x",
+        "hf_aB3dE5fG7hI9jK1lM3nO5pQ7rS9tU1vW3x",
+        "huggingface_token",
+    ),
+    # Fixed formats need no digit: one real key in a few dozen has none.
+    ("aws AKIAQWERTYUIOPASDFGH", "AKIAQWERTYUIOPASDFGH", "aws_access_key"),
+    ("my token is ghp_" + "a" * 36, "ghp_" + "a" * 36, "github_token"),
+    # Said in plain words.
+    ("my wifi password is hunter22", "hunter22", "password"),
+    ("The PIN is 4821.", "4821", "pin"),
+    ("the api key for staging is Zt7kQ2mx9Lp4", "Zt7kQ2mx9Lp4", "api_key"),
+    ("card 4111 1111 1111 1111 exp 12/29", "4111 1111 1111 1111", "card_number"),
+    (
+        "session cookie Xk9mP2qL7vR4tY8wZ3nB6cD1fG5hJ0sA9",
+        "Xk9mP2qL7vR4tY8wZ3nB6cD1fG5hJ0sA9",
+        "opaque_token",
+    ),
 ]
 
 PROSE = [
@@ -71,6 +90,16 @@ PROSE = [
     "See https://example.com/path?x=1 and https://user@github.com/org/repo for details.",
     "commit 3f786850e387550fdab836ed7e6dc881de23001b fixed uuid 123e4567-e89b-12d3-a456-426614174000",
     "Ask-me-anything threads are fun; desk-lamp reviews too.",
+    "Deploy 550e8400-e29b-41d4-a716-446655440000 from /var/lib/app/550e8400-e29b-41d4-a716-446655440000/data.json",
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "git checkout 9fceb02d0ae598e95dc970b74767f19372d61af8 && git log -1",
+    "The password is incorrect, try again. My token is expired.",
+    "The api key is stored-in-the-team-vault; the PIN code is required at checkout.",
+    "Keys: the api key is on the card.",
+    "Invoice 1234 5678 9012 3456 is paid; timestamp 1700000000123 in ms.",
+    "validate_user_input_for_the_new_api_v2_endpoint_handler",
+    "pod web-7d9f8c6b5-x2k4p restarted",
+    "/usr/lib/python3.11/site-packages/pydantic_core-2.14.5.dist-info/RECORD",
 ]
 
 CODE = [

@@ -51,7 +51,9 @@ _DIGITS = "0123456789"
 
 
 def _mixed(value: str) -> bool:
-    """Random keys mix letters and digits; words and kebab-case identifiers do not."""
+    """Random keys mix letters and digits; words and kebab-case identifiers do not. Not asked of
+    fixed formats no word can take (`ghp_` and 36 alphanumerics, `AKIA` and 16 capitals): one
+    such key in a few dozen has no digit at all."""
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
 
 
@@ -115,19 +117,19 @@ _SHAPES: tuple[_Shape, ...] = (
         gate="-",
         check=_mixed,
     ),
-    _Shape(
-        "github_token",
-        "gh",
-        re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
-        starts=("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-        gate="_",
-        check=_mixed,
+    *(
+        _Shape(
+            "github_token",
+            prefix,
+            re.compile(prefix + r"[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
+            gate="_",
+        )
+        for prefix in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
     ),
     _Shape(
         "github_token",
         "github_pat_",
         re.compile(r"github_pat_[A-Za-z0-9_]{22,}(?![A-Za-z0-9_\-])"),
-        check=_mixed,
     ),
     _Shape(
         "gitlab_token",
@@ -142,14 +144,14 @@ _SHAPES: tuple[_Shape, ...] = (
         "hf_",
         re.compile(r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
         gate="_",
-        check=_mixed,
     ),
-    _Shape(
-        "aws_access_key",
-        "A",
-        re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
-        starts=("AKIA", "ASIA"),
-        check=_mixed,
+    *(
+        _Shape(
+            "aws_access_key",
+            prefix,
+            re.compile(prefix + r"[0-9A-Z]{16}(?![A-Za-z0-9])"),
+        )
+        for prefix in ("AKIA", "ASIA")
     ),
     _Shape(
         "slack_token",
@@ -384,8 +386,16 @@ def _said_value_is_secret(kind: str, value: str, quoted: bool, lowered: str, sta
         return _PIN.fullmatch(value) is not None
     if value.startswith(("/", "~/", "./", "../", "http://", "https://")):
         return False
-    if kind != "password":  # a key, a token or a secret: generated, so letters and digits
-        return len(value) >= 8 and " " not in value and _mixed(value)
+    if kind != "password":
+        # A key, a token or a secret is generated: letters and digits, or a long run joined by
+        # `_`/`-` with one long random-looking part (a prefixed token such as `ghp_...`), which
+        # words joined by hyphens ("stored-in-the-vault") never have.
+        if len(value) < 8 or " " in value:
+            return False
+        if _mixed(value):
+            return True
+        parts = re.split(r"[_\-]", value.lower())
+        return len(parts) > 1 and max(len(p) for p in parts) >= 16
     if len(value) < 4:
         return False
     word = value.lower()

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..capture.secrets import MASK_MARK
 from .messages import content_text, is_real_user, tool_calls
 
 __all__ = ["summarize_messages", "condense_prose", "focus_terms", "facts_in"]
@@ -187,8 +188,8 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
         elif _FACT_CHARS.isdisjoint(word) and word[1:] == word[1:].lower():
             continue
         word = word.strip(_STRIP)
-        if len(word) < 2 or word in found:
-            continue
+        if len(word) < 2 or word in found or MASK_MARK in word:
+            continue  # a masked credential is not a fact worth a place on the line
         found.append(word)
         if len(found) >= limit:
             break

@@ -7,6 +7,8 @@ Invariants:
   it is append-only in them: a static header, then one block per section, oldest first. So a pass
   that only adds sections produces a message whose bytes start with the previous one's, and the
   provider's prompt cache survives. Only a rebase (condensation) changes earlier bytes.
+- It holds no credential: each block is masked as it is rendered (a section written before the
+  masker knew a shape still shows masked), which keeps it a pure function of the section.
 - It says it is reference only, cites every section's id and seq range, carries the memory context
   a pass was given, and says how to get the originals back.
 """
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..capture.events import HANDOFF_MARKER
+from ..capture.secrets import mask
 from ..chronicle.sections import Section
 from .messages import HANDOFF_SIGNATURE, content_text, estimate_tokens
 
@@ -96,7 +99,7 @@ def render_block(view: ViewSection) -> str:
     memory = meta.get("memory_context")
     if isinstance(memory, str) and memory.strip():
         text += "\nMemory recalled when this was folded:\n" + memory.strip()
-    return text
+    return mask(text)
 
 
 def render(view: Sequence[ViewSection]) -> str:

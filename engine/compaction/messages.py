@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from ..capture.events import HANDOFF_MARKER
+from ..capture.secrets import mask
 
 __all__ = [
     "HANDOFF_SIGNATURE",
@@ -24,6 +25,7 @@ __all__ = [
     "is_real_user",
     "is_standing_instruction",
     "fresh_copy",
+    "masked_view",
 ]
 
 HANDOFF_SIGNATURE = "Chronicle folded earlier turns of this conversation"
@@ -55,6 +57,11 @@ _INSTRUCTION = re.compile(
     r"make sure|remember to|keep in mind|avoid|under no circumstances|at all times)\b"
 )
 _INSTRUCTION_MAX_CHARS = 1500
+
+# What a summariser reads of a long text is its start and its end; only those are masked.
+_VIEW_HEAD_CHARS = 12_000
+_VIEW_TAIL_CHARS = 4_000
+_VIEW_ARGS_CHARS = 4_000
 
 
 def content_text(message: dict[str, Any]) -> str:
@@ -198,3 +205,35 @@ def fresh_copy(message: Any) -> Any:
     copy = dict(message)
     copy.pop("_db_persisted", None)
     return copy
+
+
+def _masked_text(text: str, head: int, tail: int) -> str:
+    if len(text) <= head + tail:
+        return mask(text)
+    middle = len(text) - head - tail
+    end = f"\n{mask(text[-tail:])}" if tail else ""
+    return f"{mask(text[:head])}\n[…{middle} characters…]{end}"
+
+
+def masked_view(message: Any) -> Any:
+    """What a summariser may read of a message: its text and tool-call arguments with every
+    credential masked, a long text cut to its start and end (all a summariser reads of it).
+    The wire message itself is untouched: the log keeps it exact for `chronicle_expand`."""
+    if not isinstance(message, dict):
+        return message
+    view = dict(message)
+    view["content"] = _masked_text(content_text(message), _VIEW_HEAD_CHARS, _VIEW_TAIL_CHARS)
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        view["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": mask(name),
+                    "arguments": _masked_text(arguments, _VIEW_ARGS_CHARS, 0),
+                },
+            }
+            for call_id, name, arguments in tool_calls(message)
+        ]
+    return view

@@ -8,6 +8,9 @@ Invariants:
   message content only, never seq numbers, ids or timestamps, so a replay hits the same pins.
 - Draws happen before the caller opens any write transaction: a slow model never holds the lock.
   The draw runs on a worker thread with its own event loop, bounded by the timeout.
+- No credential reaches a section's prose or a model's prompt: the writers read `masked_view`s
+  of the messages and masked children, and mask what they write (a section written before the
+  masker knew a shape is masked again when condensed). The log keeps the exact messages.
 - A model that failed is not asked again for a cooldown (`COOLDOWN_SECONDS`, at least twice the
   timeout): a dead or hanging endpoint costs one timeout, not one per section or per pass.
 """
@@ -38,13 +41,14 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from ..capture.secrets import mask
 from ..config import Config
 from ..errors import SummaryFailed, UsageError
 from ..log.events import EventTypeRegistry
 from ..log.pins import PinLedger, PinnedModel
 from ..log.store import SQLiteEventStore
 from .extractive import condense_prose, summarize_messages
-from .messages import content_text, tool_calls
+from .messages import content_text, masked_view, tool_calls
 
 __all__ = [
     "FoldInput",
@@ -109,19 +113,34 @@ def _restore(label: str) -> str:
     return f'chronicle_expand(section_id="{label}")'
 
 
+def _masked_fold(fold: FoldInput) -> FoldInput:
+    return FoldInput(
+        [masked_view(m) for m in fold.messages], fold.label, fold.focus, fold.budget_chars
+    )
+
+
+def _masked_children(children: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(label, mask(prose)) for label, prose in children]
+
+
+def _extractive(fold: FoldInput) -> Drawn:
+    """The extractive prose of a fold whose messages are masked views already."""
+    prose = summarize_messages(
+        fold.messages,
+        budget_chars=fold.budget_chars,
+        focus=fold.focus,
+        restore=_restore(fold.label),
+    )
+    return Drawn(mask(prose))
+
+
 class ExtractiveWriter:
     """The embedded default: no model, deterministic prose."""
 
     name = "extractive"
 
     def summarize(self, fold: FoldInput) -> Drawn:
-        prose = summarize_messages(
-            fold.messages,
-            budget_chars=fold.budget_chars,
-            focus=fold.focus,
-            restore=_restore(fold.label),
-        )
-        return Drawn(prose)
+        return _extractive(_masked_fold(fold))
 
     def condense(
         self,
@@ -132,9 +151,12 @@ class ExtractiveWriter:
         budget_chars: int,
     ) -> Drawn:
         prose = condense_prose(
-            children, budget_chars=budget_chars, focus=focus, restore=_restore(label)
+            _masked_children(children),
+            budget_chars=budget_chars,
+            focus=focus,
+            restore=_restore(label),
         )
-        return Drawn(prose)
+        return Drawn(mask(prose))
 
 
 def _render_for_model(messages: Sequence[dict[str, Any]]) -> str:
@@ -217,15 +239,18 @@ class ModelWriter:
             return Drawn(
                 drawn.prose, fell_back=True, error=str(exc), writer=self.name, model_calls=1
             )
+        # A model can echo or invent a credential-shaped string; the prose is masked like any.
+        text = mask(text)
         if len(text) > budget_chars:
             text = text[: budget_chars - 1].rstrip() + "…"
         return Drawn(text, pins, model_calls=1, writer=self.name)
 
     def summarize(self, fold: FoldInput) -> Drawn:
+        fold = _masked_fold(fold)
         body = _render_for_model(fold.messages)
         if len(body) > _MODEL_INPUT_CHARS:
             # Too long to send whole: the model polishes the extractive digest instead.
-            body = self._fallback.summarize(
+            body = _extractive(
                 FoldInput(fold.messages, fold.label, fold.focus, _MODEL_INPUT_CHARS)
             ).prose
         prompt = (
@@ -234,7 +259,7 @@ class ModelWriter:
             + "\n\nCONVERSATION:\n"
             + body
         )
-        return self._guarded(prompt, fold.budget_chars, lambda: self._fallback.summarize(fold))
+        return self._guarded(prompt, fold.budget_chars, lambda: _extractive(fold))
 
     def condense(
         self,
@@ -245,6 +270,7 @@ class ModelWriter:
         budget_chars: int,
     ) -> Drawn:
         # Labels carry seq ranges; the prompt gets the prose alone so replays hit their pins.
+        children = _masked_children(children)
         body = "\n\n".join(prose for _, prose in children)[:_MODEL_INPUT_CHARS]
         prompt = (
             f"Merge these consecutive records into one, in at most {budget_chars} characters."

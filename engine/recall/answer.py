@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..capture.secrets import mask
 from .gate import gate_words
-from .redact import mask
 from .search import Hit
 
 if TYPE_CHECKING:

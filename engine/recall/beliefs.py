@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..capture.secrets import has_secret
 from .porter import stem
-from .redact import has_secret
 from .text import STOPWORDS, tokens
 
 __all__ = ["Claim", "extract", "norm_key", "norm_value"]

@@ -21,10 +21,10 @@ from datetime import datetime
 from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT
+from ..capture.secrets import mask
 from ..log.store import StoredEvent
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
-from .redact import mask
 from .schema import create_message_index, message_index
 
 __all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+from ..capture.secrets import mask
 from ..errors import UsageError
 from .events import MemoryCorrected, MemoryForgotten, MemoryRemembered
 from .fold import scope_number
-from .redact import mask
 
 if TYPE_CHECKING:
     from .recall import Recall

@@ -9,7 +9,7 @@ Invariants:
   return.
 - A scheduled job's turn gets nothing (`recall.prefetch_automation` lets it).
 - Every item passes the gate (`gate.py`); a single shared word needs a vector to vouch for it.
-- The block is masked (`redact.mask`) and bounded in items and characters.
+- The block is masked (`capture.secrets.mask`) and bounded in items and characters.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from ..capture.secrets import mask
 from ..sessions.events import NAMESPACE as SESSION_NAMESPACE
 from .gate import gate_words, passes
-from .redact import mask
 from .search import Hit, MessageRow, with_text
 from .vectors import cosine, unpack
 

@@ -12,7 +12,7 @@ before every read, and answers:
 
 Invariants: nothing here raises into the host from prefetch or queue_prefetch (they log once and
 return nothing); the one user's memory is never read for another (see search.py); every text
-that leaves goes through `redact.mask`.
+that leaves goes through `capture.secrets.mask`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..capture.events import register_capture_events
+from ..capture.secrets import mask
 from ..errors import ChronicleError, StoreBusy, StoreReadOnly, UsageError
 from ..log.projector import Projector
 from ..log.store import sqlite_errors
 from .events import register_recall_events
 from .fold import RecallFold, scope_number
-from .redact import mask
 from .schema import MIGRATIONS
 from .search import (
     BELIEF_VISIBLE,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .redact import mask, mask_words
+from ..capture.secrets import mask
 from .schema import message_index
 from .settings import Tuning
 from .text import match_any, quote, tokens
@@ -78,8 +78,8 @@ class Hit:
 
 
 def snippet(text: str, limit: int = _SNIPPET) -> str:
-    # Indexed text was fully masked when it was folded; recall's own layer again is cheap.
-    text = mask_words(text or "")
+    # Indexed text was masked when it was folded; again here, for text folded by an older masker.
+    text = mask(text or "")
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..capture.secrets import has_secret
 from ..log.store import SQLiteEventStore, sqlite_errors
-from .redact import has_secret
 
 __all__ = ["sweep_beliefs"]
 

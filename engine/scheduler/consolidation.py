@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol
 
+from ..capture.secrets import mask
 from ..chronicle.sections import (
     Anchor,
     AsyncSummarizer,
@@ -160,7 +161,7 @@ class ConsolidationFold:
         }
         return Section(
             Anchor(section_id_for(lo, unit.to_seq), lo, unit.to_seq, unit=unit.to_seq),
-            result.prose,
+            mask(result.prose),  # whatever summariser wrote it, no credential is kept
             tuple(result.pins),
             meta=meta,
         )
