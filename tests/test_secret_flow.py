@@ -241,3 +241,18 @@ def test_a_summariser_that_copies_raw_text_still_writes_masked_prose(tmp_path: A
         assert section.prose == mask(section.prose)
     finally:
         core.shutdown()
+
+
+def test_a_memory_context_quoting_a_credential_is_masked_in_the_handoff(
+    core: ChronicleCore,
+) -> None:
+    host = Host(core, small_policy())
+    for n in range(60):
+        host.add(*turn(n))
+    memory = f"<memory-context>the staging api key is {OPENAI}</memory-context>"
+    outcome = host.compress(memory_context=memory)
+    assert outcome.messages is not None
+    assert "<memory-context>the staging api key is «masked:" in host.handoffs[-1]
+    assert_no_secret(host.handoffs[-1], "the handoff")
+    for section in core.chronicle(core.sessions.chronicle_name(host.session)).current():
+        assert_no_secret(json.dumps(section.meta), "a section's meta")

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..capture.secrets import mask
 from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
 from ..errors import UsageError
@@ -323,6 +324,8 @@ class Compaction:
         memory_context: str,
     ) -> Outcome:
         started = time.perf_counter()
+        # Another provider's memory context may quote a credential; sections keep it masked.
+        memory_context = mask(memory_context)
         state = self.lineage_state(session_id)
         focus = (focus_topic or "").strip() or state.focus or None
         previous, role, through = self._previous_view(name, messages)
