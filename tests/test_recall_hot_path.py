@@ -160,7 +160,7 @@ def test_prefetch_reads_no_more_rows_as_the_live_conversation_grows(kind, tmp_pa
 
 @pytest.fixture(params=["ranked", "newest"])
 def narrow_core(request, tmp_path):
-    """"ranked": bm25 over the query's words; "newest": the words are too common for bm25's
+    """ "ranked": bm25 over the query's words; "newest": the words are too common for bm25's
     budget, so the newest matches are the candidates."""
     budget = {"ranked": 1500, "newest": 20}[request.param]
     c = open_core("file", tmp_path, recall__match_budget=budget)
