@@ -6,7 +6,8 @@ settles something), `Assistant:` (the start of any other reply), `Step:` (one li
 the call and its outcome), `Facts:` (identifiers, paths, numbers, dates, URLs seen in the range).
 Over budget, lines go in a fixed order (plain replies, then middle steps, then facts, then
 decisions; the person's requests last) and the prose says how many went and how to get them back.
-Only the first part of each message is scanned, so the cost is bounded per message.
+Only the first part of each message is scanned, so the cost is bounded per message. Every text
+is read through `masked_view`, so no credential reaches the prose; the log keeps the originals.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.secrets import MASK_MARK
-from .messages import content_text, is_real_user, tool_calls
+from .messages import content_text, is_real_user, masked_view, tool_calls
 
 __all__ = ["summarize_messages", "condense_prose", "focus_terms", "facts_in"]
 
@@ -152,7 +153,7 @@ def _call_summary(name: str, arguments: str) -> str:
 def _outcome(result: dict[str, Any] | None) -> str:
     if result is None:
         return "no result recorded"
-    text = content_text(result)[:_SCAN_CHARS].strip()
+    text = content_text(masked_view(result))[:_SCAN_CHARS].strip()
     if not text:
         return "empty result"
     lowered = text.lower()
@@ -380,15 +381,18 @@ def summarize_messages(
         detail.update(users if len(users) <= line_cap else _spread(users, line_cap))
     share = min(1.0, _FACTS_SCANNED / n) if n else 1.0
 
-    for index, m in enumerate(messages):
-        if not isinstance(m, dict):
+    for index, raw in enumerate(messages):
+        if not isinstance(raw, dict):
             continue
         # A hashed sample, not every k-th message: a fixed stride would keep hitting the same
         # place of each turn (always the request, never the answer).
         scan = share >= 1.0 or (index * 2654435761) % 4294967296 < share * 4294967296
+        if detail is not None and index not in detail and not scan:
+            continue
+        # Only what is read is masked: on a huge fold, a bounded sample of the messages.
+        m = masked_view(raw)
         if detail is not None and index not in detail:
-            if scan:
-                scanned.append(_fact_text(m))
+            scanned.append(_fact_text(m))
             continue
         role = m.get("role")
         text = content_text(m)

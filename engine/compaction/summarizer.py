@@ -113,18 +113,12 @@ def _restore(label: str) -> str:
     return f'chronicle_expand(section_id="{label}")'
 
 
-def _masked_fold(fold: FoldInput) -> FoldInput:
-    return FoldInput(
-        [masked_view(m) for m in fold.messages], fold.label, fold.focus, fold.budget_chars
-    )
-
-
 def _masked_children(children: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(label, mask(prose)) for label, prose in children]
 
 
 def _extractive(fold: FoldInput) -> Drawn:
-    """The extractive prose of a fold whose messages are masked views already."""
+    """The extractive prose of a fold (it reads masked views of the messages it uses)."""
     prose = summarize_messages(
         fold.messages,
         budget_chars=fold.budget_chars,
@@ -140,7 +134,7 @@ class ExtractiveWriter:
     name = "extractive"
 
     def summarize(self, fold: FoldInput) -> Drawn:
-        return _extractive(_masked_fold(fold))
+        return _extractive(fold)
 
     def condense(
         self,
@@ -159,9 +153,13 @@ class ExtractiveWriter:
         return Drawn(mask(prose))
 
 
-def _render_for_model(messages: Sequence[dict[str, Any]]) -> str:
+def _render_for_model(messages: Sequence[dict[str, Any]]) -> str | None:
+    """The conversation as the model reads it, masked; None once it is longer than the model
+    may be sent (messages past that point are not masked for nothing)."""
     lines: list[str] = []
-    for m in messages:
+    length = 0
+    for raw in messages:
+        m = masked_view(raw)
         role = str(m.get("role") or "message")
         text = content_text(m)
         if len(text) > _PER_MESSAGE_CHARS:
@@ -172,6 +170,9 @@ def _render_for_model(messages: Sequence[dict[str, Any]]) -> str:
         if calls:
             text = (text + "\n" if text else "") + "calls " + calls
         lines.append(f"[{role}] {text}")
+        length += len(lines[-1]) + 1
+        if length > _MODEL_INPUT_CHARS:
+            return None
     return "\n".join(lines)
 
 
@@ -246,9 +247,8 @@ class ModelWriter:
         return Drawn(text, pins, model_calls=1, writer=self.name)
 
     def summarize(self, fold: FoldInput) -> Drawn:
-        fold = _masked_fold(fold)
         body = _render_for_model(fold.messages)
-        if len(body) > _MODEL_INPUT_CHARS:
+        if body is None:
             # Too long to send whole: the model polishes the extractive digest instead.
             body = _extractive(
                 FoldInput(fold.messages, fold.label, fold.focus, _MODEL_INPUT_CHARS)
