@@ -18,6 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_compaction_support import conversation, core_for, wire
 
+from chronicle_engine.capture import shortened
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.compaction.handoff import HEADER, cited
 from chronicle_engine.compaction.messages import content_text, estimate_list_tokens, is_own_handoff
@@ -208,6 +209,12 @@ def test_a_hundred_compactions_stay_bounded_and_reach_every_original(tmp_path: A
     for level, section_id, _lo, _hi in cited(host.handoffs[-1]):
         label = section_id if level == 1 else f"L{level}:{section_id}"
         reachable.update(json.dumps(m, sort_keys=True) for m in host.expand_all(label))
+    # A kept message cut to fit names its seq; chronicle_expand returns its original.
+    for m in host.messages:
+        seq = shortened.origin(m)
+        if seq is not None:
+            result = core.compaction.expand(host.session, from_seq=seq, to_seq=seq)
+            reachable.update(json.dumps(i["message"], sort_keys=True) for i in result["messages"])
     for m in host.everything:
         key = json.dumps(wire(m), sort_keys=True)
         assert key in in_context or key in reachable
@@ -448,3 +455,71 @@ def test_memory_context_reaches_the_handoff_when_every_part_was_consolidated(
     assert host.handoffs[-1].endswith(
         "Memory recalled at this compaction:\nUser prefers terse answers."
     )
+
+
+def _chat_events(core: ChronicleCore, after: int) -> list[Any]:
+    return [
+        e
+        for e in core.store.read(after=after)
+        if e.envelope.type in ("MessageCaptured", "BranchSummarized")
+    ]
+
+
+def test_a_shortened_copy_is_its_original_to_capture(core: ChronicleCore) -> None:
+    # The newest request alone is larger than the whole budget: the pass keeps it, cut.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    request = {"role": "user", "content": "paste: " + "log line 42 failed\n" * 6_000}
+    host.add(request)
+    original_seq = core.capture.capture_messages(host.session, host.messages)[-1]
+    outcome = host.compress()
+    assert outcome.messages is not None
+    cut = host.messages[-1]
+    assert cut["content"].startswith("paste: log line 42")
+    assert "shortened by Chronicle" in cut["content"]
+    assert len(cut["content"]) < len(request["content"]) // 4
+    assert outcome.tokens_after <= host.policy.low_tokens
+
+    # The next turns (the host's list as compress returned it, then new messages) record only
+    # what is new: the cut copy stands for its original, it is neither new nor a branch.
+    mark = core.store.last_seq()
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    assert seqs[-1] == original_seq
+    assert _chat_events(core, mark) == []
+    reply = {"role": "assistant", "content": "The failure is on line 42."}
+    host.add(reply)
+    new = _chat_events(core, mark)
+    assert [e.envelope.type for e in new] == ["MessageCaptured"]
+    assert new[0].payload["message"] == reply
+    # A later pass cuts the copy again (or folds it): still no branch, and expand returns the
+    # original byte for byte.
+    for n in range(40, 80):
+        host.add(*turn(n))
+    assert host.compress().messages is not None
+    host.add({"role": "user", "content": "next"})
+    assert not [e for e in _chat_events(core, mark) if e.envelope.type == "BranchSummarized"]
+    expanded = core.compaction.expand(host.session, from_seq=original_seq, to_seq=original_seq)
+    assert expanded["messages"][0]["message"] == request
+
+
+def test_a_bridged_region_aligns_with_the_branch(core: ChronicleCore) -> None:
+    # The tail starts at an answer, so the pass also keeps the request before it (a bridge):
+    # what follows the handoff has folded messages between its parts. The next capture of that
+    # list must find it on the branch, not start a new branch with copies of it.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    host.add({"role": "user", "content": "paste " + "y" * 12_000})
+    before = core.capture.capture_messages(host.session, host.messages)
+    outcome = host.compress()
+    assert outcome.messages is not None
+    kept = host.messages[
+        host.messages.index(next(m for m in host.messages if is_own_handoff(m))) + 1 :
+    ]
+    positions = [host.everything.index(m) for m in kept]
+    assert positions != list(range(positions[0], positions[0] + len(positions)))  # a gap
+    mark = core.store.last_seq()
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    assert _chat_events(core, mark) == []
+    assert [s for s in seqs if s is not None][3:] == [before[i] for i in positions]

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..capture import shortened
 from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
 from ..errors import UsageError
@@ -276,6 +277,13 @@ class Compaction:
         outcome.capture_ms = (captured - started) * 1000
         return outcome
 
+    def _original(self, seq: int, message: Any) -> Any:
+        """What a section summarises: the logged original of a copy an earlier pass cut."""
+        if shortened.origin(message) != seq:
+            return message
+        event = self.core.store.get(seq)
+        return event.payload.get("message", message) if event is not None else message
+
     def facts(
         self,
         messages: Sequence[Any],
@@ -283,8 +291,9 @@ class Compaction:
         *,
         through: int,
         pins: Sequence[tuple[int, int]] = (),
+        covered: Sequence[tuple[int, int]] | None = None,
     ) -> list[MessageFacts]:
-        return message_facts(messages, seqs, through=through, pins=pins)
+        return message_facts(messages, seqs, through=through, pins=pins, covered=covered)
 
     def plan_for(
         self,
@@ -326,7 +335,8 @@ class Compaction:
         state = self.lineage_state(session_id)
         focus = (focus_topic or "").strip() or state.focus or None
         previous, role, through = self._previous_view(name, messages)
-        facts = self.facts(messages, seqs, through=through, pins=list(state.pins))
+        covered = [(v.from_seq, v.to_seq) for v in previous]
+        facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
         tokens_before = sum(f.tokens for f in facts)
         previous_tokens = handoff_tokens(render(previous))
         reserve = min(policy.handoff_tokens, previous_tokens + policy.section_tokens)
@@ -339,20 +349,25 @@ class Compaction:
             )
 
         # The newly folded range of the log: from where the last pass stopped (so anything of
-        # this conversation logged in between is covered too) to the last folded message.
+        # this conversation logged in between is covered too) to the last folded message. The
+        # first pass starts at the first message after the head, so what it keeps below its
+        # last folded message (pins, bridges, the request after the head) is covered too and a
+        # later pass may let it go: the view covers one unbroken range.
         folded_seqs = [seqs[i] for i in the_plan.fold if seqs[i] is not None]
+        head = set(the_plan.head)
+        body_seqs = [s for i, s in enumerate(seqs) if s is not None and i not in head]
         new_sections: list[ViewSection] = []
         reused: list[ViewSection] = []
         model_calls = 0
         fell_back = False
         chronicle = self.chronicle(name)
         if folded_seqs:
-            lo = through + 1 if through else min(s for s in folded_seqs if s is not None)
+            lo = through + 1 if through else min(body_seqs)
             hi = max(s for s in folded_seqs if s is not None)
             existing = chronicle.current(from_seq=lo, to_seq=hi)
             reused = [ViewSection(1, s) for s in existing]
             in_range = [
-                (s, m)
+                (s, self._original(s, m))
                 for s, m in zip(seqs, messages, strict=True)
                 if s is not None and lo <= s <= hi
             ]
@@ -666,9 +681,20 @@ def message_facts(
     *,
     through: int,
     pins: Sequence[tuple[int, int]] = (),
+    covered: Sequence[tuple[int, int]] | None = None,
 ) -> list[MessageFacts]:
     """What the planner needs to know about each message. `seqs` are capture's answer (None:
-    not conversation); `through` is how far sections already cover the log."""
+    not conversation); `through` is how far sections already cover the log, `covered` the seq
+    ranges of the sections the handoff cites (default: all of 1..through).
+
+    A message is folded only when a cited section covers it. One at or below `through` that no
+    cited section covers can never be covered (new sections start after `through`), so it is
+    protected: nothing leaves the context uncovered."""
+    ranges = [(1, through)] if covered is None else list(covered)
+
+    def inside(seq: int) -> bool:
+        return any(lo <= seq <= hi for lo, hi in ranges)
+
     out: list[MessageFacts] = []
     for message, seq in zip(messages, seqs, strict=True):
         if not isinstance(message, dict):
@@ -681,8 +707,11 @@ def message_facts(
         own = kind == "own"
         real_user = role == "user" and is_real_user(message)
         pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
+        folded = seq is not None and seq <= through and inside(seq)
+        stranded = seq is not None and seq <= through and not folded
         protected = (
             pinned
+            or stranded
             or kind == "foreign"
             or (seq is None and not own)
             or (real_user and is_standing_instruction(message))
@@ -692,7 +721,7 @@ def message_facts(
             MessageFacts(
                 tokens=estimate_tokens(message),
                 role=role,
-                folded=seq is not None and seq <= through,
+                folded=folded,
                 handoff=own,
                 protected=protected,
                 real_user=real_user,
