@@ -8,7 +8,9 @@ expand, status, the chronicle.
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -523,3 +525,144 @@ def test_a_bridged_region_aligns_with_the_branch(core: ChronicleCore) -> None:
     seqs = core.capture.capture_messages(host.session, host.messages)
     assert _chat_events(core, mark) == []
     assert [s for s in seqs if s is not None][3:] == [before[i] for i in positions]
+
+
+def test_a_message_kept_below_the_first_section_is_covered_before_it_leaves(
+    core: ChronicleCore,
+) -> None:
+    # The first body message after the head is pinned, so the first pass keeps it while it folds
+    # what follows. Unpinned, a later pass lets it go: it must lie inside a cited section then.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    first_body = seqs[3]  # turn 0's answer: the head is turn 0's request, call and result
+    core.compaction.pin(host.session, first_body, first_body, "keep the first answer")
+    assert host.compress().messages is not None
+    original = host.everything[3]
+    assert original in host.messages  # kept verbatim by the pin
+    core.compaction.unpin(host.session, first_body, first_body)
+    for n in range(40, 80):
+        host.add(*turn(n))
+    later = core.capture.capture_messages(host.session, host.messages)[-160:]
+    assert host.compress().messages is not None
+    assert original not in host.messages
+    # Nothing left the context without a cited section covering it, and expand returns it.
+    in_context = {json.dumps(wire(m), sort_keys=True) for m in host.messages}
+    ranges = [(lo, hi) for _, _, lo, hi in cited(host.handoffs[-1])]
+    seq_of = {
+        json.dumps(wire(m), sort_keys=True): s
+        for m, s in zip(host.everything, [*seqs, *later], strict=True)
+    }
+    for key, seq in seq_of.items():
+        assert key in in_context or any(lo <= seq <= hi for lo, hi in ranges), seq
+    for level, section_id, lo, hi in cited(host.handoffs[-1]):
+        if lo <= first_body <= hi:
+            label = section_id if level == 1 else f"L{level}:{section_id}"
+            assert original in host.expand_all(label)
+            break
+    else:
+        raise AssertionError("no cited section covers the unpinned message")
+
+
+def test_compaction_plans_again_when_consolidation_writes_over_its_range(
+    core: ChronicleCore,
+) -> None:
+    # Consolidation (the mem-sync thread) writes a section over the pass's range after the pass
+    # read the chronicle and before it writes: the pass plans again once, reusing that section.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    name = core.sessions.chronicle_name(host.session)
+    raced: list[str] = []
+
+    class Racing(ExtractiveWriter):
+        def summarize(self, fold: Any) -> Any:
+            if not raced:
+                lo, hi = (int(x) for x in fold.label.split("-"))
+                mid = (lo + hi) // 2
+                section = Section(
+                    Anchor(f"{lo}-{mid}", lo, mid, mid), "Background: the first half.", meta={}
+                )
+                worker = threading.Thread(target=lambda: core.chronicle(name).append(section))
+                worker.start()
+                worker.join()
+                raced.append(f"{lo}-{mid}")
+            return super().summarize(fold)
+
+    core.compaction.writer = Racing()
+    outcome = host.compress()
+    assert raced and outcome.messages is not None, outcome.reason
+    assert raced[0] in outcome.reused and raced[0] in outcome.view
+    assert "Background: the first half." in host.handoffs[-1]
+    current = core.chronicle(name).current()
+    for a, b in itertools.pairwise(current):
+        assert a.anchor.to_seq < b.anchor.from_seq  # no overlap
+    passes = [e for e in core.store.read() if e.envelope.type == "ContextCompacted"]
+    assert len(passes) == 1
+
+
+def test_the_sections_and_the_tree_entry_are_written_together(
+    core: ChronicleCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    name = core.sessions.chronicle_name(host.session)
+    mark = core.store.last_seq()
+
+    def refuse(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("disk went away while recording the compaction entry")
+
+    monkeypatch.setattr(core.sessions, "record_compaction", refuse)
+    with pytest.raises(RuntimeError):
+        core.compaction.compress(host.session, host.messages, policy=host.policy)
+    assert len(core.chronicle(name)) == 0  # no section without its tree entry
+    assert not [e for e in core.store.read(after=mark) if e.envelope.type == "ContextCompacted"]
+    monkeypatch.undo()
+    outcome = host.compress()
+    assert outcome.messages is not None and len(core.chronicle(name)) == len(outcome.written)
+    entries = [e for e in core.store.read(after=mark) if e.envelope.type == "CompactionRecorded"]
+    assert len(entries) == 1
+
+
+def test_a_pass_caps_its_total_time_for_model_calls(tmp_path: Any) -> None:
+    calls: list[float] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(time.perf_counter())
+        time.sleep(0.4)
+        return ModelResponse(parts=[TextPart("model-written summary")])
+
+    core = core_for(tmp_path / "capped.db", Config({"context": {"summarizer_pass_seconds": 0.6}}))
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    name = core.sessions.chronicle_name(host.session)
+    # Background sections every few turns leave many gaps, so the pass would draw many times.
+    for k in range(2, 34, 8):
+        core.chronicle(name).append(
+            Section(
+                Anchor(
+                    f"{seqs[4 * k]}-{seqs[4 * k + 3]}",
+                    seqs[4 * k],
+                    seqs[4 * k + 3],
+                    seqs[4 * k + 3],
+                ),
+                f"Background {k}.",
+                meta={},
+            )
+        )
+    core.compaction.writer = ModelWriter(
+        lambda: FunctionModel(model), core.store, core.types, timeout=10
+    )
+    started = time.perf_counter()
+    outcome = host.compress()
+    took = time.perf_counter() - started
+    assert outcome.messages is not None and len(outcome.written) >= 3
+    assert 1 <= len(calls) <= 2 and took < 0.6 + 0.4 + 1.5  # not one 0.4 s call per gap
+    fell = [core.compaction.resolve(name, label) for label in outcome.written]
+    spent = [v for v in fell if v and "spent its time" in str(v.section.meta.get("fell_back"))]
+    assert spent  # the rest were written extractively, and say why
+    core.shutdown()
