@@ -110,6 +110,13 @@ KEYS: tuple[Key, ...] = (
         30,
         "How long one summary call may take before the extractive summary is used instead.",
     ),
+    Key(
+        "context.summarizer_pass_seconds",
+        60,
+        "Total time one compaction pass may wait on summary model calls (one per new section, "
+        "plus condensation), on Hermes' main thread. Past it, the pass's remaining sections get "
+        "the extractive summary. 0: no cap beyond each call's own timeout.",
+    ),
     # -- recall ------------------------------------------------------------------------------------
     Key(
         "recall.search_limit",

@@ -8,7 +8,9 @@ expand, status, the chronicle.
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_compaction_support import conversation, core_for, wire
 
+from chronicle_engine.capture import shortened
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.compaction.handoff import HEADER, cited
 from chronicle_engine.compaction.messages import content_text, estimate_list_tokens, is_own_handoff
@@ -208,6 +211,12 @@ def test_a_hundred_compactions_stay_bounded_and_reach_every_original(tmp_path: A
     for level, section_id, _lo, _hi in cited(host.handoffs[-1]):
         label = section_id if level == 1 else f"L{level}:{section_id}"
         reachable.update(json.dumps(m, sort_keys=True) for m in host.expand_all(label))
+    # A kept message cut to fit names its seq; chronicle_expand returns its original.
+    for m in host.messages:
+        seq = shortened.origin(m)
+        if seq is not None:
+            result = core.compaction.expand(host.session, from_seq=seq, to_seq=seq)
+            reachable.update(json.dumps(i["message"], sort_keys=True) for i in result["messages"])
     for m in host.everything:
         key = json.dumps(wire(m), sort_keys=True)
         assert key in in_context or key in reachable
@@ -448,3 +457,212 @@ def test_memory_context_reaches_the_handoff_when_every_part_was_consolidated(
     assert host.handoffs[-1].endswith(
         "Memory recalled at this compaction:\nUser prefers terse answers."
     )
+
+
+def _chat_events(core: ChronicleCore, after: int) -> list[Any]:
+    return [
+        e
+        for e in core.store.read(after=after)
+        if e.envelope.type in ("MessageCaptured", "BranchSummarized")
+    ]
+
+
+def test_a_shortened_copy_is_its_original_to_capture(core: ChronicleCore) -> None:
+    # The newest request alone is larger than the whole budget: the pass keeps it, cut.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    request = {"role": "user", "content": "paste: " + "log line 42 failed\n" * 6_000}
+    host.add(request)
+    original_seq = core.capture.capture_messages(host.session, host.messages)[-1]
+    outcome = host.compress()
+    assert outcome.messages is not None
+    cut = host.messages[-1]
+    assert cut["content"].startswith("paste: log line 42")
+    assert "shortened by Chronicle" in cut["content"]
+    assert len(cut["content"]) < len(request["content"]) // 4
+    assert outcome.tokens_after <= host.policy.low_tokens
+
+    # The next turns (the host's list as compress returned it, then new messages) record only
+    # what is new: the cut copy stands for its original, it is neither new nor a branch.
+    mark = core.store.last_seq()
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    assert seqs[-1] == original_seq
+    assert _chat_events(core, mark) == []
+    reply = {"role": "assistant", "content": "The failure is on line 42."}
+    host.add(reply)
+    new = _chat_events(core, mark)
+    assert [e.envelope.type for e in new] == ["MessageCaptured"]
+    assert new[0].payload["message"] == reply
+    # A later pass cuts the copy again (or folds it): still no branch, and expand returns the
+    # original byte for byte.
+    for n in range(40, 80):
+        host.add(*turn(n))
+    assert host.compress().messages is not None
+    host.add({"role": "user", "content": "next"})
+    assert not [e for e in _chat_events(core, mark) if e.envelope.type == "BranchSummarized"]
+    expanded = core.compaction.expand(host.session, from_seq=original_seq, to_seq=original_seq)
+    assert expanded["messages"][0]["message"] == request
+
+
+def test_a_bridged_region_aligns_with_the_branch(core: ChronicleCore) -> None:
+    # The tail starts at an answer, so the pass also keeps the request before it (a bridge):
+    # what follows the handoff has folded messages between its parts. The next capture of that
+    # list must find it on the branch, not start a new branch with copies of it.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    host.add({"role": "user", "content": "paste " + "y" * 12_000})
+    before = core.capture.capture_messages(host.session, host.messages)
+    outcome = host.compress()
+    assert outcome.messages is not None
+    kept = host.messages[
+        host.messages.index(next(m for m in host.messages if is_own_handoff(m))) + 1 :
+    ]
+    positions = [host.everything.index(m) for m in kept]
+    assert positions != list(range(positions[0], positions[0] + len(positions)))  # a gap
+    mark = core.store.last_seq()
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    assert _chat_events(core, mark) == []
+    assert [s for s in seqs if s is not None][3:] == [before[i] for i in positions]
+
+
+def test_a_message_kept_below_the_first_section_is_covered_before_it_leaves(
+    core: ChronicleCore,
+) -> None:
+    # The first body message after the head is pinned, so the first pass keeps it while it folds
+    # what follows. Unpinned, a later pass lets it go: it must lie inside a cited section then.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    first_body = seqs[3]  # turn 0's answer: the head is turn 0's request, call and result
+    core.compaction.pin(host.session, first_body, first_body, "keep the first answer")
+    assert host.compress().messages is not None
+    original = host.everything[3]
+    assert original in host.messages  # kept verbatim by the pin
+    core.compaction.unpin(host.session, first_body, first_body)
+    for n in range(40, 80):
+        host.add(*turn(n))
+    later = core.capture.capture_messages(host.session, host.messages)[-160:]
+    assert host.compress().messages is not None
+    assert original not in host.messages
+    # Nothing left the context without a cited section covering it, and expand returns it.
+    in_context = {json.dumps(wire(m), sort_keys=True) for m in host.messages}
+    ranges = [(lo, hi) for _, _, lo, hi in cited(host.handoffs[-1])]
+    seq_of = {
+        json.dumps(wire(m), sort_keys=True): s
+        for m, s in zip(host.everything, [*seqs, *later], strict=True)
+    }
+    for key, seq in seq_of.items():
+        assert key in in_context or any(lo <= seq <= hi for lo, hi in ranges), seq
+    for level, section_id, lo, hi in cited(host.handoffs[-1]):
+        if lo <= first_body <= hi:
+            label = section_id if level == 1 else f"L{level}:{section_id}"
+            assert original in host.expand_all(label)
+            break
+    else:
+        raise AssertionError("no cited section covers the unpinned message")
+
+
+def test_compaction_plans_again_when_consolidation_writes_over_its_range(
+    core: ChronicleCore,
+) -> None:
+    # Consolidation (the mem-sync thread) writes a section over the pass's range after the pass
+    # read the chronicle and before it writes: the pass plans again once, reusing that section.
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    name = core.sessions.chronicle_name(host.session)
+    raced: list[str] = []
+
+    class Racing(ExtractiveWriter):
+        def summarize(self, fold: Any) -> Any:
+            if not raced:
+                lo, hi = (int(x) for x in fold.label.split("-"))
+                mid = (lo + hi) // 2
+                section = Section(
+                    Anchor(f"{lo}-{mid}", lo, mid, mid), "Background: the first half.", meta={}
+                )
+                worker = threading.Thread(target=lambda: core.chronicle(name).append(section))
+                worker.start()
+                worker.join()
+                raced.append(f"{lo}-{mid}")
+            return super().summarize(fold)
+
+    core.compaction.writer = Racing()
+    outcome = host.compress()
+    assert raced and outcome.messages is not None, outcome.reason
+    assert raced[0] in outcome.reused and raced[0] in outcome.view
+    assert "Background: the first half." in host.handoffs[-1]
+    current = core.chronicle(name).current()
+    for a, b in itertools.pairwise(current):
+        assert a.anchor.to_seq < b.anchor.from_seq  # no overlap
+    passes = [e for e in core.store.read() if e.envelope.type == "ContextCompacted"]
+    assert len(passes) == 1
+
+
+def test_the_sections_and_the_tree_entry_are_written_together(
+    core: ChronicleCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    name = core.sessions.chronicle_name(host.session)
+    mark = core.store.last_seq()
+
+    def refuse(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("disk went away while recording the compaction entry")
+
+    monkeypatch.setattr(core.sessions, "record_compaction", refuse)
+    with pytest.raises(RuntimeError):
+        core.compaction.compress(host.session, host.messages, policy=host.policy)
+    assert len(core.chronicle(name)) == 0  # no section without its tree entry
+    assert not [e for e in core.store.read(after=mark) if e.envelope.type == "ContextCompacted"]
+    monkeypatch.undo()
+    outcome = host.compress()
+    assert outcome.messages is not None and len(core.chronicle(name)) == len(outcome.written)
+    entries = [e for e in core.store.read(after=mark) if e.envelope.type == "CompactionRecorded"]
+    assert len(entries) == 1
+
+
+def test_a_pass_caps_its_total_time_for_model_calls(tmp_path: Any) -> None:
+    calls: list[float] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(time.perf_counter())
+        time.sleep(0.4)
+        return ModelResponse(parts=[TextPart("model-written summary")])
+
+    core = core_for(tmp_path / "capped.db", Config({"context": {"summarizer_pass_seconds": 0.6}}))
+    host = Host(core, small_policy())
+    for n in range(40):
+        host.add(*turn(n))
+    seqs = core.capture.capture_messages(host.session, host.messages)
+    name = core.sessions.chronicle_name(host.session)
+    # Background sections every few turns leave many gaps, so the pass would draw many times.
+    for k in range(2, 34, 8):
+        core.chronicle(name).append(
+            Section(
+                Anchor(
+                    f"{seqs[4 * k]}-{seqs[4 * k + 3]}",
+                    seqs[4 * k],
+                    seqs[4 * k + 3],
+                    seqs[4 * k + 3],
+                ),
+                f"Background {k}.",
+                meta={},
+            )
+        )
+    core.compaction.writer = ModelWriter(
+        lambda: FunctionModel(model), core.store, core.types, timeout=10
+    )
+    started = time.perf_counter()
+    outcome = host.compress()
+    took = time.perf_counter() - started
+    assert outcome.messages is not None and len(outcome.written) >= 3
+    assert 1 <= len(calls) <= 2 and took < 0.6 + 0.4 + 1.5  # not one 0.4 s call per gap
+    fell = [core.compaction.resolve(name, label) for label in outcome.written]
+    spent = [v for v in fell if v and "spent its time" in str(v.section.meta.get("fell_back"))]
+    assert spent  # the rest were written extractively, and say why
+    core.shutdown()

@@ -17,7 +17,12 @@ from chronicle_engine.compaction.assemble import assemble
 from chronicle_engine.compaction.contract import violations
 from chronicle_engine.compaction.engine import message_facts
 from chronicle_engine.compaction.handoff import HEADER
-from chronicle_engine.compaction.messages import content_text, is_real_user
+from chronicle_engine.compaction.messages import (
+    content_text,
+    estimate_list_tokens,
+    estimate_tokens,
+    is_real_user,
+)
 from chronicle_engine.compaction.planner import STUB_TOKENS, MessageFacts, plan, units_of
 
 _block = st.one_of(
@@ -152,6 +157,16 @@ def test_compacted_list_satisfies_the_host_contract(s: dict[str, Any]) -> None:
         assert "chronicle_expand" in content_text(out[index]) or "not in the log" in content_text(
             out[index]
         )
+    # A message with an allowance is cut to it (a call's arguments only to about it) and says so.
+    source = [*p.head, None, *p.keep]
+    for position, index in enumerate(source):
+        if index is None or index not in p.allowances:
+            continue
+        assert position in rewritten
+        original = s["messages"][index]
+        assert estimate_tokens(out[position]) < estimate_tokens(original)
+        if not original.get("tool_calls"):
+            assert estimate_tokens(out[position]) <= p.allowances[index]
 
 
 @_settings
@@ -207,6 +222,10 @@ def test_budget_holds_unless_the_protected_part_is_shortened(s: dict[str, Any]) 
     for i, allowance in p.allowances.items():
         assert STUB_TOKENS <= allowance < facts[i].tokens
         assert i in p.head or i in p.keep
+    if p.allowances:
+        # Shortened, the kept part fits the budget unless even its stubs do not.
+        stubs = sum(min(facts[i].tokens, STUB_TOKENS) for i in (*p.head, *p.keep))
+        assert p.tokens_after <= max(s["budget"], s["reserve"] + stubs)
 
 
 @_settings
@@ -273,9 +292,19 @@ def test_overflowing_protected_part_is_shortened_newest_first_and_says_how_to_re
     assert 2 in p.allowances and 0 in p.allowances
     out, rewritten = assemble(messages, p, {"role": "assistant", "content": HEADER}, seqs)
     assert out[-1]["content"] == messages[3]["content"]
-    shortened = [out[i] for i in rewritten]
-    assert all("chronicle_expand(from_seq=" in m["content"] for m in shortened)
-    assert all("api_content" not in m for m in shortened)
+    # Every message with an allowance was cut to about it, and says how to restore it.
+    source = [*p.head, None, *p.keep]  # output position -> input index (None: the handoff)
+    assert sorted(source[i] for i in rewritten) == sorted(p.allowances) == [0, 1, 2]
+    for position in rewritten:
+        index = source[position]
+        assert index is not None
+        m = out[position]
+        assert m["content"].startswith(messages[index]["content"][:100])
+        assert f"chronicle_expand(from_seq={seqs[index]}, to_seq={seqs[index]})" in m["content"]
+        assert "api_content" not in m
+        assert estimate_tokens(m) < estimate_tokens(messages[index])
+        assert estimate_tokens(m) <= p.allowances[index] + STUB_TOKENS
+    assert estimate_list_tokens(out) < estimate_list_tokens(messages)
     assert violations(messages, out, rewritten) == []
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_compaction_support import core_for
 
 from chronicle_engine.compaction.extractive import condense_prose, summarize_messages
@@ -198,3 +201,77 @@ def test_an_unreachable_server_falls_back_to_the_extractive_prose(core: Any) -> 
     drawn = writer.summarize(FoldInput(FOLD, "1-4", None, 2000))
     assert drawn.fell_back and drawn.error
     assert drawn.prose == ExtractiveWriter().summarize(FoldInput(FOLD, "1-4", None, 2000)).prose
+
+
+def _fold(n: int, deadline: float | None = None) -> FoldInput:
+    messages = [{"role": "user", "content": f"request {n}: rotate the key of host db-{n}"}]
+    return FoldInput(messages, f"{n}-{n}", None, 2000, deadline)
+
+
+def test_hung_draws_hold_a_bounded_pool_not_a_thread_each(
+    core: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chronicle_engine.compaction.summarizer as summarizer
+
+    release = threading.Event()
+    started: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        started.append(1)
+        release.wait(10)
+        return ModelResponse(parts=[TextPart("late answer")])
+
+    monkeypatch.setattr(summarizer, "COOLDOWN_SECONDS", 0.0)  # ask again after each timeout
+    before = set(threading.enumerate())
+    writer = ModelWriter(lambda: FunctionModel(model), core.store, core.types, timeout=0.05)
+    try:
+        for n in range(6):
+            drawn = writer.summarize(_fold(n))
+            assert drawn.fell_back and "longer than" in str(drawn.error)
+            time.sleep(0.11)  # past the cooldown of 2 x timeout
+        workers = [t for t in set(threading.enumerate()) - before if t.name.startswith("chronicle")]
+        assert len(workers) <= 2 and len(started) <= 2  # queued draws behind them never ran
+    finally:
+        release.set()
+        writer.close()
+
+
+def test_one_ledger_serves_every_draw_and_keeps_no_rejected_answer(core: Any) -> None:
+    answers = iter(["   ", "User: rotate the key", "User: rotate the other key"])
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(next(answers))])
+
+    writer = ModelWriter(lambda: FunctionModel(model), core.store, core.types, timeout=5)
+    ledger = writer._ledger
+    empty = writer.summarize(_fold(1))
+    assert empty.fell_back and ledger.pending == 0  # the empty answer is not pinned
+    writer._resting_until = 0.0  # (the cooldown is tested elsewhere)
+    first = writer.summarize(_fold(1))
+    second = writer.summarize(_fold(2))
+    assert (first.prose, second.prose) == ("User: rotate the key", "User: rotate the other key")
+    assert writer._ledger is ledger
+    pins = list(core.store.read(namespaces=[BOOKKEEPING_NAMESPACE]))
+    assert [p.payload["key"] for p in pins] == [*first.pins, *second.pins]
+
+
+def test_no_model_is_asked_past_the_callers_deadline(core: Any) -> None:
+    calls: list[float] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        calls.append(time.monotonic())
+        time.sleep(0.5)
+        return ModelResponse(parts=[TextPart("User: slow but fine")])
+
+    writer = ModelWriter(lambda: FunctionModel(model), core.store, core.types, timeout=5)
+    spent = writer.summarize(_fold(1, deadline=time.monotonic() - 1))
+    assert spent.fell_back and spent.model_calls == 0 and "spent its time" in str(spent.error)
+    assert calls == []
+    began = time.monotonic()
+    cut = writer.summarize(_fold(2, deadline=began + 0.1))
+    assert time.monotonic() - began < 0.4  # waited for the deadline, not the 5 s timeout
+    assert cut.fell_back and cut.model_calls == 1
+    time.sleep(0.5)  # let the cut-off draw finish on its worker
+    # A pass running out of time is not the model failing: the next caller still asks it.
+    assert writer.summarize(_fold(3)).prose == "User: slow but fine"
+    writer.close()

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["fingerprint", "align", "RUN", "WINDOW", "wire_message", "IDENTITY_KEYS"]
+__all__ = ["fingerprint", "align", "embed", "RUN", "WINDOW", "wire_message", "IDENTITY_KEYS"]
 
 RUN = 8
 """How many equal fingerprints in a row prove an alignment when the run reaches neither start."""
@@ -142,3 +143,35 @@ def align(live: Sequence[str], path: Sequence[str], *, run: int = RUN) -> tuple[
     if fallback is not None and fallback[1] == m - 1:
         return (fallback[2], fallback[1])
     return (-1, -1)
+
+
+def embed(live: Sequence[str], path: Sequence[str]) -> tuple[int, list[int]] | None:
+    """The latest p with live[p] equal to the path's last entry such that live[:p+1] is, in
+    order, a subsequence of the path ending there; with the path index of each of live[:p+1].
+
+    This is the shape of a compacted region: the messages kept after a handoff (pins, bridges,
+    the tail) in their logged order, the folded ones left out between them. The whole region up
+    to p is evidence, so no run length is asked. None when there is no such p."""
+    if not live or not path:
+        return None
+    last = len(path) - 1
+    candidates = [p for p in range(len(live) - 1, -1, -1) if live[p] == path[last]]
+    if not candidates:
+        return None
+    where: dict[str, list[int]] = {}
+    for q, f in enumerate(path):
+        where.setdefault(f, []).append(q)
+    for p in candidates:
+        placed = [last]
+        bound = last
+        for k in range(p - 1, -1, -1):
+            found = where.get(live[k], [])
+            at = bisect_left(found, bound) - 1  # the latest match before the one after it
+            if at < 0:
+                break
+            bound = found[at]
+            placed.append(bound)
+        else:
+            placed.reverse()
+            return p, placed
+    return None

@@ -32,7 +32,8 @@ from ..log.store import PendingEvent, sqlite_errors, utc_now
 from ..sessions.events import BranchSummarized
 from ..sessions.summary import abandoned_summary
 from ..sessions.tree import TreeWriter
-from .align import RUN, align, fingerprint, wire_message
+from . import shortened
+from .align import RUN, align, embed, fingerprint, wire_message
 from .describe import describe, digest, message_id
 from .events import MessageCaptured, register_capture_events
 from .hooks import HostRecorder
@@ -299,7 +300,7 @@ class Capture(HostRecorder):
         def fp(i: int) -> str:
             found = fps.get(i)
             if found is None:
-                found = fps[i] = fingerprint(items[i])
+                found = fps[i] = self._fingerprint(items[i], path)
             return found
 
         # The alignment point: the latest kept dict, else position, else a fingerprint run.
@@ -311,6 +312,7 @@ class Capture(HostRecorder):
                 break
         start = 0 if last_handoff < 0 else path.kept_from
         in_step = False  # aligned by position from `start`, verified by a run at the path's end
+        placed: list[int] | None = None  # the path index of each of region[: p + 1], if known
         if p < 0 and path.ids and start is not None:
             # Where the path ends, if the region runs in step with it: check a run at that point
             # only, so a restart does not hash the whole list (a run is the same evidence
@@ -324,13 +326,20 @@ class Capture(HostRecorder):
             live = [fp(i) for i in region]
             p, q_anchor = positional(live, path.fps, start)
             if p < 0:
-                p, q_anchor = align(live, path.fps)
+                embedded = embed(live, path.fps)
+                if embedded is not None:  # kept messages with folded ones between them
+                    p, placed = embedded
+                    q_anchor = len(path.ids) - 1
+                else:
+                    p, q_anchor = align(live, path.fps)
 
         # Seqs of what is already captured.
         latest: dict[str, int] | None = None
         for k in range(p + 1):
             i = region[k]
             q = known(i)
+            if q is None and placed is not None:
+                q = placed[k]
             if q is None:
                 expected = q_anchor - (p - k)
                 if 0 <= expected < len(path.fps) and (
@@ -433,6 +442,20 @@ class Capture(HostRecorder):
         plan.path.leaf = plan.path.ids[-1]
         plan.first_new_q = len(plan.path.ids) - len(plan.new)
         return plan
+
+    def _fingerprint(self, message: Any, path: BranchPath) -> str:
+        """A message's fingerprint; a copy compaction cut to fit the context has its original's
+        (it stands for a message already on the branch, see `shortened.py`)."""
+        seq = shortened.origin(message)
+        if seq is not None:
+            q = path.index_of_seq(seq)
+            if q is not None:
+                original = self.core.store.get(seq)
+                if original is not None and shortened.stands_for(
+                    message, original.payload.get("message")
+                ):
+                    return path.fps[q]
+        return fingerprint(message)
 
     def _texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

@@ -7,23 +7,36 @@ was cut and which `chronicle_expand` call returns the original.
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..capture.shortened import ARGUMENTS_KEY, arguments_note, note, strip_note
 from .messages import content_text, fresh_copy
 from .planner import Plan
 
 __all__ = ["assemble", "shorten"]
 
 _CHARS_PER_TOKEN = 4
+_MESSAGE_OVERHEAD = 4  # tokens `estimate_tokens` adds per message
 _MIN_KEPT_CHARS = 120
+_TOTAL = re.compile(r"(\d+) of (\d+) characters")
 
 
-def _restore(seq: int | None) -> str:
-    if seq is None:
-        return "this message is not in the log, so the cut part cannot be restored"
-    return f"chronicle_expand(from_seq={seq}, to_seq={seq}) returns the original"
+def _cut_content(text: str, full: str, room: int, has_parts: bool, seq: int | None) -> str:
+    """The content cut to about `room` characters, note included. `text` is the original's words
+    (a copy cut before keeps only those), `full` the content as it stands."""
+    longest = note(f"{len(text)} of {len(text)} characters and attachments", seq)
+    keep = text[: max(_MIN_KEPT_CHARS, room - len(longest))]
+    total = len(text)
+    if text != full:  # cut again: the earlier note knows the original's length
+        found = _TOTAL.search(full[len(text) :])
+        total = int(found.group(2)) if found else total
+    omitted = total - len(keep)
+    what = f"{omitted} of {total} characters" if omitted else ""
+    if has_parts:
+        what = f"{what} and attachments" if what else "attachments"
+    return keep + note(what, seq)
 
 
 def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
@@ -33,8 +46,8 @@ def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
         return message, False
     copy = fresh_copy(message)
     changed = False
-    budget = max(_MIN_KEPT_CHARS, allowance * _CHARS_PER_TOKEN)
-    text = content_text(message)
+    budget = max(_MIN_KEPT_CHARS, (allowance - _MESSAGE_OVERHEAD) * _CHARS_PER_TOKEN)
+    full = content_text(message)
     content = message.get("content")
     has_parts = isinstance(content, list) and any(
         isinstance(p, dict) and p.get("type") not in (None, "text") for p in content
@@ -44,14 +57,10 @@ def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
         for c in (message.get("tool_calls") or [])
         if isinstance(c, dict) and isinstance(c.get("function"), dict)
     )
-    text_budget = max(_MIN_KEPT_CHARS, budget - min(args_chars, budget // 2))
-    if len(text) > text_budget or has_parts:
-        omitted = max(0, len(text) - text_budget)
-        keep = text[: len(text) - omitted]
-        what = f"{omitted} of {len(text)} characters" if omitted else "attachments"
-        copy["content"] = (
-            f"{keep}\n[… shortened by Chronicle to fit the context: {what} omitted; {_restore(seq)}]"
-        )
+    room = max(_MIN_KEPT_CHARS, budget - min(args_chars, budget // 2))
+    if len(full) > room or has_parts:
+        copy["content"] = _cut_content(strip_note(full), full, room, has_parts, seq)
+        changed = copy["content"] != content
     if args_chars > budget // 2 and isinstance(message.get("tool_calls"), list):
         calls = []
         for call in message["tool_calls"]:
@@ -60,15 +69,8 @@ def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
                 continue
             fn = dict(call["function"])
             raw = str(fn.get("arguments") or "")
-            if len(raw) > _MIN_KEPT_CHARS:
-                fn["arguments"] = json.dumps(
-                    {
-                        "chronicle_shortened": f"{len(raw)} characters of arguments omitted; "
-                        + _restore(seq),
-                        "start": raw[:_MIN_KEPT_CHARS],
-                    },
-                    ensure_ascii=False,
-                )
+            if len(raw) > _MIN_KEPT_CHARS and ARGUMENTS_KEY not in raw:  # (not cut twice)
+                fn["arguments"] = arguments_note(raw, _MIN_KEPT_CHARS, seq)
                 changed = True
             calls.append({**call, "function": fn})
         copy["tool_calls"] = calls

@@ -7,8 +7,14 @@ Invariants:
 - The sections of one conversation (one lineage) tile the folded range without overlap: a pass
   reuses sections already written over its range (background consolidation) and writes new ones
   only for the gaps, in the conversation's chronicle (`core.sessions.chronicle_name`).
-- Model calls happen before the one write transaction of a pass; the transaction writes the new
-  sections, the condensed ones and the `ContextCompacted` record together.
+- A message leaves the context only when a section the handoff cites covers its seq: the first
+  pass's range starts at the first message after the head, each later one where the last
+  stopped, and a message below the view that no section covers stays (`message_facts`).
+- Model calls happen before the one write transaction of a pass, within a total time cap
+  (`context.summarizer_pass_seconds`); the transaction writes the new sections, the condensed
+  ones, the `ContextCompacted` record and the session tree's compaction entry together.
+- Background consolidation may write over a pass's range between its plan and its write; the
+  write re-reads the range under the write lock and the pass plans again once (`_Raced`).
 - The output satisfies the host's contract (`contract.violations`) or is not returned.
 - Everything keyed by a conversation follows the lineage, so a compaction's new session id still
   reaches every section cited before it.
@@ -24,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..capture import shortened
 from ..capture.secrets import mask
 from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
-from ..errors import UsageError
+from ..errors import ChronicleFork, UsageError
 from ..log.store import StoredEvent
 from .assemble import assemble
 from .contract import violations
@@ -262,20 +269,36 @@ class Compaction:
             )
         name = self.core.sessions.chronicle_name(session_id)
         with self._lock_for(name):
-            outcome = self._compress(
-                session_id,
-                name,
-                messages,
-                seqs,
-                policy=policy,
-                current_tokens=current_tokens,
-                focus_topic=focus_topic,
-                force=force,
-                memory_context=memory_context,
-            )
+            for attempt in (1, 2):
+                try:
+                    outcome = self._compress(
+                        session_id,
+                        name,
+                        messages,
+                        seqs,
+                        policy=policy,
+                        current_tokens=current_tokens,
+                        focus_topic=focus_topic,
+                        force=force,
+                        memory_context=memory_context,
+                    )
+                    break
+                except _Raced as raced:
+                    # Background consolidation wrote over the range since this pass read it:
+                    # plan again once, reusing what it wrote.
+                    log.info("compaction of %s raced consolidation (%s)", session_id, raced)
+                    if attempt == 2:
+                        outcome = Outcome(None, f"raced background consolidation: {raced}")
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         outcome.capture_ms = (captured - started) * 1000
         return outcome
+
+    def _original(self, seq: int, message: Any) -> Any:
+        """What a section summarises: the logged original of a copy an earlier pass cut."""
+        if shortened.origin(message) != seq:
+            return message
+        event = self.core.store.get(seq)
+        return event.payload.get("message", message) if event is not None else message
 
     def facts(
         self,
@@ -284,8 +307,9 @@ class Compaction:
         *,
         through: int,
         pins: Sequence[tuple[int, int]] = (),
+        covered: Sequence[tuple[int, int]] | None = None,
     ) -> list[MessageFacts]:
-        return message_facts(messages, seqs, through=through, pins=pins)
+        return message_facts(messages, seqs, through=through, pins=pins, covered=covered)
 
     def plan_for(
         self,
@@ -326,10 +350,13 @@ class Compaction:
         started = time.perf_counter()
         # Another provider's memory context may quote a credential; sections keep it masked.
         memory_context = mask(memory_context)
+        cap = float(self.core.config.get("context.summarizer_pass_seconds") or 0)
+        deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
         state = self.lineage_state(session_id)
         focus = (focus_topic or "").strip() or state.focus or None
         previous, role, through = self._previous_view(name, messages)
-        facts = self.facts(messages, seqs, through=through, pins=list(state.pins))
+        covered = [(v.from_seq, v.to_seq) for v in previous]
+        facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
         tokens_before = sum(f.tokens for f in facts)
         previous_tokens = handoff_tokens(render(previous))
         reserve = min(policy.handoff_tokens, previous_tokens + policy.section_tokens)
@@ -342,20 +369,27 @@ class Compaction:
             )
 
         # The newly folded range of the log: from where the last pass stopped (so anything of
-        # this conversation logged in between is covered too) to the last folded message.
+        # this conversation logged in between is covered too) to the last folded message. The
+        # first pass starts at the first message after the head, so what it keeps below its
+        # last folded message (pins, bridges, the request after the head) is covered too and a
+        # later pass may let it go: the view covers one unbroken range.
         folded_seqs = [seqs[i] for i in the_plan.fold if seqs[i] is not None]
+        head = set(the_plan.head)
+        body_seqs = [s for i, s in enumerate(seqs) if s is not None and i not in head]
         new_sections: list[ViewSection] = []
         reused: list[ViewSection] = []
         model_calls = 0
         fell_back = False
         chronicle = self.chronicle(name)
+        reach: tuple[int, int] | None = None  # the range whose sections the plan read
         if folded_seqs:
-            lo = through + 1 if through else min(s for s in folded_seqs if s is not None)
+            lo = through + 1 if through else min(body_seqs)
             hi = max(s for s in folded_seqs if s is not None)
+            reach = (lo, hi)
             existing = chronicle.current(from_seq=lo, to_seq=hi)
             reused = [ViewSection(1, s) for s in existing]
             in_range = [
-                (s, m)
+                (s, self._original(s, m))
                 for s, m in zip(seqs, messages, strict=True)
                 if s is not None and lo <= s <= hi
             ]
@@ -376,6 +410,7 @@ class Compaction:
                         section_id,
                         focus,
                         policy.section_tokens * 4,
+                        deadline,
                     )
                 )
                 model_calls += drawn.model_calls
@@ -414,6 +449,7 @@ class Compaction:
                 writer=self.writer,
                 focus=focus,
                 existing=lambda level, sid: self.chronicle(level_name(name, level)).get(sid),
+                deadline=deadline,
             )
             rebased = True
             model_calls += sum(c.drawn.model_calls for c in condensed)
@@ -458,13 +494,6 @@ class Compaction:
             focus=focus or "",
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
-        with self.core.store.atomic() as conn:
-            for v in new_sections:
-                chronicle.append(v.section, conn)
-            for c in condensed:
-                self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
-            self._record(session_id, record)
-
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
         # live list from it); the head and the protected copies kept before the tail count as
         # the head, so the tree's projection holds what the model holds.
@@ -476,18 +505,34 @@ class Compaction:
             )
             if s is not None
         ]
+        # One transaction: the sections, the pass's record and the tree's compaction entry, so
+        # a crash leaves all of them or none. The range is read again under the write lock:
+        # consolidation (another thread) may have written over it since the plan read it.
         try:
-            self.core.sessions.record_compaction(
-                session_id,
-                section_ids=[v.label for v in view],
-                first_kept_seq=tail[0] if tail else None,
-                tokens_before=tokens_before,
-                tokens_after=tokens_after,
-                summary=text,
-                head_seqs=head_seqs,
-            )
-        except Exception:  # the sections are written; the tree entry is bookkeeping
-            log.exception("could not record the compaction entry for %s", session_id)
+            with self.core.store.atomic() as conn:
+                if reach is not None:
+                    r_lo, r_hi = reach
+                    now = chronicle.current(conn, from_seq=r_lo, to_seq=r_hi)
+                    if {x.anchor.section_id for x in now} != {
+                        v.section.anchor.section_id for v in reused
+                    }:
+                        raise _Raced(f"the sections over {r_lo}..{r_hi} changed")
+                for v in new_sections:
+                    chronicle.append(v.section, conn)
+                for c in condensed:
+                    self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
+                self._record(session_id, record)
+                self.core.sessions.record_compaction(
+                    session_id,
+                    section_ids=[v.label for v in view],
+                    first_kept_seq=tail[0] if tail else None,
+                    tokens_before=tokens_before,
+                    tokens_after=tokens_after,
+                    summary=text,
+                    head_seqs=head_seqs,
+                )
+        except ChronicleFork as fork:
+            raise _Raced(str(fork)) from fork
 
         log.info(
             "chronicle compaction: session=%s messages %d->%d tokens ~%d->~%d sections +%s%s",
@@ -669,9 +714,20 @@ def message_facts(
     *,
     through: int,
     pins: Sequence[tuple[int, int]] = (),
+    covered: Sequence[tuple[int, int]] | None = None,
 ) -> list[MessageFacts]:
     """What the planner needs to know about each message. `seqs` are capture's answer (None:
-    not conversation); `through` is how far sections already cover the log."""
+    not conversation); `through` is how far sections already cover the log, `covered` the seq
+    ranges of the sections the handoff cites (default: all of 1..through).
+
+    A message is folded only when a cited section covers it. One at or below `through` that no
+    cited section covers can never be covered (new sections start after `through`), so it is
+    protected: nothing leaves the context uncovered."""
+    ranges = [(1, through)] if covered is None else list(covered)
+
+    def inside(seq: int) -> bool:
+        return any(lo <= seq <= hi for lo, hi in ranges)
+
     out: list[MessageFacts] = []
     for message, seq in zip(messages, seqs, strict=True):
         if not isinstance(message, dict):
@@ -684,8 +740,11 @@ def message_facts(
         own = kind == "own"
         real_user = role == "user" and is_real_user(message)
         pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
+        folded = seq is not None and seq <= through and inside(seq)
+        stranded = seq is not None and seq <= through and not folded
         protected = (
             pinned
+            or stranded
             or kind == "foreign"
             or (seq is None and not own)
             or (real_user and is_standing_instruction(message))
@@ -695,7 +754,7 @@ def message_facts(
             MessageFacts(
                 tokens=estimate_tokens(message),
                 role=role,
-                folded=seq is not None and seq <= through,
+                folded=folded,
                 handoff=own,
                 protected=protected,
                 real_user=real_user,
@@ -704,6 +763,10 @@ def message_facts(
             )
         )
     return out
+
+
+class _Raced(Exception):
+    """The sections over a pass's range changed between its plan and its write."""
 
 
 def _gaps(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:

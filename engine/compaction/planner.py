@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 __all__ = ["MessageFacts", "Unit", "Plan", "units_of", "plan", "STUB_TOKENS"]
 
-STUB_TOKENS = 48
-"""The least a shortened message keeps: enough for the note saying how to restore it."""
+STUB_TOKENS = 80
+"""The least a shortened message keeps: its first words and the note saying how to restore it
+(`assemble.shorten` fits a message's content into any allowance this large)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,23 +218,32 @@ def plan(
         order += [u for u in reversed(protected) if u not in order]
         order += [u for u in reversed(kept_units) if u not in order]
         order += [u for u in reversed(head_kept) if u not in order]
-        remaining = budget - reserve
+        # Every kept message may shrink to a stub; what the budget has beyond the stubs goes to
+        # the units in order of precedence, so the protected part fits whenever its stubs do.
+        floor = {
+            u.start: sum(min(facts[i].tokens, STUB_TOKENS) for i in u.indices()) for u in order
+        }
+        remaining = budget - reserve - sum(floor.values())
         total = reserve
         for unit in order:
             cost = _cost(facts, unit)
-            grant = max(0, min(cost, remaining))
-            remaining -= cost
+            extra = max(0, min(cost - floor[unit.start], remaining))
+            remaining -= extra
+            grant = floor[unit.start] + extra
             if grant >= cost:
                 total += cost
                 continue
+            # Within the unit, stub-sized messages stay whole; the larger share the rest.
+            small = sum(facts[i].tokens for i in unit.indices() if facts[i].tokens <= STUB_TOKENS)
+            rest, large = grant - small, cost - small
             for i in unit.indices():
-                share = facts[i].tokens * grant // cost if cost else 0
-                allowance = max(STUB_TOKENS, share)
-                if allowance < facts[i].tokens:
+                tokens = facts[i].tokens
+                allowance = max(STUB_TOKENS, tokens * rest // large) if large else tokens
+                if allowance < tokens:
                     allowances[i] = allowance
                     total += allowance
                 else:
-                    total += facts[i].tokens
+                    total += tokens
 
     return Plan(
         head=head_idx,

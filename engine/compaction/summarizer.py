@@ -7,7 +7,12 @@ Invariants:
   request and recorded in the log (`PinPromoted`) for a word-for-word replay. The prompt renders
   message content only, never seq numbers, ids or timestamps, so a replay hits the same pins.
 - Draws happen before the caller opens any write transaction: a slow model never holds the lock.
-  The draw runs on a worker thread with its own event loop, bounded by the timeout.
+  The draw runs on a worker thread with its own event loop, bounded by the timeout and by the
+  caller's deadline (`FoldInput.deadline`, `condense(deadline=)`: a compaction pass caps its total
+  time for model calls); past the deadline the model is not asked.
+- One `PinLedger` and one small thread pool per writer: the pin history is read once and then
+  incrementally, and a draw that hangs past its timeout holds one of `_WORKERS` threads, never
+  a new thread per call.
 - No credential reaches a section's prose or a model's prompt: the writers read `masked_view`s
   of the messages and masked children, and mask what they write (a section written before the
   masker knew a shape is masked again when condensed). The log keeps the exact messages.
@@ -23,6 +28,7 @@ import ipaddress
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +71,7 @@ log = logging.getLogger("chronicle_engine.compaction.summarizer")
 
 _MODEL_INPUT_CHARS = 120_000
 COOLDOWN_SECONDS = 60.0
+_WORKERS = 2  # compaction (main thread) and consolidation (mem-sync) may each draw at once
 _PER_MESSAGE_CHARS = 2_000
 
 _INSTRUCTIONS = (
@@ -82,6 +89,7 @@ class FoldInput:
     label: str
     focus: str | None
     budget_chars: int
+    deadline: float | None = None  # time.monotonic() past which no model is asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,12 @@ class SectionWriter(Protocol):
         label: str,
         focus: str | None,
         budget_chars: int,
+        deadline: float | None = None,
     ) -> Drawn: ...
+
+
+class _TimedOut(SummaryFailed):
+    """The draw did not answer within its timeout."""
 
 
 def _restore(label: str) -> str:
@@ -143,6 +156,7 @@ class ExtractiveWriter:
         label: str,
         focus: str | None,
         budget_chars: int,
+        deadline: float | None = None,
     ) -> Drawn:
         prose = condense_prose(
             _masked_children(children),
@@ -196,46 +210,89 @@ class ModelWriter:
         self.name = name
         self._resting_until = 0.0  # monotonic time before which the model is not asked
         self._last_error = ""
+        self._ledger = PinLedger(store, types)
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
-    def _draw(self, prompt: str) -> tuple[str, tuple[str, ...]]:
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    _WORKERS, thread_name_prefix="chronicle-summary"
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Let the worker threads go (a draw still running finishes on its own)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _draw(self, prompt: str, timeout: float) -> tuple[str, tuple[str, ...]]:
         keys: list[str] = []
-        ledger = PinLedger(self._store, self._types)
         agent = Agent(
-            PinnedModel(self._model(), ledger, on_key=keys.append), instructions=_INSTRUCTIONS
+            PinnedModel(self._model(), self._ledger, on_key=keys.append),
+            instructions=_INSTRUCTIONS,
         )
 
         def run() -> str:
             return str(asyncio.run(agent.run(prompt)).output)
 
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="chronicle-summary")
+        future = self._executor().submit(run)
         try:
-            text = pool.submit(run).result(timeout=self._timeout)
+            text = future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
-            raise SummaryFailed(f"the summary model took longer than {self._timeout:g}s") from None
-        finally:
-            pool.shutdown(wait=False)
+            future.cancel()  # still queued behind a hung draw: it never starts
+            raise _TimedOut(f"the summary model took longer than {timeout:g}s") from None
+        except BaseException:
+            self._ledger.discard(keys)
+            raise
         if not text.strip():
+            self._ledger.discard(keys)  # an empty answer is not kept for replay
             raise SummaryFailed("the summary model returned no text")
-        ledger.commit()
+        self._ledger.commit()
         return text.strip(), tuple(dict.fromkeys(keys))
 
-    def _guarded(self, prompt: str, budget_chars: int, fallback: Callable[[], Drawn]) -> Drawn:
-        if time.monotonic() < self._resting_until:
+    def _rest(self, error: str) -> None:
+        """A failed model is not asked again for a while: one timeout per dead endpoint."""
+        self._last_error = error
+        rest = max(COOLDOWN_SECONDS, 2 * self._timeout)
+        self._resting_until = time.monotonic() + rest
+        log.warning(
+            "summary model failed (%s); using the extractive summary, and not asking the "
+            "model again for %.0fs",
+            error,
+            rest,
+        )
+
+    def _guarded(
+        self,
+        prompt: str,
+        budget_chars: int,
+        fallback: Callable[[], Drawn],
+        deadline: float | None = None,
+    ) -> Drawn:
+        now = time.monotonic()
+        if now < self._resting_until:
             drawn = fallback()
             error = f"not asked: it failed moments ago ({self._last_error})"
             return Drawn(drawn.prose, fell_back=True, error=error, writer=self.name)
+        timeout = self._timeout
+        if deadline is not None:
+            if deadline <= now:
+                drawn = fallback()
+                error = "not asked: this pass spent its time for model calls"
+                return Drawn(drawn.prose, fell_back=True, error=error, writer=self.name)
+            timeout = min(timeout, deadline - now)
         try:
-            text, pins = self._draw(prompt)
+            text, pins = self._draw(prompt, timeout)
         except Exception as exc:  # any failure: the extractive prose, never a lost range
-            self._last_error = str(exc)
-            rest = max(COOLDOWN_SECONDS, 2 * self._timeout)
-            self._resting_until = time.monotonic() + rest
-            log.warning(
-                "summary model failed (%s); using the extractive summary, and not asking the "
-                "model again for %.0fs",
-                exc,
-                rest,
-            )
+            if isinstance(exc, _TimedOut) and timeout < self._timeout:
+                # Cut off by the pass's cap, not slower than its own timeout: no cooldown.
+                log.warning("summary model cut off at the pass's time cap (%s)", exc)
+            else:
+                self._rest(str(exc))
             drawn = fallback()
             return Drawn(
                 drawn.prose, fell_back=True, error=str(exc), writer=self.name, model_calls=1
@@ -259,7 +316,7 @@ class ModelWriter:
             + "\n\nCONVERSATION:\n"
             + body
         )
-        return self._guarded(prompt, fold.budget_chars, lambda: _extractive(fold))
+        return self._guarded(prompt, fold.budget_chars, lambda: _extractive(fold), fold.deadline)
 
     def condense(
         self,
@@ -268,6 +325,7 @@ class ModelWriter:
         label: str,
         focus: str | None,
         budget_chars: int,
+        deadline: float | None = None,
     ) -> Drawn:
         # Labels carry seq ranges; the prompt gets the prose alone so replays hit their pins.
         children = _masked_children(children)
@@ -284,6 +342,7 @@ class ModelWriter:
             lambda: self._fallback.condense(
                 children, label=label, focus=focus, budget_chars=budget_chars
             ),
+            deadline,
         )
 
 

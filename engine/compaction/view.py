@@ -51,6 +51,7 @@ def _condense(
     focus: str | None,
     budget_chars: int,
     existing: Callable[[int, str], Section | None],
+    deadline: float | None = None,
 ) -> Condensed:
     lo, hi = run[0].from_seq, run[-1].to_seq
     section_id = section_id_for(lo, hi)
@@ -63,6 +64,7 @@ def _condense(
         label=label,
         focus=focus,
         budget_chars=budget_chars,
+        deadline=deadline,
     )
     memory = next(
         (
@@ -94,9 +96,11 @@ def rebase(
     writer: SectionWriter,
     focus: str | None,
     existing: Callable[[int, str], Section | None],
+    deadline: float | None = None,
 ) -> tuple[list[ViewSection], list[Condensed]]:
     """Condense until the handoff is at most half of `budget_tokens`. Returns the new view and
-    the condensed sections to write (each at its level)."""
+    the condensed sections to write (each at its level). No model is asked past `deadline`
+    (a `time.monotonic()` value)."""
     current = list(view)
     written: list[Condensed] = []
     target = budget_tokens // 2
@@ -117,7 +121,13 @@ def rebase(
             # Above every level in the run, so it cannot overlap a section of its own level.
             new_level = max(v.level for v in run) + 1
             made = _condense(
-                run, new_level, writer, focus=focus, budget_chars=section_chars, existing=existing
+                run,
+                new_level,
+                writer,
+                focus=focus,
+                budget_chars=section_chars,
+                existing=existing,
+                deadline=deadline,
             )
             written.append(made)
             current[positions[0] : positions[-1] + 1] = [made.view]

@@ -216,6 +216,12 @@ class PinLedger:
         with self._lock:
             return len(self._recorded)
 
+    def discard(self, keys: Iterable[str]) -> None:
+        """Forget pins recorded for `keys` and not committed yet (a draw its caller rejected)."""
+        with self._lock:
+            for key in keys:
+                self._recorded.pop(key, None)
+
     def commit(self) -> int:
         """Append every pin recorded since the last commit to the log, in one transaction."""
         with self._lock:
