@@ -27,8 +27,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..log.store import PendingEvent, utc_now
-from ..sessions.events import BranchSummarized
-from ..sessions.summary import abandoned_summary
+from ..tree.events import BranchSummarized
+from ..tree.summary import abandoned_summary
+from ..tree.writing import TreeWriting
 from .align import RUN, align, fingerprint, wire_message
 from .describe import describe, digest, message_id
 from .events import MessageCaptured, register_capture_events
@@ -38,7 +39,6 @@ from .speaker import is_handoff
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
-    from ..sessions.tree import TreeWriter
 
 __all__ = ["Capture"]
 
@@ -146,7 +146,7 @@ class Capture(HostRecorder):
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
 
-    def _sync_path(self, w: TreeWriter, session: str) -> BranchPath:
+    def _sync_path(self, w: TreeWriting, session: str) -> BranchPath:
         leaf = w.leaf(session)
         cached = self._paths.get(session)
         if cached is not None:

@@ -26,7 +26,7 @@ from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.events import register_capture_events
 from ..errors import UsageError
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
-from .events import (
+from ..tree.events import (
     SWITCH_REASONS,
     BranchSummarized,
     CompactionRecorded,
@@ -38,10 +38,10 @@ from .events import (
     UsageRecorded,
     register_session_events,
 )
+from ..tree.paths import PathEntry, read_path, walk_since
+from ..tree.summary import abandoned_summary
 from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
-from .paths import PathEntry, read_path, walk_since
 from .projection import project
-from .summary import abandoned_summary
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
