@@ -23,6 +23,7 @@ from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.errors import StoreError
 from chronicle_engine.tools import dispatch, schemas
 
 try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)
@@ -68,6 +69,16 @@ def _guarded(default: Any) -> Callable[[F], F]:
         def guarded(self: ChronicleContextEngine, *args: Any, **kwargs: Any) -> Any:
             try:
                 return method(self, *args, **kwargs)
+            except StoreError as exc:
+                # The database refused (busy, read-only): one line per database, shared with
+                # the memory slot; the message says what to do.
+                core = self._core
+                seen = core.warned if core is not None else _warned
+                if type(exc).__name__ not in seen:
+                    seen.add(type(exc).__name__)
+                    log.warning("chronicle %s: %s. The conversation goes on.", method.__name__, exc)
+                else:
+                    log.debug("chronicle %s: %s", method.__name__, exc)
             except Exception:
                 if method.__name__ not in _warned:
                     _warned.add(method.__name__)
@@ -76,7 +87,7 @@ def _guarded(default: Any) -> Callable[[F], F]:
                     log.debug(
                         "chronicle context engine: %s failed again", method.__name__, exc_info=True
                     )
-                return default(self, *args, **kwargs) if callable(default) else default
+            return default(self, *args, **kwargs) if callable(default) else default
 
         return guarded  # type: ignore[return-value]
 

@@ -40,6 +40,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 from chronicle_engine.capture import users as _users
 from chronicle_engine.config import Config, default_db_path, load_hermes_config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.errors import StoreError
 
 __all__ = ["ChronicleMemoryProvider"]
 
@@ -97,6 +98,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._profile: str | None = None
         self._hermes_home: str | None = None
         self._logged: set[tuple[str, str]] = set()
+        self._store_warned: set[str] = set()
         self._lock = threading.Lock()
         # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
         self._pairs: dict[str, list[dict[str, Any]]] = {}
@@ -114,6 +116,16 @@ class ChronicleMemoryProvider(_ProviderBase):
         return self  # holds a shared core and locks; a copy must be the same provider
 
     def _log_once(self, hook: str, exc: BaseException) -> None:
+        if isinstance(exc, StoreError):
+            # The database refused (busy, read-only): one line per database says so and what
+            # to do, whichever hook or slot meets it first; the message is the whole story.
+            seen = self._core.warned if self._core is not None else self._store_warned
+            if type(exc).__name__ in seen:
+                log.debug("chronicle %s: %s", hook, exc)
+                return
+            seen.add(type(exc).__name__)
+            log.warning("chronicle %s: %s. The conversation goes on.", hook, exc)
+            return
         key = (hook, type(exc).__name__)
         if key in self._logged:
             log.debug("chronicle %s failed again: %s", hook, exc)
@@ -306,12 +318,14 @@ class ChronicleMemoryProvider(_ProviderBase):
             reason = "rewound"
         elif reason is None:
             reason = "new" if reset or not parent_session_id else "resume"
+        # The host has switched whether or not the switch can be recorded (a busy store keeps
+        # the record aside): the next hooks belong to the new session.
+        self._session_id = str(new_session_id)
         if reason == "rewound":
             self.core.capture.forget(new_session_id)
         self.core.sessions.switch(
             str(new_session_id), parent_session_id=str(parent_session_id or ""), reason=reason
         )
-        self._session_id = str(new_session_id)
         self._tick("on_session_switch")
 
     @_guarded(lambda: "")

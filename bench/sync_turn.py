@@ -1,11 +1,16 @@
 """sync_turn latency: a 10-message turn (one 4 KB tool result) into a store of 100k events.
 
-    .venv/bin/python bench/sync_turn.py [--events 100000] [--turns 300] [--db PATH]
+    .venv/bin/python bench/sync_turn.py [--events 100000] [--turns 300] [--db PATH] [--no-prefetch]
 
 Drives the memory provider exactly as Hermes' "mem-sync" worker does: `sync_turn(user, assistant,
 session_id=, messages=<the live list>)` after each turn, with the live list growing by ten
 messages a turn and its dicts kept across turns (as Hermes keeps them). Prints p50/p99 in ms for
 the provider call, and the same for a list of fresh dicts (what a restarted process sees).
+
+Each turn also runs the provider's per-turn memory as Hermes does: `prefetch(<the new user
+message>)` before the turn and `queue_prefetch(<it>)` after it. Prints their p50/p95 (wall and
+CPU time of the calling thread), and prefetch's p50 over the first and the last fifty turns: the
+conversation (all of it in the window, never compacted here) grows by ten messages a turn.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,6 +123,16 @@ def turn(rng: random.Random, n: int) -> list[dict]:
     return messages
 
 
+def timed(
+    into: tuple[list[float], list[float]], call: Callable[..., object], query: str, session: str
+) -> None:
+    """Call `call(query, session_id=session)`; record its wall and calling-thread CPU ms."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    call(query, session_id=session)
+    into[0].append((time.perf_counter() - t0) * 1000)
+    into[1].append((time.thread_time() - c0) * 1000)
+
+
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
@@ -127,6 +143,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--db", default=None)
+    parser.add_argument(
+        "--no-prefetch", action="store_true", help="time sync_turn alone, without per-turn memory"
+    )
     args = parser.parse_args()
     rng = random.Random(7)
 
@@ -156,8 +175,14 @@ def main() -> None:
     live: list[dict] = [{"role": "system", "content": "You are Hermes."}]
     timings: list[float] = []
     cpu: list[float] = []
+    prefetch: dict[str, tuple[list[float], list[float]]] = {
+        "prefetch": ([], []),
+        "queue_prefetch": ([], []),
+    }
     for n in range(args.turns):
         new = turn(rng, n)
+        if not args.no_prefetch:
+            timed(prefetch["prefetch"], provider.prefetch, new[0]["content"], "bench-session")
         live.extend(new)
         t0, c0 = time.perf_counter(), time.thread_time()
         provider.sync_turn(
@@ -165,6 +190,13 @@ def main() -> None:
         )
         timings.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.thread_time() - c0) * 1000)
+        if not args.no_prefetch:
+            timed(
+                prefetch["queue_prefetch"],
+                provider.queue_prefetch,
+                new[0]["content"],
+                "bench-session",
+            )
     # The first call after a restart sees fresh dicts and aligns by position and fingerprint.
     fresh_timings: list[float] = []
     for _ in range(20):
@@ -193,6 +225,20 @@ def main() -> None:
         f"sync_turn after a restart ({len(live)} fresh dicts, nothing new): "
         f"p50 {statistics.median(fresh_timings):.2f} ms, p99 {percentile(fresh_timings, 99):.2f} ms"
     )
+    for name, (wall, thread) in prefetch.items():
+        if len(wall) <= 5:
+            continue
+        wall, thread = wall[5:], thread[5:]
+        print(
+            f"{name}: p50 {statistics.median(wall):.2f} ms, p95 {percentile(wall, 95):.2f} ms; "
+            f"CPU p50 {statistics.median(thread):.2f} ms, p95 {percentile(thread, 95):.2f} ms"
+        )
+    wall = prefetch["prefetch"][0]
+    if len(wall) >= 100:
+        print(
+            f"prefetch p50 over turns 1-50: {statistics.median(wall[:50]):.2f} ms, over the last "
+            f"50 turns: {statistics.median(wall[-50:]):.2f} ms"
+        )
     if not args.db:
         for suffix in ("", "-wal", "-shm"):
             path = Path(str(db) + suffix)

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .capture.events import register_capture_events
+from .capture.spill import Spill
 from .chronicle.store import SQLiteChronicleStore
 from .compaction.events import register_context_events
 from .config import Config, load_hermes_config
+from .errors import StoreError
 from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from .log.pins import register_builtin_events
 from .log.store import SQLiteEventStore
@@ -70,14 +72,29 @@ class ChronicleCore:
         self._closed = False
         self._subsystems: dict[str, Any] = {}
         self._subsystems_lock = threading.RLock()
+        self.warned: set[str] = set()
+        """Degraded states already logged for this database; both slots log each one once."""
+        self._replay_spill()
+
+    def _replay_spill(self) -> None:
+        """Events kept aside while this database refused writes (`capture/spill.py`) reach the
+        log when a core opens it, even if no session of theirs ever writes again."""
+        spill = Spill.beside(self.db_path)
+        if spill is None or not spill.waiting():
+            return
+        try:
+            with self.sessions.writing():
+                pass  # the outermost tree write replays the spill first
+        except StoreError as exc:
+            log.info("chronicle: the spill file waits for the next write (%s)", exc)
 
     # -- the registry --------------------------------------------------------------------
 
     @staticmethod
     def _key(db_path: str | os.PathLike[str]) -> str:
         text = str(db_path)
-        if text == ":memory:":
-            return text
+        if text == ":memory:" or text.startswith("file:"):
+            return text  # a URI (e.g. "file:/path/chronicle.db?mode=ro") goes to SQLite as written
         return str(Path(text).expanduser().resolve())
 
     @classmethod

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronicle_engine.errors import GenerativeRebuild
+from chronicle_engine.errors import GenerativeRebuild, UsageError
 from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
@@ -169,3 +169,159 @@ def test_upcasting_on_read_never_rewrites_the_row() -> None:
     with store.reading() as c:
         raw = c.execute("SELECT version, payload FROM events WHERE seq = ?", (old.seq,)).fetchone()
     assert raw[0] == 1 and json.loads(raw[1]) == {"who": "ann", "words": 3}
+
+
+# -- folds that read some namespaces only ---------------------------------------------------------
+
+
+class Noted(DomainEvent, frozen=True):
+    text: str
+
+
+class SaidOnly(WordCount):
+    """WordCount over the "t" namespace alone; it also keeps every seq it was given."""
+
+    namespaces = ("t",)
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS given_{self.name} (seq INTEGER PRIMARY KEY)")
+        # a seq given twice would violate the primary key: each event is folded exactly once
+        conn.executemany(f"INSERT INTO given_{self.name} VALUES (?)", [(e.seq,) for e in events])
+        super().apply(conn, events, prepared)
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        super().reset(conn)
+        conn.execute(f"DROP TABLE IF EXISTS given_{self.name}")
+
+
+def given_seqs(store: SQLiteEventStore, name: str = "words") -> list[int]:
+    with store.reading() as c:
+        if not c.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ?", (f"given_{name}",)
+        ).fetchone():
+            return []
+        return [s for (s,) in c.execute(f"SELECT seq FROM given_{name} ORDER BY seq")]
+
+
+def mixed_setup(path) -> tuple[SQLiteEventStore, EventTypeRegistry, EventReader]:
+    store, types, reader = setup(path)
+    types.register("other", "Noted", Noted)
+    return store, types, reader
+
+
+def pending_of(types: EventTypeRegistry, items: list[tuple[str, int] | str]) -> list[Any]:
+    return [
+        types.pending(Noted(text=i) if isinstance(i, str) else Said(who=i[0], words=i[1]))
+        for i in items
+    ]
+
+
+mixed = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["ann", "bob", "cy"]), st.integers(0, 50)),
+        st.text(max_size=5),
+    ),
+    max_size=60,
+)
+
+
+def said_seqs(store: SQLiteEventStore) -> list[int]:
+    return [e.seq for e in store.read(namespaces=["t"])]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    mixed,
+    st.lists(st.integers(1, 9), min_size=1, max_size=10),
+    st.integers(1, 7),
+    st.lists(st.integers(-3, 12), max_size=10),
+)
+def test_a_filtered_fold_in_pieces_equals_at_once(items, cuts, batch_size, uptos) -> None:
+    whole, types, reader = mixed_setup(":memory:")
+    whole.append(pending_of(types, items))
+    Projector(whole, reader, [SaidOnly()]).catch_up()
+    assert whole.position("words") == whole.last_seq()
+    assert given_seqs(whole) == said_seqs(whole)
+
+    pieces, types2, reader2 = mixed_setup(":memory:")
+    projector = Projector(pieces, reader2, [SaidOnly()], batch_size=batch_size)
+    i = 0
+    steps = iter(uptos)
+    for cut in cuts * (len(items) // max(1, sum(cuts)) + 1):
+        if i >= len(items):
+            break
+        pieces.append(pending_of(types2, items[i : i + cut]))
+        i += cut
+        # sometimes only part of the way, sometimes past the log's end
+        step = next(steps, None)
+        projector.catch_up(upto=None if step is None else max(0, pieces.last_seq() + step))
+        assert pieces.position("words") <= pieces.last_seq()
+    pieces.append(pending_of(types2, items[i:]))
+    projector.catch_up()
+    assert state(pieces) == state(whole)
+    assert given_seqs(pieces) == said_seqs(pieces)  # every "t" event once, nothing else
+    assert pieces.position("words") == pieces.last_seq()
+    projector.rebuild("words")
+    assert state(pieces) == state(whole) and given_seqs(pieces) == said_seqs(pieces)
+
+
+def test_a_filtered_fold_moves_over_what_it_skipped_and_never_reads_it_again() -> None:
+    store, types, reader = mixed_setup(":memory:")
+    store.append(pending_of(types, [("ann", 1), "x", "y"]))
+    projector = Projector(store, reader, [SaidOnly()], batch_size=2)
+    assert projector.catch_up() == 1
+    assert store.position("words") == 3  # the log's end, though its last events were not "t"
+    reads: list[str] = []
+    with store.reading() as conn:
+        conn.set_trace_callback(reads.append)
+        try:
+            assert projector.catch_up() == 0
+        finally:
+            conn.set_trace_callback(None)
+    assert not [r for r in reads if "FROM events WHERE seq >" in r]  # nothing left to read
+    # past the log's end, a catch-up stops at the end: what is appended later is still folded
+    assert projector.catch_up(upto=50) == 0 and store.position("words") == 3
+    store.append(pending_of(types, ["z", ("bob", 4)]))
+    assert projector.catch_up(upto=50) == 1
+    assert state(store) == [("ann", 1, 1), ("bob", 4, 5)] and store.position("words") == 5
+
+
+def test_filtered_and_whole_log_folds_share_a_projector() -> None:
+    store, types, reader = mixed_setup(":memory:")
+    store.append(pending_of(types, ["a", ("ann", 2), "b", ("bob", 3), "c"]))
+    every: list[int] = []
+
+    class Everything:
+        name = "everything"
+
+        def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], p: Any) -> None:
+            every.extend(e.seq for e in events)
+
+        def reset(self, conn: sqlite3.Connection) -> None:
+            every.clear()
+
+    Projector(store, reader, [SaidOnly(), Everything()], batch_size=2).catch_up()
+    assert every == [1, 2, 3, 4, 5]
+    assert given_seqs(store) == [2, 4]
+    assert store.position("words") == store.position("everything") == 5
+
+
+def test_a_filtered_fold_never_decodes_another_namespaces_payload() -> None:
+    store, types, reader = mixed_setup(":memory:")
+    store.append(pending_of(types, [("ann", 2)]))
+    with store.atomic() as conn:  # a row nobody could decode, in a namespace the fold does not read
+        conn.execute(
+            "INSERT INTO events(id, namespace, type, version, created_at, session, payload)"
+            " VALUES ('broken', 'other', 'Noted', 1, '2024-01-01T00:00:00+00:00', NULL, '{not json')"
+        )
+    store.append(pending_of(types, [("ann", 3)]))
+    Projector(store, reader, [SaidOnly()]).catch_up()
+    assert state(store) == [("ann", 5, 3)] and store.position("words") == 3
+
+
+def test_namespaces_must_be_a_collection_of_names() -> None:
+    store, _, reader = mixed_setup(":memory:")
+    fold = SaidOnly()
+    fold.namespaces = "t"  # type: ignore[assignment]
+    with pytest.raises(UsageError, match="not one string"):
+        Projector(store, reader, [fold])

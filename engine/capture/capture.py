@@ -21,13 +21,16 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..log.store import PendingEvent, utc_now
+from ..errors import StoreBusy, StoreError, StoreReadOnly
+from ..log.store import PendingEvent, sqlite_errors, utc_now
 from ..tree.events import BranchSummarized
+from ..tree.paths import read_leaf, read_path
 from ..tree.summary import abandoned_summary
 from ..tree.writing import TreeWriting
 from .align import RUN, align, fingerprint, wire_message
@@ -41,6 +44,8 @@ if TYPE_CHECKING:
     from ..core import ChronicleCore
 
 __all__ = ["Capture"]
+
+log = logging.getLogger("chronicle_engine.capture")
 
 _CACHED_SESSIONS = 256
 """Sessions whose branch capture keeps in memory (a gateway serves many chats; a session
@@ -75,6 +80,10 @@ class Capture(HostRecorder):
         self.core = core
         register_capture_events(core.types)
         self.tree = core.sessions
+        # The branches a session will have once the spill is written (this process's view).
+        self._offline: dict[str, BranchPath] = {}
+        self.tree.on_replay(self._replayed)
+        self.tree.on_kept_aside(self._switch_kept_aside)
         self._paths: dict[str, BranchPath] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -124,25 +133,94 @@ class Capture(HostRecorder):
             "platform": platform,
             "created_at": _created(created_at),
         }
-        with self._lock(session), self.tree.writing() as w:
-            path = self._sync_path(w, session)
-            plan = None if return_seqs else self._fast_plan(session, path, items, context)
-            if plan is None:
-                plan = self._full_plan(session, path, items, result, context)
-            if plan.events:
-                seqs = w.append(plan.events)
-                by_id = {e.id: s for e, s in zip(plan.events, seqs, strict=True)}
-                for q in range(plan.first_new_q, len(plan.path.ids)):
-                    plan.path.stored(q, by_id[plan.path.ids[q]])
-                for offset, i in enumerate(plan.new):
-                    result[i] = plan.path.seqs[plan.first_new_q + offset]
-        # Only a committed write updates the cache (the lock is still ours: no one raced it).
-        with self._locks_guard:
-            self._paths.pop(session, None)
-            self._paths[session] = plan.path  # most recently used last
-            while len(self._paths) > _CACHED_SESSIONS:
-                self._paths.pop(next(iter(self._paths)))
+        with self._lock(session):
+            try:
+                with self.tree.writing() as w:
+                    path = self._sync_path(w, session)
+                    plan = None if return_seqs else self._fast_plan(session, path, items, context)
+                    if plan is None:
+                        plan = self._full_plan(session, path, items, result, context)
+                    if plan.events:
+                        seqs = w.append(plan.events)
+                        by_id = {e.id: s for e, s in zip(plan.events, seqs, strict=True)}
+                        for q in range(plan.first_new_q, len(plan.path.ids)):
+                            plan.path.stored(q, by_id[plan.path.ids[q]])
+                        for offset, i in enumerate(plan.new):
+                            result[i] = plan.path.seqs[plan.first_new_q + offset]
+            except (StoreBusy, StoreReadOnly) as exc:
+                raise self._keep_aside(exc, session, items, context) from exc
+            # Only a committed write updates the cache.
+            with self._locks_guard:
+                self._paths.pop(session, None)
+                self._paths[session] = plan.path  # most recently used last
+                while len(self._paths) > _CACHED_SESSIONS:
+                    self._paths.pop(next(iter(self._paths)))
         return result
+
+    def _keep_aside(
+        self, exc: StoreError, session: str, items: Sequence[Any], context: dict[str, Any]
+    ) -> StoreError:
+        """The database refused the write: plan the same events from what it holds (a read
+        needs no lock in WAL mode), on top of what this process already kept aside, and keep
+        them in the spill, so a session whose last capture failed loses nothing. The ids are
+        the ones a capture of the same list computes once the spill is written."""
+        # A plan may have grown the cached branch's identity map with dicts that were never
+        # stored; the next capture reloads the branch from the tree.
+        self.forget(session)
+        if self.tree.spill is None:
+            return exc
+        try:
+            path = self._offline_path(session)
+            plan = self._full_plan(session, path, items, [None] * len(items), context)
+        except StoreError as err:
+            log.error("chronicle: could not plan the capture to keep it aside: %s", err)
+            return exc
+        error, kept = self.tree.keep_aside(exc, plan.events)
+        if kept and plan.events:
+            with self._locks_guard:
+                self._offline[session] = plan.path
+        return error
+
+    def _offline_path(self, session: str) -> BranchPath:
+        """The session's branch as the log will hold it once the spill is written: what this
+        process kept aside last, else the tree as it stands."""
+        if self.tree.spill is not None and not self.tree.spill.waiting():
+            with self._locks_guard:
+                self._offline.clear()  # another process wrote the spill: the tree is current
+        with self._locks_guard:
+            kept = self._offline.get(session)
+        if kept is not None:
+            return kept
+        with sqlite_errors("reading the session tree"), self.core.store.reading() as conn:
+            leaf = read_leaf(conn, session)
+            path = BranchPath(leaf=leaf)
+            path.extend(read_path(conn, leaf))
+        return path
+
+    def _switch_kept_aside(self, events: Sequence[PendingEvent]) -> None:
+        """A session switch went to the spill: a compression continuation or a branch starts
+        from its parent's branch, as the tree will make it when the switch is written."""
+        for event in events:
+            if event.type != "SessionSwitched" or not event.session:
+                continue
+            parent = str(event.payload.get("parent_session") or "")
+            if event.payload.get("reason") not in ("compression", "branch") or not parent:
+                continue
+            with self._locks_guard:
+                if event.session in self._offline:
+                    continue
+            try:
+                start = self._offline_path(parent).copy()
+            except StoreError:
+                continue
+            with self._locks_guard:
+                self._offline.setdefault(event.session, start)
+
+    def _replayed(self, sessions: set[str]) -> None:
+        for session in sessions:
+            self.forget(session)
+        with self._locks_guard:
+            self._offline.clear()  # the tree holds everything that was kept aside
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
 

@@ -13,7 +13,29 @@ from .events import MessageCaptured, message_text
 from .secrets import mask
 from .speaker import attribute
 
-__all__ = ["describe", "message_id", "digest"]
+__all__ = ["describe", "message_id", "digest", "searchable", "INDEXED_CHARS"]
+
+INDEXED_CHARS = 64_000
+"""The longest searchable `text` a message gets. A longer one (a huge tool output, a pasted log)
+is indexed by its head and its tail with a note of what was left out between them; the wire
+message keeps every character, and expanding the message returns it whole."""
+_TAIL_CHARS = 16_000
+# Masked beyond the cut, so a credential that straddles it is recognised whole before the cut.
+_MASK_MARGIN = 4_096
+
+
+def searchable(text: str) -> str:
+    """`text` with credentials masked, bounded to about INDEXED_CHARS (see there)."""
+    if len(text) <= INDEXED_CHARS:
+        return mask(text)
+    head = INDEXED_CHARS - _TAIL_CHARS
+    left_out = len(text) - head - _TAIL_CHARS
+    return (
+        mask(text[: head + _MASK_MARGIN])[:head]
+        + f"\n[… {left_out:,} characters of this message are not indexed; expanding the"
+        " message returns all of it …]\n"
+        + mask(text[-(_TAIL_CHARS + _MASK_MARGIN) :])[-_TAIL_CHARS:]
+    )
 
 
 def digest(*parts: str) -> str:
@@ -39,7 +61,7 @@ def describe(
     platform: str | None = None,
 ) -> MessageCaptured:
     role = str(wire.get("role") or "unknown")
-    text = mask(message_text(wire))
+    text = searchable(message_text(wire))
     attribution = attribute(
         obj if isinstance(obj, dict) else wire,
         text,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..errors import StoreBusy, StoreReadOnly
 from .events import (
     HOST_NAMESPACE,
     CompressionAhead,
@@ -54,7 +55,10 @@ class HostRecorder:
 
     def _record(self, session_id: str, event: DomainEvent) -> int:
         pending = self.core.types.pending(event, session=str(session_id or ""))
-        return self.core.store.append([pending])[0].seq
+        try:
+            return self.core.store.append([pending])[0].seq
+        except (StoreBusy, StoreReadOnly) as exc:
+            raise self.core.sessions.keep_aside(exc, [pending])[0] from exc
 
     def record_turn_start(
         self,

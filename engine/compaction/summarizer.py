@@ -8,6 +8,8 @@ Invariants:
   message content only, never seq numbers, ids or timestamps, so a replay hits the same pins.
 - Draws happen before the caller opens any write transaction: a slow model never holds the lock.
   The draw runs on a worker thread with its own event loop, bounded by the timeout.
+- A model that failed is not asked again for a cooldown (`COOLDOWN_SECONDS`, at least twice the
+  timeout): a dead or hanging endpoint costs one timeout, not one per section or per pass.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ipaddress
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -57,6 +60,7 @@ __all__ = [
 log = logging.getLogger("chronicle_engine.compaction.summarizer")
 
 _MODEL_INPUT_CHARS = 120_000
+COOLDOWN_SECONDS = 60.0
 _PER_MESSAGE_CHARS = 2_000
 
 _INSTRUCTIONS = (
@@ -167,6 +171,8 @@ class ModelWriter:
         self._timeout = timeout
         self._fallback = ExtractiveWriter()
         self.name = name
+        self._resting_until = 0.0  # monotonic time before which the model is not asked
+        self._last_error = ""
 
     def _draw(self, prompt: str) -> tuple[str, tuple[str, ...]]:
         keys: list[str] = []
@@ -191,10 +197,22 @@ class ModelWriter:
         return text.strip(), tuple(dict.fromkeys(keys))
 
     def _guarded(self, prompt: str, budget_chars: int, fallback: Callable[[], Drawn]) -> Drawn:
+        if time.monotonic() < self._resting_until:
+            drawn = fallback()
+            error = f"not asked: it failed moments ago ({self._last_error})"
+            return Drawn(drawn.prose, fell_back=True, error=error, writer=self.name)
         try:
             text, pins = self._draw(prompt)
         except Exception as exc:  # any failure: the extractive prose, never a lost range
-            log.warning("summary model failed (%s); using the extractive summary", exc)
+            self._last_error = str(exc)
+            rest = max(COOLDOWN_SECONDS, 2 * self._timeout)
+            self._resting_until = time.monotonic() + rest
+            log.warning(
+                "summary model failed (%s); using the extractive summary, and not asking the "
+                "model again for %.0fs",
+                exc,
+                rest,
+            )
             drawn = fallback()
             return Drawn(
                 drawn.prose, fell_back=True, error=str(exc), writer=self.name, model_calls=1

@@ -150,6 +150,7 @@ class EventReader:
         sessions: Sequence[str] | None = None,
         namespaces: Sequence[str] | None = None,
         limit: int | None = None,
+        by_seq: bool = False,
     ) -> Iterator[StoredEvent]:
         for event in self.store.read(
             after=after,
@@ -158,6 +159,7 @@ class EventReader:
             sessions=sessions,
             namespaces=namespaces,
             limit=limit,
+            by_seq=by_seq,
         ):
             yield self.current(event)
 

@@ -6,6 +6,10 @@ Invariants:
 - A generative fold draws (calls a model) in `prepare`, before the write transaction opens; `apply`
   only writes what was prepared. A slow model therefore never holds the write lock.
 - A failed batch writes nothing and moves no position.
+- A fold that declares `namespaces` is given only events of those namespaces, read filtered in
+  SQL (the other payloads are never decoded); its position still moves over the whole range the
+  batch covered, so a later catch-up never reads the skipped events again, and the fold's state
+  is the same whether it folds the log at once, in pieces or in a rebuild.
 - `catch_up()`/`rebuild()` refuse a fold that only prepares asynchronously, with TypeError, before
   reading or resetting anything; `catch_up_async()` awaits each draw with no transaction open and
   writes on the calling thread, so the store never leaves the thread that opened it.
@@ -20,14 +24,17 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import GenerativeRebuild, UsageError
 from .events import EventReader
-from .store import SQLiteEventStore, StoredEvent
+from .store import SQLiteEventStore, StoredEvent, sqlite_errors
 
 __all__ = ["Fold", "GenerativeFold", "AsyncGenerativeFold", "Projector", "prepares_async"]
 
 
 @runtime_checkable
 class Fold(Protocol):
-    """A deterministic fold: same log, same state."""
+    """A deterministic fold: same log, same state.
+
+    A fold may also declare `namespaces` (a collection of namespace names, read once when the
+    projector is made): it is then given only events of those namespaces."""
 
     name: str
 
@@ -50,6 +57,19 @@ class GenerativeFold(Fold, Protocol):
 
 class AsyncGenerativeFold(GenerativeFold, Protocol):
     async def prepare_async(self, events: Sequence[StoredEvent]) -> Any: ...
+
+
+def declared_namespaces(fold: object) -> frozenset[str] | None:
+    """The namespaces a fold reads, or None when it reads the whole log."""
+    declared = getattr(fold, "namespaces", None)
+    if declared is None:
+        return None
+    if isinstance(declared, str):
+        raise UsageError(
+            f"{getattr(fold, 'name', fold)!r} declares namespaces={declared!r}: give a tuple of "
+            "namespace names, not one string"
+        )
+    return frozenset(declared)
 
 
 def is_generative(fold: object) -> bool:
@@ -91,6 +111,12 @@ class Projector:
         self.reader = reader
         self.folds = list(folds)
         self.batch_size = batch_size
+        self._namespaces = {f.name: declared_namespaces(f) for f in self.folds}
+        # One read serves every fold: the union of what they declared, or everything.
+        wanted: set[str] | None = set() if self.folds else None
+        for declared in self._namespaces.values():
+            wanted = None if declared is None or wanted is None else wanted | declared
+        self._wanted = tuple(sorted(wanted)) if wanted is not None else None
 
     # -- catch-up ------------------------------------------------------------------------
 
@@ -100,13 +126,14 @@ class Projector:
             _refuse_async(fold)
         total = 0
         while True:
-            batch, positions = self._next_batch(self.folds, upto)
-            if not batch:
+            batch, positions, end = self._next_batch(upto)
+            if end is None:
                 return total
+            pending = {f.name: self._pending(f, batch, positions) for f in self.folds}
             prepared = {
-                f.name: f.prepare(_pending_for(batch, positions[f.name]))  # type: ignore[attr-defined]
+                f.name: f.prepare(pending[f.name])  # type: ignore[attr-defined]
                 for f in self.folds
-                if is_generative(f) and _pending_for(batch, positions[f.name])
+                if is_generative(f) and pending[f.name]
             }
             for name, value in prepared.items():
                 if inspect.isawaitable(value):
@@ -115,50 +142,75 @@ class Projector:
                         f"{name!r} has an async summarizer: write it as an async def and drive the "
                         "projector with catch_up_async()"
                     )
-            self._apply(self.folds, batch, positions, prepared)
+            self._apply(pending, positions, prepared, end)
             total += len(batch)
 
     async def catch_up_async(self, *, upto: int | None = None) -> int:
         """Like catch_up, but awaits each fold's draw with no transaction open."""
         total = 0
         while True:
-            batch, positions = self._next_batch(self.folds, upto)
-            if not batch:
+            batch, positions, end = self._next_batch(upto)
+            if end is None:
                 return total
+            pending = {f.name: self._pending(f, batch, positions) for f in self.folds}
             prepared: dict[str, Any] = {}
             for f in self.folds:
-                pending = _pending_for(batch, positions[f.name])
-                if not is_generative(f) or not pending:
+                events = pending[f.name]
+                if not is_generative(f) or not events:
                     continue
                 if hasattr(f, "prepare_async"):
-                    prepared[f.name] = await f.prepare_async(pending)  # type: ignore[attr-defined]
+                    prepared[f.name] = await f.prepare_async(events)  # type: ignore[attr-defined]
                 else:
-                    value = f.prepare(pending)  # type: ignore[attr-defined]
+                    value = f.prepare(events)  # type: ignore[attr-defined]
                     prepared[f.name] = await value if inspect.isawaitable(value) else value
-            self._apply(self.folds, batch, positions, prepared)
+            self._apply(pending, positions, prepared, end)
             total += len(batch)
 
-    def _next_batch(
-        self, folds: Sequence[Fold], upto: int | None
-    ) -> tuple[list[StoredEvent], dict[str, int]]:
-        positions = {f.name: self.store.position(f.name) for f in folds}
+    def _next_batch(self, upto: int | None) -> tuple[list[StoredEvent], dict[str, int], int | None]:
+        """The next batch, the positions it was read from, and the end of the log range it
+        covers (None when there is nothing left to fold)."""
+        positions = {f.name: self.store.position(f.name) for f in self.folds}
         start = min(positions.values(), default=0)
-        batch = list(self.reader.read(after=start, upto=upto, limit=self.batch_size))
-        return batch, positions
+        if self._wanted is None:
+            batch = list(self.reader.read(after=start, upto=upto, limit=self.batch_size))
+            return batch, positions, batch[-1].seq if batch else None
+        # Filtered, a short read must still say how far it looked. The end is fixed before the
+        # read: writes are serialised and seqs grow in commit order, so every event up to the
+        # log's last seq is already visible, and one appended later lies beyond it.
+        last = self.store.last_seq()
+        end = last if upto is None else min(upto, last)
+        if end <= start:
+            return [], positions, None
+        batch = list(
+            self.reader.read(
+                after=start, upto=end, namespaces=self._wanted, limit=self.batch_size, by_seq=True
+            )
+        )
+        if len(batch) == self.batch_size:
+            end = batch[-1].seq  # a full batch: the rest of the range is the next batch's
+        return batch, positions, end
+
+    def _pending(
+        self, fold: Fold, batch: list[StoredEvent], positions: dict[str, int]
+    ) -> list[StoredEvent]:
+        events = _pending_for(batch, positions[fold.name])
+        namespaces = self._namespaces[fold.name]
+        if namespaces is None or (self._wanted is not None and namespaces.issuperset(self._wanted)):
+            return events
+        return [e for e in events if e.envelope.namespace in namespaces]
 
     def _apply(
         self,
-        folds: Sequence[Fold],
-        batch: list[StoredEvent],
+        pending: dict[str, list[StoredEvent]],
         positions: dict[str, int],
         prepared: dict[str, Any],
+        end: int,
     ) -> None:
-        end = batch[-1].seq
-        with self.store.atomic() as conn:
-            for f in folds:
-                pending = _pending_for(batch, positions[f.name])
-                if pending:
-                    f.apply(conn, pending, prepared.get(f.name))
+        names = ", ".join(f.name for f in self.folds)
+        with sqlite_errors(f"folding the log into {names}"), self.store.atomic() as conn:
+            for f in self.folds:
+                if pending[f.name]:
+                    f.apply(conn, pending[f.name], prepared.get(f.name))
                 if end > positions[f.name]:
                     self.store.set_position(conn, f.name, end)
 

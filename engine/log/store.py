@@ -177,7 +177,8 @@ def sqlite_errors(what: str) -> Iterator[None]:
             ) from exc
         if "readonly" in message or "read-only" in message or "unable to open" in message:
             raise StoreReadOnly(
-                f"{what}: the database is not writable ({message}); check the file's permissions"
+                f"{what}: the database is not writable ({message}); make the file and its "
+                "directory writable, or point chronicle.db_path at a writable copy"
             ) from exc
         raise StoreError(f"{what}: {message}") from exc
     except sqlite3.IntegrityError as exc:
@@ -303,6 +304,12 @@ class SQLiteEventStore:
                     self._depth -= 1
                     conn.execute(f"RELEASE {name}")
 
+    @property
+    def depth(self) -> int:
+        """How deeply the thread holding the write lock is nested in `atomic()` (1: the outermost
+        transaction, whose end is the commit). Meaningful only to that thread."""
+        return self._depth
+
     def _begin(self, conn: sqlite3.Connection) -> None:
         # busy_timeout already waits inside SQLite; this loop covers the cases where SQLite gives
         # up early (a deadlock-avoidance SQLITE_BUSY on BEGIN IMMEDIATE returns at once).
@@ -325,7 +332,13 @@ class SQLiteEventStore:
     # -- schema ----------------------------------------------------------------------------
 
     def migrate(self, migrations: Iterable[Migration]) -> list[str]:
-        """Apply the migrations not yet recorded, each atomically with its record. Returns names."""
+        """Apply the migrations not yet recorded, each atomically with its record. Returns names.
+
+        A store whose migrations are all recorded is not written to at all, so a database opens
+        while another process holds its write lock, or when it is read-only."""
+        migrations = list(migrations)
+        if not self._pending(migrations):
+            return []
         applied: list[str] = []
         with sqlite_errors("migrating the schema"), self.atomic() as conn:
             conn.execute(
@@ -343,6 +356,19 @@ class SQLiteEventStore:
                     )
                 applied.append(migration.name)
         return applied
+
+    def _pending(self, migrations: Sequence[Migration]) -> bool:
+        """Whether any of `migrations` is not recorded yet (read without taking the write lock)."""
+        if not migrations:
+            return False
+        with sqlite_errors("reading the schema"), self.reading() as conn:
+            known = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'"
+            ).fetchone()
+            if known is None:
+                return True
+            done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+        return any(m.name not in done for m in migrations)
 
     # -- the log ---------------------------------------------------------------------------
 
@@ -421,8 +447,13 @@ class SQLiteEventStore:
         sessions: Sequence[str] | None = None,
         namespaces: Sequence[str] | None = None,
         limit: int | None = None,
+        by_seq: bool = False,
     ) -> Iterator[StoredEvent]:
-        """Events with `after < seq <= upto`, in seq order, read a page at a time."""
+        """Events with `after < seq <= upto`, in seq order, read a page at a time.
+
+        With `by_seq`, `namespaces` is tested on each row of the seq range instead of looked up
+        in the (namespace, type) index: the right plan when those namespaces fill most of the
+        range (a fold catching up), the wrong one for a rare namespace read from the start."""
         where = ["seq > ?"]
         params: list[Any] = []
         if upto is not None:
@@ -439,7 +470,8 @@ class SQLiteEventStore:
         if namespaces is not None:
             if not namespaces:
                 return
-            where.append(f"namespace IN ({','.join('?' * len(namespaces))})")
+            column = "+namespace" if by_seq else "namespace"  # `+`: no index on it
+            where.append(f"{column} IN ({','.join('?' * len(namespaces))})")
             params.extend(namespaces)
         sql = (
             "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"

@@ -83,6 +83,7 @@ class RecallFold:
     """Folds chat and memory-tool events into recall's tables."""
 
     name = FOLD_NAME
+    namespaces = (CHAT, RECALL)  # the projector reads no other payload for this fold
 
     def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
         # The projector reads positions before its transaction opens; another thread or process

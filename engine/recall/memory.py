@@ -24,7 +24,6 @@ def _append(recall: Recall, event: Any, session_id: str | None) -> int:
         [recall.core.types.pending(event, session=session_id or None)]
     )
     recall.catch_up()
-    recall._clear_caches()
     return stored[0].seq
 
 

@@ -6,7 +6,9 @@ Invariants:
   own notes never enter a turn unasked.
 - Nothing already in the model's window comes back: the conversation's messages after its latest
   compaction, and the head that compaction kept (`window`). What a compaction folded out may
-  return.
+  return. The window is a seq range of the lineage tested in SQL, inside the candidate queries,
+  so its cost does not grow with the conversation and a long live conversation cannot crowd
+  the older matches out of the candidates.
 - A scheduled job's turn gets nothing (`recall.prefetch_automation` lets it).
 - Every item passes the gate (`gate.py`); a single shared word needs a vector to vouch for it.
 - The block is masked (`redact.mask`) and bounded in items and characters.
@@ -20,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from ..sessions.events import NAMESPACE as SESSION_NAMESPACE
 from .gate import gate_words, passes
+from .reach import Window
 from .redact import mask
-from .search import Hit, MessageRow, with_text
+from .search import Hit, MessageRow
 from .vectors import cosine, unpack
 
 if TYPE_CHECKING:
@@ -30,19 +33,18 @@ if TYPE_CHECKING:
 __all__ = ["window", "automated", "prepare"]
 
 
-def window(recall: Recall, session_id: str) -> set[int]:
-    """The seqs of the messages the model has in its window for this conversation: after its
-    latest recorded compaction, the kept head and every message from the first kept one on;
-    with no compaction, all of it. What a compaction folded out, and every other conversation,
-    is not in the window.
+def window(recall: Recall, session_id: str) -> Window | None:
+    """What the model has in its window for this conversation: after its latest recorded
+    compaction, the kept head and every message of the lineage from the first kept one on; with
+    no compaction, all of the lineage. What a compaction folded out, and every other
+    conversation, is not in the window. None without a session.
 
     Read from the compaction records themselves (the log), not from the tree's active branch: a
     resumed process may continue on a branch the record is not on, and the window is still the
     one that compaction left."""
     if not session_id:
-        return set()
-    recall.catch_up()
-    sessions = recall.lineage(session_id)
+        return None
+    sessions = tuple(recall.lineage(session_id))
     marks = ",".join("?" * len(sessions))
     with recall.core.store.reading() as conn:
         latest = conn.execute(
@@ -51,29 +53,19 @@ def window(recall: Recall, session_id: str) -> set[int]:
             (SESSION_NAMESPACE, "CompactionRecorded", *sessions),
         ).fetchone()
         if latest is None:
-            rows = conn.execute(
-                f"SELECT seq FROM recall_messages WHERE session IN ({marks})", sessions
-            )
-            return {int(seq) for (seq,) in rows}
+            return Window(sessions)
         record = json.loads(latest[1])
         first_kept = record.get("first_kept_seq")
         start = int(first_kept) if isinstance(first_kept, int) else int(latest[0])
-        shown = {
-            int(seq)
-            for (seq,) in conn.execute(
-                f"SELECT seq FROM recall_messages WHERE session IN ({marks}) AND seq >= ?",
-                (*sessions, start),
-            )
-        }
         heads = [str(h) for h in record.get("head_entries") or ()]
-        if heads:
-            shown.update(
-                int(seq)
-                for (seq,) in conn.execute(
-                    f"SELECT seq FROM events WHERE id IN ({','.join('?' * len(heads))})", heads
-                )
-            )
-    return shown
+        seqs = (
+            conn.execute(
+                f"SELECT seq FROM events WHERE id IN ({','.join('?' * len(heads))})", heads
+            ).fetchall()
+            if heads
+            else []
+        )
+    return Window(sessions, start, frozenset(int(seq) for (seq,) in seqs))
 
 
 def automated(recall: Recall, session_id: str) -> bool:
@@ -101,34 +93,14 @@ def prepare(recall: Recall, query: str, session_id: str) -> str:
     message = gate_words(query)
     if not message:
         return ""
-    shown = window(recall, session_id)
-
-    def in_window(seq: int, session: str | None) -> bool:
-        return seq in shown
-
     person_words: dict[int, set[str]] = {}
 
     def keep_message(row: MessageRow) -> bool:
-        if row.speaker != "person" or in_window(row.seq, row.session):
-            return False
-        with recall.core.store.reading() as conn:
-            with_text(conn, row)
-        if not row.person:
+        # The row comes with its text (read with the candidates), already outside the window.
+        if row.speaker != "person" or not row.person:
             return False
         person_words[row.seq] = gate_words(row.person)
         return bool(message & person_words[row.seq])
-
-    def keep_belief(hit: Hit) -> bool:
-        sources = hit.extra.get("sources") or []
-        with recall.core.store.reading() as conn:
-            sessions = {
-                seq: s
-                for seq, s in conn.execute(
-                    f"SELECT seq, session FROM recall_messages WHERE seq IN ({','.join('?' * len(sources))})",
-                    list(sources),
-                )
-            }
-        return not sources or not all(in_window(s, sessions.get(s)) for s in sources)
 
     found = recall.hits(
         query,
@@ -136,7 +108,8 @@ def prepare(recall: Recall, query: str, session_id: str) -> str:
         scope="all",
         limit=t.prefetch_limit * 4,
         keep_message=keep_message,
-        keep_belief=keep_belief,
+        message_text=True,
+        outside=window(recall, session_id),
         belief_origins=("person", "correction"),
         use_vectors=False,
         sections=False,  # a section is a summary, not the person's own words

@@ -4,8 +4,9 @@
 before every read, and answers:
 - `search` (chronicle_search): full text over messages, beliefs and sections, optionally fused
   with vectors from a local embedding server;
-- `prefetch` / `queue_prefetch`: per-turn memory behind the relevance gate, never from the
-  conversation already in the window, never for a scheduled job's turn (prefetch.py);
+- `prefetch`: per-turn memory behind the relevance gate, never from the conversation already in
+  the window, never for a scheduled job's turn (prefetch.py); `queue_prefetch` only works ahead
+  (folds and embeds): the next turn's message is not known until prefetch is asked;
 - `answer` (chronicle_answer): evidence with citations, or an abstention (answer.py);
 - `remember`, `forget`, `correct`: the memory tools, each written to the log as an event
   (memory.py).
@@ -20,17 +21,17 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..capture.events import register_capture_events
-from ..errors import ChronicleError, StoreBusy, UsageError
+from ..errors import ChronicleError, StoreBusy, StoreReadOnly, UsageError
 from ..log.projector import Projector
 from ..log.store import sqlite_errors
 from .events import register_recall_events
 from .fold import RecallFold, scope_number
+from .reach import Reach, Window
 from .redact import mask
 from .schema import MIGRATIONS
 from .search import (
@@ -57,7 +58,6 @@ __all__ = ["Recall", "SCOPES"]
 log = logging.getLogger("chronicle_engine.recall")
 
 SCOPES = ("all", "session", "messages", "beliefs", "sections")
-_PREFETCH_TTL_S = 120.0
 _MAX_QUERY_WORDS = 24
 
 
@@ -90,7 +90,6 @@ class Recall:
         self._messages = MessageSearch(self.tuning)
         self._fold_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        self._prefetched: dict[tuple[str, str], tuple[float, str]] = {}
         self._live: dict[str, LiveSession] = {}
         self._last_live = ""
         self._warned: set[str] = set()
@@ -98,21 +97,19 @@ class Recall:
     # -- keeping up with the log ---------------------------------------------------------------
 
     def catch_up(self) -> int:
-        """Fold whatever the log gained since the last read. A busy store is not an error: the
-        read goes on with what is already indexed."""
+        """Fold whatever the log gained since the last read. A busy or read-only store is not
+        an error: the read goes on with what is already indexed."""
         try:
             with self._fold_lock:
                 return self.projector.catch_up()
-        except StoreBusy:
-            log.debug("chronicle recall: store busy, searching what is already indexed")
+        except (StoreBusy, StoreReadOnly) as exc:
+            log.debug("chronicle recall: searching what is already indexed (%s)", exc)
             return 0
 
     def rebuild(self) -> int:
         """Drop recall's projection and fold the whole log again (same rows, same ids)."""
         with self._fold_lock:
-            count = self.projector.rebuild(self.fold.name)
-        self._clear_caches()
-        return count
+            return self.projector.rebuild(self.fold.name)
 
     def note_session(
         self,
@@ -131,10 +128,6 @@ class Recall:
                 session_id, user_id, profile, agent_context, platform
             )
             self._last_live = session_id
-
-    def _clear_caches(self) -> None:
-        with self._state_lock:
-            self._prefetched.clear()
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
         if key in self._warned:
@@ -200,9 +193,9 @@ class Recall:
             self._warn_once("chronicle_name", "chronicle recall: no chronicle name (%s)", exc)
             return None
 
-    def window(self, session_id: str) -> set[int]:
-        """The seqs of the messages already in the model's window for this session (see
-        `prefetch.window`)."""
+    def window(self, session_id: str) -> Window | None:
+        """The messages already in the model's window for this session, as a range of its
+        lineage (see `prefetch.window`); None without a session."""
         from .prefetch import window
 
         return window(self, session_id)
@@ -243,11 +236,15 @@ class Recall:
         profile: str | None = None,
         limit: int | None = None,
         keep_message: Callable[[MessageRow], bool] | None = None,
-        keep_belief: Callable[[Hit], bool] | None = None,
+        message_text: bool = False,
+        outside: Window | None = None,
         belief_origins: Sequence[str] | None = None,
         use_vectors: bool = True,
         sections: bool = True,
     ) -> list[Hit]:
+        """Ranked hits. Narrowing (scope "session", a window to leave `outside`) is done in the
+        candidate queries; `keep_message` then judges each candidate row (with its text when
+        `message_text`)."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
         limit = max(1, min(int(limit or self.tuning.limit), 100))
@@ -263,30 +260,30 @@ class Recall:
             n = self._scope(conn, session_id, user_id, profile)
             if n is None:
                 return []
-            lineage: set[str] | None = None
+            reach = Reach(outside=outside if outside is not None and outside.sessions else None)
             chronicles: set[str] | None = None
             if scope == "session":
-                lineage = set(self.lineage(session_id or ""))
+                lineage = tuple(self.lineage(session_id or ""))
+                reach = Reach(lineage, _span(conn, lineage), reach.outside)
                 name = self._chronicle_name(session_id or "") if session_id else None
                 chronicles = {name} if name else set()
 
-            def keep_row(row: MessageRow) -> bool:
-                if lineage is not None and row.session not in lineage:
-                    return False
-                return keep_message is None or keep_message(row)
-
-            def keep_hit(hit: Hit) -> bool:
-                if lineage is not None and hit.session not in lineage:
-                    return False
-                return keep_belief is None or keep_belief(hit)
-
             lists: list[tuple[float, Sequence[Hit]]] = []
-            if scope in ("all", "session", "messages"):
+            if scope in ("all", "session", "messages") and (
+                reach.sessions is None or reach.span is not None
+            ):
                 found = self._messages.rank(
-                    conn, n, words, query_tokens, keep=keep_row, limit=limit
+                    conn,
+                    n,
+                    words,
+                    query_tokens,
+                    keep=keep_message,
+                    reach=reach,
+                    text=message_text,
+                    limit=limit,
                 )
                 if query_vector is not None:
-                    nearest = self._nearest(conn, n, query_vector, keep_row, limit)
+                    nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)
                     if nearest:
                         found = fuse(
                             [(1.0, found), (1.0, nearest)], k=self.tuning.rrf_k, limit=limit
@@ -297,7 +294,7 @@ class Recall:
                     (
                         1.0,
                         rank_beliefs(
-                            conn, n, words, limit=limit, keep=keep_hit, origins=belief_origins
+                            conn, n, words, limit=limit, reach=reach, origins=belief_origins
                         ),
                     )
                 )
@@ -305,6 +302,8 @@ class Recall:
                 lists.append(
                     (0.9, rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
                 )
+        if not lists:
+            return []
         if len(lists) == 1:
             return list(lists[0][1])[:limit]
         return fuse(lists, k=self.tuning.rrf_k, limit=limit)
@@ -322,19 +321,31 @@ class Recall:
         conn: sqlite3.Connection,
         scope: int,
         vector: list[float],
-        keep: Callable[[MessageRow], bool],
+        reach: Reach,
+        keep: Callable[[MessageRow], bool] | None,
         limit: int,
     ) -> list[Hit]:
         assert self.embedder is not None
+        condition, params = reach.messages("m.seq", "m.session")
+        if condition:
+            sql = (
+                "SELECT v.seq, v.vec FROM recall_vectors v JOIN recall_messages m ON m.seq = v.seq"
+                f" WHERE v.scope = ? AND v.model = ? AND {condition} ORDER BY v.seq DESC LIMIT ?"
+            )
+        else:
+            sql = (
+                "SELECT seq, vec FROM recall_vectors WHERE scope = ? AND model = ?"
+                " ORDER BY seq DESC LIMIT ?"
+            )
         rows = conn.execute(
-            "SELECT seq, vec FROM recall_vectors WHERE scope = ? AND model = ?"
-            " ORDER BY seq DESC LIMIT ?",
-            (scope, self.embedder.model, self.tuning.vector_scan),
+            sql, (scope, self.embedder.model, *params, self.tuning.vector_scan)
         ).fetchall()
         top = nearest(vector, rows, limit * 3)
         found = message_rows(conn, [seq for _, seq in top])
         hits = [
-            message_hit(found[seq], sim) for sim, seq in top if seq in found and keep(found[seq])
+            message_hit(found[seq], sim)
+            for sim, seq in top
+            if seq in found and (keep is None or keep(found[seq]))
         ]
         return hits[:limit]
 
@@ -390,20 +401,14 @@ class Recall:
 
     def queue_prefetch(self, query: str, *, session_id: str = "", **context: Any) -> None:
         """Work ahead for the next turn (Hermes calls this after a turn, off the main thread):
-        fold what was just captured, embed a few messages, and cache this query's recall."""
+        fold what was just captured and embed a few messages, so the next prefetch finds the
+        projection current. Nothing is searched: Hermes passes the turn that just ended, and
+        the next prefetch asks about a message not written yet."""
         try:
             if session_id and context:
                 self.note_session(session_id, **_live_fields(context))
-            sid = session_id or self._last_live
             self.catch_up()
             self.embed_pending(limit=32)
-            text = self._prefetch_now(query, sid)
-            with self._state_lock:
-                now = time.monotonic()
-                self._prefetched = {
-                    k: v for k, v in self._prefetched.items() if now - v[0] < _PREFETCH_TTL_S
-                }
-                self._prefetched[(sid, query.strip())] = (now, text)
         except Exception as exc:  # a background hook must never raise into the host
             self._warn_once("queue_prefetch", "chronicle recall: queue_prefetch failed (%s)", exc)
 
@@ -412,12 +417,7 @@ class Recall:
         try:
             if session_id and context:
                 self.note_session(session_id, **_live_fields(context))
-            sid = session_id or self._last_live
-            with self._state_lock:
-                cached = self._prefetched.pop((sid, (query or "").strip()), None)
-            if cached is not None and time.monotonic() - cached[0] < _PREFETCH_TTL_S:
-                return cached[1]
-            return self._prefetch_now(query, sid)
+            return self._prefetch_now(query, session_id or self._last_live)
         except Exception as exc:
             self._warn_once("prefetch", "chronicle recall: prefetch failed (%s)", exc)
             return ""
@@ -555,7 +555,7 @@ class Recall:
         kind: str | None = None,
     ) -> list[dict[str, Any]]:
         """The user's current beliefs (not superseded, not forgotten), oldest first."""
-        from .search import belief_hit
+        from .search import belief_hit, belief_sources
 
         self.catch_up()
         with self.core.store.reading() as conn:
@@ -573,7 +573,20 @@ class Recall:
                 " ORDER BY b.rowid",
                 params,
             ).fetchall()
-            return [belief_hit(conn, row, 0.0).as_dict() for row in rows]
+            sources = belief_sources(conn, [row[0] for row in rows])
+            return [belief_hit(row, 0.0, sources[row[0]]).as_dict() for row in rows]
+
+
+def _span(conn: sqlite3.Connection, sessions: Sequence[str]) -> tuple[int, int] | None:
+    """The first and last seq of these sessions' messages (None when they have none)."""
+    if not sessions:
+        return None
+    row = conn.execute(
+        "SELECT min(seq), max(seq) FROM recall_messages"
+        f" WHERE session IN ({','.join('?' * len(sessions))})",
+        list(sessions),
+    ).fetchone()
+    return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
 
 def _live_fields(context: dict[str, Any]) -> dict[str, Any]:

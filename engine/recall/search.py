@@ -3,6 +3,11 @@
 Invariants:
 - Scoped: messages are read from the user's own index (`recall_fts_<n>`); beliefs and sections
   are filtered to the same scope in SQL. Hidden (forgotten) items never come back.
+- Narrowed in SQL: a session filter or a window to leave out (`reach.Reach`) is part of the
+  candidate queries, before their LIMIT, so a narrow read is not starved by better matches that
+  it would drop anyway.
+- A bounded number of statements per read: rows, texts, belief sources, section owners and
+  hidden items are looked up for all candidates at once, never one query per candidate.
 - Every word reaches MATCH quoted (`text.match_any`), so any query string is safe.
 - Bounded: bm25 reads every match of each word it scores, so it is only given words whose matches
   add up to at most `match_budget`; the commonest words of a query are left out when rarer ones
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from .reach import Reach
 from .redact import mask, mask_words
 from .schema import message_index
 from .settings import Tuning
@@ -36,8 +42,8 @@ __all__ = [
     "MessageSearch",
     "message_rows",
     "message_hit",
-    "with_text",
     "belief_hit",
+    "belief_sources",
     "BELIEF_VISIBLE",
     "rank_beliefs",
     "rank_sections",
@@ -119,15 +125,18 @@ def message_rows(
     return out
 
 
-def with_text(conn: sqlite3.Connection, row: MessageRow) -> MessageRow:
-    if row.body:
-        return row
-    found = conn.execute(
-        "SELECT body, person FROM recall_messages WHERE seq = ?", (row.seq,)
-    ).fetchone()
-    if found is not None:
-        row.body, row.person = found
-    return row
+def _with_text(conn: sqlite3.Connection, rows: Iterable[MessageRow]) -> None:
+    """Fill in the text of the rows read without it, in one query per 500."""
+    missing = {row.seq: row for row in rows if not row.body}
+    wanted = list(missing)
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        for seq, body, person in conn.execute(
+            "SELECT seq, body, person FROM recall_messages"
+            f" WHERE seq IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ):
+            missing[seq].body, missing[seq].person = body, person
 
 
 @lru_cache(maxsize=4096)
@@ -176,8 +185,14 @@ class MessageSearch:
             total += frequency[w]
         return rare, [w for w in words if w not in rare]
 
-    def bm25(self, conn: sqlite3.Connection, scope: int, words: Sequence[str]) -> dict[int, float]:
-        """seq -> relevance (higher is better) of the best `candidates` messages.
+    def bm25(
+        self,
+        conn: sqlite3.Connection,
+        scope: int,
+        words: Sequence[str],
+        reach: Reach | None = None,
+    ) -> dict[int, float]:
+        """seq -> relevance (higher is better) of the best `candidates` messages within `reach`.
 
         bm25 reads every match of every word it scores (for the word's idf), so the commonest
         words are left out of the ranking when rarer ones exist: they would cost the most and
@@ -188,22 +203,36 @@ class MessageSearch:
         table = message_index(scope)
         t = self.tuning
         rare, common = self.plan(conn, table, words)
+        # Narrowed, each match is checked against its message row before the LIMIT; the seq
+        # span (a lineage's) bounds the index walk itself.
+        source, narrow = table, ""
+        params: list[Any] = []
+        if reach is not None and reach.narrowed:
+            condition, params = reach.messages("m.seq", "m.session")
+            source = f"{table} JOIN recall_messages m ON m.seq = {table}.rowid"
+            narrow = f" AND {condition}"
+            if reach.span is not None:
+                narrow += f" AND {table}.rowid BETWEEN ? AND ?"
+                params = [*params, *reach.span]
         if rare:
             sql = (
-                f"SELECT rowid, -bm25({table}, {t.name_weight}, 1.0, {t.context_weight})"
-                f" FROM {table} WHERE {table} MATCH ? ORDER BY 2 DESC LIMIT ?"
+                f"SELECT {table}.rowid, -bm25({table}, {t.name_weight}, 1.0, {t.context_weight})"
+                f" FROM {source} WHERE {table} MATCH ?{narrow} ORDER BY 2 DESC LIMIT ?"
             )
             return {
                 int(seq): float(score)
-                for seq, score in conn.execute(sql, (match_any(rare), t.candidates))
+                for seq, score in conn.execute(sql, (match_any(rare), *params, t.candidates))
             }
         scored: dict[int, float] = {}
-        newest = f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT ?"
+        newest = (
+            f"SELECT {table}.rowid FROM {source} WHERE {table} MATCH ?{narrow}"
+            f" ORDER BY {table}.rowid DESC LIMIT ?"
+        )
         all_of = " AND ".join(quote(w) for w in common)
-        for (seq,) in conn.execute(newest, (all_of, t.candidates)):
+        for (seq,) in conn.execute(newest, (all_of, *params, t.candidates)):
             scored[int(seq)] = 2.0
         if len(scored) < t.candidates:
-            for (seq,) in conn.execute(newest, (match_any(common), t.candidates)):
+            for (seq,) in conn.execute(newest, (match_any(common), *params, t.candidates)):
                 scored.setdefault(int(seq), 1.0)
         return scored
 
@@ -217,10 +246,14 @@ class MessageSearch:
         query_tokens: set[str],
         *,
         keep: Callable[[MessageRow], bool] | None = None,
+        reach: Reach | None = None,
+        text: bool = False,
         limit: int = 10,
     ) -> list[Hit]:
+        """The best `limit` messages within `reach` that `keep` accepts. With `text`, rows reach
+        `keep` with their text (read with them, in the same query)."""
         t = self.tuning
-        base = self.bm25(conn, scope, words)
+        base = self.bm25(conn, scope, words, reach)
         if not base:
             return []
         # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
@@ -244,10 +277,14 @@ class MessageSearch:
         chunk = max(limit * 8, 80)
         scored: list[tuple[float, MessageRow]] = []
         for start in range(0, len(ordered), chunk):
-            rows = message_rows(conn, ordered[start : start + chunk], text=False)
+            rows = message_rows(conn, ordered[start : start + chunk], text=text)
             for seq in ordered[start : start + chunk]:
                 row = rows.get(seq)
-                if row is None or (keep is not None and not keep(row)):
+                if row is None:
+                    continue
+                if reach is not None and not reach.admits(row.seq, row.session):
+                    continue  # a neighbour the candidate query did not vet
+                if keep is not None and not keep(row):
                     continue
                 score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
                 if t.recency_weight and row.ts and newest_ts:
@@ -261,10 +298,8 @@ class MessageSearch:
         scored.sort(key=lambda x: (-x[0], -x[1].seq))
         chosen = _spread(scored, limit, t.session_share)
         corrections = _corrections(conn, [r.seq for _, r in chosen])
-        return [
-            message_hit(with_text(conn, row), score, corrections.get(row.seq))
-            for score, row in chosen
-        ]
+        _with_text(conn, [row for _, row in chosen])
+        return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
 
 
 def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = None) -> Hit:
@@ -351,14 +386,23 @@ BELIEF_VISIBLE = (
 )
 
 
-def belief_hit(conn: sqlite3.Connection, row: Sequence[Any], score: float) -> Hit:
+def belief_sources(conn: sqlite3.Connection, beliefs: Iterable[str]) -> dict[str, list[int]]:
+    """belief id -> the seqs it was drawn from, in order, for all of `beliefs` at once."""
+    wanted = list(dict.fromkeys(beliefs))
+    out: dict[str, list[int]] = {b: [] for b in wanted}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        for belief, seq in conn.execute(
+            "SELECT belief, seq FROM recall_belief_sources"
+            f" WHERE belief IN ({','.join('?' * len(chunk))}) ORDER BY belief, seq",
+            chunk,
+        ):
+            out[belief].append(seq)
+    return out
+
+
+def belief_hit(row: Sequence[Any], score: float, sources: list[int]) -> Hit:
     bid, kind, key, value, polarity, text, origin, source_seq, session, at, supersedes = row
-    sources = [
-        s
-        for (s,) in conn.execute(
-            "SELECT seq FROM recall_belief_sources WHERE belief = ? ORDER BY seq", (bid,)
-        )
-    ]
     extra: dict[str, Any] = {
         "type": kind,
         "key": key,
@@ -390,7 +434,7 @@ def rank_beliefs(
     words: Sequence[str],
     *,
     limit: int,
-    keep: Callable[[Hit], bool] | None = None,
+    reach: Reach | None = None,
     origins: Sequence[str] | None = None,
 ) -> list[Hit]:
     if not words:
@@ -400,20 +444,18 @@ def rank_beliefs(
     if origins:
         where.append(f"b.origin IN ({','.join('?' * len(origins))})")
         params.extend(origins)
+    if reach is not None and reach.narrowed:
+        condition, values = reach.beliefs("b")
+        where.append(condition)
+        params.extend(values)
     rows = conn.execute(
         f"SELECT {_BELIEF_COLUMNS}, -bm25(recall_beliefs_fts) AS s FROM recall_beliefs_fts"
         " JOIN recall_beliefs b ON b.rowid = recall_beliefs_fts.rowid"
         f" WHERE {' AND '.join(where)} ORDER BY s DESC LIMIT ?",
-        (*params, max(limit * 4, 20)),
+        (*params, limit),
     ).fetchall()
-    hits = []
-    for row in rows:
-        hit = belief_hit(conn, row[:-1], float(row[-1]))
-        if keep is None or keep(hit):
-            hits.append(hit)
-        if len(hits) == limit:
-            break
-    return hits
+    sources = belief_sources(conn, [row[0] for row in rows])
+    return [belief_hit(row[:-1], float(row[-1]), sources[row[0]]) for row in rows]
 
 
 def rank_sections(
@@ -426,46 +468,47 @@ def rank_sections(
 ) -> list[Hit]:
     if not words:
         return []
+    if chronicles is not None and not chronicles:
+        return []
+    # A section belongs to whoever said the messages it covers (its first message says who);
+    # one it cannot attribute is shown to no one.
+    where = [
+        "recall_sections_fts MATCH ?",
+        "NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = s.chronicle"
+        " AND nx.supersedes = s.section_id)",
+        "NOT EXISTS (SELECT 1 FROM recall_hidden h"
+        " WHERE h.target = 's:' || s.chronicle || '/' || s.section_id)",
+        "owner_scope = ?",
+    ]
+    params: list[Any] = [match_any(words), scope]
+    if chronicles is not None:
+        where.append(f"s.chronicle IN ({','.join('?' * len(chronicles))})")
+        params.extend(sorted(chronicles))
+    first = (
+        "FROM recall_messages o WHERE o.seq BETWEEN s.from_seq AND s.to_seq ORDER BY o.seq LIMIT 1"
+    )
     rows = conn.execute(
         "SELECT s.chronicle, s.section_id, s.from_seq, s.to_seq, s.prose, s.created_at,"
-        " -bm25(recall_sections_fts) AS score FROM recall_sections_fts"
-        " JOIN sections s ON s.written = recall_sections_fts.rowid"
-        " WHERE recall_sections_fts MATCH ?"
-        " AND NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = s.chronicle"
-        " AND nx.supersedes = s.section_id)"
-        " ORDER BY score DESC LIMIT ?",
-        (match_any(words), max(limit * 5, 50)),
+        f" (SELECT o.session {first}) AS owner_session,"
+        " -bm25(recall_sections_fts) AS score,"
+        f" (SELECT o.scope {first}) AS owner_scope"
+        " FROM recall_sections_fts JOIN sections s ON s.written = recall_sections_fts.rowid"
+        f" WHERE {' AND '.join(where)} ORDER BY score DESC LIMIT ?",
+        (*params, limit),
     ).fetchall()
-    hits = []
-    for chronicle, section_id, lo, hi, prose, created_at, score in rows:
-        if chronicles is not None and chronicle not in chronicles:
-            continue
-        target = f"s:{chronicle}/{section_id}"
-        if conn.execute("SELECT 1 FROM recall_hidden WHERE target = ?", (target,)).fetchone():
-            continue
-        # A section belongs to whoever said the messages it covers; one it cannot attribute is
-        # shown to no one.
-        owner = conn.execute(
-            "SELECT scope, session FROM recall_messages WHERE seq BETWEEN ? AND ? ORDER BY seq LIMIT 1",
-            (lo, hi),
-        ).fetchone()
-        if owner is None or int(owner[0]) != scope:
-            continue
-        hits.append(
-            Hit(
-                target,
-                "section",
-                float(score),
-                seq=lo,
-                session=owner[1],
-                time=created_at,
-                text=snippet(prose),
-                extra={"section_id": section_id, "chronicle": chronicle, "seq_range": [lo, hi]},
-            )
+    return [
+        Hit(
+            f"s:{chronicle}/{section_id}",
+            "section",
+            float(score),
+            seq=lo,
+            session=session,
+            time=created_at,
+            text=snippet(prose),
+            extra={"section_id": section_id, "chronicle": chronicle, "seq_range": [lo, hi]},
         )
-        if len(hits) == limit:
-            break
-    return hits
+        for chronicle, section_id, lo, hi, prose, created_at, session, score, _ in rows
+    ]
 
 
 def fuse(lists: Sequence[tuple[float, Sequence[Hit]]], *, k: int, limit: int) -> list[Hit]:

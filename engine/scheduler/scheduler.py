@@ -27,7 +27,7 @@ from typing import Any
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS
-from ..errors import UsageError
+from ..errors import StoreError, UsageError
 from ..log.store import sqlite_errors
 from .consolidation import Consolidator, Conversations
 from .cron import latest_due, next_due_after
@@ -158,8 +158,11 @@ class Scheduler:
 
     def _back_off(self, exc: Exception, now: float) -> None:
         text = f"{type(exc).__name__}: {exc}"
-        if text not in self._warned:
-            self._warned.add(text)
+        # A database that refuses writes is said once per database (the slots share the note).
+        key = type(exc).__name__ if isinstance(exc, StoreError) else text
+        seen = self.core.warned if isinstance(exc, StoreError) else self._warned
+        if key not in seen:
+            seen.add(key)
             log.warning("chronicle maintenance paused for %.0fs: %s", _BACKOFF_AFTER_ERROR, text)
         self._schedule_wake = max(self._schedule_wake, now + _BACKOFF_AFTER_ERROR)
         self._queue_wake = max(self._queue_wake, now + _BACKOFF_AFTER_ERROR)

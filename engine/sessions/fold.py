@@ -71,6 +71,7 @@ class SessionFold:
     """Folds messages and session events into the entry tree and each session's head."""
 
     name = FOLD_NAME
+    namespaces = NAMESPACES
 
     def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
         apply_events(conn, events)

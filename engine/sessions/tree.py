@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.events import register_capture_events
-from ..errors import UsageError
+from ..capture.spill import Claim, Spill, kept_aside
+from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
 from ..tree.events import (
     SWITCH_REASONS,
@@ -38,7 +40,7 @@ from ..tree.events import (
     UsageRecorded,
     register_session_events,
 )
-from ..tree.paths import PathEntry, read_path, walk_since
+from ..tree.paths import PathEntry, read_leaf, read_path, walk_since
 from ..tree.summary import abandoned_summary
 from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
 from .projection import project
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
 CHRONICLE_PREFIX = "conversation:"
+
+log = logging.getLogger("chronicle_engine.sessions")
 
 # Reasons Hermes itself passes (memory_manager, cli) that name one of ours differently.
 _HOST_REASONS = {"new_session": "new", "undo": "rewound"}
@@ -63,10 +67,7 @@ class TreeWriter:
         self.end = end  # the log's last seq, as this transaction has written it
 
     def leaf(self, session: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT leaf_id FROM session_heads WHERE session = ?", (session,)
-        ).fetchone()
-        return row[0] if row else None
+        return read_leaf(self.conn, session)
 
     def path(self, leaf: str | None) -> list[PathEntry]:
         return read_path(self.conn, leaf)
@@ -113,19 +114,76 @@ class SessionTree:
         register_session_events(core.types)
         self.store.migrate(MIGRATIONS)
         self._refresh_lock = threading.Lock()
+        self.spill = Spill.beside(self.store.path)
+        self._replay_listeners: list[Callable[[set[str]], None]] = []
+        self._kept_listeners: list[Callable[[Sequence[PendingEvent]], None]] = []
 
     # -- writing ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[TreeWriter]:
         """One write transaction with the tree caught up; events appended through the writer
-        are folded in the same transaction."""
-        with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
-            position, end = fold_pending(self.store, conn)
-            writer = TreeWriter(self, conn, end)
-            yield writer
-            if writer.end != position:
-                self.store.set_position(conn, FOLD_NAME, writer.end)
+        are folded in the same transaction. The outermost one first writes what the spill
+        kept while the database refused writes, so those events keep their order."""
+        with contextlib.ExitStack() as stack:
+            claim: Claim | None = None
+            with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
+                position, end = fold_pending(self.store, conn)
+                writer = TreeWriter(self, conn, end)
+                if self.spill is not None and self.store.depth == 1 and self.spill.waiting():
+                    claim = self._replay(stack, writer)
+                yield writer
+                if writer.end != position:
+                    self.store.set_position(conn, FOLD_NAME, writer.end)
+            if claim is not None:
+                claim.settle()  # committed: the spill may go
+
+    def _replay(self, stack: contextlib.ExitStack, writer: TreeWriter) -> Claim | None:
+        assert self.spill is not None
+        # A write that changes nothing: a read-only database refuses it here, before the spill
+        # (which grows while the database stays read-only) is read for nothing.
+        writer.conn.execute("DELETE FROM fold_positions WHERE 0")
+        try:
+            claim = stack.enter_context(self.spill.claim())
+        except OSError as exc:
+            log.warning("chronicle: could not read the spill file (%s); will try again", exc)
+            return None
+        if not claim.events:
+            return claim
+        end = writer.end
+        try:
+            with self.store.atomic():  # a savepoint: a replay that fails leaves this write whole
+                writer.append(claim.events)
+        except StoreError:
+            raise
+        except Exception:
+            writer.end = end
+            log.exception("chronicle: the spill file's events could not be written")
+            claim.refuse()
+            return None
+        for listener in self._replay_listeners:
+            listener(claim.sessions)
+        return claim
+
+    def on_replay(self, listener: Callable[[set[str]], None]) -> None:
+        """Call `listener(sessions)` when spilled events of those sessions reach the log (inside
+        the write transaction), so caches of their branches can be dropped."""
+        self._replay_listeners.append(listener)
+
+    def on_kept_aside(self, listener: Callable[[Sequence[PendingEvent]], None]) -> None:
+        """Call `listener(events)` when events are kept in the spill instead of the log."""
+        self._kept_listeners.append(listener)
+
+    def keep_aside(
+        self, exc: StoreError, events: Sequence[PendingEvent]
+    ) -> tuple[StoreError, bool]:
+        """The database refused `events` (busy, read-only): keep them in the spill. Returns the
+        error to raise (saying where they are) and whether they were kept."""
+        error, kept = kept_aside(exc, self.spill, events)
+        if kept:
+            for listener in self._kept_listeners:
+                listener(events)
+        return error, kept
 
     def refresh(self) -> None:
         """Fold whatever other writers appended, so reads see the whole log."""
@@ -133,13 +191,19 @@ class SessionTree:
             position = self.store.position(FOLD_NAME, conn)
             end = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
         if end > position:
-            with self._refresh_lock, self.writing():
-                pass
+            try:
+                with self._refresh_lock, self.writing():
+                    pass
+            except (StoreBusy, StoreReadOnly):
+                log.debug("chronicle: the session tree reads as folded so far (no writes now)")
 
     def _append(self, session: str, events: Sequence[Any]) -> list[int]:
         pending = [self.core.types.pending(e, session=session) for e in events]
-        with self.writing() as w:
-            return w.append(pending)
+        try:
+            with self.writing() as w:
+                return w.append(pending)
+        except (StoreBusy, StoreReadOnly) as exc:
+            raise self.keep_aside(exc, pending)[0] from exc
 
     # -- the host's session switches ---------------------------------------------------------
 

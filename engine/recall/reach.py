@@ -1,0 +1,100 @@
+"""Narrowing a read below its user's scope, in SQL, before any LIMIT.
+
+A search picks its best candidates for the whole scope, then reads their rows. A filter applied
+only to those rows starves whenever what it wants is not among the scope's best: a session's own
+match behind a hundred better ones elsewhere, or everything outside the window behind a long live
+conversation. So each restriction here is a SQL condition that the candidate queries carry
+themselves, with the same test in Python for rows that arrive another way (a hit's neighbours).
+
+Invariant: for every message, `Reach.admits(seq, session)` is true exactly when the SQL of
+`Reach.messages()` is, and `Window.holds` exactly when the SQL of `Window.sql` is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Window", "Reach"]
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+@dataclass(frozen=True)
+class Window:
+    """The messages a conversation has in the model's window: those of its `sessions` (the
+    lineage) from seq `start` on, and the head a compaction kept (`heads`, any session)."""
+
+    sessions: tuple[str, ...]
+    start: int = 0
+    heads: frozenset[int] = field(default_factory=frozenset)
+
+    def holds(self, seq: int, session: str | None) -> bool:
+        return (seq >= self.start and session in self.sessions) or seq in self.heads
+
+    def sql(self, seq: str, session: str) -> tuple[str, list[Any]]:
+        """A condition true for a message in the window; `seq` and `session` name its columns
+        (the session may be NULL: a row that is not a message, or one without a session)."""
+        heads = sorted(self.heads)
+        sql = f"({seq} >= ? AND coalesce({session}, '') IN ({_marks(self.sessions)})"
+        sql += f" OR {seq} IN ({_marks(heads)}))" if heads else ")"
+        return sql, [self.start, *self.sessions, *heads]
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a read may return within its scope: only messages of `sessions` (scope "session":
+    the lineage, whose seqs all lie in `span`), and never one held by the `outside` window
+    (per-turn memory: what the model already sees). Beliefs follow their messages."""
+
+    sessions: tuple[str, ...] | None = None
+    span: tuple[int, int] | None = None
+    outside: Window | None = None
+
+    @property
+    def narrowed(self) -> bool:
+        return self.sessions is not None or self.outside is not None
+
+    def admits(self, seq: int, session: str | None) -> bool:
+        if self.sessions is not None and session not in self.sessions:
+            return False
+        return self.outside is None or not self.outside.holds(seq, session)
+
+    def messages(self, seq: str = "m.seq", session: str = "m.session") -> tuple[str, list[Any]]:
+        """The SQL condition on a message's columns ("" when nothing is narrowed)."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if self.sessions is not None:
+            parts.append(f"{session} IN ({_marks(self.sessions)})")
+            params.extend(self.sessions)
+            if self.span is not None:
+                parts.append(f"{seq} BETWEEN ? AND ?")
+                params.extend(self.span)
+        if self.outside is not None:
+            held, values = self.outside.sql(seq, session)
+            parts.append(f"NOT {held}")
+            params.extend(values)
+        return " AND ".join(parts), params
+
+    def beliefs(self, belief: str = "b") -> tuple[str, list[Any]]:
+        """The SQL condition on a belief (alias `belief`): said in `sessions`; and, outside a
+        window, a belief stays unless every message it was drawn from is in the window."""
+        parts: list[str] = []
+        params: list[Any] = []
+        if self.sessions is not None:
+            parts.append(f"{belief}.session IN ({_marks(self.sessions)})")
+            params.extend(self.sessions)
+        if self.outside is not None:
+            held, values = self.outside.sql("src.seq", "said.session")
+            parts.append(
+                "(NOT EXISTS (SELECT 1 FROM recall_belief_sources src"
+                f" WHERE src.belief = {belief}.id)"
+                " OR EXISTS (SELECT 1 FROM recall_belief_sources src"
+                " LEFT JOIN recall_messages said ON said.seq = src.seq"
+                f" WHERE src.belief = {belief}.id AND NOT {held}))"
+            )
+            params.extend(values)
+        return " AND ".join(parts), params
