@@ -184,12 +184,22 @@ class Compaction:
         current = chronicle.current_of(section_id)
         return found if current == section_id else chronicle.get(current)
 
-    def resolve(self, name: str, label: str) -> ViewSection | None:
+    def _find(self, names: Sequence[str], level: int, section_id: str) -> Section | None:
+        """A section from the first of `names` that holds it (a branch's handoff cites its
+        parent's sections, which stay in the parent's chronicle)."""
+        for name in names:
+            found = self.section(name, level, section_id)
+            if found is not None:
+                return found
+        return None
+
+    def resolve(self, name: str | Sequence[str], label: str) -> ViewSection | None:
+        """The section a label names, in `name` or the first of several chronicles."""
         parsed = parse_label(label)
         if parsed is None:
             return None
         level, section_id = parsed
-        found = self.section(name, level, section_id)
+        found = self._find([name] if isinstance(name, str) else name, level, section_id)
         return ViewSection(level, found) if found is not None else None
 
     def derive_view(self, name: str, through: int) -> list[ViewSection]:
@@ -209,9 +219,10 @@ class Compaction:
         return sorted(chosen, key=lambda v: v.from_seq)
 
     def _previous_view(
-        self, name: str, messages: Sequence[Any]
+        self, names: Sequence[str], messages: Sequence[Any]
     ) -> tuple[list[ViewSection], str | None, int]:
-        """The view the latest handoff in `messages` shows, its role, and how far it reaches."""
+        """The view the latest handoff in `messages` shows, its role, and how far it reaches.
+        `names`: the conversation's chronicle first, then those of the sessions it branched from."""
         latest = next((m for m in reversed(messages) if is_own_handoff(m)), None)
         if latest is None:
             return [], None, 0
@@ -219,14 +230,14 @@ class Compaction:
         through = max((hi for _, _, _, hi in citations), default=0)
         view: list[ViewSection] = []
         for level, section_id, _, _ in citations:
-            found = self.section(name, level, section_id)
+            found = self._find(names, level, section_id)
             if found is None:
                 log.warning(
                     "the handoff cites %s, which %s no longer holds; rebuilding the view",
                     section_id,
-                    name,
+                    names[0],
                 )
-                return self.derive_view(name, through), latest.get("role"), through
+                return self.derive_view(names[0], through), latest.get("role"), through
             view.append(ViewSection(level, found))
         return view, latest.get("role"), through
 
@@ -249,6 +260,14 @@ class Compaction:
         messages = list(messages)
         if not messages:
             return Outcome(None, "nothing to compact")
+        agent_context = self.core.capture.identity(session_id).get("agent_context")
+        if not self.core.capture.capturing(agent_context):
+            # Folding needs every message in the log; this agent's turns are not to be recorded.
+            return Outcome(
+                None,
+                "capture is off for this agent (capture.enabled, capture.skip_agent_contexts),"
+                " so nothing can be folded without losing it",
+            )
         seqs = list(
             self.core.capture.capture_messages(
                 session_id, messages, user_id=user_id, platform=platform
@@ -325,7 +344,8 @@ class Compaction:
         started = time.perf_counter()
         state = self.lineage_state(session_id)
         focus = (focus_topic or "").strip() or state.focus or None
-        previous, role, through = self._previous_view(name, messages)
+        names = [name, *(n for n in self.core.sessions.chronicle_names(session_id) if n != name)]
+        previous, role, through = self._previous_view(names, messages)
         facts = self.facts(messages, seqs, through=through, pins=list(state.pins))
         tokens_before = sum(f.tokens for f in facts)
         previous_tokens = handoff_tokens(render(previous))
@@ -522,10 +542,10 @@ class Compaction:
         page_size: int = 20,
     ) -> dict[str, Any]:
         """The original messages of a section or a seq range, byte for byte, one page at a time."""
-        name = self.core.sessions.chronicle_name(session_id)
+        names = self.core.sessions.chronicle_names(session_id)
         result: dict[str, Any] = {}
         if section_id:
-            view = self.resolve(name, section_id)
+            view = self.resolve(names, section_id)
             if view is None:
                 raise UsageError(
                     f"no section {section_id!r} in this conversation; the handoff lists the ids "
@@ -596,9 +616,9 @@ class Compaction:
         )
         carries: list[dict[str, Any]] = []
         if last is not None:
-            name = self.core.sessions.chronicle_name(session_id)
+            names = self.core.sessions.chronicle_names(session_id)
             for label in last.get("view", []):
-                found = self.resolve(name, label)
+                found = self.resolve(names, label)
                 if found is not None:
                     carries.append(
                         {

@@ -64,7 +64,19 @@ def _m001_tree(conn: sqlite3.Connection) -> None:
     run_script(conn, _SCHEMA)
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration("sessions.m001_tree", _m001_tree),)
+def _m002_heads_by_root(conn: sqlite3.Connection) -> None:
+    # lineage() reads every head of one root in start order; without this it scans the table.
+    run_script(
+        conn,
+        "CREATE INDEX IF NOT EXISTS session_heads_by_root"
+        " ON session_heads(lineage_root, started_seq);",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("sessions.m001_tree", _m001_tree),
+    Migration("sessions.m002_heads_by_root", _m002_heads_by_root),
+)
 
 
 class SessionFold:
