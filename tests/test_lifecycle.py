@@ -325,3 +325,22 @@ def _switch(parent: str) -> Any:
     from chronicle_engine.tree.events import SessionSwitched
 
     return SessionSwitched(parent_session=parent, reason="compression")
+
+
+def test_hermes_own_reset_path_rebinds_the_engine(home: Path) -> None:
+    """Hermes' real `AIAgent.reset_session_state` (what /new, /resume and /branch run after
+    setting `agent.session_id`), on a host object carrying only what that method reads."""
+    import types
+
+    from run_agent import AIAgent
+
+    engine = new_engine(home, "h1")
+    engine.update_from_response({"prompt_tokens": 40_000, "completion_tokens": 5})
+    host = types.SimpleNamespace(context_compressor=engine, session_id="h2", _session_db=None)
+    host._transition_context_engine_session = types.MethodType(
+        AIAgent._transition_context_engine_session, host
+    )
+    AIAgent.reset_session_state(host)  # type: ignore[arg-type]
+    assert engine._session_id == "h2" and not engine._real_known
+    engine.compress(chat(40))
+    assert captured(engine.core, "h2") and not captured(engine.core, "h1")
