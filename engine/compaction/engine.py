@@ -28,6 +28,7 @@ from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
 from ..errors import UsageError
 from ..log.store import StoredEvent
+from ..sessions.tree import CHRONICLE_PREFIX
 from .assemble import assemble
 from .contract import violations
 from .events import (
@@ -135,9 +136,10 @@ class Compaction:
                 self._events_by_session.setdefault(event.envelope.session or "", []).append(event)
                 self._events_through = event.seq
 
-    def lineage_state(self, session_id: str) -> _Lineage:
+    def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
+        """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
         self._refresh_events()
-        sessions = self.core.sessions.lineage(session_id) or [session_id]
+        sessions = list(lineage) or self.core.sessions.lineage(session_id) or [session_id]
         events: list[StoredEvent] = []
         with self._events_lock:
             for sid in dict.fromkeys(sessions):
@@ -278,11 +280,14 @@ class Compaction:
             raise UsageError(
                 f"capture returned {len(seqs)} seqs for {len(messages)} messages; refusing to fold"
             )
-        name = self.core.sessions.chronicle_name(session_id)
+        # The lineage once per pass: the chronicle's name is its first session's.
+        lineage = self.core.sessions.lineage(session_id) or [session_id]
+        name = CHRONICLE_PREFIX + lineage[0]
         with self._lock_for(name):
             outcome = self._compress(
                 session_id,
                 name,
+                lineage,
                 messages,
                 seqs,
                 policy=policy,
@@ -332,6 +337,7 @@ class Compaction:
         self,
         session_id: str,
         name: str,
+        lineage: Sequence[str],
         messages: list[Any],
         seqs: list[int | None],
         *,
@@ -342,7 +348,7 @@ class Compaction:
         memory_context: str,
     ) -> Outcome:
         started = time.perf_counter()
-        state = self.lineage_state(session_id)
+        state = self.lineage_state(session_id, lineage)
         focus = (focus_topic or "").strip() or state.focus or None
         names = [name, *(n for n in self.core.sessions.chronicle_names(session_id) if n != name)]
         previous, role, through = self._previous_view(names, messages)
