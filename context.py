@@ -7,10 +7,15 @@ Invariants:
   through `ChronicleCore.get`) and copies only its own counters, so the copy can never fail.
 - The host's token bookkeeping lives here (it reads these attributes directly); everything about
   conversations lives in the core, keyed by lineage.
+- Every call borrows the core (`capture.users`): a memory provider shutting down mid-call leaves
+  the closing to the call. A core that was shut down is never reopened just to end a session.
+- The engine follows the host's session: `bind_session_state` (/new, /resume, /branch) and
+  `on_session_start` rebind it; only a compression rotation links two sessions into one lineage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -19,6 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from chronicle_engine.capture import users as _users
 from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
@@ -68,7 +74,8 @@ def _guarded(default: Any) -> Callable[[F], F]:
         @functools.wraps(method)
         def guarded(self: ChronicleContextEngine, *args: Any, **kwargs: Any) -> Any:
             try:
-                return method(self, *args, **kwargs)
+                with self._borrowed():
+                    return method(self, *args, **kwargs)
             except StoreError as exc:
                 # The database refused (busy, read-only): one line per database, shared with
                 # the memory slot; the message says what to do.
@@ -117,6 +124,7 @@ class ChronicleContextEngine(_Base):
         self._core = core
         self._hermes_home = hermes_home
         self._session_id = ""
+        self._env_session = os.environ.get("HERMES_SESSION_ID", "")
         self._platform: str | None = None
         self._user_id: str | None = None
         self._policy: Policy | None = None
@@ -142,6 +150,15 @@ class ChronicleContextEngine(_Base):
         if self._core is None or getattr(self._core, "_closed", False):
             self._core = ChronicleCore.for_hermes_home(self._hermes_home)
         return self._core
+
+    def _open_core(self) -> ChronicleCore | None:
+        """The bound core if it is open (None: not bound yet, or shut down by its last user)."""
+        core = self._core
+        return core if core is not None and not getattr(core, "_closed", False) else None
+
+    def _borrowed(self) -> contextlib.AbstractContextManager[None]:
+        core = self._open_core()
+        return _users.borrowing(core) if core is not None else contextlib.nullcontext()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ChronicleContextEngine:
         clone = type(self).__new__(type(self))
@@ -298,12 +315,30 @@ class ChronicleContextEngine(_Base):
         old = kwargs.get("old_session_id") or ""
         reason = kwargs.get("boundary_reason") or ""
         if session_id:
-            self._session_id = session_id
-        if session_id and old and old != session_id:
-            self.core.sessions.switch(
-                session_id, parent_session_id=old, reason=reason or "compression"
-            )
+            self._bind(str(session_id))
+        core = self.core  # bound now, so the session's end never opens a core of its own
+        # Only a compression continues the same conversation; an unlabelled start with an old
+        # id is a /new-like transition. The memory slot hears the same rotation; recording a
+        # switch is idempotent, so whichever slot comes first records it.
+        if session_id and old and old != session_id and reason == "compression":
+            core.sessions.switch(session_id, parent_session_id=old, reason="compression")
         self._tick("on_session_start")
+
+    def _bind(self, session_id: str) -> None:
+        if session_id != self._session_id:
+            # The counts were the previous conversation's; the new one's first response sets them.
+            self._real_known = False
+            self._real_tokens = 0
+            self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
+        self._session_id = session_id
+        self._env_session = os.environ.get("HERMES_SESSION_ID", "")
+
+    @_guarded(None)
+    def bind_session_state(self, session_db: Any, session_id: str) -> None:
+        """Hermes' rebind on /new, /resume and /branch (no on_session_start runs on those
+        paths): later compress calls, tools and the session's end follow the new session."""
+        if session_id:
+            self._bind(str(session_id))
 
     @_guarded(None)
     def on_session_switch(self, session_id: str, **kwargs: Any) -> None:
@@ -315,16 +350,22 @@ class ChronicleContextEngine(_Base):
 
     @_guarded(None)
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
+        core = self._open_core()
+        if core is None:
+            # At exit Hermes shuts the memory slot down first; it captured this list already.
+            log.debug("chronicle: the core is closed; nothing to do at the session's end")
+            return
         # Make sure the log holds the session's messages even without the memory slot
         # (capture is idempotent: the provider may have recorded them already).
-        if messages:
-            self.core.capture.capture_messages(
-                session_id or self._session(),
-                messages,
-                user_id=self._user_id,
-                platform=self._platform,
+        session = session_id or self._session()
+        capture = core.capture
+        if messages and capture.capturing(capture.identity(session).get("agent_context")):
+            capture.capture_messages(
+                session, messages, user_id=self._user_id, platform=self._platform
             )
         self._tick("on_session_end")
+        if not _users.held(core):
+            core.store.checkpoint()  # no memory slot will shut it down: flush the WAL now
 
     @_guarded(None)
     def on_session_reset(self) -> None:
@@ -332,6 +373,11 @@ class ChronicleContextEngine(_Base):
         self.compression_count = 0
         self._real_known = False
         self._real_tokens = 0
+        # /new and /reset name the new session in the environment before resetting. Only a
+        # change counts: in a gateway the variable may name another agent's session.
+        current = os.environ.get("HERMES_SESSION_ID", "")
+        if current and current != self._env_session and current != self._session_id:
+            self._bind(current)
 
     # -- tools and status --------------------------------------------------------------------
 
@@ -346,16 +392,17 @@ class ChronicleContextEngine(_Base):
         except Exception as exc:
             log.exception("chronicle context engine: no core for tool %s", name)
             return json.dumps({"error": f"Chronicle is unavailable: {type(exc).__name__}"})
-        self._tick("tool")
-        return dispatch(
-            CONTEXT_TOOLS,
-            core,
-            name,
-            args,
-            session_id=self._session(),
-            messages=kwargs.get("messages"),
-            policy=policy,
-        )
+        with _users.borrowing(core):
+            self._tick("tool")
+            return dispatch(
+                CONTEXT_TOOLS,
+                core,
+                name,
+                args,
+                session_id=self._session(),
+                messages=kwargs.get("messages"),
+                policy=policy,
+            )
 
     @_guarded(_empty_dict)
     def get_status(self) -> dict[str, Any]:

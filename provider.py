@@ -158,6 +158,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._agent_context = str(kwargs.get("agent_context") or "primary")
         self._user_id = kwargs.get("user_id")
         self._profile = kwargs.get("agent_identity")
+        self._remember(self._session_id)
         self._tick("initialize")
 
     @_guarded(lambda: None)
@@ -192,11 +193,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         return self.core.config
 
     def _capturing(self) -> bool:
-        config = self._config()
-        if not config.get("capture.enabled"):
-            return False
-        skipped = config.get("capture.skip_agent_contexts") or []
-        return self._agent_context not in {str(s) for s in skipped}
+        return bool(self.core.capture.capturing(self._agent_context))
 
     def _capture(self, session_id: str, messages: Any, *, all_seqs: bool = False) -> int:
         """Capture the live list; returns how many messages were new."""
@@ -213,6 +210,18 @@ class ChronicleMemoryProvider(_ProviderBase):
             return_seqs=all_seqs,
         )
         return sum(1 for s in seqs if s is not None and s > before)
+
+    def _remember(self, session_id: str) -> None:
+        """Tell capture who this session serves: the context engine's captures (compress runs
+        mid-turn, before sync_turn) name nobody and take this identity."""
+        if session_id and self._core is not None:
+            self._core.capture.remember_identity(
+                session_id,
+                user_id=self._user_id,
+                profile=self._profile,
+                agent_context=self._agent_context,
+                platform=self._platform,
+            )
 
     def _tick(self, hook: str) -> None:
         """Give the scheduler its hook call. Until the scheduler part lands, core.scheduler
@@ -291,6 +300,7 @@ class ChronicleMemoryProvider(_ProviderBase):
                 {"role": "assistant", "content": assistant_content},
             ]
             messages = pairs
+        self._remember(session)
         self._capture(session, messages)
         self._tick("sync_turn")
 
@@ -321,6 +331,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         # The host has switched whether or not the switch can be recorded (a busy store keeps
         # the record aside): the next hooks belong to the new session.
         self._session_id = str(new_session_id)
+        self._remember(self._session_id)
         if reason == "rewound":
             self.core.capture.forget(new_session_id)
         self.core.sessions.switch(

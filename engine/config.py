@@ -233,9 +233,11 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "maintenance.drain_hooks",
-        ["sync_turn", "queue_prefetch", "on_session_end", "on_session_switch", "on_delegation"],
-        "Hooks that also run queued jobs. The default lists hooks Hermes calls off the user's "
-        "critical path; other hooks only schedule.",
+        ["sync_turn", "queue_prefetch"],
+        "Hooks that also run queued jobs. The default lists the two hooks Hermes runs on its "
+        "background memory thread (a claimed job runs to its end, model summaries included); "
+        "every other hook, on_session_end and on_session_switch among them, runs on the agent's "
+        "own thread and only schedules.",
     ),
     Key("maintenance.drain_per_hook", 4, "Jobs one draining hook call may run, shared by weight."),
     Key(

@@ -171,6 +171,9 @@ def test_only_draining_hooks_run_jobs(where) -> None:
     sched = scheduler(core, FakeClock())
     assert sched.tick("on_turn_start") == 0
     assert sched.tick("prefetch") == 0
+    # Hermes calls these on the agent's own thread (during compaction too): they never run a job.
+    for hook in ("on_session_end", "on_session_switch", "on_delegation", "on_pre_compress"):
+        assert sched.tick(hook) == 0, hook
     assert [j["state"] for j in _jobs(core, "integrity")] == ["pending"]
     assert sched.tick("sync_turn") == 1
     assert [j["state"] for j in _jobs(core, "integrity")] == ["done"]

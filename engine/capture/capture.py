@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.store import PendingEvent, sqlite_errors, utc_now
-from ..sessions.events import BranchSummarized
-from ..sessions.summary import abandoned_summary
-from ..sessions.tree import TreeWriter
+from ..tree.events import BranchSummarized
+from ..tree.paths import read_leaf, read_path
+from ..tree.summary import abandoned_summary
+from ..tree.writing import TreeWriting
 from . import shortened
 from .align import RUN, align, embed, fingerprint, wire_message
 from .describe import describe, digest, message_id
@@ -48,6 +49,7 @@ __all__ = ["Capture"]
 log = logging.getLogger("chronicle_engine.capture")
 
 _CACHED_SESSIONS = 256
+_REMEMBERED_IDENTITIES = 4096  # a few dicts each; a gateway serves many sessions at once
 """Sessions whose branch capture keeps in memory (a gateway serves many chats; a session
 evicted here is reloaded from the tree on its next capture)."""
 
@@ -87,6 +89,10 @@ class Capture(HostRecorder):
         self._paths: dict[str, BranchPath] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # Who each session serves, as the memory slot last said (this process only): the
+        # context engine captures mid-turn without knowing, and event ids do not depend on it,
+        # so a message it stores first must already carry the right user, profile and context.
+        self._identities: dict[str, dict[str, str | None]] = {}
 
     def _lock(self, session: str) -> threading.Lock:
         with self._locks_guard:
@@ -94,6 +100,43 @@ class Capture(HostRecorder):
             if lock is None:
                 lock = self._locks[session] = threading.Lock()
             return lock
+
+    def remember_identity(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
+    ) -> None:
+        """Record who `session_id` serves (the memory slot knows; the context engine does not).
+        A capture that names nobody takes this identity."""
+        identity = {
+            "user_id": user_id,
+            "profile": profile,
+            "agent_context": agent_context or "primary",
+            "platform": platform,
+        }
+        with self._locks_guard:
+            self._identities.pop(str(session_id), None)
+            self._identities[str(session_id)] = identity
+            while len(self._identities) > _REMEMBERED_IDENTITIES:
+                self._identities.pop(next(iter(self._identities)))
+
+    def identity(self, session_id: str) -> dict[str, str | None]:
+        """The identity last remembered for the session ({} when none)."""
+        with self._locks_guard:
+            return dict(self._identities.get(str(session_id)) or {})
+
+    def capturing(self, agent_context: str | None) -> bool:
+        """Whether turns of this agent context are recorded (`capture.enabled`,
+        `capture.skip_agent_contexts`)."""
+        config = self.core.config
+        if not config.get("capture.enabled"):
+            return False
+        skipped = config.get("capture.skip_agent_contexts") or []
+        return (agent_context or "primary") not in {str(s) for s in skipped}
 
     def forget(self, session_id: str) -> None:
         """Drop the cached branch of a session; the next capture reloads it from the tree."""
@@ -108,7 +151,7 @@ class Capture(HostRecorder):
         *,
         user_id: str | None = None,
         profile: str | None = None,
-        agent_context: str = "primary",
+        agent_context: str | None = None,
         platform: str | None = None,
         created_at: Any = None,
         return_seqs: bool = True,
@@ -116,9 +159,16 @@ class Capture(HostRecorder):
         """Record every message of `messages` not in the log yet. Returns, aligned with
         `messages`, each message's seq (None for the system prompt and compaction handoffs).
         With `return_seqs=False` only the new messages' seqs are filled in, which keeps a turn's
-        capture independent of the list's length. Raises only StoreError (the database failed);
-        a malformed message is stored, not refused."""
+        capture independent of the list's length. A call that names no user, profile or agent
+        context takes it from the session's remembered identity (`remember_identity`), field by field. Raises only
+        StoreError (the database failed); a malformed message is stored, not refused."""
         session = str(session_id or "")
+        known = self.identity(session)
+        if known:
+            user_id = user_id if user_id is not None else known.get("user_id")
+            profile = profile if profile is not None else known.get("profile")
+            agent_context = agent_context or known.get("agent_context")
+            platform = platform or known.get("platform")
         try:
             items = list(messages) if messages is not None else []
         except TypeError:
@@ -192,10 +242,9 @@ class Capture(HostRecorder):
         if kept is not None:
             return kept
         with sqlite_errors("reading the session tree"), self.core.store.reading() as conn:
-            w = TreeWriter(self.tree, conn, 0)
-            leaf = w.leaf(session)
+            leaf = read_leaf(conn, session)
             path = BranchPath(leaf=leaf)
-            path.extend(w.path(leaf))
+            path.extend(read_path(conn, leaf))
         return path
 
     def _switch_kept_aside(self, events: Sequence[PendingEvent]) -> None:
@@ -225,7 +274,7 @@ class Capture(HostRecorder):
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
 
-    def _sync_path(self, w: TreeWriter, session: str) -> BranchPath:
+    def _sync_path(self, w: TreeWriting, session: str) -> BranchPath:
         leaf = w.leaf(session)
         cached = self._paths.get(session)
         if cached is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..sessions.paths import PathEntry
+    from ..tree.paths import PathEntry
 
 __all__ = ["BranchPath", "positional"]
 

@@ -1,42 +1,100 @@
 """Who holds a core open: the slot adapters count themselves in and out.
 
 Invariant: a core is shut down (its WAL checkpointed) only when the last adapter using it lets
-go. Hermes builds one memory provider per agent (the gateway runs many) and imports the plugin
-twice, so the count lives here, in `chronicle_engine`, which both copies share.
+go, and never under a call in flight. Hermes builds one memory provider per agent (the gateway
+runs many) and imports the plugin twice, so the count lives here, in `chronicle_engine`, which
+both copies share.
+
+Two kinds of use: a memory provider *holds* the core from initialize to shutdown; the context
+engine, which Hermes copies per agent and never shuts down (a subagent's copy gets no end hook),
+*borrows* it for the length of each call. When the last holder lets go during a borrowed call,
+the borrower that finishes last shuts the core down instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["acquire", "release", "users"]
+__all__ = ["acquire", "release", "users", "borrowing", "held"]
 
 _lock = threading.Lock()
-_counts: dict[int, tuple[Any, int]] = {}
+
+
+@dataclass
+class _Use:
+    core: Any
+    holders: int = 0
+    borrows: int = 0
+    closing: bool = False  # the last holder let go while a call was in flight
+
+
+_uses: dict[int, _Use] = {}
+
+
+def _use(core: Any) -> _Use:
+    use = _uses.get(id(core))
+    if use is None or use.core is not core:
+        use = _uses[id(core)] = _Use(core)
+    return use
 
 
 def acquire(core: Any) -> None:
     with _lock:
-        _, count = _counts.get(id(core), (core, 0))
-        _counts[id(core)] = (core, count + 1)
+        use = _use(core)
+        use.holders += 1
+        use.closing = False
 
 
 def release(core: Any) -> bool:
-    """Count one user out. True when it was the last one (the caller shuts the core down)."""
+    """Count one holder out. True when the caller must shut the core down now (it was the last
+    user); False while others hold it or a call is in flight (the last call closes it)."""
     with _lock:
-        held = _counts.get(id(core))
-        if held is None or held[0] is not core:
+        use = _uses.get(id(core))
+        if use is None or use.core is not core:
             return True
-        count = held[1] - 1
-        if count <= 0:
-            del _counts[id(core)]
-            return True
-        _counts[id(core)] = (core, count)
-        return False
+        use.holders = max(0, use.holders - 1)
+        if use.holders:
+            return False
+        if use.borrows:
+            use.closing = True
+            return False
+        del _uses[id(core)]
+        return True
+
+
+@contextlib.contextmanager
+def borrowing(core: Any) -> Iterator[None]:
+    """Use the core for one call. If its last holder let go meanwhile, the last borrower out
+    shuts it down."""
+    with _lock:
+        _use(core).borrows += 1
+    close = False
+    try:
+        yield
+    finally:
+        with _lock:
+            use = _use(core)
+            use.borrows -= 1
+            if use.borrows <= 0 and not use.holders:
+                close = use.closing
+                del _uses[id(core)]
+        if close:
+            core.shutdown()
 
 
 def users(core: Any) -> int:
+    """Holders and calls in flight."""
     with _lock:
-        held = _counts.get(id(core))
-        return held[1] if held is not None and held[0] is core else 0
+        use = _uses.get(id(core))
+        return use.holders + use.borrows if use is not None and use.core is core else 0
+
+
+def held(core: Any) -> bool:
+    """Whether a memory provider holds the core."""
+    with _lock:
+        use = _uses.get(id(core))
+        return bool(use is not None and use.core is core and use.holders)

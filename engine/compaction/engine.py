@@ -36,6 +36,7 @@ from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
 from ..errors import ChronicleFork, UsageError
 from ..log.store import StoredEvent
+from ..sessions.tree import CHRONICLE_PREFIX
 from .assemble import assemble
 from .contract import violations
 from .events import (
@@ -143,9 +144,10 @@ class Compaction:
                 self._events_by_session.setdefault(event.envelope.session or "", []).append(event)
                 self._events_through = event.seq
 
-    def lineage_state(self, session_id: str) -> _Lineage:
+    def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
+        """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
         self._refresh_events()
-        sessions = self.core.sessions.lineage(session_id) or [session_id]
+        sessions = list(lineage) or self.core.sessions.lineage(session_id) or [session_id]
         events: list[StoredEvent] = []
         with self._events_lock:
             for sid in dict.fromkeys(sessions):
@@ -192,12 +194,22 @@ class Compaction:
         current = chronicle.current_of(section_id)
         return found if current == section_id else chronicle.get(current)
 
-    def resolve(self, name: str, label: str) -> ViewSection | None:
+    def _find(self, names: Sequence[str], level: int, section_id: str) -> Section | None:
+        """A section from the first of `names` that holds it (a branch's handoff cites its
+        parent's sections, which stay in the parent's chronicle)."""
+        for name in names:
+            found = self.section(name, level, section_id)
+            if found is not None:
+                return found
+        return None
+
+    def resolve(self, name: str | Sequence[str], label: str) -> ViewSection | None:
+        """The section a label names, in `name` or the first of several chronicles."""
         parsed = parse_label(label)
         if parsed is None:
             return None
         level, section_id = parsed
-        found = self.section(name, level, section_id)
+        found = self._find([name] if isinstance(name, str) else name, level, section_id)
         return ViewSection(level, found) if found is not None else None
 
     def derive_view(self, name: str, through: int) -> list[ViewSection]:
@@ -217,9 +229,10 @@ class Compaction:
         return sorted(chosen, key=lambda v: v.from_seq)
 
     def _previous_view(
-        self, name: str, messages: Sequence[Any]
+        self, names: Sequence[str], messages: Sequence[Any]
     ) -> tuple[list[ViewSection], str | None, int]:
-        """The view the latest handoff in `messages` shows, its role, and how far it reaches."""
+        """The view the latest handoff in `messages` shows, its role, and how far it reaches.
+        `names`: the conversation's chronicle first, then those of the sessions it branched from."""
         latest = next((m for m in reversed(messages) if is_own_handoff(m)), None)
         if latest is None:
             return [], None, 0
@@ -227,14 +240,14 @@ class Compaction:
         through = max((hi for _, _, _, hi in citations), default=0)
         view: list[ViewSection] = []
         for level, section_id, _, _ in citations:
-            found = self.section(name, level, section_id)
+            found = self._find(names, level, section_id)
             if found is None:
                 log.warning(
                     "the handoff cites %s, which %s no longer holds; rebuilding the view",
                     section_id,
-                    name,
+                    names[0],
                 )
-                return self.derive_view(name, through), latest.get("role"), through
+                return self.derive_view(names[0], through), latest.get("role"), through
             view.append(ViewSection(level, found))
         return view, latest.get("role"), through
 
@@ -257,6 +270,14 @@ class Compaction:
         messages = list(messages)
         if not messages:
             return Outcome(None, "nothing to compact")
+        agent_context = self.core.capture.identity(session_id).get("agent_context")
+        if not self.core.capture.capturing(agent_context):
+            # Folding needs every message in the log; this agent's turns are not to be recorded.
+            return Outcome(
+                None,
+                "capture is off for this agent (capture.enabled, capture.skip_agent_contexts),"
+                " so nothing can be folded without losing it",
+            )
         seqs = list(
             self.core.capture.capture_messages(
                 session_id, messages, user_id=user_id, platform=platform
@@ -267,13 +288,16 @@ class Compaction:
             raise UsageError(
                 f"capture returned {len(seqs)} seqs for {len(messages)} messages; refusing to fold"
             )
-        name = self.core.sessions.chronicle_name(session_id)
+        # The lineage once per pass: the chronicle's name is its first session's.
+        lineage = self.core.sessions.lineage(session_id) or [session_id]
+        name = CHRONICLE_PREFIX + lineage[0]
         with self._lock_for(name):
             for attempt in (1, 2):
                 try:
                     outcome = self._compress(
                         session_id,
                         name,
+                        lineage,
                         messages,
                         seqs,
                         policy=policy,
@@ -338,6 +362,7 @@ class Compaction:
         self,
         session_id: str,
         name: str,
+        lineage: Sequence[str],
         messages: list[Any],
         seqs: list[int | None],
         *,
@@ -352,9 +377,10 @@ class Compaction:
         memory_context = mask(memory_context)
         cap = float(self.core.config.get("context.summarizer_pass_seconds") or 0)
         deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
-        state = self.lineage_state(session_id)
+        state = self.lineage_state(session_id, lineage)
         focus = (focus_topic or "").strip() or state.focus or None
-        previous, role, through = self._previous_view(name, messages)
+        names = [name, *(n for n in self.core.sessions.chronicle_names(session_id) if n != name)]
+        previous, role, through = self._previous_view(names, messages)
         covered = [(v.from_seq, v.to_seq) for v in previous]
         facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
         tokens_before = sum(f.tokens for f in facts)
@@ -570,10 +596,10 @@ class Compaction:
         page_size: int = 20,
     ) -> dict[str, Any]:
         """The original messages of a section or a seq range, byte for byte, one page at a time."""
-        name = self.core.sessions.chronicle_name(session_id)
+        names = self.core.sessions.chronicle_names(session_id)
         result: dict[str, Any] = {}
         if section_id:
-            view = self.resolve(name, section_id)
+            view = self.resolve(names, section_id)
             if view is None:
                 raise UsageError(
                     f"no section {section_id!r} in this conversation; the handoff lists the ids "
@@ -644,9 +670,9 @@ class Compaction:
         )
         carries: list[dict[str, Any]] = []
         if last is not None:
-            name = self.core.sessions.chronicle_name(session_id)
+            names = self.core.sessions.chronicle_names(session_id)
             for label in last.get("view", []):
-                found = self.resolve(name, label)
+                found = self.resolve(names, label)
                 if found is not None:
                     carries.append(
                         {

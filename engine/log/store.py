@@ -38,6 +38,8 @@ __all__ = [
     "utc_now",
     "new_event_id",
     "run_script",
+    "row_to_event",
+    "EVENT_COLUMNS",
 ]
 
 SYNCHRONOUS = "NORMAL"
@@ -484,7 +486,7 @@ class SQLiteEventStore:
             if not rows:
                 return
             for row in rows:
-                yield _row_to_event(row)
+                yield row_to_event(row)
             cursor = rows[-1][0]
             if remaining is not None:
                 remaining -= len(rows)
@@ -498,7 +500,7 @@ class SQLiteEventStore:
                 " FROM events WHERE seq = ?",
                 (seq,),
             ).fetchone()
-        return _row_to_event(row) if row else None
+        return row_to_event(row) if row else None
 
     def get_by_id(self, event_id: str) -> StoredEvent | None:
         with sqlite_errors("reading an event"), self.reading() as conn:
@@ -507,7 +509,7 @@ class SQLiteEventStore:
                 " FROM events WHERE id = ?",
                 (event_id,),
             ).fetchone()
-        return _row_to_event(row) if row else None
+        return row_to_event(row) if row else None
 
     def last_seq(self) -> int:
         with sqlite_errors("reading the log's end"), self.reading() as conn:
@@ -572,5 +574,10 @@ class SQLiteEventStore:
         return f"SQLiteEventStore({self.path!r})"
 
 
-def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
+EVENT_COLUMNS = "seq, id, namespace, type, version, created_at, session, payload"
+"""The columns of `events`, in the order `row_to_event` reads them."""
+
+
+def row_to_event(row: tuple[Any, ...]) -> StoredEvent:
+    """A row selected as EVENT_COLUMNS, as a StoredEvent (for folds that select their own rows)."""
     return StoredEvent(Envelope._make(row[:7]), _raw_decode(row[7])[0])

@@ -17,9 +17,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
-from ..log.store import Migration, SQLiteEventStore, StoredEvent, _row_to_event, run_script
-from .events import ENTRY_KINDS
-from .events import NAMESPACE as SESSION_NAMESPACE
+from ..log.store import (
+    EVENT_COLUMNS,
+    Migration,
+    SQLiteEventStore,
+    StoredEvent,
+    row_to_event,
+    run_script,
+)
+from ..tree.events import ENTRY_KINDS
+from ..tree.events import NAMESPACE as SESSION_NAMESPACE
 
 __all__ = ["SessionFold", "FOLD_NAME", "MIGRATIONS", "fold_pending", "NAMESPACES"]
 
@@ -57,7 +64,19 @@ def _m001_tree(conn: sqlite3.Connection) -> None:
     run_script(conn, _SCHEMA)
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration("sessions.m001_tree", _m001_tree),)
+def _m002_heads_by_root(conn: sqlite3.Connection) -> None:
+    # lineage() reads every head of one root in start order; without this it scans the table.
+    run_script(
+        conn,
+        "CREATE INDEX IF NOT EXISTS session_heads_by_root"
+        " ON session_heads(lineage_root, started_seq);",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("sessions.m001_tree", _m001_tree),
+    Migration("sessions.m002_heads_by_root", _m002_heads_by_root),
+)
 
 
 class SessionFold:
@@ -265,9 +284,9 @@ def fold_pending(store: SQLiteEventStore, conn: sqlite3.Connection) -> tuple[int
     if end > position:
         placeholders = ",".join("?" * len(NAMESPACES))
         rows = conn.execute(
-            "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
+            f"SELECT {EVENT_COLUMNS} FROM events"
             f" WHERE seq > ? AND seq <= ? AND +namespace IN ({placeholders}) ORDER BY seq",
             (position, end, *NAMESPACES),
         ).fetchall()  # `+namespace`: walk the seq range, not the (namespace, type) index
-        apply_events(conn, [_row_to_event(row) for row in rows])
+        apply_events(conn, [row_to_event(row) for row in rows])
     return position, end

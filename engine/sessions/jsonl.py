@@ -30,8 +30,8 @@ from ..capture.describe import describe, message_id
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..errors import FormatError, UnknownEventType
 from ..log.store import PendingEvent
-from .events import ENTRY_KINDS
-from .events import NAMESPACE as SESSION_NAMESPACE
+from ..tree.events import ENTRY_KINDS
+from ..tree.events import NAMESPACE as SESSION_NAMESPACE
 
 if TYPE_CHECKING:
     from .tree import SessionTree

@@ -28,7 +28,8 @@ from ..capture.events import register_capture_events
 from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
-from .events import (
+from ..tree.events import NAMESPACE as SESSION_NAMESPACE
+from ..tree.events import (
     SWITCH_REASONS,
     BranchSummarized,
     CompactionRecorded,
@@ -40,10 +41,11 @@ from .events import (
     UsageRecorded,
     register_session_events,
 )
+from ..tree.paths import PathEntry, read_leaf, read_path, walk_since
+from ..tree.summary import abandoned_summary
 from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
-from .paths import PathEntry, read_path, walk_since
+from .fold import NAMESPACES as FOLDED_NAMESPACES
 from .projection import project
-from .summary import abandoned_summary
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
@@ -67,10 +69,7 @@ class TreeWriter:
         self.end = end  # the log's last seq, as this transaction has written it
 
     def leaf(self, session: str) -> str | None:
-        row = self.conn.execute(
-            "SELECT leaf_id FROM session_heads WHERE session = ?", (session,)
-        ).fetchone()
-        return row[0] if row else None
+        return read_leaf(self.conn, session)
 
     def path(self, leaf: str | None) -> list[PathEntry]:
         return read_path(self.conn, leaf)
@@ -189,11 +188,19 @@ class SessionTree:
         return error, kept
 
     def refresh(self) -> None:
-        """Fold whatever other writers appended, so reads see the whole log."""
+        """Fold whatever other writers appended, so reads see the whole log. Only a chat or
+        session event past the fold's position needs the write lock: the turn, compaction and
+        recall events appended every turn change nothing the tree reads (the next capture
+        moves the position past them)."""
+        placeholders = ",".join("?" * len(FOLDED_NAMESPACES))
         with self.store.reading() as conn:
             position = self.store.position(FOLD_NAME, conn)
-            end = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0]
-        if end > position:
+            # `+namespace`: walk the short seq range past the position, not a namespace index.
+            pending = conn.execute(
+                f"SELECT 1 FROM events WHERE seq > ? AND +namespace IN ({placeholders}) LIMIT 1",
+                (position, *FOLDED_NAMESPACES),
+            ).fetchone()
+        if pending is not None:
             try:
                 with self._refresh_lock, self.writing():
                     pass
@@ -218,8 +225,28 @@ class SessionTree:
             raise UsageError(
                 f"unknown session switch reason {reason!r}; use one of {sorted(SWITCH_REASONS)}"
             )
-        event = SessionSwitched(parent_session=parent_session_id or "", reason=reason)  # type: ignore[arg-type]
-        return self._append(str(new_session_id), [event])[0]
+        session, parent = str(new_session_id), str(parent_session_id or "")
+        event = SessionSwitched(parent_session=parent, reason=reason)  # type: ignore[arg-type]
+        pending = [self.core.types.pending(event, session=session)]
+        try:
+            with self.writing() as w:
+                # Both slots hear a compression rotation (and may hear other switches): the
+                # second report of the switch the session last made is the same switch.
+                last = w.conn.execute(
+                    "SELECT seq, payload FROM events WHERE namespace = ? AND type = ?"
+                    " AND session = ? ORDER BY seq DESC LIMIT 1",
+                    (SESSION_NAMESPACE, "SessionSwitched", session),
+                ).fetchone()
+                if last is not None:
+                    before = json.loads(last[1])
+                    if (
+                        before.get("parent_session", "") == parent
+                        and before.get("reason") == reason
+                    ):
+                        return int(last[0])
+                return w.append(pending)[0]
+        except (StoreBusy, StoreReadOnly) as exc:
+            raise self.keep_aside(exc, pending)[0] from exc
 
     # -- reading the lineage ------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-__all__ = ["PathEntry", "read_path", "walk_since"]
+__all__ = ["PathEntry", "read_leaf", "read_path", "walk_since"]
 
 _MAX_DEPTH = 10_000_000
 
@@ -23,6 +23,12 @@ class PathEntry:
     session: str
     target: str | None = None  # a context edit's or label's target; a compaction's first kept
     role: str | None = None  # a message's role
+
+
+def read_leaf(conn: sqlite3.Connection, session: str) -> str | None:
+    """The session's leaf entry id as `conn` sees it (None for a session the tree has not seen)."""
+    row = conn.execute("SELECT leaf_id FROM session_heads WHERE session = ?", (session,)).fetchone()
+    return row[0] if row else None
 
 
 def read_path(conn: sqlite3.Connection, leaf: str | None) -> list[PathEntry]:
