@@ -153,15 +153,17 @@ _SHAPES: tuple[_Shape, ...] = (
         )
         for prefix in ("AKIA", "ASIA")
     ),
-    _Shape(
-        "slack_token",
-        "x",
-        re.compile(
-            r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,})(?![A-Za-z0-9_\-])"
-        ),
-        starts=("xox", "xapp-"),
-        gate="-",
-        check=_mixed,
+    *(
+        _Shape(
+            "slack_token",
+            prefix,
+            re.compile(
+                r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,})(?![A-Za-z0-9_\-])"
+            ),
+            gate="-",
+            check=_mixed,
+        )
+        for prefix in ("xox", "xapp-")  # not "x": ordinary words ("index") hold it
     ),
     _Shape(
         "google_api_key",
@@ -214,9 +216,9 @@ def _shapes(text: str, lowered: str, digits: bool, found: list[Finding]) -> None
     for shape in _SHAPES:
         if shape.check is _mixed and not digits:
             continue
-        if shape.gate and shape.gate not in text:
-            continue
-        shape.scan(text, lowered if shape.folded else text, found)
+        haystack = lowered if shape.folded else text
+        if shape.find in haystack:  # most texts hold no shape's literal: no call at all
+            shape.scan(text, haystack, found)
 
 
 def _words(spaced: str) -> frozenset[str]:
@@ -434,37 +436,46 @@ def _said_at(text: str, lowered: str, start: int, end: int, found: list[Finding]
 
 
 _LABEL_HINTS = ("pass", "pwd", "secret", "token", "key", "pin")
+# What must follow a key word for it to label anything: the rest of its name, then within five
+# words "is"/"was", `=` or `:`. A superset of what `_SAID` and `_KEY_WORD_TAIL` accept, tested in
+# C, so the many "token"s and "key"s of ordinary text cost almost nothing.
+_LABEL_FOLLOWS = re.compile(
+    r"[a-z0-9_\-]*+(?:[ \t]++[^\s=:]++){0,5}?(?:[ \t]+(?:is|was)(?![a-z])|[\"']?[ \t]*[=:])"
+)
 
 
 def _labelled(text: str, lowered: str, digits: bool, found: list[Finding]) -> None:
-    """Assignments and labels in plain words, tried at each occurrence of a key word."""
+    """Assignments and labels in plain words, tried at each name holding a key word."""
     hits: list[tuple[int, str]] = []
     for hint in _LABEL_HINTS:
         if hint == "pin" and not digits:
             continue  # a PIN is digits
         i = lowered.find(hint)
         while i >= 0:
-            hits.append((i, hint))
+            near = lowered[i : i + 200]  # a cheap necessary test before the exact one
+            if ("=" in near or ":" in near or " is" in near or " was" in near) and (
+                _LABEL_FOLLOWS.match(lowered, i + len(hint))
+            ):
+                hits.append((i, hint))
             i = lowered.find(hint, i + 1)
     if not hits:
         return
     hits.sort()
+    # Word bounds by `bytes.find` over a class map: ordinary text says "token" or "key" often,
+    # and walking each name character by character made masking a compaction's dominant cost.
+    classes = _classes(lowered, _NAME_CLASS)
     assigns = "=" in text or ":" in text
-    tried: set[int] = set()
     next_free = 0
+    last_start = -1
     for i, hint in hits:
-        start = i
-        while start and lowered[start - 1] in _NAME_CHARS:
-            start -= 1
-        if start in tried:
+        start = classes.rfind(b" ", 0, i) + 1
+        if start == last_start:
             continue  # one word, several key words ("secret_token")
-        tried.add(start)
+        last_start = start
         if assigns and hint != "pin" and start >= next_free and _KEY_WORD_TAIL.match(lowered, i):
             next_free = _assignment_at(text, start, found)
-        end = i + len(hint)
-        while end < len(lowered) and lowered[end] in _NAME_CHARS:
-            end += 1
-        _said_at(text, lowered, start, end, found)
+        end = classes.find(b" ", i)
+        _said_at(text, lowered, start, len(lowered) if end < 0 else end, found)
 
 
 # -- card numbers ---------------------------------------------------------------------------------
@@ -482,6 +493,7 @@ _DIGIT_CLASS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
 _TOKEN_CLASS = bytes(
     97 if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "_-+/") else 32 for b in range(256)
 )
+_NAME_CLASS = bytes(97 if chr(b) in _NAME_CHARS else 32 for b in range(256))
 
 
 def _luhn(digits: str) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,10 +150,10 @@ def _call_summary(name: str, arguments: str) -> str:
     return f"{name or 'tool'}({_one_line(shown, 90)})"
 
 
-def _outcome(result: dict[str, Any] | None) -> str:
+def _outcome(result: dict[str, Any] | None, view: Callable[[Any], Any] = masked_view) -> str:
     if result is None:
         return "no result recorded"
-    text = content_text(masked_view(result))[:_SCAN_CHARS].strip()
+    text = content_text(view(result))[:_SCAN_CHARS].strip()
     if not text:
         return "empty result"
     lowered = text.lower()
@@ -360,6 +360,15 @@ def summarize_messages(
     lines: list[_Line] = []
     scanned: list[tuple[str, int]] = []
     order = 0
+    views: dict[int, Any] = {}
+
+    def view(raw: Any) -> Any:
+        # Masking is the costly part of reading a message; a tool result is read twice (as its
+        # call's outcome, then as itself), so each message is masked once.
+        seen = views.get(id(raw))
+        if seen is None:
+            seen = views[id(raw)] = masked_view(raw)
+        return seen
 
     def add(rank: int, text: str, focused: bool, compact: int | None = None) -> None:
         nonlocal order
@@ -390,7 +399,7 @@ def summarize_messages(
         if detail is not None and index not in detail and not scan:
             continue
         # Only what is read is masked: on a huge fold, a bounded sample of the messages.
-        m = masked_view(raw)
+        m = view(raw)
         if detail is not None and index not in detail:
             scanned.append(_fact_text(m))
             continue
@@ -423,7 +432,7 @@ def summarize_messages(
             for call_id, name, arguments in tool_calls(m):
                 if scan:
                     scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
-                outcome = _outcome(results.get(call_id))
+                outcome = _outcome(results.get(call_id), view)
                 step = f"Step: {_call_summary(name, arguments)} → {outcome}"
                 rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
                 add(rank, _one_line(step, _STEP_CAP), focused or _mentions(arguments, terms))

@@ -58,10 +58,13 @@ _INSTRUCTION = re.compile(
 )
 _INSTRUCTION_MAX_CHARS = 1500
 
-# What a summariser reads of a long text is its start and its end; only those are masked.
-_VIEW_HEAD_CHARS = 12_000
-_VIEW_TAIL_CHARS = 4_000
-_VIEW_ARGS_CHARS = 4_000
+# What a summariser reads of a long text is its start and its end; only those are masked. The
+# readers take at most 2,400 characters of a start (a request shown twice its 1,200 cap, the
+# model's 2,000 a message), 300 of an end and 300 of a call's arguments; the views are wider,
+# so a credential cut where a view ends lies past anything a reader shows.
+_VIEW_HEAD_CHARS = 3_000
+_VIEW_TAIL_CHARS = 1_000
+_VIEW_ARGS_CHARS = 1_000
 
 
 def content_text(message: dict[str, Any]) -> str:
