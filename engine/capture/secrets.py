@@ -18,8 +18,8 @@ corpus of both). Four layers:
   digests or UUIDs do).
 
 Most text holds no credential, and capture runs on every message of every turn, so each layer is
-gated by a test C does in one pass (a character that every match contains, a literal prefix found
-with `str.find`); a regex only ever runs anchored at a candidate position.
+gated by a test C does in one pass (a literal every match holds, found with `str.find` or `in`;
+a key word only where "is", "=" or ":" follows); a regex only runs anchored at a candidate.
 """
 
 from __future__ import annotations
@@ -69,7 +69,6 @@ class _Shape:
     pattern: re.Pattern[str]  # matched where the credential starts
     back: int = 0  # how far before `find` the credential starts
     starts: tuple[str, ...] = ()  # what the credential may start with (none: `find` is enough)
-    gate: str = ""  # one character every match holds: absent, the shape is skipped
     group: int = 0  # the group that holds the value to mask
     check: Callable[[str], bool] | None = None  # a value check; _mixed implies a digit
     bounded: bool = True  # must not follow a token character
@@ -100,21 +99,18 @@ _SHAPES: tuple[_Shape, ...] = (
         re.compile(
             r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)"
         ),
-        gate="-",
         bounded=False,
     ),
     _Shape(
         "anthropic_key",
         "sk-ant-",
         re.compile(r"sk-ant-[A-Za-z0-9_\-]{20,}(?![A-Za-z0-9_\-])"),
-        gate="-",
         check=_mixed,
     ),
     _Shape(
         "openai_key",
         "sk-",
         re.compile(r"sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}(?![A-Za-z0-9_\-])"),
-        gate="-",
         check=_mixed,
     ),
     *(
@@ -122,7 +118,6 @@ _SHAPES: tuple[_Shape, ...] = (
             "github_token",
             prefix,
             re.compile(prefix + r"[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
-            gate="_",
         )
         for prefix in ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
     ),
@@ -136,14 +131,12 @@ _SHAPES: tuple[_Shape, ...] = (
         "gl",
         re.compile(r"gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_\-]{20,}(?![A-Za-z0-9_\-])"),
         starts=("glpat-", "gldt-", "glrt-", "glptt-"),
-        gate="-",
         check=_mixed,
     ),
     _Shape(
         "huggingface_token",
         "hf_",
         re.compile(r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9_\-])"),
-        gate="_",
     ),
     *(
         _Shape(
@@ -160,7 +153,6 @@ _SHAPES: tuple[_Shape, ...] = (
             re.compile(
                 r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-[A-Za-z0-9\-]{10,})(?![A-Za-z0-9_\-])"
             ),
-            gate="-",
             check=_mixed,
         )
         for prefix in ("xox", "xapp-")  # not "x": ordinary words ("index") hold it
