@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 SOURCES = {
-    "latency.json": "bench/search_scale.py at several --messages sizes (it does not write this file yet)",
+    "latency.json": "bench/search_scale.py at several --messages sizes (each run adds its points)",
     "compaction.json": "bench/compaction_tokens.py",
     "locomo.json": "bench/locomo.py",
 }
