@@ -256,3 +256,31 @@ def test_a_memory_context_quoting_a_credential_is_masked_in_the_handoff(
     assert_no_secret(host.handoffs[-1], "the handoff")
     for section in core.chronicle(core.sessions.chronicle_name(host.session)).current():
         assert_no_secret(json.dumps(section.meta), "a section's meta")
+
+
+def test_only_messages_capture_found_a_credential_in_are_masked_again(
+    core: ChronicleCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Capture masks every message it records, so a fold re-masks only the messages whose
+    captured text carries a mask; the prose is as clean as when every message is re-masked."""
+    import chronicle_engine.compaction.messages as messages_module
+
+    masked: list[str] = []
+    real_view = messages_module.masked_view
+
+    def counting_view(message: Any) -> Any:
+        masked.append(content_text(message))
+        return real_view(message)
+
+    monkeypatch.setattr("chronicle_engine.compaction.extractive.masked_view", counting_view)
+    host, before, seqs = fold_a_leak(core)
+    leaky = [s for m, s in zip(before, seqs, strict=True) if s is not None and m in leaky_turn()]
+    lo, hi = min(s for s in seqs if s is not None), max(s for s in seqs if s is not None)
+    marked = core.compaction._marked(lo, hi)
+    # The user's request, the tool call, the tool result and the answer each held one.
+    assert marked == set(leaky)
+    assert masked, "the leaky messages were read through the masking view"
+    leaky_texts = {content_text(m) for m in leaky_turn()}
+    assert set(masked) <= leaky_texts
+    for text in sections_prose(core, host.session):
+        assert_no_secret(text, "section prose")

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..capture import shortened
-from ..capture.secrets import mask
+from ..capture.events import NAMESPACE as CHAT_NAMESPACE
+from ..capture.secrets import MASK_MARK, mask
 from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
 from ..errors import ChronicleFork, UsageError
@@ -228,6 +229,21 @@ class Compaction:
                 chosen.append(ViewSection(level, section))
         return sorted(chosen, key=lambda v: v.from_seq)
 
+    def _marked(self, lo: int, hi: int) -> set[int]:
+        """Seqs in [lo, hi] whose captured text had a credential masked. Capture masks every
+        message it records, so the others need no second scan before a summariser reads them."""
+        try:
+            with self.core.store.reading() as conn:
+                rows = conn.execute(
+                    "SELECT seq FROM events WHERE seq BETWEEN ? AND ? AND namespace = ?"
+                    " AND instr(payload, ?) > 0",
+                    (lo, hi, CHAT_NAMESPACE, MASK_MARK),
+                ).fetchall()
+        except Exception:  # unreadable: every message is masked again, as if none were known
+            log.warning("could not read which folded messages hold credentials", exc_info=True)
+            return set(range(lo, hi + 1))
+        return {int(seq) for (seq,) in rows}
+
     def _previous_view(
         self, names: Sequence[str], messages: Sequence[Any]
     ) -> tuple[list[ViewSection], str | None, int]:
@@ -420,15 +436,18 @@ class Compaction:
                 if s is not None and lo <= s <= hi
             ]
             gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
+            marked = self._marked(lo, hi) if gaps else set()
             for index, (g_lo, g_hi) in enumerate(gaps):
-                members = [m for s, m in in_range if g_lo <= s <= g_hi]
-                if not members:
-                    members = [
-                        e.payload.get("message", {})
+                pairs = [(s, m) for s, m in in_range if g_lo <= s <= g_hi]
+                if not pairs:
+                    pairs = [
+                        (e.seq, e.payload.get("message", {}))
                         for e in self.core.sessions.message_events(session_id, g_lo, g_hi)
                     ]
-                if not members:
+                if not pairs:
                     continue
+                members = [m for _, m in pairs]
+                clean = frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked)
                 section_id = section_id_for(g_lo, g_hi)
                 drawn = self.writer.summarize(
                     FoldInput(
@@ -437,6 +456,7 @@ class Compaction:
                         focus,
                         policy.section_tokens * 4,
                         deadline,
+                        clean,
                     )
                 )
                 model_calls += drawn.model_calls

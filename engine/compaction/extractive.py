@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,8 +347,10 @@ def summarize_messages(
     budget_chars: int,
     focus: str | None = None,
     restore: str = "chronicle_expand",
+    clean: Collection[int] = (),
 ) -> str:
-    """Extractive prose for a folded run of wire messages, at most about `budget_chars` long."""
+    """Extractive prose for a folded run of wire messages, at most about `budget_chars` long.
+    `clean`: indices of messages known to hold no credential (read unmasked)."""
     terms = focus_terms(focus)
     results: dict[str, dict[str, Any]] = {}
     for m in messages:
@@ -360,7 +362,7 @@ def summarize_messages(
     lines: list[_Line] = []
     scanned: list[tuple[str, int]] = []
     order = 0
-    views: dict[int, Any] = {}
+    views: dict[int, Any] = {id(messages[i]): messages[i] for i in clean if i < len(messages)}
 
     def view(raw: Any) -> Any:
         # Masking is the costly part of reading a message; a tool result is read twice (as its

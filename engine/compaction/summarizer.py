@@ -90,6 +90,9 @@ class FoldInput:
     focus: str | None
     budget_chars: int
     deadline: float | None = None  # time.monotonic() past which no model is asked
+    # Indices of `messages` whose capture found no credential: read as they are, not masked
+    # again (masking is most of what reading a long fold costs).
+    clean: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,7 @@ def _extractive(fold: FoldInput) -> Drawn:
         budget_chars=fold.budget_chars,
         focus=fold.focus,
         restore=_restore(fold.label),
+        clean=fold.clean,
     )
     return Drawn(mask(prose))
 
@@ -167,13 +171,15 @@ class ExtractiveWriter:
         return Drawn(mask(prose))
 
 
-def _render_for_model(messages: Sequence[dict[str, Any]]) -> str | None:
+def _render_for_model(
+    messages: Sequence[dict[str, Any]], clean: frozenset[int] = frozenset()
+) -> str | None:
     """The conversation as the model reads it, masked; None once it is longer than the model
     may be sent (messages past that point are not masked for nothing)."""
     lines: list[str] = []
     length = 0
-    for raw in messages:
-        m = masked_view(raw)
+    for index, raw in enumerate(messages):
+        m = raw if index in clean else masked_view(raw)
         role = str(m.get("role") or "message")
         text = content_text(m)
         if len(text) > _PER_MESSAGE_CHARS:
@@ -304,11 +310,13 @@ class ModelWriter:
         return Drawn(text, pins, model_calls=1, writer=self.name)
 
     def summarize(self, fold: FoldInput) -> Drawn:
-        body = _render_for_model(fold.messages)
+        body = _render_for_model(fold.messages, fold.clean)
         if body is None:
             # Too long to send whole: the model polishes the extractive digest instead.
             body = _extractive(
-                FoldInput(fold.messages, fold.label, fold.focus, _MODEL_INPUT_CHARS)
+                FoldInput(
+                    fold.messages, fold.label, fold.focus, _MODEL_INPUT_CHARS, clean=fold.clean
+                )
             ).prose
         prompt = (
             f"Write the record in at most {fold.budget_chars} characters."
