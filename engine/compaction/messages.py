@@ -11,6 +11,7 @@ from typing import Any
 
 from ..capture.events import HANDOFF_MARKER
 from ..capture.secrets import mask
+from ..capture.speaker import is_person_request
 
 __all__ = [
     "HANDOFF_SIGNATURE",
@@ -34,22 +35,6 @@ HANDOFF_SIGNATURE = "Chronicle folded earlier turns of this conversation"
 _CHARS_PER_TOKEN = 4
 _MESSAGE_OVERHEAD = 4  # role and framing tokens a provider adds per message
 _IMAGE_TOKENS = 1500
-
-# Host scaffolding that arrives with role "user" but is not the person's request.
-_SYNTHETIC_PREFIXES = (
-    "[System:",
-    "[System note",
-    "[IMPORTANT: Background process",
-    "[Your active task list was preserved",
-    "[CONTEXT SUMMARY]",
-    "[PRIOR CONTEXT",
-)
-_SYNTHETIC_FLAGS = (
-    "_todo_snapshot_synthetic",
-    "_empty_recovery_synthetic",
-    "_verification_stop_synthetic",
-    "_pre_verify_synthetic",
-)
 
 # Matched against lower-cased text (faster than IGNORECASE on long alternations).
 _INSTRUCTION = re.compile(
@@ -181,16 +166,9 @@ def is_foreign_handoff(message: Any) -> bool:
 
 
 def is_real_user(message: Any) -> bool:
-    """A request the person wrote, not host scaffolding that travels as role "user"."""
-    if not isinstance(message, dict) or message.get("role") != "user":
-        return False
-    for flag in _SYNTHETIC_FLAGS:
-        if flag in message and message[flag]:
-            return False
-    lead = _lead(message)
-    if not lead or lead.startswith(HANDOFF_MARKER):
-        return False
-    return not lead.startswith(_SYNTHETIC_PREFIXES)
+    """A request the person wrote, not host scaffolding that travels as role "user". Capture's
+    speaker rules decide it, so compaction and the log never disagree on who wrote a message."""
+    return is_person_request(message)
 
 
 def is_standing_instruction(message: Any) -> bool:
