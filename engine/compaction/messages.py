@@ -14,8 +14,11 @@ from ..capture.secrets import mask
 from ..capture.speaker import is_person_request
 
 __all__ = [
+    "CHARS_PER_TOKEN",
+    "MESSAGE_OVERHEAD",
     "HANDOFF_SIGNATURE",
     "content_text",
+    "chars_for_tokens",
     "estimate_tokens",
     "estimate_list_tokens",
     "tool_call_ids",
@@ -32,8 +35,11 @@ __all__ = [
 HANDOFF_SIGNATURE = "Chronicle folded earlier turns of this conversation"
 """The second line of every handoff this engine writes; tells ours from another compressor's."""
 
-_CHARS_PER_TOKEN = 4
-_MESSAGE_OVERHEAD = 4  # role and framing tokens a provider adds per message
+CHARS_PER_TOKEN = 4
+"""The one rough rule between characters and tokens (the host's own estimate uses it too): every
+token budget Chronicle turns into a character budget, and back, goes through it."""
+MESSAGE_OVERHEAD = 4
+"""Role and framing tokens a provider adds per message."""
 _IMAGE_TOKENS = 1500
 
 # Matched against lower-cased text (faster than IGNORECASE on long alternations).
@@ -96,7 +102,7 @@ def tool_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
 def estimate_tokens(message: Any) -> int:
     """A cheap upper-ish estimate (4 characters a token), like the host's own rough count."""
     if not isinstance(message, dict):
-        return _MESSAGE_OVERHEAD
+        return MESSAGE_OVERHEAD
     chars = 0
     images = 0
     content = message.get("content")
@@ -122,10 +128,13 @@ def estimate_tokens(message: Any) -> int:
                 chars += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
             chars += 24  # id and framing
     return (
-        (chars + _CHARS_PER_TOKEN - 1) // _CHARS_PER_TOKEN
-        + _MESSAGE_OVERHEAD
-        + images * _IMAGE_TOKENS
+        (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD + images * _IMAGE_TOKENS
     )
+
+
+def chars_for_tokens(tokens: int) -> int:
+    """About how many characters `tokens` tokens hold."""
+    return tokens * CHARS_PER_TOKEN
 
 
 def estimate_list_tokens(messages: list[Any]) -> int:
