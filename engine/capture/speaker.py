@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .events import HANDOFF_MARKER, Speaker, message_text
+from .events import HANDOFF_MARKER, Speaker, message_text, text_parts
 
 __all__ = [
     "Attribution",
@@ -105,23 +105,11 @@ def is_handoff(message: Any) -> bool:
         return False
     if message.get(_COMPRESSED_SUMMARY_KEY):
         return True
-    text = _leading_text(message.get("content"))
+    text = next(text_parts(message.get("content")), None)
     if text is None:
         return False
     text = text.lstrip()
     return text.startswith(HANDOFF_MARKER) or text.startswith(_LEGACY_SUMMARY_PREFIX)
-
-
-def _leading_text(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                return str(part["text"])
-            if isinstance(part, str):
-                return part
-    return None
 
 
 def _bracket_end(text: str, start: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..capture.events import HANDOFF_MARKER
+from ..capture.events import HANDOFF_MARKER, text_parts
 from ..capture.secrets import mask
 from ..capture.speaker import is_person_request
 
@@ -59,20 +59,16 @@ _VIEW_ARGS_CHARS = 1_000
 
 
 def content_text(message: dict[str, Any]) -> str:
-    """The text of a message's content (every text part), without tool calls."""
+    """The text of a message's content (every text part), without tool calls.
+
+    Both read parts through capture's `text_parts`, but this is not `message_text`: it leaves
+    out tool calls, keeps empty parts in the join and reads a scalar content as its `str`. Those
+    differences predate the shared helper and are kept on purpose (no figure changes)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
+        return "\n".join(text_parts(content))
     return "" if content is None else str(content)
 
 
