@@ -105,7 +105,8 @@ def is_handoff(message: Any) -> bool:
         return False
     if message.get(_COMPRESSED_SUMMARY_KEY):
         return True
-    text = next(text_parts(message.get("content")), None)
+    content = message.get("content")
+    text = content if isinstance(content, str) else next(text_parts(content), None)
     if text is None:
         return False
     text = text.lstrip()
@@ -246,7 +247,7 @@ def _outside(text: str, spans: list[tuple[int, int]]) -> str:
 
 def _wholly_host(message: dict[str, Any], text: str) -> bool:
     """A user-role message the host wrote from its first character to its last."""
-    if is_handoff(message) or any(message.get(f) for f in _SYNTHETIC_FLAGS):
+    if is_handoff(message) or any(map(message.get, _SYNTHETIC_FLAGS)):
         return True
     stripped = text.lstrip()
     if stripped.startswith(_WHOLE_MESSAGE_PREFIXES) and not stripped.startswith(_SKILL_PREFIX):
@@ -260,7 +261,16 @@ def is_person_request(message: Any) -> bool:
     the unmasked text: masking changes no frame, so the answer is the one capture records."""
     if not isinstance(message, dict) or message.get("role") != "user":
         return False
-    return attribute(message, message_text(message)).speaker == "person"
+    content = message.get("content")
+    if isinstance(content, str) and not message.get("tool_calls"):
+        text = content
+    else:
+        text = message_text(message)
+    if "[" not in text and "<" not in text:
+        # Every frame and memory block opens with one of these: without them `attribute` finds
+        # no span, and compaction asks this of every message, so it is answered here.
+        return bool(text) and not text.isspace() and not _wholly_host(message, text)
+    return attribute(message, text).speaker == "person"
 
 
 def attribute(
