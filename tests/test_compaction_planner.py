@@ -18,6 +18,9 @@ from chronicle_engine.compaction.contract import violations
 from chronicle_engine.compaction.engine import message_facts
 from chronicle_engine.compaction.handoff import HEADER
 from chronicle_engine.compaction.messages import (
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD,
+    chars_for_tokens,
     content_text,
     estimate_list_tokens,
     estimate_tokens,
@@ -396,3 +399,10 @@ def test_no_two_turns_of_the_same_role_meet_where_folded_ones_were(s: dict[str, 
         ra, rb = s["messages"][a]["role"], s["messages"][b]["role"]
         if ra == rb == "user":
             assert s["messages"][a + 1]["role"] != "assistant" or a + 1 in p.head
+
+
+@given(st.integers(min_value=0, max_value=50_000))
+def test_one_rule_turns_tokens_into_characters_and_back(tokens: int) -> None:
+    text = "x" * chars_for_tokens(tokens)
+    assert estimate_tokens({"role": "user", "content": text}) == tokens + MESSAGE_OVERHEAD
+    assert chars_for_tokens(tokens) == tokens * CHARS_PER_TOKEN

@@ -9,6 +9,7 @@ place of it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from ..log.events import DomainEvent, EventTypeRegistry
@@ -26,6 +27,7 @@ __all__ = [
     "MessageCaptured",
     "register_capture_events",
     "message_text",
+    "text_parts",
 ]
 
 NAMESPACE = "chronicle.chat"
@@ -102,20 +104,24 @@ def register_capture_events(types: EventTypeRegistry) -> None:
         types.register(HOST_NAMESPACE, cls.__name__, cls)
 
 
-def message_text(message: dict[str, Any]) -> str:
-    """The readable text of a wire message: its content (every text part) and its tool calls."""
-    content = message.get("content")
-    pieces: list[str] = []
+def text_parts(content: Any) -> Iterator[str]:
+    """The text of a wire message's content, part by part: a string content is one part; of a
+    list, every part that is a string or carries a string `text`. Anything else holds none."""
     if isinstance(content, str):
-        pieces.append(content)
+        yield content
     elif isinstance(content, list):
         for part in content:
             if isinstance(part, dict):
                 text = part.get("text")
                 if isinstance(text, str):
-                    pieces.append(text)
+                    yield text
             elif isinstance(part, str):
-                pieces.append(part)
+                yield part
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The readable text of a wire message: its content (every text part) and its tool calls."""
+    pieces = list(text_parts(message.get("content")))
     for call in message.get("tool_calls") or ():
         if isinstance(call, dict):
             fn = call.get("function") or {}

@@ -16,13 +16,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .events import HANDOFF_MARKER, Speaker
+from .events import HANDOFF_MARKER, Speaker, message_text, text_parts
 
 __all__ = [
     "Attribution",
     "attribute",
     "host_spans",
     "is_handoff",
+    "is_person_request",
     "PERSON_CONTEXTS",
 ]
 
@@ -32,6 +33,9 @@ PERSON_CONTEXTS = frozenset({"primary"})
 
 _LEGACY_SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
 _COMPRESSED_SUMMARY_KEY = "_compressed_summary"
+# Hermes' built-in compressor can merge its summary into a tail message: header, the message's
+# old text, delimiter, summary (agent/context_compressor.py).
+_MERGED_PRIOR_CONTEXT_HEADER = "[PRIOR CONTEXT — for reference only; not a new message]"
 _MERGED_SUMMARY_DELIMITER = "[END OF PRIOR CONTEXT — COMPACTION SUMMARY BELOW]"
 
 # Whole messages the host writes in the user role (Hermes marks some with private flags).
@@ -101,23 +105,12 @@ def is_handoff(message: Any) -> bool:
         return False
     if message.get(_COMPRESSED_SUMMARY_KEY):
         return True
-    text = _leading_text(message.get("content"))
+    content = message.get("content")
+    text = content if isinstance(content, str) else next(text_parts(content), None)
     if text is None:
         return False
     text = text.lstrip()
     return text.startswith(HANDOFF_MARKER) or text.startswith(_LEGACY_SUMMARY_PREFIX)
-
-
-def _leading_text(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                return str(part["text"])
-            if isinstance(part, str):
-                return part
-    return None
 
 
 def _bracket_end(text: str, start: int) -> int:
@@ -252,6 +245,34 @@ def _outside(text: str, spans: list[tuple[int, int]]) -> str:
     return "\n".join(p.strip() for p in pieces if p.strip())
 
 
+def _wholly_host(message: dict[str, Any], text: str) -> bool:
+    """A user-role message the host wrote from its first character to its last."""
+    if is_handoff(message) or any(map(message.get, _SYNTHETIC_FLAGS)):
+        return True
+    stripped = text.lstrip()
+    if stripped.startswith(_WHOLE_MESSAGE_PREFIXES) and not stripped.startswith(_SKILL_PREFIX):
+        return True
+    return stripped.startswith(_MERGED_PRIOR_CONTEXT_HEADER) or _MERGED_SUMMARY_DELIMITER in text
+
+
+def is_person_request(message: Any) -> bool:
+    """A user message holding words the person typed: not a handoff, not host scaffolding, not
+    only frames. Read as a local chat in the primary context (the caller knows no platform), on
+    the unmasked text: masking changes no frame, so the answer is the one capture records."""
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if isinstance(content, str) and not message.get("tool_calls"):
+        text = content
+    else:
+        text = message_text(message)
+    if "[" not in text and "<" not in text:
+        # Every frame and memory block opens with one of these: without them `attribute` finds
+        # no span, and compaction asks this of every message, so it is answered here.
+        return bool(text) and not text.isspace() and not _wholly_host(message, text)
+    return attribute(message, text).speaker == "person"
+
+
 def attribute(
     message: Any,
     text: str,
@@ -268,13 +289,7 @@ def attribute(
     if role != "user":
         return Attribution("host", [(0, len(text))] if text else [], "")
     automated = agent_context not in PERSON_CONTEXTS or (platform or "") in _NOT_A_PERSON_PLATFORMS
-    whole_host = is_handoff(message) or any(message.get(f) for f in _SYNTHETIC_FLAGS)
-    stripped = text.lstrip()
-    if not whole_host and stripped.startswith(_WHOLE_MESSAGE_PREFIXES):
-        whole_host = not stripped.startswith(_SKILL_PREFIX)
-    if _MERGED_SUMMARY_DELIMITER in text:
-        whole_host = True
-    if whole_host:
+    if _wholly_host(message, text):
         return Attribution("host", [(0, len(text))] if text else [], "")
     spans = host_spans(text, platform=platform)
     if automated:

@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..capture.shortened import ARGUMENTS_KEY, arguments_note, note, strip_note
-from .messages import content_text, fresh_copy
+from .messages import MESSAGE_OVERHEAD, chars_for_tokens, content_text, fresh_copy
 from .planner import Plan
 
 __all__ = ["assemble", "shorten"]
 
-_CHARS_PER_TOKEN = 4
-_MESSAGE_OVERHEAD = 4  # tokens `estimate_tokens` adds per message
 _MIN_KEPT_CHARS = 120
 _TOTAL = re.compile(r"(\d+) of (\d+) characters")
 
@@ -46,7 +44,7 @@ def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
         return message, False
     copy = fresh_copy(message)
     changed = False
-    budget = max(_MIN_KEPT_CHARS, (allowance - _MESSAGE_OVERHEAD) * _CHARS_PER_TOKEN)
+    budget = max(_MIN_KEPT_CHARS, chars_for_tokens(allowance - MESSAGE_OVERHEAD))
     full = content_text(message)
     content = message.get("content")
     has_parts = isinstance(content, list) and any(

@@ -454,7 +454,7 @@ class Compaction:
                         members,
                         section_id,
                         focus,
-                        policy.section_tokens * 4,
+                        policy.section_chars,
                         deadline,
                         clean,
                     )
@@ -491,7 +491,7 @@ class Compaction:
             view, condensed = rebase(
                 view,
                 budget_tokens=policy.handoff_tokens,
-                section_chars=policy.section_tokens * 4,
+                section_chars=policy.section_chars,
                 writer=self.writer,
                 focus=focus,
                 existing=lambda level, sid: self.chronicle(level_name(name, level)).get(sid),

@@ -35,6 +35,7 @@ _REPLY_CAP = 220
 _STEP_CAP = 200
 _MAX_FACTS = 80
 _FACTS_CHARS = 1600
+_FACTS_SHARE = 4  # the fact line takes at most a quarter of a section's characters
 
 _FACT_CHARS = frozenset("0123456789/@_")
 _FACT_HIT = re.compile(r"[0-9/@_A-Z]")  # where a fact-like word may be
@@ -443,7 +444,11 @@ def summarize_messages(
 
     facts = _facts(scanned, _MAX_FACTS)
     if facts:
-        add(_RANK_FACTS, _fact_line(facts, max(80, min(_FACTS_CHARS, budget_chars // 4))), False)
+        add(
+            _RANK_FACTS,
+            _fact_line(facts, max(80, min(_FACTS_CHARS, budget_chars // _FACTS_SHARE))),
+            False,
+        )
     if terms:
         lines.insert(0, _Line(_RANK_FRAME, f"Focus: {focus}", -1))
     return _fit(lines, budget_chars, restore)
@@ -489,6 +494,6 @@ def condense_prose(
             lines.append(_Line(rank, _one_line(line, cap), order, focused))
             order += 1
     if facts:
-        cap = max(80, min(_FACTS_CHARS, budget_chars // 4))
+        cap = max(80, min(_FACTS_CHARS, budget_chars // _FACTS_SHARE))
         lines.append(_Line(_RANK_FACTS, _fact_line(_round_robin(facts), cap), order))
     return _fit(lines, budget_chars, restore)

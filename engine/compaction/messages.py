@@ -9,12 +9,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..capture.events import HANDOFF_MARKER
+from ..capture.events import HANDOFF_MARKER, text_parts
 from ..capture.secrets import mask
+from ..capture.speaker import is_person_request
 
 __all__ = [
+    "CHARS_PER_TOKEN",
+    "MESSAGE_OVERHEAD",
     "HANDOFF_SIGNATURE",
     "content_text",
+    "chars_for_tokens",
     "estimate_tokens",
     "estimate_list_tokens",
     "tool_call_ids",
@@ -31,25 +35,12 @@ __all__ = [
 HANDOFF_SIGNATURE = "Chronicle folded earlier turns of this conversation"
 """The second line of every handoff this engine writes; tells ours from another compressor's."""
 
-_CHARS_PER_TOKEN = 4
-_MESSAGE_OVERHEAD = 4  # role and framing tokens a provider adds per message
+CHARS_PER_TOKEN = 4
+"""The one rough rule between characters and tokens (the host's own estimate uses it too): every
+token budget Chronicle turns into a character budget, and back, goes through it."""
+MESSAGE_OVERHEAD = 4
+"""Role and framing tokens a provider adds per message."""
 _IMAGE_TOKENS = 1500
-
-# Host scaffolding that arrives with role "user" but is not the person's request.
-_SYNTHETIC_PREFIXES = (
-    "[System:",
-    "[System note",
-    "[IMPORTANT: Background process",
-    "[Your active task list was preserved",
-    "[CONTEXT SUMMARY]",
-    "[PRIOR CONTEXT",
-)
-_SYNTHETIC_FLAGS = (
-    "_todo_snapshot_synthetic",
-    "_empty_recovery_synthetic",
-    "_verification_stop_synthetic",
-    "_pre_verify_synthetic",
-)
 
 # Matched against lower-cased text (faster than IGNORECASE on long alternations).
 _INSTRUCTION = re.compile(
@@ -68,20 +59,16 @@ _VIEW_ARGS_CHARS = 1_000
 
 
 def content_text(message: dict[str, Any]) -> str:
-    """The text of a message's content (every text part), without tool calls."""
+    """The text of a message's content (every text part), without tool calls.
+
+    Both read parts through capture's `text_parts`, but this is not `message_text`: it leaves
+    out tool calls, keeps empty parts in the join and reads a scalar content as its `str`. Those
+    differences predate the shared helper and are kept on purpose (no figure changes)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
+        return "\n".join(text_parts(content))
     return "" if content is None else str(content)
 
 
@@ -111,7 +98,7 @@ def tool_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
 def estimate_tokens(message: Any) -> int:
     """A cheap upper-ish estimate (4 characters a token), like the host's own rough count."""
     if not isinstance(message, dict):
-        return _MESSAGE_OVERHEAD
+        return MESSAGE_OVERHEAD
     chars = 0
     images = 0
     content = message.get("content")
@@ -137,10 +124,13 @@ def estimate_tokens(message: Any) -> int:
                 chars += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
             chars += 24  # id and framing
     return (
-        (chars + _CHARS_PER_TOKEN - 1) // _CHARS_PER_TOKEN
-        + _MESSAGE_OVERHEAD
-        + images * _IMAGE_TOKENS
+        (chars + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD + images * _IMAGE_TOKENS
     )
+
+
+def chars_for_tokens(tokens: int) -> int:
+    """About how many characters `tokens` tokens hold."""
+    return tokens * CHARS_PER_TOKEN
 
 
 def estimate_list_tokens(messages: list[Any]) -> int:
@@ -181,16 +171,9 @@ def is_foreign_handoff(message: Any) -> bool:
 
 
 def is_real_user(message: Any) -> bool:
-    """A request the person wrote, not host scaffolding that travels as role "user"."""
-    if not isinstance(message, dict) or message.get("role") != "user":
-        return False
-    for flag in _SYNTHETIC_FLAGS:
-        if flag in message and message[flag]:
-            return False
-    lead = _lead(message)
-    if not lead or lead.startswith(HANDOFF_MARKER):
-        return False
-    return not lead.startswith(_SYNTHETIC_PREFIXES)
+    """A request the person wrote, not host scaffolding that travels as role "user". Capture's
+    speaker rules decide it, so compaction and the log never disagree on who wrote a message."""
+    return is_person_request(message)
 
 
 def is_standing_instruction(message: Any) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config
+from .messages import chars_for_tokens
 
 __all__ = ["Policy", "policy_from_config", "DEFAULT_CONTEXT_LENGTH"]
 
@@ -54,6 +55,11 @@ class Policy:
     def section_tokens(self) -> int:
         """Most prose one section may carry into the handoff."""
         return max(400, self.handoff_tokens // 4)
+
+    @property
+    def section_chars(self) -> int:
+        """The same budget in characters: what a section writer is given."""
+        return chars_for_tokens(self.section_tokens)
 
     def describe(self) -> dict[str, Any]:
         return {

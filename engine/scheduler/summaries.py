@@ -29,7 +29,7 @@ class WriterSummarizer:
     def for_core(cls, core: Any, compaction: Any) -> WriterSummarizer:
         from ..compaction.policy import policy_from_config
 
-        return cls(compaction, policy_from_config(core.config).section_tokens * 4)
+        return cls(compaction, policy_from_config(core.config).section_chars)
 
     def __call__(self, events: Sequence[StoredEvent]) -> Consolidation:
         from ..compaction.summarizer import FoldInput
