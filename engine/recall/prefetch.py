@@ -70,8 +70,8 @@ def window(recall: Recall, session_id: str) -> Window | None:
 
 def automated(recall: Recall, session_id: str) -> bool:
     """Is this session a scheduled job's (cron) run?"""
-    live = recall._live.get(session_id)
-    if live is not None and ("cron" in (live.agent_context or "") or live.platform == "cron"):
+    live = recall.core.capture.identity(session_id)
+    if "cron" in (live.get("agent_context") or "") or live.get("platform") == "cron":
         return True
     if session_id.startswith("cron"):
         return True

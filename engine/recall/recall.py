@@ -22,7 +22,6 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..capture.events import register_capture_events
@@ -61,18 +60,6 @@ SCOPES = ("all", "session", "messages", "beliefs", "sections")
 _MAX_QUERY_WORDS = 24
 
 
-@dataclass
-class LiveSession:
-    """What the memory-provider slot knows about a live session (Hermes passes none of it to
-    prefetch, so the slot tells recall once and recall remembers)."""
-
-    session_id: str
-    user_id: str | None = None
-    profile: str | None = None
-    agent_context: str | None = None
-    platform: str | None = None
-
-
 class Recall:
     """Search, per-turn memory, answers and the memory tools for one core."""
 
@@ -90,7 +77,6 @@ class Recall:
         self._messages = MessageSearch(self.tuning)
         self._fold_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        self._live: dict[str, LiveSession] = {}
         self._last_live = ""
         self._warned: set[str] = set()
 
@@ -120,13 +106,18 @@ class Recall:
         agent_context: str | None = None,
         platform: str | None = None,
     ) -> None:
-        """The slot's word on who a live session belongs to and what kind of turn it runs."""
+        """The slot's word on who a live session belongs to and what kind of turn it runs (Hermes
+        passes none of it to prefetch). Kept where capture keeps it: one identity per session."""
         if not session_id:
             return
+        self.core.capture.remember_identity(
+            session_id,
+            user_id=user_id,
+            profile=profile,
+            agent_context=agent_context,
+            platform=platform,
+        )
         with self._state_lock:
-            self._live[session_id] = LiveSession(
-                session_id, user_id, profile, agent_context, platform
-            )
             self._last_live = session_id
 
     def _warn_once(self, key: str, message: str, *args: Any) -> None:
@@ -155,9 +146,9 @@ class Recall:
             ).fetchone()
             if row is not None:
                 return row[0] or None, row[1] or None
-            live = self._live.get(session_id)
-            if live is not None:
-                return live.user_id, live.profile
+            live = self.core.capture.identity(session_id)
+            if live:
+                return live["user_id"], live["profile"]
         return None, None
 
     def _scope(
