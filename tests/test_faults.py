@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
+from test_compaction_engine import turn as compaction_turn
 from test_compaction_support import load_plugin
 
 from chronicle_engine.capture.events import HANDOFF_MARKER
@@ -86,36 +87,14 @@ def open_engine(home: Path, session: str) -> Any:
     return engine
 
 
+def turn(n: int, pad: int = 5000) -> list[dict[str, Any]]:
+    """A request, a tool call, its output and an answer, `pad` characters of filler each."""
+    return compaction_turn(n, size=pad)
+
+
 def core_of(home: Path) -> ChronicleCore:
     config = load_hermes_config(home)
     return ChronicleCore.get(config.db_path(), config=config)
-
-
-def turn(n: int, pad: int = 5000) -> list[dict[str, Any]]:
-    filler = "detail " * (pad // 7)
-    return [
-        {"role": "user", "content": f"request {n}: look into ticket OPS-{n} on host db-{n % 5}"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": f"call_{n}",
-                    "type": "function",
-                    "function": {
-                        "name": "terminal",
-                        "arguments": json.dumps({"command": f"cat /var/log/app-{n}.log"}),
-                    },
-                }
-            ],
-        },
-        {
-            "role": "tool",
-            "tool_call_id": f"call_{n}",
-            "content": f"exit 0\nvalue {7000 + n}\n{filler}",
-        },
-        {"role": "assistant", "content": f"Ticket OPS-{n} is handled. {filler}"},
-    ]
 
 
 def logged(core: ChronicleCore, session: str) -> list[str]:
