@@ -195,21 +195,18 @@ class ChronicleMemoryProvider(_ProviderBase):
     def _capturing(self) -> bool:
         return bool(self.core.capture.capturing(self._agent_context))
 
-    def _capture(self, session_id: str, messages: Any, *, all_seqs: bool = False) -> int:
+    def _capture(self, session_id: str, messages: Any) -> int:
         """Capture the live list; returns how many messages were new."""
         if not self._capturing() or not messages:
             return 0
-        before = self.core.store.last_seq()
-        seqs = self.core.capture.capture_messages(
+        return self.core.capture.capture_turn(
             session_id,
             messages,
             user_id=self._user_id,
             profile=self._profile,
             agent_context=self._agent_context,
             platform=self._platform,
-            return_seqs=all_seqs,
         )
-        return sum(1 for s in seqs if s is not None and s > before)
 
     def _remember(self, session_id: str) -> None:
         """Tell capture who this session serves: the context engine's captures (compress runs

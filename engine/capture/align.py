@@ -97,6 +97,13 @@ def wire_message(message: Any) -> dict[str, Any]:
     return {"role": "unknown", "content": str(converted)}
 
 
+# json.dumps with these options builds a new encoder on every call; the fingerprint's bytes are
+# the same either way (they are stored: changing them would break alignment with the log).
+_identity_json = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_json_default
+).encode
+
+
 def fingerprint(message: Any) -> str:
     """A short, stable digest of the message's identity keys. The same for a message and its
     `wire_message`, so it can be taken from the host's dict without copying it."""
@@ -107,10 +114,7 @@ def fingerprint(message: Any) -> str:
         # Hermes drops a tool result's `name` when it reloads a session from its own database
         # (keeping `tool_name`); the tool_call_id already says which call the result answers.
         ident[IDENTITY_KEYS.index("name")] = None
-    blob = json.dumps(
-        ident, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=_json_default
-    )
-    return hashlib.blake2b(blob.encode("utf-8"), digest_size=12).hexdigest()
+    return hashlib.blake2b(_identity_json(ident).encode("utf-8"), digest_size=12).hexdigest()
 
 
 def _run(live: Sequence[str], path: Sequence[str], p: int, q: int, cap: int) -> int:

@@ -162,6 +162,53 @@ class Capture(HostRecorder):
         capture independent of the list's length. A call that names no user, profile or agent
         context takes it from the session's remembered identity (`remember_identity`), field by field. Raises only
         StoreError (the database failed); a malformed message is stored, not refused."""
+        return self._capture_list(
+            session_id,
+            messages,
+            user_id=user_id,
+            profile=profile,
+            agent_context=agent_context,
+            platform=platform,
+            created_at=created_at,
+            return_seqs=return_seqs,
+        )[0]
+
+    def capture_turn(
+        self,
+        session_id: str,
+        messages: Sequence[Any] | None,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
+    ) -> int:
+        """`capture_messages(..., return_seqs=False)` for a hook that only needs to know how many
+        messages this call stored (none of the list's seqs, nor a read of the log's end)."""
+        return self._capture_list(
+            session_id,
+            messages,
+            user_id=user_id,
+            profile=profile,
+            agent_context=agent_context,
+            platform=platform,
+            created_at=None,
+            return_seqs=False,
+        )[1]
+
+    def _capture_list(
+        self,
+        session_id: str,
+        messages: Sequence[Any] | None,
+        *,
+        user_id: str | None,
+        profile: str | None,
+        agent_context: str | None,
+        platform: str | None,
+        created_at: Any,
+        return_seqs: bool,
+    ) -> tuple[list[int | None], int]:
+        """Both of the above: the seqs, and how many messages were stored by this call."""
         session = str(session_id or "")
         known = self.identity(session)
         if known:
@@ -174,8 +221,9 @@ class Capture(HostRecorder):
         except TypeError:
             items = [messages]
         result: list[int | None] = [None] * len(items)
+        stored = 0
         if not items:
-            return result
+            return result, stored
         context = {
             "user_id": user_id,
             "profile": profile,
@@ -191,12 +239,14 @@ class Capture(HostRecorder):
                     if plan is None:
                         plan = self._full_plan(session, path, items, result, context)
                     if plan.events:
+                        end = w.end
                         seqs = w.append(plan.events)
                         by_id = {e.id: s for e, s in zip(plan.events, seqs, strict=True)}
                         for q in range(plan.first_new_q, len(plan.path.ids)):
                             plan.path.stored(q, by_id[plan.path.ids[q]])
                         for offset, i in enumerate(plan.new):
-                            result[i] = plan.path.seqs[plan.first_new_q + offset]
+                            seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
+                            stored += seq > end  # not an id another process stored first
             except (StoreBusy, StoreReadOnly) as exc:
                 raise self._keep_aside(exc, session, items, context) from exc
             # Only a committed write updates the cache.
@@ -205,7 +255,7 @@ class Capture(HostRecorder):
                 self._paths[session] = plan.path  # most recently used last
                 while len(self._paths) > _CACHED_SESSIONS:
                     self._paths.pop(next(iter(self._paths)))
-        return result
+        return result, stored
 
     def _keep_aside(
         self, exc: StoreError, session: str, items: Sequence[Any], context: dict[str, Any]
