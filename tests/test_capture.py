@@ -383,3 +383,51 @@ def test_sessions_evicted_from_the_cache_reload_from_the_tree(core, monkeypatch)
     assert len(core.capture._paths) == 2
     for session, live in lives.items():
         assert contents(core, session) == [m["content"] for m in live]
+
+
+_PAYLOAD_CORPUS = [
+    u("plain words from the person"),
+    u("<memory-context>\nold facts\n</memory-context>\n\nwhat did we decide?"),
+    u("[System note: the user pasted a file]\nmy api_key=sk-proj-Ab3dEf5gHi7jKl9mNo1pQr3sTu5vWx"),
+    {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url"}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "ok\n" * 50, "name": "terminal"},
+    {"role": "tool", "tool_call_id": "c2", "content": "no name here"},
+    {"role": "assistant", "content": "ünïcode ✓ and 数字 42"},
+    {"role": "user", "content": 12345},
+    {"role": "user", "content": None},
+    {"content": "no role at all"},
+    {"role": "user", "content": "x" * 70_000},
+]
+
+
+@pytest.mark.parametrize("message", _PAYLOAD_CORPUS)
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"parent": "", "turn": None},
+        {"parent": "m1", "turn": 3, "user_id": "u1", "profile": "work", "tool_name": "t"},
+        {"parent": None, "turn": 1, "agent_context": "cron", "platform": "telegram"},
+    ],
+)
+def test_the_payload_capture_builds_is_the_models_dump(message, context):
+    """Capture stores describe_payload's dict without building the model: it must be exactly
+    the model's JSON dump, field for field and byte for byte once encoded."""
+    from chronicle_engine.capture.align import fingerprint, wire_message
+    from chronicle_engine.capture.describe import describe, describe_payload
+    from chronicle_engine.capture.events import MessageCaptured
+
+    wire = wire_message(message)
+    fp = fingerprint(wire)
+    payload = describe_payload(message, wire, fp, **context)
+    dumped = MessageCaptured(**payload).model_dump(mode="json")
+    assert payload == dumped
+    assert list(payload) == list(dumped)
+    assert json.dumps(payload, ensure_ascii=False) == json.dumps(dumped, ensure_ascii=False)
+    assert describe(message, wire, fp, **context).model_dump(mode="json") == payload

@@ -35,7 +35,7 @@ from ..tree.summary import abandoned_summary
 from ..tree.writing import TreeWriting
 from . import shortened
 from .align import RUN, align, embed, fingerprint, wire_message
-from .describe import describe, digest, message_id
+from .describe import describe_payload, digest, message_id
 from .events import MessageCaptured, register_capture_events
 from .hooks import HostRecorder
 from .path import BranchPath, positional
@@ -249,6 +249,9 @@ class Capture(HostRecorder):
                             stored += seq > end  # not an id another process stored first
             except (StoreBusy, StoreReadOnly) as exc:
                 raise self._keep_aside(exc, session, items, context) from exc
+            except BaseException:
+                self.forget(session)  # the plan may have grown the cached branch in place
+                raise
             # Only a committed write updates the cache.
             with self._locks_guard:
                 self._paths.pop(session, None)
@@ -270,7 +273,7 @@ class Capture(HostRecorder):
         if self.tree.spill is None:
             return exc
         try:
-            path = self._offline_path(session)
+            path = self._offline_path(session).copy()  # kept as it was unless the spill takes it
             plan = self._full_plan(session, path, items, [None] * len(items), context)
         except StoreError as err:
             log.error("chronicle: could not plan the capture to keep it aside: %s", err)
@@ -499,9 +502,11 @@ class Capture(HostRecorder):
             return _Plan(path)
         last = len(path.ids) - 1
         if not path.ids or q == last or (q < 0 and not from_start):
-            plan = _Plan(path.copy())
-            if keep_identity:
-                plan.path.identity = path.identity
+            # Grown in place, not copied (a copy cost O(conversation) a turn): a capture whose
+            # write fails drops the cached branch (`_capture_list`), so no caller sees it half-grown.
+            plan = _Plan(path)
+            if not keep_identity:
+                path.identity = {}  # the full plan refills it with the dicts that matched
             parent = path.leaf if path.leaf is not None else ""
             anchor = path.ids[-1] if path.ids else ""
         else:
@@ -528,10 +533,14 @@ class Capture(HostRecorder):
             role = str(wire.get("role") or "")
             turns += role == "user"
             event_id = message_id(session, anchor, fp)
-            event = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
+            payload = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
             plan.events.append(
-                self.core.types.pending(
-                    event, session=session, id=event_id, created_at=context["created_at"]
+                self.core.types.pending_payload(
+                    MessageCaptured,
+                    payload,
+                    session=session,
+                    id=event_id,
+                    created_at=context["created_at"],
                 )
             )
             plan.path.add(event_id, -1, fp, role == "user")  # the seq is filled in once stored
@@ -573,12 +582,13 @@ class Capture(HostRecorder):
         turn: int,
         tool_names: _ToolNames,
         context: dict[str, Any],
-    ) -> MessageCaptured:
+    ) -> dict[str, Any]:
+        """The message's MessageCaptured payload (`describe_payload`)."""
         role = wire.get("role")
         tool_name = None
         if role in ("tool", "function") and not wire.get("name"):
             tool_name = tool_names.get(str(wire.get("tool_call_id") or ""))
-        return describe(
+        return describe_payload(
             obj,
             wire,
             fp,

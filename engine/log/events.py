@@ -106,6 +106,33 @@ class EventTypeRegistry:
             **extra,
         )
 
+    def pending_payload(
+        self,
+        cls: type[DomainEvent],
+        payload: dict[str, Any],
+        *,
+        session: str | None = None,
+        id: str | None = None,
+        created_at: str | None = None,
+    ) -> PendingEvent:
+        """`pending(cls(**payload), ...)` without the model: for a hot path that builds the
+        payload itself, which must be exactly what `cls(**payload).model_dump(mode="json")`
+        gives (its own tests check that)."""
+        namespace, type_, version = self.key_of(cls)
+        extra: dict[str, Any] = {}
+        if id is not None:
+            extra["id"] = id
+        if created_at is not None:
+            extra["created_at"] = created_at
+        return PendingEvent(
+            namespace=namespace,
+            type=type_,
+            version=version,
+            payload=payload,
+            session=session,
+            **extra,
+        )
+
 
 class UpcastRegistry:
     """Steps that turn a payload written at version N into version N+1."""
