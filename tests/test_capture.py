@@ -431,3 +431,21 @@ def test_the_payload_capture_builds_is_the_models_dump(message, context):
     assert list(payload) == list(dumped)
     assert json.dumps(payload, ensure_ascii=False) == json.dumps(dumped, ensure_ascii=False)
     assert describe(message, wire, fp, **context).model_dump(mode="json") == payload
+
+
+def test_a_sessions_message_ids_sort_in_branch_order(core):
+    """Ids are laid out for the log's id index: one session's messages side by side, in the
+    order of the branch, so a turn's appends touch the end of its run and not random pages."""
+    live = []
+    for n in range(30):
+        live += [u(f"question {n}"), a(f"answer {n}")]
+        core.capture.capture_messages("s1", live, return_seqs=False)
+        core.capture.capture_messages("s2", live[-2:], return_seqs=False)
+    by_seq = [
+        e.envelope.id
+        for e in core.store.read(session="s1", namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ]
+    assert len(by_seq) == 60 and by_seq == sorted(by_seq)
+    other = {e.envelope.id[:9] for e in core.store.read(session="s2")}
+    assert other.isdisjoint({i[:9] for i in by_seq})

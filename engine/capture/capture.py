@@ -532,7 +532,7 @@ class Capture(HostRecorder):
                 fp = fingerprint(wire)
             role = str(wire.get("role") or "")
             turns += role == "user"
-            event_id = message_id(session, anchor, fp)
+            event_id = message_id(session, anchor, fp, len(plan.path.ids))
             payload = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
             plan.events.append(
                 self.core.types.pending_payload(

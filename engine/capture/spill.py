@@ -162,6 +162,7 @@ class Spill:
         uid = os.getuid() if hasattr(os, "getuid") else 0
         private = Path(tempfile.gettempdir()) / f"chronicle-spill-{uid}"
         self.paths = (resolved.with_name(resolved.name + SUFFIX), private / f"{digest}.jsonl")
+        self._names = tuple(str(p) for p in self.paths)  # asked of every write transaction
         self._lock = threading.Lock()
         self._kept: set[str] = set()
 
@@ -171,7 +172,7 @@ class Spill:
         return cls(database) if database is not None else None
 
     def waiting(self) -> bool:
-        return any(os.path.exists(p) for p in self.paths)
+        return any(os.path.exists(p) for p in self._names)
 
     def keep(self, events: Sequence[PendingEvent]) -> tuple[int, Path]:
         """Put `events` on disk; returns how many were new to this spill and where they are."""

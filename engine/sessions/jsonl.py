@@ -120,7 +120,7 @@ def _v1_to_v2(header: Record, records: list[tuple[int, Any]]) -> list[tuple[int,
         fp = fingerprint(wire)
         turn += wire.get("role") == "user"
         event = describe(message, wire, fp, parent=anchor, turn=turn)
-        entry_id = message_id(session, anchor, fp)
+        entry_id = message_id(session, anchor, fp, len(out))
         out.append(
             (
                 number,
