@@ -49,9 +49,9 @@ def message_id(session: str, anchor: str, fp: str, position: int) -> str:
 
     The session and the position lead, the digest follows: a session's messages sit side by
     side in the log's id index, in branch order, so a turn's ids land on the one index page at
-    the end of its session's run instead of on ten random pages, and a
-    turn's commit writes fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as
-    they are; an id is only ever compared, never parsed."""
+    the end of its session's run instead of on ten random pages, and a turn's commit writes
+    fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as they are;
+    an id is only ever compared, never parsed."""
     return f"m{digest(session)[:8]}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
 
 
