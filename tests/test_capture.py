@@ -449,3 +449,35 @@ def test_a_sessions_message_ids_sort_in_branch_order(core):
     assert len(by_seq) == 60 and by_seq == sorted(by_seq)
     other = {e.envelope.id[:9] for e in core.store.read(session="s2")}
     assert other.isdisjoint({i[:9] for i in by_seq})
+
+
+def test_a_log_with_ids_of_the_old_layout_goes_on_without_duplicates(tmp_path, monkeypatch):
+    """A database written before ids led with session and position: a new process aligns with
+    it by fingerprint, records only what is new, and chains the new ids onto the old ones."""
+    import chronicle_engine.capture.capture as capture_module
+    from chronicle_engine.capture.describe import digest
+
+    monkeypatch.setattr(
+        capture_module,
+        "message_id",
+        lambda session, anchor, fp, position: "m" + digest(session, anchor, fp),
+    )
+    path = tmp_path / "old.db"
+    first = ChronicleCore(path)
+    live = [u("one"), a("two"), u("three")]
+    first.capture.capture_messages("s1", live)
+    first.shutdown()
+    monkeypatch.undo()
+
+    second = ChronicleCore(path)
+    try:
+        fresh_list = [dict(m) for m in live] + [a("four"), u("five")]
+        second.capture.capture_messages("s1", fresh_list)
+        second.capture.capture_messages("s1", fresh_list, return_seqs=False)
+        assert contents(second, "s1") == ["one", "two", "three", "four", "five"]
+        ids = [e.envelope.id for e in second.store.read(session="s1")]
+        assert [len(i) for i in ids] == [33] * 5
+        assert ids[3][1:9] == digest("s1")[:8] and ids[0][1:9] != digest("s1")[:8]
+        assert second.sessions.projection("s1")[-1]["content"] == "five"
+    finally:
+        second.shutdown()
