@@ -404,6 +404,11 @@ _PAYLOAD_CORPUS = [
     {"role": "user", "content": None},
     {"content": "no role at all"},
     {"role": "user", "content": "x" * 70_000},
+    # json.dumps takes these leniently; stored, they must be what the model's JSON dump gives.
+    {"role": "assistant", "content": "x", "usage": {"cost": float("nan")}},
+    {"role": "assistant", "content": "x", "usage": {"cost": float("inf")}},
+    {"role": "assistant", "content": "x", "meta": {None: 1, 2: "two"}},
+    {"role": "assistant", "content": "x", "parts": (1, (2, 3))},
 ]
 
 
@@ -481,3 +486,63 @@ def test_a_log_with_ids_of_the_old_layout_goes_on_without_duplicates(tmp_path, m
         assert second.sessions.projection("s1")[-1]["content"] == "five"
     finally:
         second.shutdown()
+
+
+def test_a_stored_payload_is_strict_json(core):
+    core.capture.capture_messages(
+        "s", [{"role": "assistant", "content": "x", "score": float("nan")}]
+    )
+    with core.store.reading() as conn:
+        (raw,) = conn.execute(
+            "SELECT payload FROM events WHERE type = 'MessageCaptured'"
+        ).fetchone()
+
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token} stored")
+
+    assert json.loads(raw, parse_constant=refuse)["message"]["score"] is None
+
+
+def test_an_edited_last_turn_after_a_restart_branches(tmp_path):
+    """No cached branch (a restart): a list that rewrites the last turn branches, even when an
+    earlier reply has the abandoned reply's fingerprint ("Done." twice)."""
+    first = ChronicleCore(tmp_path / "c.db")
+    first.capture.capture_messages(
+        "s", [u("rename the file"), a("Done."), u("delete the tmp dir"), a("Done.")]
+    )
+    first.shutdown()
+    second = ChronicleCore(tmp_path / "c.db")
+    try:
+        edited = [u("rename the file"), a("Done."), u("keep the tmp dir"), a("Kept.")]
+        second.capture.capture_messages("s", edited, return_seqs=False)
+        projected = [m.get("content") for m in second.sessions.projection("s")]
+        assert projected[-2:] == ["keep the tmp dir", "Kept."]
+        assert "delete the tmp dir" not in projected
+    finally:
+        second.shutdown()
+
+
+def test_a_turn_another_process_stored_first_stays_on_the_branch(tmp_path):
+    """Two processes capture the same conversation: the second finds the turn already on the
+    branch after its last known message and records nothing, rather than branching away from
+    the very same messages."""
+    one, two = ChronicleCore(tmp_path / "x.db"), ChronicleCore(tmp_path / "x.db")
+    try:
+        live_one = [u("one"), a("two")]
+        live_two = [dict(m) for m in live_one]
+        one.capture.capture_messages("s", live_one, return_seqs=False)
+        two.capture.capture_messages("s", live_two, return_seqs=False)
+        live_one += [u("three"), a("four")]
+        live_two += [u("three"), a("four")]
+        one.capture.capture_messages("s", live_one, return_seqs=False)
+        assert two.capture.capture_turn("s", live_two) == 0
+        two.sessions.refresh()
+        projected = [m.get("content") for m in two.sessions.projection("s")]
+        assert projected == ["one", "two", "three", "four"]
+        assert "BranchSummarized" not in [e.envelope.type for e in two.store.read(session="s")]
+        live_two.append(u("five"))
+        assert two.capture.capture_turn("s", live_two) == 1
+        assert [m.get("content") for m in one.sessions.projection("s")][-1] == "five"
+    finally:
+        one.shutdown()
+        two.shutdown()

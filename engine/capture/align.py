@@ -50,7 +50,7 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
+def plain_json(value: Any, depth: int = 0) -> bool:
     """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
     if value is None or isinstance(value, (str, bool, int)):
         return True
@@ -59,9 +59,9 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if depth > 32:
         return False
     if isinstance(value, list):
-        return all(_plain(v, depth + 1) for v in value)
+        return all(plain_json(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _plain(v, depth + 1) for k, v in value.items())
+        return all(isinstance(k, str) and plain_json(v, depth + 1) for k, v in value.items())
     return False
 
 
@@ -74,7 +74,7 @@ def wire_message(message: Any) -> dict[str, Any]:
     """
     if isinstance(message, dict):
         wire = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
-        if _plain(wire):
+        if plain_json(wire):
             return wire
         if all(isinstance(k, str) for k in wire):
             try:

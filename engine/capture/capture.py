@@ -273,7 +273,9 @@ class Capture(HostRecorder):
         if self.tree.spill is None:
             return exc
         try:
-            path = self._offline_path(session).copy()  # kept as it was unless the spill takes it
+            offline = self._offline_path(session)
+            path = offline.copy()  # kept as it was unless the spill takes the plan
+            path.identity = dict(offline.identity)
             plan = self._full_plan(session, path, items, [None] * len(items), context)
         except StoreError as err:
             log.error("chronicle: could not plan the capture to keep it aside: %s", err)
@@ -355,6 +357,8 @@ class Capture(HostRecorder):
             if isinstance(msg, dict):
                 q = path.known(msg)
                 if q is not None:
+                    if q != len(path.ids) - 1:
+                        return None  # a branch, or a turn stored elsewhere: the full plan aligns it
                     new.reverse()
                     return self._extend(
                         session, path, items, q, True, new, context, keep_identity=True
@@ -427,13 +431,27 @@ class Capture(HostRecorder):
         if p < 0 and path.ids:
             live = [fp(i) for i in region]
             p, q_anchor = positional(live, path.fps, start)
+            # Folded messages left out between kept ones happen only after a handoff; without
+            # one, an edited turn whose earlier reply repeats the abandoned one ("Done.") would
+            # look embedded and be appended after the turn it replaces instead of branching.
+            embedded = embed(live, path.fps) if p < 0 and last_handoff >= 0 else None
             if p < 0:
-                embedded = embed(live, path.fps)
                 if embedded is not None:  # kept messages with folded ones between them
                     p, placed = embedded
                     q_anchor = len(path.ids) - 1
                 else:
                     p, q_anchor = align(live, path.fps)
+
+        if placed is None and p >= 0:
+            # What follows the alignment point and is already on the branch right after it, in
+            # order (another process stored this turn first): the same messages after the same
+            # anchor, so the same entries, not a branch away from them.
+            while (
+                p + 1 < len(region)
+                and q_anchor + 1 < len(path.fps)
+                and fp(region[p + 1]) == path.fps[q_anchor + 1]
+            ):
+                p, q_anchor = p + 1, q_anchor + 1
 
         # Seqs of what is already captured.
         latest: dict[str, int] | None = None

@@ -9,6 +9,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from pydantic import TypeAdapter
+
+from .align import plain_json
 from .events import MessageCaptured, message_text
 from .secrets import mask
 from .speaker import attribute
@@ -124,7 +127,9 @@ def describe_payload(
         tool_name = None
     return {
         "role": role,
-        "message": wire,
+        # A wire message is plain JSON data unless json.dumps took it only leniently (a NaN, a
+        # tuple, a non-string key deeper down): then it is dumped as the model would.
+        "message": wire if plain_json(wire) else _WIRE.dump_python(wire, mode="json"),
         "fingerprint": str(fp),
         "speaker": attribution.speaker,
         "text": text,
@@ -138,6 +143,9 @@ def describe_payload(
         "tool_call_ids": call_ids,
         "parent": _text_or_none(parent),
     }
+
+
+_WIRE: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
 
 
 def _text_or_none(value: Any) -> str | None:
