@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,16 @@ _FACTS_CHARS = 1600
 _FACTS_SHARE = 4  # the fact line takes at most a quarter of a section's characters
 
 _FACT_CHARS = frozenset("0123456789/@_")
-_FACT_HIT = re.compile(r"[0-9/@_A-Z]")  # where a fact-like word may be
-_SPACE = re.compile(r"\s")
+# Where a fact-like word may be: a candidate character and the rest of its word (up to the next
+# whitespace), so one match per word and no second search for where the word ends.
+_FACT_HIT = re.compile(r"[0-9/@_A-Z]\S*")
+# The same for an ASCII text, without the regex engine: each byte becomes 0 (a candidate), 1
+# (whitespace, as `\s` and `str.isspace` see it) or 2, so candidates and word ends are found
+# by `bytes.find` (memchr).
+_ASCII_MARKS = bytes(
+    0 if chr(b) in "0123456789/@_ABCDEFGHIJKLMNOPQRSTUVWXYZ" else 1 if chr(b).isspace() else 2
+    for b in range(256)
+)
 _STRIP = ".,;:!?()[]{}<>\"'`*"
 _FACTS_SCANNED = 800  # messages scanned for facts at most, spread evenly over the range
 _FACTS_PER_MESSAGE = 6
@@ -172,14 +180,8 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     ALLCAPS). Only the words around a candidate character are looked at, so plain prose costs
     one C-level scan."""
     found: list[str] = []
-    end = -1
-    for hit in _FACT_HIT.finditer(text):
-        i = hit.start()
-        if i < end:
-            continue
+    for i, end in _candidates(text):
         start = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
-        space = _SPACE.search(text, i)
-        end = space.start() if space else len(text)
         word = text[start:end]
         if len(word) > 120:
             continue
@@ -196,6 +198,22 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
         if len(found) >= limit:
             break
     return found
+
+
+def _candidates(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each run from a candidate character to the next whitespace."""
+    if not text.isascii():
+        for hit in _FACT_HIT.finditer(text):
+            yield hit.span()
+        return
+    marks = text.encode("ascii").translate(_ASCII_MARKS)
+    i = marks.find(0)
+    while i >= 0:
+        end = marks.find(1, i)
+        if end < 0:
+            end = len(marks)
+        yield i, end
+        i = marks.find(0, end)
 
 
 def _spread(items: Sequence[int], count: int) -> list[int]:
@@ -224,28 +242,26 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
     (0) and commands (-1, already on the Step lines). Within the last tier that fits, facts are
     drawn evenly from across the range, not just its start. Returned best first."""
     counts: dict[str, int] = {}  # by lower-cased value: "Service-4" recurs as "service-4"
-    first: dict[str, int] = {}
-    weight: dict[str, int] = {}
-    for position, (text, w) in enumerate(texts):
+    weight: dict[str, int] = {}  # of each value's first appearance, in order of appearance
+    for text, w in texts:
         for value in facts_in(text):
             key = value.lower()
             counts[key] = counts.get(key, 0) + 1
-            if value not in first:
-                first[value] = position
+            if value not in weight:
                 weight[value] = w
 
-    def score(value: str) -> int:
-        points = weight[value] + (2 if counts[value.lower()] == 1 else 0)
-        has_digit = any(c.isdigit() for c in value)
-        if has_digit and any(c.isalpha() for c in value):
-            points += 1
-        elif value.isdigit() and len(value) < 4:
-            points -= 2
-        return points
-
+    scores: dict[str, int] = {}
     tiers: dict[int, list[str]] = {}
-    for value in first:
-        tiers.setdefault(score(value), []).append(value)
+    for value, points in weight.items():
+        if counts[value.lower()] == 1:
+            points += 2
+        if any(c.isdigit() for c in value):  # (an all-digit value has a digit)
+            if any(c.isalpha() for c in value):
+                points += 1
+            elif value.isdigit() and len(value) < 4:
+                points -= 2
+        scores[value] = points
+        tiers.setdefault(points, []).append(value)
     chosen: list[str] = []
     for tier in sorted(tiers, reverse=True):
         values = tiers[tier]
@@ -258,7 +274,7 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
         break
     # Best first; ties (and the evenly drawn last tier) in order of appearance.
     rank = {value: k for k, value in enumerate(chosen)}
-    return sorted(chosen, key=lambda v: (-score(v), rank[v]))
+    return sorted(chosen, key=lambda v: (-scores[v], rank[v]))
 
 
 def _fact_line(values: Sequence[str], cap: int) -> str:
