@@ -55,7 +55,7 @@ from .messages import (
     handoff_kind,
     is_own_handoff,
     is_real_user,
-    is_standing_instruction,
+    states_a_rule,
     tool_call_ids,
 )
 from .planner import MessageFacts, Plan, plan
@@ -785,7 +785,7 @@ def message_facts(
         kind = handoff_kind(message) if conversational else None
         own = kind == "own"
         real_user = role == "user" and is_real_user(message)
-        pinned = seq is not None and any(lo <= seq <= hi for lo, hi in pins)
+        pinned = seq is not None and bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
         folded = seq is not None and seq <= through and inside(seq)
         stranded = seq is not None and seq <= through and not folded
         protected = (
@@ -793,7 +793,8 @@ def message_facts(
             or stranded
             or kind == "foreign"
             or (seq is None and not own)
-            or (real_user and is_standing_instruction(message))
+            # (is_standing_instruction, without asking is_real_user again)
+            or (real_user and states_a_rule(content_text(message)))
         )
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["MessageFacts", "Unit", "Plan", "units_of", "plan", "STUB_TOKENS"]
 
@@ -30,8 +31,9 @@ STUB_TOKENS = 80
 (`assemble.shorten` fits a message's content into any allowance this large)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MessageFacts:
+class MessageFacts(NamedTuple):
+    # A named tuple, not a frozen dataclass: as immutable, and one is made per message of every
+    # pass (a frozen dataclass's __init__ sets each field through object.__setattr__, ~3 µs).
     tokens: int
     role: str
     folded: bool = False  # already covered by a section of this conversation
