@@ -31,9 +31,12 @@ STUB_TOKENS = 80
 (`assemble.shorten` fits a message's content into any allowance this large)."""
 
 
+# MessageFacts and Unit are named tuples, not frozen dataclasses: as immutable, and one is made
+# per message (per unit) of every pass, where a frozen dataclass's __init__ sets each field
+# through object.__setattr__ (~3 µs a MessageFacts).
+
+
 class MessageFacts(NamedTuple):
-    # A named tuple, not a frozen dataclass: as immutable, and one is made per message of every
-    # pass (a frozen dataclass's __init__ sets each field through object.__setattr__, ~3 µs).
     tokens: int
     role: str
     folded: bool = False  # already covered by a section of this conversation
@@ -44,8 +47,7 @@ class MessageFacts(NamedTuple):
     result_id: str | None = None  # a tool result's call id
 
 
-@dataclass(frozen=True, slots=True)
-class Unit:
+class Unit(NamedTuple):
     start: int
     end: int  # exclusive
     well_formed: bool
