@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,8 @@ _FACTS_CHARS = 1600
 _FACTS_SHARE = 4  # the fact line takes at most a quarter of a section's characters
 
 _FACT_CHARS = frozenset("0123456789/@_")
+_ASCII_DIGITS = frozenset(string.digits)
+_ASCII_LETTERS = frozenset(string.ascii_letters)
 # Where a fact-like word may be: a candidate character and the rest of its word (up to the next
 # whitespace), so one match per word and no second search for where the word ends.
 _FACT_HIT = re.compile(r"[0-9/@_A-Z]\S*")
@@ -250,17 +253,20 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
             if value not in weight:
                 weight[value] = w
 
-    scores: dict[str, int] = {}
     tiers: dict[int, list[str]] = {}
     for value, points in weight.items():
         if counts[value.lower()] == 1:
             points += 2
-        if any(c.isdigit() for c in value):  # (an all-digit value has a digit)
-            if any(c.isalpha() for c in value):
-                points += 1
-            elif value.isdigit() and len(value) < 4:
-                points -= 2
-        scores[value] = points
+        if value.isascii():  # (the ASCII characters isdigit and isalpha accept)
+            has_digit = not _ASCII_DIGITS.isdisjoint(value)
+            has_alpha = has_digit and not _ASCII_LETTERS.isdisjoint(value)
+        else:
+            has_digit = any(c.isdigit() for c in value)
+            has_alpha = has_digit and any(c.isalpha() for c in value)
+        if has_alpha:
+            points += 1
+        elif has_digit and value.isdigit() and len(value) < 4:
+            points -= 2
         tiers.setdefault(points, []).append(value)
     chosen: list[str] = []
     for tier in sorted(tiers, reverse=True):
@@ -272,9 +278,9 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
         step = len(values) / room
         chosen += [values[int(k * step)] for k in range(room)]
         break
-    # Best first; ties (and the evenly drawn last tier) in order of appearance.
-    rank = {value: k for k, value in enumerate(chosen)}
-    return sorted(chosen, key=lambda v: (-scores[v], rank[v]))
+    # Best first (the tiers were taken in that order); ties (and the evenly drawn last tier) in
+    # order of appearance.
+    return chosen
 
 
 def _fact_line(values: Sequence[str], cap: int) -> str:
