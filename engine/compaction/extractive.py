@@ -44,11 +44,17 @@ _ASCII_LETTERS = frozenset(string.ascii_letters)
 # Where a fact-like word may be: a candidate character and the rest of its word (up to the next
 # whitespace), so one match per word and no second search for where the word ends.
 _FACT_HIT = re.compile(r"[0-9/@_A-Z]\S*")
-# The same for an ASCII text, without the regex engine: each byte becomes 0 (a candidate), 1
-# (whitespace, as `\s` and `str.isspace` see it) or 2, so candidates and word ends are found
-# by `bytes.find` (memchr).
+# The same for an ASCII text, without the regex engine: each byte becomes 0 (a candidate), 1 (a
+# space, newline or tab: where a word starts after and ends), 3 (other whitespace, as `\s` and
+# `str.isspace` see it: a word ends there too) or 2, so words are found by `bytes.find` (memchr).
 _ASCII_MARKS = bytes(
-    0 if chr(b) in "0123456789/@_ABCDEFGHIJKLMNOPQRSTUVWXYZ" else 1 if chr(b).isspace() else 2
+    0
+    if chr(b) in "0123456789/@_ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    else 1
+    if chr(b) in " \n\t"
+    else 3
+    if chr(b).isspace()
+    else 2
     for b in range(256)
 )
 _STRIP = ".,;:!?()[]{}<>\"'`*"
@@ -96,7 +102,22 @@ def _is_decision(lowered: str) -> bool:
     return any(word in lowered for word in _DECISION_WORDS)
 
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# Where a sentence ends: the whitespace after a [.!?] (`_sentences`; as re.split on
+# r"(?<=[.!?])\s+", without trying that lookbehind at every position).
+_SENTENCE_END = re.compile(r"[.!?](\s+)")
+
+
+def _sentences(text: str) -> list[str]:
+    out: list[str] = []
+    position = 0
+    for end in _SENTENCE_END.finditer(text):
+        space, after = end.span(1)
+        out.append(text[position:space])
+        position = after
+    out.append(text[position:])
+    return out
+
+
 _WORD = re.compile(r"[A-Za-z0-9_./-]{4,}")
 _ARG_KEYS = ("command", "cmd", "path", "file_path", "filename", "query", "url", "pattern", "name")
 
@@ -183,8 +204,7 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     ALLCAPS). Only the words around a candidate character are looked at, so plain prose costs
     one C-level scan."""
     found: list[str] = []
-    for i, end in _candidates(text):
-        start = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
+    for start, end in _candidate_words(text):
         word = text[start:end]
         if len(word) > 120:
             continue
@@ -203,19 +223,30 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     return found
 
 
-def _candidates(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each run from a candidate character to the next whitespace."""
+def _candidate_words(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each word holding a candidate character: from after the last space,
+    newline or tab before the character to the next whitespace."""
     if not text.isascii():
         for hit in _FACT_HIT.finditer(text):
-            yield hit.span()
+            i, end = hit.span()
+            yield (
+                max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1,
+                end,
+            )
         return
     marks = text.encode("ascii").translate(_ASCII_MARKS)
+    n = len(marks)
+    rare_space = 3 in marks
     i = marks.find(0)
     while i >= 0:
         end = marks.find(1, i)
         if end < 0:
-            end = len(marks)
-        yield i, end
+            end = n
+        if rare_space:
+            other = marks.find(3, i, end)
+            if other >= 0:
+                end = other
+        yield marks.rfind(1, 0, i) + 1, end
         i = marks.find(0, end)
 
 
@@ -444,7 +475,7 @@ def summarize_messages(
             if text.strip():
                 lowered = head.lower()
                 decisions = (
-                    [s for s in _SENTENCE.split(head) if _is_decision(s.lower())]
+                    [s for s in _sentences(head) if _is_decision(s.lower())]
                     if _is_decision(lowered)
                     else []
                 )
