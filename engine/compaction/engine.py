@@ -487,7 +487,8 @@ class Compaction:
         view = previous + added
         condensed: list[Condensed] = []
         rebased = False
-        if handoff_tokens(render(view)) > policy.handoff_tokens:
+        text = render(view)  # (masks every block: rendered again only if the view changes)
+        if handoff_tokens(text) > policy.handoff_tokens:
             view, condensed = rebase(
                 view,
                 budget_tokens=policy.handoff_tokens,
@@ -500,8 +501,8 @@ class Compaction:
             rebased = True
             model_calls += sum(c.drawn.model_calls for c in condensed)
             fell_back = fell_back or any(c.drawn.fell_back for c in condensed)
+            text = render(view)
 
-        text = render(view)
         memory = memory_context.strip()
         if memory and not any(v.section.meta.get("memory_context") == memory for v in new_sections):
             # Every folded part was already a section (written by consolidation), so no new
