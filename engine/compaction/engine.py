@@ -68,6 +68,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
 
+# The end of the mask mark ("«masked:"), no GLOB wildcard in it: `_marked` has SQLite look for
+# it (GLOB skips to its first letter, a rare one, with strcspn: ~1.9 ms over the 1k bench's 2 MB
+# of payloads, where instr on the whole mark takes ~3.3 ms) and checks the few rows it returns
+# for the whole mark.
+_MASK_GLOB = "*" + MASK_MARK[-4:] + "*"
+
 log = logging.getLogger("chronicle_engine.compaction")
 
 
@@ -235,14 +241,14 @@ class Compaction:
         try:
             with self.core.store.reading() as conn:
                 rows = conn.execute(
-                    "SELECT seq FROM events WHERE seq BETWEEN ? AND ? AND namespace = ?"
-                    " AND instr(payload, ?) > 0",
-                    (lo, hi, CHAT_NAMESPACE, MASK_MARK),
+                    "SELECT seq, payload FROM events WHERE seq BETWEEN ? AND ? AND namespace = ?"
+                    " AND payload GLOB ?",
+                    (lo, hi, CHAT_NAMESPACE, _MASK_GLOB),
                 ).fetchall()
         except Exception:  # unreadable: every message is masked again, as if none were known
             log.warning("could not read which folded messages hold credentials", exc_info=True)
             return set(range(lo, hi + 1))
-        return {int(seq) for (seq,) in rows}
+        return {int(seq) for seq, payload in rows if MASK_MARK in payload}
 
     def _previous_view(
         self, names: Sequence[str], messages: Sequence[Any]
