@@ -122,9 +122,12 @@ def estimate_tokens(message: Any) -> int:
     """A cheap upper-ish estimate (4 characters a token), like the host's own rough count."""
     if not isinstance(message, dict):
         return MESSAGE_OVERHEAD
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    if calls is None and isinstance(content, str):  # most messages: the general case's sum
+        return (len(content) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD
     chars = 0
     images = 0
-    content = message.get("content")
     if isinstance(content, str):
         chars += len(content)
     elif isinstance(content, list):
@@ -139,7 +142,6 @@ def estimate_tokens(message: Any) -> int:
                 chars += len(part)
     elif content is not None:
         chars += len(str(content))
-    calls = message.get("tool_calls")
     if isinstance(calls, list):
         for call in calls:
             fn = call.get("function") if isinstance(call, dict) else None
