@@ -148,7 +148,8 @@ def plan(
 
     newest_turn = formed[-1] if formed and formed[-1] is body[-1] else None
     newest_request = next((u for u in reversed(formed) if facts[u.start].real_user), None)
-    protected = [u for u in formed if any(facts[i].protected for i in u.indices())]
+    flags = [f.protected for f in facts]
+    protected = [u for u in formed if any(flags[u.start : u.end])]
     mandatory: dict[int, Unit] = {u.start: u for u in protected}
     for unit in (newest_turn, newest_request):
         if unit is not None:
