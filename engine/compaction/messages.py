@@ -163,6 +163,7 @@ def estimate_list_tokens(messages: list[Any]) -> int:
 
 
 _LEAD = len(HANDOFF_MARKER) + len(HANDOFF_SIGNATURE) + 64
+_MARKER_FIRST = HANDOFF_MARKER[0]
 
 
 def _lead(message: dict[str, Any]) -> str:
@@ -178,6 +179,11 @@ def handoff_kind(message: Any) -> str | None:
     for another compressor's (Hermes' built-in shares the marker), None for anything else."""
     if not isinstance(message, dict):
         return None
+    content = message.get("content")
+    if isinstance(content, str):
+        first = content[:1]
+        if first != _MARKER_FIRST and not first.isspace():
+            return None  # (what `_lead` would return does not start with the marker)
     lead = _lead(message)
     if not lead.startswith(HANDOFF_MARKER):
         return None
