@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+import string
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,24 @@ _FACTS_CHARS = 1600
 _FACTS_SHARE = 4  # the fact line takes at most a quarter of a section's characters
 
 _FACT_CHARS = frozenset("0123456789/@_")
-_FACT_HIT = re.compile(r"[0-9/@_A-Z]")  # where a fact-like word may be
-_SPACE = re.compile(r"\s")
+_ASCII_DIGITS = frozenset(string.digits)
+_ASCII_LETTERS = frozenset(string.ascii_letters)
+# Where a fact-like word may be: a candidate character and the rest of its word (up to the next
+# whitespace), so one match per word and no second search for where the word ends.
+_FACT_HIT = re.compile(r"[0-9/@_A-Z]\S*")
+# The same for an ASCII text, without the regex engine: each byte becomes 0 (a candidate), 1 (a
+# space, newline or tab: where a word starts after and ends), 3 (other whitespace, as `\s` and
+# `str.isspace` see it: a word ends there too) or 2, so words are found by `bytes.find` (memchr).
+_ASCII_MARKS = bytes(
+    0
+    if chr(b) in "0123456789/@_ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    else 1
+    if chr(b) in " \n\t"
+    else 3
+    if chr(b).isspace()
+    else 2
+    for b in range(256)
+)
 _STRIP = ".,;:!?()[]{}<>\"'`*"
 _FACTS_SCANNED = 800  # messages scanned for facts at most, spread evenly over the range
 _FACTS_PER_MESSAGE = 6
@@ -85,7 +102,22 @@ def _is_decision(lowered: str) -> bool:
     return any(word in lowered for word in _DECISION_WORDS)
 
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# Where a sentence ends: the whitespace after a [.!?] (`_sentences`; as re.split on
+# r"(?<=[.!?])\s+", without trying that lookbehind at every position).
+_SENTENCE_END = re.compile(r"[.!?](\s+)")
+
+
+def _sentences(text: str) -> list[str]:
+    out: list[str] = []
+    position = 0
+    for end in _SENTENCE_END.finditer(text):
+        space, after = end.span(1)
+        out.append(text[position:space])
+        position = after
+    out.append(text[position:])
+    return out
+
+
 _WORD = re.compile(r"[A-Za-z0-9_./-]{4,}")
 _ARG_KEYS = ("command", "cmd", "path", "file_path", "filename", "query", "url", "pattern", "name")
 
@@ -172,14 +204,7 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     ALLCAPS). Only the words around a candidate character are looked at, so plain prose costs
     one C-level scan."""
     found: list[str] = []
-    end = -1
-    for hit in _FACT_HIT.finditer(text):
-        i = hit.start()
-        if i < end:
-            continue
-        start = max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1
-        space = _SPACE.search(text, i)
-        end = space.start() if space else len(text)
+    for start, end in _candidate_words(text):
         word = text[start:end]
         if len(word) > 120:
             continue
@@ -196,6 +221,33 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
         if len(found) >= limit:
             break
     return found
+
+
+def _candidate_words(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each word holding a candidate character: from after the last space,
+    newline or tab before the character to the next whitespace."""
+    if not text.isascii():
+        for hit in _FACT_HIT.finditer(text):
+            i, end = hit.span()
+            yield (
+                max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1,
+                end,
+            )
+        return
+    marks = text.encode("ascii").translate(_ASCII_MARKS)
+    n = len(marks)
+    rare_space = 3 in marks
+    i = marks.find(0)
+    while i >= 0:
+        end = marks.find(1, i)
+        if end < 0:
+            end = n
+        if rare_space:
+            other = marks.find(3, i, end)
+            if other >= 0:
+                end = other
+        yield marks.rfind(1, 0, i) + 1, end
+        i = marks.find(0, end)
 
 
 def _spread(items: Sequence[int], count: int) -> list[int]:
@@ -224,28 +276,29 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
     (0) and commands (-1, already on the Step lines). Within the last tier that fits, facts are
     drawn evenly from across the range, not just its start. Returned best first."""
     counts: dict[str, int] = {}  # by lower-cased value: "Service-4" recurs as "service-4"
-    first: dict[str, int] = {}
-    weight: dict[str, int] = {}
-    for position, (text, w) in enumerate(texts):
+    weight: dict[str, int] = {}  # of each value's first appearance, in order of appearance
+    for text, w in texts:
         for value in facts_in(text):
             key = value.lower()
             counts[key] = counts.get(key, 0) + 1
-            if value not in first:
-                first[value] = position
+            if value not in weight:
                 weight[value] = w
 
-    def score(value: str) -> int:
-        points = weight[value] + (2 if counts[value.lower()] == 1 else 0)
-        has_digit = any(c.isdigit() for c in value)
-        if has_digit and any(c.isalpha() for c in value):
-            points += 1
-        elif value.isdigit() and len(value) < 4:
-            points -= 2
-        return points
-
     tiers: dict[int, list[str]] = {}
-    for value in first:
-        tiers.setdefault(score(value), []).append(value)
+    for value, points in weight.items():
+        if counts[value.lower()] == 1:
+            points += 2
+        if value.isascii():  # (the ASCII characters isdigit and isalpha accept)
+            has_digit = not _ASCII_DIGITS.isdisjoint(value)
+            has_alpha = has_digit and not _ASCII_LETTERS.isdisjoint(value)
+        else:
+            has_digit = any(c.isdigit() for c in value)
+            has_alpha = has_digit and any(c.isalpha() for c in value)
+        if has_alpha:
+            points += 1
+        elif has_digit and value.isdigit() and len(value) < 4:
+            points -= 2
+        tiers.setdefault(points, []).append(value)
     chosen: list[str] = []
     for tier in sorted(tiers, reverse=True):
         values = tiers[tier]
@@ -256,9 +309,9 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
         step = len(values) / room
         chosen += [values[int(k * step)] for k in range(room)]
         break
-    # Best first; ties (and the evenly drawn last tier) in order of appearance.
-    rank = {value: k for k, value in enumerate(chosen)}
-    return sorted(chosen, key=lambda v: (-score(v), rank[v]))
+    # Best first (the tiers were taken in that order); ties (and the evenly drawn last tier) in
+    # order of appearance.
+    return chosen
 
 
 def _fact_line(values: Sequence[str], cap: int) -> str:
@@ -422,7 +475,7 @@ def summarize_messages(
             if text.strip():
                 lowered = head.lower()
                 decisions = (
-                    [s for s in _SENTENCE.split(head) if _is_decision(s.lower())]
+                    [s for s in _sentences(head) if _is_decision(s.lower())]
                     if _is_decision(lowered)
                     else []
                 )

@@ -28,6 +28,7 @@ __all__ = [
     "is_foreign_handoff",
     "is_real_user",
     "is_standing_instruction",
+    "states_a_rule",
     "fresh_copy",
     "masked_view",
 ]
@@ -46,6 +47,24 @@ _IMAGE_TOKENS = 1500
 _INSTRUCTION = re.compile(
     r"\b(?:never|always|must|mustn'?t|don'?t|do not|shall not|from now on|going forward|"
     r"make sure|remember to|keep in mind|avoid|under no circumstances|at all times)\b"
+)
+# Every alternative of `_INSTRUCTION` holds one of these: a text without any cannot match, and
+# these substring searches cost about half of the regex trying its alternation at every position.
+_INSTRUCTION_WORDS = (
+    "never",
+    "always",
+    "must",
+    "don",
+    "do not",
+    "shall not",
+    "from now on",
+    "going forward",
+    "make sure",
+    "remember to",
+    "keep in mind",
+    "avoid",
+    "under no circumstances",
+    "at all times",
 )
 _INSTRUCTION_MAX_CHARS = 1500
 
@@ -92,16 +111,23 @@ def tool_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def tool_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(call_id for call_id, _, _ in tool_calls(message))
+    """The ids of `tool_calls(message)` (without reading their names and arguments)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ()
+    return tuple(str(call.get("id") or "") for call in calls if isinstance(call, dict))
 
 
 def estimate_tokens(message: Any) -> int:
     """A cheap upper-ish estimate (4 characters a token), like the host's own rough count."""
     if not isinstance(message, dict):
         return MESSAGE_OVERHEAD
+    content = message.get("content")
+    calls = message.get("tool_calls")
+    if calls is None and isinstance(content, str):  # most messages: the general case's sum
+        return (len(content) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD
     chars = 0
     images = 0
-    content = message.get("content")
     if isinstance(content, str):
         chars += len(content)
     elif isinstance(content, list):
@@ -116,7 +142,6 @@ def estimate_tokens(message: Any) -> int:
                 chars += len(part)
     elif content is not None:
         chars += len(str(content))
-    calls = message.get("tool_calls")
     if isinstance(calls, list):
         for call in calls:
             fn = call.get("function") if isinstance(call, dict) else None
@@ -138,6 +163,7 @@ def estimate_list_tokens(messages: list[Any]) -> int:
 
 
 _LEAD = len(HANDOFF_MARKER) + len(HANDOFF_SIGNATURE) + 64
+_MARKER_FIRST = HANDOFF_MARKER[0]
 
 
 def _lead(message: dict[str, Any]) -> str:
@@ -153,6 +179,11 @@ def handoff_kind(message: Any) -> str | None:
     for another compressor's (Hermes' built-in shares the marker), None for anything else."""
     if not isinstance(message, dict):
         return None
+    content = message.get("content")
+    if isinstance(content, str):
+        first = content[:1]
+        if first != _MARKER_FIRST and not first.isspace():
+            return None  # (what `_lead` would return does not start with the marker)
     lead = _lead(message)
     if not lead.startswith(HANDOFF_MARKER):
         return None
@@ -178,10 +209,19 @@ def is_real_user(message: Any) -> bool:
 
 def is_standing_instruction(message: Any) -> bool:
     """A short request of the person's that states a rule ("never ...", "always ...")."""
-    if not is_real_user(message):
+    return is_real_user(message) and states_a_rule(content_text(message))
+
+
+def states_a_rule(text: str) -> bool:
+    """Whether a request's text (`content_text`) is short and states a rule: the half of
+    `is_standing_instruction` for a caller that already knows the message is the person's."""
+    if len(text) > _INSTRUCTION_MAX_CHARS:
         return False
-    text = content_text(message)
-    return len(text) <= _INSTRUCTION_MAX_CHARS and _INSTRUCTION.search(text.lower()) is not None
+    lowered = text.lower()
+    return (
+        any(word in lowered for word in _INSTRUCTION_WORDS)
+        and _INSTRUCTION.search(lowered) is not None
+    )
 
 
 def fresh_copy(message: Any) -> Any:

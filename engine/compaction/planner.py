@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["MessageFacts", "Unit", "Plan", "units_of", "plan", "STUB_TOKENS"]
 
@@ -30,8 +31,12 @@ STUB_TOKENS = 80
 (`assemble.shorten` fits a message's content into any allowance this large)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MessageFacts:
+# MessageFacts and Unit are named tuples, not frozen dataclasses: as immutable, and one is made
+# per message (per unit) of every pass, where a frozen dataclass's __init__ sets each field
+# through object.__setattr__ (~3 µs a MessageFacts).
+
+
+class MessageFacts(NamedTuple):
     tokens: int
     role: str
     folded: bool = False  # already covered by a section of this conversation
@@ -42,8 +47,7 @@ class MessageFacts:
     result_id: str | None = None  # a tool result's call id
 
 
-@dataclass(frozen=True, slots=True)
-class Unit:
+class Unit(NamedTuple):
     start: int
     end: int  # exclusive
     well_formed: bool
@@ -144,7 +148,8 @@ def plan(
 
     newest_turn = formed[-1] if formed and formed[-1] is body[-1] else None
     newest_request = next((u for u in reversed(formed) if facts[u.start].real_user), None)
-    protected = [u for u in formed if any(facts[i].protected for i in u.indices())]
+    flags = [f.protected for f in facts]
+    protected = [u for u in formed if any(flags[u.start : u.end])]
     mandatory: dict[int, Unit] = {u.start: u for u in protected}
     for unit in (newest_turn, newest_request):
         if unit is not None:
