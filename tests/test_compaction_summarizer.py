@@ -275,3 +275,14 @@ def test_no_model_is_asked_past_the_callers_deadline(core: Any) -> None:
     # A pass running out of time is not the model failing: the next caller still asks it.
     assert writer.summarize(_fold(3)).prose == "User: slow but fine"
     writer.close()
+
+
+def test_facts_when_the_better_tiers_fill_the_limit_exactly():
+    """The tiers above the last fill the limit to the fact: the rest is left out, no division
+    by the room that is not there (this used to raise and fail the whole summary)."""
+    from chronicle_engine.compaction.extractive import _facts
+
+    once = [f"build-{n}x" for n in range(4)]  # seen once, letters and digits: the top tier
+    texts = [(" ".join(once), 1), ("port 80 and port 80 again", 1)]
+    assert _facts(texts, 4) == once
+    assert _facts(texts, 5)[:4] == once and len(_facts(texts, 5)) == 5

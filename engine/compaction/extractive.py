@@ -303,6 +303,8 @@ def _facts(texts: Sequence[tuple[str, int]], limit: int) -> list[str]:
     for tier in sorted(tiers, reverse=True):
         values = tiers[tier]
         room = limit - len(chosen)
+        if room <= 0:  # the tiers above filled it exactly
+            break
         if len(values) <= room:
             chosen += values
             continue
