@@ -174,26 +174,13 @@ class Capture(HostRecorder):
         )[0]
 
     def capture_turn(
-        self,
-        session_id: str,
-        messages: Sequence[Any] | None,
-        *,
-        user_id: str | None = None,
-        profile: str | None = None,
-        agent_context: str | None = None,
-        platform: str | None = None,
+        self, session_id: str, messages: Sequence[Any] | None, **identity: str | None
     ) -> int:
         """`capture_messages(..., return_seqs=False)` for a hook that only needs to know how many
-        messages this call stored (none of the list's seqs, nor a read of the log's end)."""
+        messages this call stored (none of the list's seqs, nor a read of the log's end).
+        `identity`: capture_messages' user_id, profile, agent_context and platform."""
         return self._capture_list(
-            session_id,
-            messages,
-            user_id=user_id,
-            profile=profile,
-            agent_context=agent_context,
-            platform=platform,
-            created_at=None,
-            return_seqs=False,
+            session_id, messages, created_at=None, return_seqs=False, **identity
         )[1]
 
     def _capture_list(
@@ -201,12 +188,12 @@ class Capture(HostRecorder):
         session_id: str,
         messages: Sequence[Any] | None,
         *,
-        user_id: str | None,
-        profile: str | None,
-        agent_context: str | None,
-        platform: str | None,
         created_at: Any,
         return_seqs: bool,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
     ) -> tuple[list[int | None], int]:
         """Both of the above: the seqs, and how many messages were stored by this call."""
         session = str(session_id or "")

@@ -58,33 +58,9 @@ def message_id(session: str, anchor: str, fp: str, position: int) -> str:
     return f"m{digest(session)[:8]}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
 
 
-def describe(
-    obj: Any,
-    wire: dict[str, Any],
-    fp: str,
-    *,
-    parent: str | None,
-    turn: int | None,
-    tool_name: str | None = None,
-    user_id: str | None = None,
-    profile: str | None = None,
-    agent_context: str = "primary",
-    platform: str | None = None,
-) -> MessageCaptured:
-    return MessageCaptured.model_validate(
-        describe_payload(
-            obj,
-            wire,
-            fp,
-            parent=parent,
-            turn=turn,
-            tool_name=tool_name,
-            user_id=user_id,
-            profile=profile,
-            agent_context=agent_context,
-            platform=platform,
-        )
-    )
+def describe(obj: Any, wire: dict[str, Any], fp: str, **context: Any) -> MessageCaptured:
+    """The message described as an event (`describe_payload`'s arguments)."""
+    return MessageCaptured.model_validate(describe_payload(obj, wire, fp, **context))
 
 
 def describe_payload(

@@ -91,19 +91,12 @@ class EventTypeRegistry:
         created_at: str | None = None,
     ) -> PendingEvent:
         """Wrap a domain event for `store.append`."""
-        namespace, type_, version = self.key_of(type(event))
-        extra: dict[str, Any] = {}
-        if id is not None:
-            extra["id"] = id
-        if created_at is not None:
-            extra["created_at"] = created_at
-        return PendingEvent(
-            namespace=namespace,
-            type=type_,
-            version=version,
-            payload=event.model_dump(mode="json"),
+        return self.pending_payload(
+            type(event),
+            event.model_dump(mode="json"),
             session=session,
-            **extra,
+            id=id,
+            created_at=created_at,
         )
 
     def pending_payload(
