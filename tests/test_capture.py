@@ -546,3 +546,70 @@ def test_a_turn_another_process_stored_first_stays_on_the_branch(tmp_path):
     finally:
         one.shutdown()
         two.shutdown()
+
+
+_WORDS = [u("ok"), a("Done."), u("again"), a("Sure."), a("Done.")]
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_law_the_projection_is_the_list_the_host_holds(data):
+    """Whatever the host does to its list between captures (a new turn, a regenerated reply, an
+    edited last request, a restart that hands over fresh dicts, a repeat of the same call), the
+    session's projection is the host's list, and a message is stored again only when the host
+    has a new one. Replies repeat on purpose ("Done." twice) so fingerprints collide. (A list
+    that is only a prefix of the branch records nothing and moves nothing: a stale or repeated
+    call must not rewind the session; Hermes announces a rewind with on_session_switch.)"""
+    from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
+
+    core = ChronicleCore(":memory:")
+    try:
+        live: list[dict] = [dict(data.draw(st.sampled_from(_WORDS)))]
+        for n in range(data.draw(st.integers(min_value=1, max_value=12))):
+            step = data.draw(st.sampled_from(["turn", "regenerate", "edit", "restart", "repeat"]))
+            if step == "turn":
+                live += [dict(data.draw(st.sampled_from(_WORDS))) for _ in range(2)]
+            elif step == "regenerate" and live[-1]["role"] == "assistant":
+                live[-1] = dict(data.draw(st.sampled_from(_WORDS[1::2])))
+            elif step == "edit":
+                users = [i for i, m in enumerate(live) if m["role"] == "user"]
+                if users:
+                    live = live[: users[-1]] + [u(f"edited at step {n}"), a("Done.")]
+            elif step == "restart":
+                core.capture.forget("s")
+                live = fresh(live)
+            if data.draw(st.booleans()):
+                core.capture.capture_messages("s", live)
+            else:
+                core.capture.capture_turn("s", live)
+            core.sessions.refresh()
+            projected = [
+                m
+                for m in core.sessions.projection("s")
+                if not str(m.get("content", "")).startswith(BRANCH_SUMMARY_MARKER)
+            ]
+            assert projected == live
+    finally:
+        core.shutdown()
+
+
+def test_an_edited_first_request_whose_reply_repeats_is_a_new_branch(core):
+    """A different first request with the same reply is a different history, even though the
+    reply alone matches the end of the branch (no handoff: the list is the host's own)."""
+    core.capture.capture_messages("s", [u("rename it"), a("Done.")])
+    core.capture.forget("s")  # a restart: no live dicts to recognise
+    assert core.capture.capture_turn("s", [u("delete it"), a("Done.")]) == 2
+    assert [m["content"] for m in core.sessions.projection("s")][-2:] == ["delete it", "Done."]
+
+
+def test_going_back_to_a_reply_left_earlier_returns_to_that_branch(core):
+    """Regenerating a reply back to one the branch already held (Done., then Sure., then Done.
+    again) returns to the entry the log has, and the session's leaf follows."""
+    live = [u("ok"), a("Done.")]
+    core.capture.capture_messages("s", live)
+    live[-1] = a("Sure.")
+    core.capture.capture_messages("s", live)
+    live[-1] = a("Done.")
+    assert core.capture.capture_turn("s", live) == 0  # the entry is already in the log
+    core.sessions.refresh()
+    assert [m["content"] for m in core.sessions.projection("s")] == ["ok", "Done."]

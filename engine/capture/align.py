@@ -124,8 +124,16 @@ def _run(live: Sequence[str], path: Sequence[str], p: int, q: int, cap: int) -> 
     return r
 
 
-def align(live: Sequence[str], path: Sequence[str], *, run: int = RUN) -> tuple[int, int]:
-    """(p, q) with live[p] == path[q] as described in the module docstring; (-1, -1) if none."""
+def align(
+    live: Sequence[str], path: Sequence[str], *, run: int = RUN, strict: bool = False
+) -> tuple[int, int]:
+    """(p, q) with live[p] == path[q] as described in the module docstring; (-1, -1) if none.
+
+    Not `strict`, a shorter run is taken when nothing better exists: two equal messages in a
+    row, or one at the path's very end. That is for a list a compressor reshaped (a handoff in
+    front, copies that differ from what was logged). A list with no handoff is the conversation
+    as the host holds it: there a run broken by a different message is a different history (an
+    edited first request whose reply repeats the old one), not evidence, and `strict` says so."""
     n, m = len(live), len(path)
     if not n or not m:
         return (-1, -1)
@@ -142,6 +150,8 @@ def align(live: Sequence[str], path: Sequence[str], *, run: int = RUN) -> tuple[
                 return (p, q)
             if fallback is None or (r, q, p) > fallback:
                 fallback = (r, q, p)
+    if strict:
+        return (-1, -1)
     if fallback is not None and fallback[0] >= 2:
         return (fallback[2], fallback[1])
     if fallback is not None and fallback[1] == m - 1:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.store import PendingEvent, sqlite_errors, utc_now
-from ..tree.events import BranchSummarized
+from ..tree.events import BranchSummarized, LeafMoved
 from ..tree.paths import read_leaf, read_path
 from ..tree.summary import abandoned_summary
 from ..tree.writing import TreeWriting
@@ -427,7 +427,7 @@ class Capture(HostRecorder):
                     p, placed = embedded
                     q_anchor = len(path.ids) - 1
                 else:
-                    p, q_anchor = align(live, path.fps)
+                    p, q_anchor = align(live, path.fps, strict=last_handoff < 0)
 
         if placed is None and p >= 0:
             # What follows the alignment point and is already on the branch right after it, in
@@ -554,6 +554,13 @@ class Capture(HostRecorder):
             parent = anchor = event_id
         plan.path.leaf = plan.path.ids[-1]
         plan.first_new_q = len(plan.path.ids) - len(plan.new)
+        if plan.path is not path:
+            # A branch: its messages may be entries the log already holds (the host went back
+            # to a branch it left, "Done." regenerated after "Sure."), which the fold does not
+            # add again, so the leaf is moved to the branch's end explicitly.
+            plan.events.append(
+                self.core.types.pending(LeafMoved(target=plan.path.leaf), session=session)
+            )
         return plan
 
     def _fingerprint(self, message: Any, path: BranchPath) -> str:
