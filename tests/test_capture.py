@@ -559,7 +559,7 @@ def test_law_the_projection_is_the_list_the_host_holds(data):
     session's projection is the host's list, and a message is stored again only when the host
     has a new one. Replies repeat on purpose ("Done." twice) so fingerprints collide. (A list
     that is only a prefix of the branch records nothing and moves nothing: a stale or repeated
-    call must not rewind the session; Hermes announces a rewind with on_session_switch.)"""
+    call must not rewind the session; a rewind the host reports is recorded by the provider.)"""
     from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
 
     core = ChronicleCore(":memory:")
