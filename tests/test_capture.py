@@ -460,12 +460,12 @@ def test_a_log_with_ids_of_the_old_layout_goes_on_without_duplicates(tmp_path, m
     """A database written before ids led with session and position: a new process aligns with
     it by fingerprint, records only what is new, and chains the new ids onto the old ones."""
     import chronicle_engine.capture.capture as capture_module
-    from chronicle_engine.capture.describe import digest
+    from chronicle_engine.capture.describe import digest, legacy_message_id
 
     monkeypatch.setattr(
         capture_module,
         "message_id",
-        lambda session, anchor, fp, position: "m" + digest(session, anchor, fp),
+        lambda session, anchor, fp, position: legacy_message_id(session, anchor, fp),
     )
     path = tmp_path / "old.db"
     first = ChronicleCore(path)

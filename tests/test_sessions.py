@@ -274,7 +274,7 @@ def test_an_older_linear_export_is_migrated_on_load(core):
     from chronicle_engine.capture.describe import digest
 
     first = next(iter(core.store.read(session="old"))).envelope.id
-    assert first == "m" + digest("old", "", fingerprint(messages[0]))
+    assert first == "m" + digest("old", "", fingerprint(messages[0]))  # the layout, spelled out
     assert core.sessions.import_jsonl(v1) == 0
     # Capture aligns with the imported branch: capturing the same conversation adds nothing.
     core.capture.capture_messages("old", json.loads(json.dumps(messages)))

@@ -16,7 +16,15 @@ from .events import MessageCaptured, message_text
 from .secrets import mask
 from .speaker import attribute
 
-__all__ = ["describe", "describe_payload", "message_id", "digest", "searchable", "INDEXED_CHARS"]
+__all__ = [
+    "describe",
+    "describe_payload",
+    "message_id",
+    "legacy_message_id",
+    "digest",
+    "searchable",
+    "INDEXED_CHARS",
+]
 
 INDEXED_CHARS = 64_000
 """The longest searchable `text` a message gets. A longer one (a huge tool output, a pasted log)
@@ -56,6 +64,12 @@ def message_id(session: str, anchor: str, fp: str, position: int) -> str:
     fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as they are;
     an id is only ever compared, never parsed."""
     return f"m{digest(session)[:8]}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
+
+
+def legacy_message_id(session: str, anchor: str, fp: str) -> str:
+    """The id layout before `message_id` led with session and position. Version-1 session
+    files are still migrated to it, so importing the same old file again stays a no-op."""
+    return "m" + digest(session, anchor, fp)
 
 
 def describe(obj: Any, wire: dict[str, Any], fp: str, **context: Any) -> MessageCaptured:

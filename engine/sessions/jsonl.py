@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..capture.align import fingerprint, wire_message
-from ..capture.describe import describe, digest
+from ..capture.describe import describe_payload, legacy_message_id
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..errors import FormatError, UnknownEventType
 from ..log.store import PendingEvent
@@ -119,10 +119,8 @@ def _v1_to_v2(header: Record, records: list[tuple[int, Any]]) -> list[tuple[int,
         wire = wire_message(message)
         fp = fingerprint(wire)
         turn += wire.get("role") == "user"
-        event = describe(message, wire, fp, parent=anchor, turn=turn)
-        # The id version-1 files were always migrated to (before ids led with session and
-        # position): importing the same old file again stays a no-op across that change.
-        entry_id = "m" + digest(session, anchor, fp)
+        payload = describe_payload(message, wire, fp, parent=anchor, turn=turn)
+        entry_id = legacy_message_id(session, anchor, fp)
         out.append(
             (
                 number,
@@ -136,7 +134,7 @@ def _v1_to_v2(header: Record, records: list[tuple[int, Any]]) -> list[tuple[int,
                         "namespace": CHAT_NAMESPACE,
                         "type": "MessageCaptured",
                         "version": 1,
-                        "payload": event.model_dump(mode="json"),
+                        "payload": payload,
                     },
                 },
             )
