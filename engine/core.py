@@ -24,8 +24,8 @@ from .chronicle.store import SQLiteChronicleStore
 from .compaction.events import register_context_events
 from .config import Config, load_hermes_config
 from .errors import StoreError
+from .log.bookkeeping import register_builtin_events
 from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
-from .log.pins import register_builtin_events
 from .log.store import SQLiteEventStore
 from .recall.events import register_recall_events
 from .scheduler.events import register_scheduler_events

@@ -320,3 +320,18 @@ def test_doctor_says_which_egress_would_be_refused(db, tmp_path, capsys):
     assert checks["summaries"]["status"] == "ok" and "127.0.0.1" in checks["summaries"]["detail"]
     embeddings = checks["embeddings"]["detail"]
     assert embeddings.startswith("REFUSED") and "recall.embeddings.allow_remote" in embeddings
+
+
+def test_a_missing_dependency_names_the_requirement_and_how_to_install_it(capsys):
+    import argparse
+
+    from chronicle_engine.cli import run
+
+    def needs_a_model(session):
+        raise ModuleNotFoundError("No module named 'pydantic_ai'", name="pydantic_ai.messages")
+
+    code = run(argparse.Namespace(run=needs_a_model, db=None, json=False))
+    err = capsys.readouterr().err
+    assert code == Exit.FAILED
+    assert "pydantic-ai-slim>=1.0 is not installed" in err
+    assert "hermes memory setup chronicle" in err and "-m pip install" in err

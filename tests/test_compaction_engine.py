@@ -28,7 +28,7 @@ from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.summarizer import ExtractiveWriter, ModelWriter
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.log.pins import BOOKKEEPING_NAMESPACE
+from chronicle_engine.log.bookkeeping import BOOKKEEPING_NAMESPACE
 
 
 @pytest.fixture(params=["memory", "file"])

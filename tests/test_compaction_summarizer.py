@@ -26,7 +26,7 @@ from chronicle_engine.compaction.summarizer import (
 )
 from chronicle_engine.config import Config
 from chronicle_engine.errors import UsageError
-from chronicle_engine.log.pins import BOOKKEEPING_NAMESPACE
+from chronicle_engine.log.bookkeeping import BOOKKEEPING_NAMESPACE
 
 FOLD = [
     {"role": "user", "content": "Deploy build 4.2.1 to staging; the ticket is OPS-311."},

@@ -18,14 +18,9 @@ from chronicle_engine.chronicle.retriever import substring_retriever
 from chronicle_engine.chronicle.sections import Anchor, Consolidation, EventTypes
 from chronicle_engine.chronicle.store import SQLiteChronicleStore
 from chronicle_engine.errors import ChronicleFork, GenerativeRebuild
+from chronicle_engine.log.bookkeeping import is_bookkeeping, register_builtin_events
 from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegistry, UpcastRegistry
-from chronicle_engine.log.pins import (
-    PinLedger,
-    PinnedModel,
-    ReplayPins,
-    is_bookkeeping,
-    register_builtin_events,
-)
+from chronicle_engine.log.pins import PinLedger, PinnedModel, ReplayPins
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
 

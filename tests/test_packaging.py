@@ -28,3 +28,16 @@ def test_plugin_manifest_is_standalone() -> None:
     assert manifest["kind"] == "standalone"
     assert manifest["name"] == "chronicle"
     assert manifest["manifest_version"] == 1
+
+
+def test_dependency_list_matches_plugin_yaml_and_pyproject() -> None:
+    """doctor's dependency check, Hermes' setup (plugin.yaml) and pip (pyproject) agree."""
+    import yaml
+
+    from chronicle_engine.deps import REQUIREMENTS
+
+    ours = sorted(r.spec for r in REQUIREMENTS)
+    manifest = yaml.safe_load((ROOT / "plugin.yaml").read_text())
+    assert sorted(manifest["pip_dependencies"]) == ours
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert sorted(pyproject["project"]["dependencies"]) == ours

@@ -10,8 +10,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from chronicle_engine.errors import PinMiss
+from chronicle_engine.log.bookkeeping import is_bookkeeping
 from chronicle_engine.log.events import EventTypeRegistry
-from chronicle_engine.log.pins import PinLedger, PinnedModel, ReplayPins, is_bookkeeping
+from chronicle_engine.log.pins import PinLedger, PinnedModel, ReplayPins
 from chronicle_engine.log.store import SQLiteEventStore
 
 

@@ -59,9 +59,22 @@ def run(args: argparse.Namespace) -> int:
         return fail(session, "interrupted", Exit.FAILED)
     except Exception as exc:  # the one place errors become messages and exit codes
         logging.getLogger("chronicle_engine.cli").debug("command failed", exc_info=True)
-        return fail(session, str(exc) or type(exc).__name__, code_for(exc))
+        return fail(session, _message(exc), code_for(exc))
     finally:
         session.close()
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, ModuleNotFoundError):
+        from ..deps import install_command, requirement_for
+
+        requirement = requirement_for(exc.name)
+        if requirement is not None:
+            return (
+                f"{requirement.spec} is not installed in this Python ({exc}); it is needed for "
+                f"{requirement.needed_for}. Install it with {install_command([requirement])}"
+            )
+    return str(exc) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,29 +32,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
-
-from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    SystemPromptPart,
-    TextPart,
-    UserPromptPart,
-)
-from pydantic_ai.models import Model
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from ..capture.secrets import mask
 from ..config import Config
 from ..errors import SummaryFailed, UsageError
 from ..log.events import EventTypeRegistry
-from ..log.pins import PinLedger, PinnedModel
 from ..log.store import SQLiteEventStore
 from .extractive import condense_prose, summarize_messages
 from .messages import content_text, masked_view, tool_calls
+
+if TYPE_CHECKING:  # pydantic-ai is imported only where a model is called (it costs ~0.7 s)
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models import Model
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 __all__ = [
     "FoldInput",
@@ -216,6 +208,8 @@ class ModelWriter:
         self.name = name
         self._resting_until = 0.0  # monotonic time before which the model is not asked
         self._last_error = ""
+        from ..log.pins import PinLedger
+
         self._ledger = PinLedger(store, types)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -236,6 +230,10 @@ class ModelWriter:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _draw(self, prompt: str, timeout: float) -> tuple[str, tuple[str, ...]]:
+        from pydantic_ai import Agent
+
+        from ..log.pins import PinnedModel
+
         keys: list[str] = []
         agent = Agent(
             PinnedModel(self._model(), self._ledger, on_key=keys.append),
@@ -358,6 +356,8 @@ class ModelWriter:
 
 
 def _openai_messages(messages: list[ModelMessage], info: AgentInfo) -> list[dict[str, str]]:
+    from pydantic_ai.messages import ModelRequest, SystemPromptPart, UserPromptPart
+
     out: list[dict[str, str]] = []
     for message in messages:
         if not isinstance(message, ModelRequest):
@@ -393,6 +393,8 @@ def _text_of_openai_response(response: Any) -> str:
 
 def auxiliary_model(timeout: float) -> FunctionModel:
     """Hermes' auxiliary compression model (`auxiliary.compression`), as a pydantic-ai model."""
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
 
     def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         from agent.auxiliary_client import call_llm  # Hermes is only there inside Hermes
@@ -434,6 +436,8 @@ def endpoint_model(
             f"the summarizer endpoint {host} is off this host's network; summaries carry "
             "conversation content. Set chronicle.context.summarizer_allow_remote: true to allow it"
         )
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
 
     def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         import httpx
@@ -456,6 +460,21 @@ def writer_from_config(
 ) -> SectionWriter:
     """The writer `context.summarizer` names. A misconfigured endpoint logs once and gives the
     extractive writer: compaction works offline whatever the settings say."""
+    try:
+        return _writer_from_config(config, store, types)
+    except ModuleNotFoundError as exc:  # pydantic-ai not installed yet (see deps.py)
+        log.warning(
+            "context.summarizer needs %s, which is not installed (%s); compaction uses the "
+            "extractive summary. Install it with `hermes memory setup chronicle`",
+            "pydantic-ai-slim",
+            exc,
+        )
+        return ExtractiveWriter()
+
+
+def _writer_from_config(
+    config: Config, store: SQLiteEventStore, types: EventTypeRegistry
+) -> SectionWriter:
     kind = str(config.get("context.summarizer") or "extractive").strip().lower()
     timeout = float(config.get("context.summarizer_timeout_seconds") or 30)
     if kind == "auxiliary":

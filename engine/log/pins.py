@@ -7,6 +7,9 @@
   otherwise draws from the model and records the answer; `commit()` appends the new pins to the
   log as bookkeeping events (`PinPromoted`).
 - `ReplayPins` answers only from the log and raises `PinMiss` rather than reach a model.
+
+This is the one module of the log that imports pydantic-ai; the pin event itself lives in
+`bookkeeping.py`, so nothing that only reads the log loads a model library.
 """
 
 from __future__ import annotations
@@ -23,22 +26,12 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from ..errors import PinMiss
-from .events import DomainEvent, EventTypeRegistry
-from .store import Envelope, SQLiteEventStore, StoredEvent
+from .bookkeeping import BOOKKEEPING_NAMESPACE, PinPromoted, register_builtin_events
+from .events import EventTypeRegistry
+from .store import SQLiteEventStore, StoredEvent
 
-__all__ = [
-    "BOOKKEEPING_NAMESPACE",
-    "PinPromoted",
-    "PinResolver",
-    "PinnedModel",
-    "PinLedger",
-    "ReplayPins",
-    "is_bookkeeping",
-    "register_builtin_events",
-    "request_key",
-]
+__all__ = ["PinResolver", "PinnedModel", "PinLedger", "ReplayPins", "request_key"]
 
-BOOKKEEPING_NAMESPACE = "chronicle.pins"
 _KEY_PREFIX = "p1:model_call:"
 # Fields that differ between two runs of the same request; they must not reach the key.
 _VOLATILE = frozenset(
@@ -46,23 +39,6 @@ _VOLATILE = frozenset(
 )
 
 Draw = Callable[[], Awaitable[ModelResponse]]
-
-
-class PinPromoted(DomainEvent, frozen=True):
-    """A model call's response, recorded so a replay can answer it without the model."""
-
-    key: str
-    response: str  # ModelMessagesTypeAdapter JSON of [response]
-
-
-def register_builtin_events(types: EventTypeRegistry) -> None:
-    types.register(BOOKKEEPING_NAMESPACE, "PinPromoted", PinPromoted)
-
-
-def is_bookkeeping(event: StoredEvent | Envelope) -> bool:
-    """True for the events the pin ledger appends about itself (leave them out of a tail)."""
-    envelope = event.envelope if isinstance(event, StoredEvent) else event
-    return envelope.namespace == BOOKKEEPING_NAMESPACE
 
 
 def _strip(value: Any) -> Any:

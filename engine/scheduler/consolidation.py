@@ -36,8 +36,8 @@ from ..chronicle.sections import (
 )
 from ..chronicle.store import CHRONICLE_MIGRATIONS, SQLiteChronicleStore
 from ..errors import ChronicleFork
+from ..log.bookkeeping import is_bookkeeping
 from ..log.events import EventReader, EventTypeRegistry
-from ..log.pins import is_bookkeeping
 from ..log.projector import Projector
 from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
 from .events import SessionReaped, register_scheduler_events

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from ..capture.events import HOST_NAMESPACE
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
-from ..log.pins import is_bookkeeping
+from ..log.bookkeeping import is_bookkeeping
 from ..log.store import StoredEvent
 from .events import NAMESPACE as SCHEDULER_NAMESPACE
 

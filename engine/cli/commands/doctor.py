@@ -41,6 +41,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(s: Session) -> Outcome:
     checks: list[Check] = []
+    checks += _dependency_checks(s)
     checks += _hermes_checks(s)
     checks += _config_checks(s)
     if s.db_path.exists():
@@ -189,6 +190,29 @@ def _config_checks(s: Session) -> list[Check]:
                 "dormant keys set",
                 "warn",
                 f"set but not read by this build: {', '.join(dormant)}",
+            )
+        )
+    return out
+
+
+def _dependency_checks(s: Session) -> list[Check]:
+    """Each requirement this Python cannot import, named with the command that installs it."""
+    from ... import deps
+
+    absent = deps.missing()
+    if not absent:
+        return [Check("python", "dependencies", "ok", "every dependency imports")]
+    model_summaries = str(s.config.get("context.summarizer") or "extractive") != "extractive"
+    out = []
+    for r in absent:
+        hard = not r.optional or model_summaries
+        out.append(
+            Check(
+                "python",
+                r.module,
+                "fail" if hard else "warn",
+                f"{r.spec} is not installed (needed for {r.needed_for}); install it with "
+                + deps.install_command([r]),
             )
         )
     return out
