@@ -32,10 +32,10 @@ from .scheduler.events import register_scheduler_events
 from .sessions.events import register_session_events
 
 if TYPE_CHECKING:
-    from .capture.capture import Capture
     from .compaction.engine import Compaction
     from .recall.recall import Recall
     from .scheduler.scheduler import Scheduler
+    from .sessions.capture import Capture
     from .sessions.tree import SessionTree
 
 __all__ = ["ChronicleCore"]
@@ -136,16 +136,16 @@ class ChronicleCore:
             return found
 
     @property
-    def capture(self) -> Capture:
-        from .capture.capture import Capture
-
-        return self._subsystem("capture", Capture)
-
-    @property
     def sessions(self) -> SessionTree:
         from .sessions.tree import SessionTree
 
-        return self._subsystem("sessions", SessionTree)
+        return self._subsystem("sessions", lambda core: SessionTree(core.reader))
+
+    @property
+    def capture(self) -> Capture:
+        from .sessions.capture import Capture
+
+        return self._subsystem("capture", lambda core: Capture(core.sessions, core.config))
 
     @property
     def recall(self) -> Recall:

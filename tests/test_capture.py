@@ -372,7 +372,7 @@ def test_a_resumed_list_with_a_message_the_host_rewrote_records_nothing_twice(co
 
 
 def test_sessions_evicted_from_the_cache_reload_from_the_tree(core, monkeypatch):
-    import chronicle_engine.capture.capture as capture_module
+    import chronicle_engine.sessions.capture as capture_module
 
     monkeypatch.setattr(capture_module, "_CACHED_SESSIONS", 2)
     lives = {f"s{i}": [u("ok"), a("Done.")] for i in range(5)}
@@ -459,7 +459,7 @@ def test_a_sessions_message_ids_sort_in_branch_order(core):
 def test_a_log_with_ids_of_the_old_layout_goes_on_without_duplicates(tmp_path, monkeypatch):
     """A database written before ids led with session and position: a new process aligns with
     it by fingerprint, records only what is new, and chains the new ids onto the old ones."""
-    import chronicle_engine.capture.capture as capture_module
+    import chronicle_engine.capture.plan as capture_module
     from chronicle_engine.capture.describe import digest, legacy_message_id
 
     monkeypatch.setattr(

@@ -322,7 +322,7 @@ def test_tree_reads_do_not_write_for_events_outside_the_tree(tmp_path: Path, whe
 
 
 def _switch(parent: str) -> Any:
-    from chronicle_engine.tree.events import SessionSwitched
+    from chronicle_engine.sessions.events import SessionSwitched
 
     return SessionSwitched(parent_session=parent, reason="compression")
 

@@ -14,6 +14,7 @@ from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import FormatError, UsageError
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.sessions.fold import FOLD_NAME, SessionFold
+from chronicle_engine.sessions.jsonl import export_jsonl, import_jsonl
 from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
 
 
@@ -246,17 +247,17 @@ def _build_conversation(core: ChronicleCore) -> list[int]:
 
 def test_jsonl_round_trip_into_another_database(core, tmp_path):
     _build_conversation(core)
-    exported = core.sessions.export_jsonl("s", tmp_path / "s.jsonl")
+    exported = export_jsonl(core.sessions, "s", tmp_path / "s.jsonl")
     assert json.loads(exported.splitlines()[0])["version"] == 2
     other = ChronicleCore(tmp_path / "other.db")
-    assert other.sessions.import_jsonl(tmp_path / "s.jsonl") == len(exported.splitlines()) - 1
+    assert import_jsonl(other.sessions, tmp_path / "s.jsonl") == len(exported.splitlines()) - 1
     assert other.sessions.projection("s") == core.sessions.projection("s")
     assert [json.dumps(m) for m in all_messages(other)] == [
         json.dumps(m) for m in all_messages(core)
     ]
-    assert other.sessions.import_jsonl(exported) == 0  # idempotent
-    assert core.sessions.import_jsonl(exported) == 0  # and into the database it came from
-    assert other.sessions.export_jsonl("s").splitlines()[1:] == exported.splitlines()[1:]
+    assert import_jsonl(other.sessions, exported) == 0  # idempotent
+    assert import_jsonl(core.sessions, exported) == 0  # and into the database it came from
+    assert export_jsonl(other.sessions, "s").splitlines()[1:] == exported.splitlines()[1:]
     other.shutdown()
 
 
@@ -266,7 +267,7 @@ def test_an_older_linear_export_is_migrated_on_load(core):
         [json.dumps({"format": "chronicle-session", "version": 1, "session": "old"})]
         + [json.dumps(m) for m in messages]
     )
-    assert core.sessions.import_jsonl(v1) == 6
+    assert import_jsonl(core.sessions, v1) == 6
     assert core.sessions.projection("old") == messages
     # The migrated ids are the ones version-1 files always got, so a file imported before
     # capture's ids led with session and position is still a no-op to import again.
@@ -275,20 +276,20 @@ def test_an_older_linear_export_is_migrated_on_load(core):
 
     first = next(iter(core.store.read(session="old"))).envelope.id
     assert first == "m" + digest("old", "", fingerprint(messages[0]))  # the layout, spelled out
-    assert core.sessions.import_jsonl(v1) == 0
+    assert import_jsonl(core.sessions, v1) == 0
     # Capture aligns with the imported branch: capturing the same conversation adds nothing.
     core.capture.capture_messages("old", json.loads(json.dumps(messages)))
     assert len(all_messages(core)) == 6
-    assert json.loads(core.sessions.export_jsonl("old").splitlines()[0])["version"] == 2
+    assert json.loads(export_jsonl(core.sessions, "old").splitlines()[0])["version"] == 2
 
 
 def test_a_corrupt_line_is_reported_with_its_number_and_nothing_is_imported(core, tmp_path):
     _build_conversation(core)
-    lines = core.sessions.export_jsonl("s").splitlines()
+    lines = export_jsonl(core.sessions, "s").splitlines()
     other = ChronicleCore(tmp_path / "corrupt.db")
     broken = [*lines[:3], lines[3][:-7], *lines[4:]]
     with pytest.raises(FormatError, match=r"^line 4: not JSON"):
-        other.sessions.import_jsonl("\n".join(broken))
+        import_jsonl(other.sessions, "\n".join(broken))
     at = next(i for i, line in enumerate(lines) if i > 1 and '"type":"message"' in line)
     record = json.loads(lines[at])
     record["event"]["payload"]["speaker"] = "a ghost"
@@ -296,13 +297,13 @@ def test_a_corrupt_line_is_reported_with_its_number_and_nothing_is_imported(core
     with pytest.raises(
         FormatError, match=rf"^line {at + 1}: the MessageCaptured payload is invalid"
     ):
-        other.sessions.import_jsonl("\n".join(bad_payload))
+        import_jsonl(other.sessions, "\n".join(bad_payload))
     orphan = json.loads(lines[2])
     orphan["parentId"] = "no-such-entry"
     with pytest.raises(FormatError, match=r"^line 3: parentId 'no-such-entry'"):
-        other.sessions.import_jsonl("\n".join([*lines[:2], json.dumps(orphan), *lines[3:]]))
+        import_jsonl(other.sessions, "\n".join([*lines[:2], json.dumps(orphan), *lines[3:]]))
     with pytest.raises(FormatError, match="newer than this Chronicle reads"):
-        other.sessions.import_jsonl(json.dumps({"format": "chronicle-session", "version": 99}))
+        import_jsonl(other.sessions, json.dumps({"format": "chronicle-session", "version": 99}))
     assert other.store.count() == 0
     with sqlite3.connect(tmp_path / "corrupt.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM session_entries").fetchone()[0] == 0
@@ -356,12 +357,12 @@ def test_law_rebuild_reopen_and_carry_give_the_same_tree_and_projection(ops, tmp
     before = tables(core)
     Projector(core.store, core.reader, [SessionFold()]).rebuild(FOLD_NAME)
     assert tables(core) == before
-    exported = core.sessions.export_jsonl("s")
+    exported = export_jsonl(core.sessions, "s")
     core.shutdown()
     reopened = ChronicleCore(tmp / "a.db")
     assert reopened.sessions.projection("s") == projection
     reopened.shutdown()
     carried = ChronicleCore(tmp / "b.db")
-    carried.sessions.import_jsonl(exported)
+    import_jsonl(carried.sessions, exported)
     assert carried.sessions.projection("s") == projection
     carried.shutdown()

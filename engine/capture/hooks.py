@@ -8,9 +8,12 @@ a subagent's result or a mirrored memory write for something the person said.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..errors import StoreBusy, StoreReadOnly
+from ..errors import StoreBusy, StoreError, StoreReadOnly
+from ..log.events import DomainEvent, EventReader
+from ..log.store import PendingEvent, StoredEvent
 from .events import (
     HOST_NAMESPACE,
     CompressionAhead,
@@ -21,12 +24,10 @@ from .events import (
 )
 from .secrets import mask
 
-if TYPE_CHECKING:
-    from ..core import ChronicleCore
-    from ..log.events import DomainEvent
-    from ..log.store import StoredEvent
+__all__ = ["HostRecorder", "KeepAside"]
 
-__all__ = ["HostRecorder"]
+KeepAside = Callable[[StoreError, Sequence[PendingEvent]], tuple[StoreError, bool]]
+"""Keeps events the database refused in the spill: (the error to raise, whether kept)."""
 
 
 def _clip(text: str, limit: int) -> str:
@@ -51,14 +52,18 @@ def _mask_strings(value: Any) -> Any:
 
 
 class HostRecorder:
-    core: ChronicleCore
+    """Appends the host's reports straight to the log (they are no tree entries)."""
+
+    def __init__(self, log: EventReader, keep_aside: KeepAside) -> None:
+        self._host_log = log
+        self._host_keep_aside = keep_aside
 
     def _record(self, session_id: str, event: DomainEvent) -> int:
-        pending = self.core.types.pending(event, session=str(session_id or ""))
+        pending = self._host_log.types.pending(event, session=str(session_id or ""))
         try:
-            return self.core.store.append([pending])[0].seq
+            return self._host_log.store.append([pending])[0].seq
         except (StoreBusy, StoreReadOnly) as exc:
-            raise self.core.sessions.keep_aside(exc, [pending])[0] from exc
+            raise self._host_keep_aside(exc, [pending])[0] from exc
 
     def record_turn_start(
         self,
@@ -112,4 +117,4 @@ class HostRecorder:
 
     def host_events(self, session_id: str) -> list[StoredEvent]:
         """The host events recorded for a session, oldest first."""
-        return list(self.core.reader.read(session=str(session_id), namespaces=[HOST_NAMESPACE]))
+        return list(self._host_log.read(session=str(session_id), namespaces=[HOST_NAMESPACE]))

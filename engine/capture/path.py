@@ -9,12 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ..tree.paths import PathEntry
+__all__ = ["BranchPath", "Entry", "positional"]
 
-__all__ = ["BranchPath", "positional"]
+
+class Entry(Protocol):
+    """An entry of the session tree as a branch path reads it (the tree's `PathEntry`)."""
+
+    @property
+    def entry_id(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def fp(self) -> str | None: ...
+    @property
+    def target(self) -> str | None: ...
+    @property
+    def role(self) -> str | None: ...
 
 
 @dataclass
@@ -31,7 +45,7 @@ class BranchPath:
     identity: dict[int, tuple[Any, Any, Any, int]] = field(default_factory=dict)
     _by_seq: dict[int, int] | None = None
 
-    def extend(self, entries: Sequence[PathEntry]) -> None:
+    def extend(self, entries: Sequence[Entry]) -> None:
         for e in entries:
             if e.kind == "compaction":
                 self.kept_from = self.index_of_id(e.target) if e.target else None

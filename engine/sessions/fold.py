@@ -25,8 +25,8 @@ from ..log.store import (
     row_to_event,
     run_script,
 )
-from ..tree.events import ENTRY_KINDS
-from ..tree.events import NAMESPACE as SESSION_NAMESPACE
+from .events import ENTRY_KINDS
+from .events import NAMESPACE as SESSION_NAMESPACE
 
 __all__ = ["SessionFold", "FOLD_NAME", "MIGRATIONS", "fold_pending", "NAMESPACES"]
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -30,13 +31,19 @@ from ..capture.describe import describe_payload, legacy_message_id
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..errors import FormatError, UnknownEventType
 from ..log.store import PendingEvent
-from ..tree.events import ENTRY_KINDS
-from ..tree.events import NAMESPACE as SESSION_NAMESPACE
+from .events import ENTRY_KINDS
+from .events import NAMESPACE as SESSION_NAMESPACE
+from .tree import SessionTree
 
-if TYPE_CHECKING:
-    from .tree import SessionTree
-
-__all__ = ["FORMAT", "VERSION", "export_session", "import_session", "MIGRATIONS"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "export_session",
+    "import_session",
+    "export_jsonl",
+    "import_jsonl",
+    "MIGRATIONS",
+]
 
 FORMAT = "chronicle-session"
 VERSION = 2
@@ -182,7 +189,7 @@ def _pending(tree: SessionTree, number: int, record: Any) -> PendingEvent:
     if namespace not in (CHAT_NAMESPACE, SESSION_NAMESPACE) or not isinstance(payload, dict):
         raise FormatError(f"line {number}: not a session event ({namespace}.{type_})")
     try:
-        cls, current = tree.core.types.class_of(str(namespace), str(type_))
+        cls, current = tree.types.class_of(str(namespace), str(type_))
     except UnknownEventType:
         raise FormatError(f"line {number}: unknown event type {namespace}.{type_}") from None
     version = event.get("version", 1)
@@ -195,7 +202,7 @@ def _pending(tree: SessionTree, number: int, record: Any) -> PendingEvent:
             raise FormatError(f"line {number}: parentId must be a string or null")
         payload["parent"] = parent or ""
     try:
-        upcast = tree.core.upcasts.upcast(str(namespace), str(type_), version, current, payload)
+        upcast = tree.log.upcasts.upcast(str(namespace), str(type_), version, current, payload)
         cls.model_validate(upcast)
     except (ValidationError, UnknownEventType) as exc:
         first = str(exc).splitlines()[0]
@@ -245,3 +252,23 @@ def import_session(tree: SessionTree, text: str) -> int:
         before = w.end
         seqs = w.append(pending)
     return sum(1 for s in seqs if s > before)
+
+
+def export_jsonl(tree: SessionTree, session_id: str, path: str | Path | None = None) -> str:
+    """The session's whole conversation tree as versioned JSONL (returned, and written to
+    `path` when given)."""
+    text = export_session(tree, str(session_id))
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def import_jsonl(tree: SessionTree, source: str | Path) -> int:
+    """Import an exported session (text or a file path). Older format versions are
+    migrated; a corrupt line is reported with its number and nothing is imported. Returns
+    how many events were new to this log."""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
+        candidate = Path(source)
+        if candidate.exists():
+            source = candidate.read_text(encoding="utf-8")
+    return import_session(tree, str(source))

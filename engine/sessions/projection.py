@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.events import HANDOFF_MARKER
-from ..tree.paths import PathEntry
+from .paths import PathEntry
 
 __all__ = ["project", "BRANCH_SUMMARY_MARKER", "compaction_summary"]
 

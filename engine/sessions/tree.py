@@ -20,16 +20,15 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
-from ..capture.events import register_capture_events
 from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
+from ..log.events import EventReader
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
-from ..tree.events import NAMESPACE as SESSION_NAMESPACE
-from ..tree.events import (
+from .events import NAMESPACE as SESSION_NAMESPACE
+from .events import (
     SWITCH_REASONS,
     BranchSummarized,
     CompactionRecorded,
@@ -39,16 +38,12 @@ from ..tree.events import (
     SessionNamed,
     SessionSwitched,
     UsageRecorded,
-    register_session_events,
 )
-from ..tree.paths import PathEntry, read_leaf, read_path, walk_since
-from ..tree.summary import abandoned_summary
 from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
 from .fold import NAMESPACES as FOLDED_NAMESPACES
+from .paths import PathEntry, read_leaf, read_path, walk_since
 from .projection import project
-
-if TYPE_CHECKING:
-    from ..core import ChronicleCore
+from .summary import abandoned_summary
 
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
@@ -109,11 +104,10 @@ class TreeWriter:
 class SessionTree:
     """Sessions as an append-only tree; see the module docstring."""
 
-    def __init__(self, core: ChronicleCore) -> None:
-        self.core = core
-        self.store = core.store
-        register_capture_events(core.types)
-        register_session_events(core.types)
+    def __init__(self, log: EventReader) -> None:
+        self.log = log
+        self.store = log.store
+        self.types = log.types
         self.store.migrate(MIGRATIONS)
         self._refresh_lock = threading.Lock()
         self.spill = Spill.beside(self.store.path)
@@ -208,7 +202,7 @@ class SessionTree:
                 log.debug("chronicle: the session tree reads as folded so far (no writes now)")
 
     def _append(self, session: str, events: Sequence[Any]) -> list[int]:
-        pending = [self.core.types.pending(e, session=session) for e in events]
+        pending = [self.types.pending(e, session=session) for e in events]
         try:
             with self.writing() as w:
                 return w.append(pending)
@@ -227,7 +221,7 @@ class SessionTree:
             )
         session, parent = str(new_session_id), str(parent_session_id or "")
         event = SessionSwitched(parent_session=parent, reason=reason)  # type: ignore[arg-type]
-        pending = [self.core.types.pending(event, session=session)]
+        pending = [self.types.pending(event, session=session)]
         try:
             with self.writing() as w:
                 # Both slots hear a compression rotation (and may hear other switches): the
@@ -351,7 +345,7 @@ class SessionTree:
         """The MessageCaptured events of the session's scope with from_seq <= seq <= to_seq."""
         segments = self.scope(session_id)
         bounds = dict(segments)
-        events = self.core.reader.read(
+        events = self.log.read(
             after=max(0, int(from_seq) - 1),
             upto=int(to_seq),
             sessions=[s for s, _ in segments],
@@ -435,7 +429,7 @@ class SessionTree:
                     abandoned_entries=len(abandoned),
                 )
             )
-        pending = [self.core.types.pending(e, session=session) for e in events]
+        pending = [self.types.pending(e, session=session) for e in events]
         with self.writing() as w:
             w.append(pending)
             leaf = w.leaf(session)
@@ -583,27 +577,3 @@ class SessionTree:
                 totals[key] += value
         totals["by_source"] = by_source
         return totals
-
-    # -- carrying a session -------------------------------------------------------------------------
-
-    def export_jsonl(self, session_id: str, path: str | Path | None = None) -> str:
-        """The session's whole conversation tree as versioned JSONL (returned, and written to
-        `path` when given)."""
-        from .jsonl import export_session
-
-        text = export_session(self, str(session_id))
-        if path is not None:
-            Path(path).write_text(text, encoding="utf-8")
-        return text
-
-    def import_jsonl(self, source: str | Path) -> int:
-        """Import an exported session (text or a file path). Older format versions are
-        migrated; a corrupt line is reported with its number and nothing is imported. Returns
-        how many events were new to this log."""
-        from .jsonl import import_session
-
-        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
-            candidate = Path(source)
-            if candidate.exists():
-                source = candidate.read_text(encoding="utf-8")
-        return import_session(self, str(source))

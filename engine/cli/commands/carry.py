@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ... import transfer
 from ...capture.events import NAMESPACE as CHAT
 from ...sessions.jsonl import FORMAT as SESSION_FORMAT
+from ...sessions.jsonl import export_jsonl, import_jsonl
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 from ._optional import subsystem
 
@@ -87,7 +88,7 @@ def export(s: Session) -> Outcome:
         data = {"kind": "sections", "chronicle": a.chronicle, "written": count, "out": a.out or "-"}
     elif a.session:
         tree = subsystem("sessions", lambda: core.sessions)
-        text = tree.export_jsonl(a.session)
+        text = export_jsonl(tree, a.session)
         with _open_out(a.out) as fh:
             fh.write(text)
         lines = max(0, len([line for line in text.splitlines() if line.strip()]) - 1)
@@ -131,7 +132,7 @@ def import_(s: Session) -> Outcome:
     if kind == "session":
         tree = subsystem("sessions", lambda: core.sessions)
         text = "".join(lines) if lines is not None else Path(a.file).read_text(encoding="utf-8")
-        stored = tree.import_jsonl(text)
+        stored = import_jsonl(tree, text)
         data = {"kind": "session", "session": header.get("session"), "stored": stored}
     elif kind == "sections":
         name = a.chronicle or header.get("chronicle") or "default"

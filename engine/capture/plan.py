@@ -1,0 +1,355 @@
+"""Planning a capture: from the host's live list and the session's branch, what to append.
+
+Invariant: planning writes nothing. It aligns the live list against the branch (see
+`sessions/capture.py` for the order of the evidence), fills in the seqs of what is already
+captured, and returns the `MessageCaptured` events of the rest, each with an id derived from the
+session, the message it follows and its fingerprint, so planning the same list twice (after a
+crash, or in another process) plans the same events. When the list left the branch, the plan says
+where the new branch starts (`Branch`); the session tree turns that into its own entries.
+
+The one thing a plan changes is the cached `BranchPath` it was given, grown in place (a copy would
+cost O(conversation) a turn); a caller whose write then fails drops that cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ..log.events import EventTypeRegistry
+from ..log.store import PendingEvent, SQLiteEventStore
+from . import shortened
+from .align import RUN, align, embed, fingerprint, wire_message
+from .describe import describe_payload, digest, message_id
+from .events import MessageCaptured
+from .path import BranchPath, positional
+from .speaker import is_handoff
+
+__all__ = ["Branch", "Plan", "Planner"]
+
+
+class Branch(NamedTuple):
+    """The live list left the branch: a new branch starts after `parent` (an entry id, "" at
+    the root), and the entries after it, ending at `abandoned_leaf`, are left behind."""
+
+    entry_id: str  # the id of the entry that records the abandoned branch
+    parent: str
+    abandoned_leaf: str
+    abandoned_seqs: list[int]
+
+
+class Plan:
+    """What one capture call appends: the message events, the live indexes of the new messages,
+    the branch they start (if any), and the branch path as it will stand once they are stored."""
+
+    def __init__(self, path: BranchPath) -> None:
+        self.path = path
+        self.events: list[PendingEvent] = []
+        self.new: list[int] = []
+        self.first_new_q = len(path.ids)
+        self.branch: Branch | None = None
+
+
+class Planner:
+    """Plans captures against a log (read only: the stored originals of shortened copies)."""
+
+    def __init__(self, store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+        self._store = store
+        self._types = types
+
+    def fast(
+        self, session: str, path: BranchPath, items: Sequence[Any], context: dict[str, Any]
+    ) -> Plan | None:
+        """Scan from the end for the latest live dict captured before; what follows it is new.
+        None when a handoff comes first (the general plan aligns the region after it)."""
+        new: list[int] = []
+        for i in range(len(items) - 1, -1, -1):
+            msg = items[i]
+            if isinstance(msg, dict):
+                q = path.known(msg)
+                if q is not None:
+                    if q != len(path.ids) - 1:
+                        return None  # a branch, or a turn stored elsewhere: the full plan aligns it
+                    new.reverse()
+                    return self._extend(
+                        session, path, items, q, True, new, context, keep_identity=True
+                    )
+                if msg.get("role") == "system":
+                    continue
+            if is_handoff(msg):
+                return None
+            new.append(i)
+        return None
+
+    def full(
+        self,
+        session: str,
+        path: BranchPath,
+        items: Sequence[Any],
+        result: list[int | None],
+        context: dict[str, Any],
+    ) -> Plan:
+        """Align the whole live list, fill `result` for what is already captured, plan the rest."""
+        last_handoff = -1
+        conversational: list[int] = []
+        for i, msg in enumerate(items):
+            if isinstance(msg, dict) and msg.get("role") == "system":
+                continue
+            if is_handoff(msg):
+                last_handoff = i
+                continue
+            conversational.append(i)
+        head = [i for i in conversational if i < last_handoff]
+        region = [i for i in conversational if i > last_handoff]
+        ids = [id(items[i]) for i in conversational]
+        duplicated: set[int] = set()
+        if len(set(ids)) != len(ids):
+            duplicated = {x for x in ids if ids.count(x) > 1}
+
+        def known(i: int) -> int | None:
+            msg = items[i]
+            if not isinstance(msg, dict) or id(msg) in duplicated:
+                return None
+            return path.known(msg)
+
+        fps: dict[int, str] = {}
+
+        def fp(i: int) -> str:
+            found = fps.get(i)
+            if found is None:
+                found = fps[i] = self._fingerprint(items[i], path)
+            return found
+
+        # The alignment point: the latest kept dict, else position, else a fingerprint run.
+        p = q_anchor = -1
+        for k in range(len(region) - 1, -1, -1):
+            q = known(region[k])
+            if q is not None:
+                p, q_anchor = k, q
+                break
+        start = 0 if last_handoff < 0 else path.kept_from
+        in_step = False  # aligned by position from `start`, verified by a run at the path's end
+        placed: list[int] | None = None  # the path index of each of region[: p + 1], if known
+        if p < 0 and path.ids and start is not None:
+            # Where the path ends, if the region runs in step with it: check a run at that point
+            # only, so a restart does not hash the whole list (a run is the same evidence
+            # `align` asks for).
+            k_end = len(path.ids) - 1 - start
+            if 0 <= k_end < len(region):
+                depth = min(RUN, k_end + 1)
+                if all(fp(region[k_end - j]) == path.fps[-1 - j] for j in range(depth)):
+                    p, q_anchor, in_step = k_end, len(path.ids) - 1, True
+        if p < 0 and path.ids:
+            live = [fp(i) for i in region]
+            p, q_anchor = positional(live, path.fps, start)
+            # Folded messages left out between kept ones happen only after a handoff; without
+            # one, an edited turn whose earlier reply repeats the abandoned one ("Done.") would
+            # look embedded and be appended after the turn it replaces instead of branching.
+            embedded = embed(live, path.fps) if p < 0 and last_handoff >= 0 else None
+            if p < 0:
+                if embedded is not None:  # kept messages with folded ones between them
+                    p, placed = embedded
+                    q_anchor = len(path.ids) - 1
+                else:
+                    p, q_anchor = align(live, path.fps, strict=last_handoff < 0)
+
+        if placed is None and p >= 0:
+            # What follows the alignment point and is already on the branch right after it, in
+            # order (another process stored this turn first): the same messages after the same
+            # anchor, so the same entries, not a branch away from them.
+            while (
+                p + 1 < len(region)
+                and q_anchor + 1 < len(path.fps)
+                and fp(region[p + 1]) == path.fps[q_anchor + 1]
+            ):
+                p, q_anchor = p + 1, q_anchor + 1
+
+        # Seqs of what is already captured.
+        latest: dict[str, int] | None = None
+        for k in range(p + 1):
+            i = region[k]
+            q = known(i)
+            if q is None and placed is not None:
+                q = placed[k]
+            if q is None:
+                expected = q_anchor - (p - k)
+                if 0 <= expected < len(path.fps) and (
+                    path.fps[expected] == fps[i] if i in fps else in_step
+                ):
+                    # In step with the path (checked, or inside a run that was): a message the
+                    # host rewrote since keeps the seq of the original it stands for.
+                    q = expected
+                else:
+                    if latest is None:
+                        latest = {f: j for j, f in enumerate(path.fps)}
+                    q = latest.get(fp(i))
+            result[i] = path.seqs[q] if q is not None else None
+        first: dict[str, int] | None = None
+        for i in head:
+            q = known(i)
+            if q is None:
+                if first is None:
+                    first = {}
+                    for j, f in enumerate(path.fps):
+                        first.setdefault(f, j)
+                q = first.get(fp(i))
+            result[i] = path.seqs[q] if q is not None else None
+
+        new = region[p + 1 :]
+        if not path.ids:
+            # Nothing of this session's branch is in the log: the whole list is new, in order.
+            new = [i for i in head if result[i] is None] + new
+        plan = self._extend(session, path, items, q_anchor, last_handoff < 0, new, context, fps)
+        # Remember the live dicts that matched, so the next turn finds them by identity.
+        identity = plan.path.identity if plan.events else {}
+        for i in head + region[: p + 1]:
+            seq = result[i]
+            if seq is None or id(items[i]) in duplicated:
+                continue
+            q = plan.path.index_of_seq(seq)
+            if q is not None:
+                obj = items[i]
+                if isinstance(obj, dict):
+                    identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
+        plan.path.identity = identity
+        return plan
+
+    def _extend(
+        self,
+        session: str,
+        path: BranchPath,
+        items: Sequence[Any],
+        q: int,
+        from_start: bool,
+        new: list[int],
+        context: dict[str, Any],
+        fps: dict[int, str] | None = None,
+        keep_identity: bool = False,
+    ) -> Plan:
+        """Plan the events for the live messages `new`, attached after path[q]."""
+        if not new:
+            return Plan(path)
+        last = len(path.ids) - 1
+        if not path.ids or q == last or (q < 0 and not from_start):
+            # Grown in place, not copied (a copy cost O(conversation) a turn): a capture whose
+            # write fails drops the cached branch (`_capture_list`), so no caller sees it half-grown.
+            plan = Plan(path)
+            if not keep_identity:
+                path.identity = {}  # the full plan refills it with the dicts that matched
+            parent = path.leaf if path.leaf is not None else ""
+            anchor = path.ids[-1] if path.ids else ""
+        else:
+            # The live list left the branch after path[q]: branch there, summarising what was
+            # abandoned so its findings stay in the new branch's history.
+            plan = Plan(path.truncated(q))
+            anchor = path.ids[q] if q >= 0 else ""
+            parent = "b" + digest(session, anchor, path.leaf or "")
+            plan.branch = Branch(
+                entry_id=parent,
+                parent=anchor,
+                abandoned_leaf=path.leaf or "",
+                abandoned_seqs=path.seqs[q + 1 :],
+            )
+        turns = plan.path.turns[-1] if plan.path.turns else 0
+        tool_names = _ToolNames(items)
+        for i in new:
+            obj = items[i]
+            wire = wire_message(obj)
+            fp = fps.get(i) if fps is not None else None
+            if fp is None:
+                fp = fingerprint(wire)
+            role = str(wire.get("role") or "")
+            turns += role == "user"
+            event_id = message_id(session, anchor, fp, len(plan.path.ids))
+            payload = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
+            plan.events.append(
+                self._types.pending_payload(
+                    MessageCaptured,
+                    payload,
+                    session=session,
+                    id=event_id,
+                    created_at=context["created_at"],
+                )
+            )
+            plan.path.add(event_id, -1, fp, role == "user")  # the seq is filled in once stored
+            plan.path.remember(obj, len(plan.path.ids) - 1)
+            plan.new.append(i)
+            parent = anchor = event_id
+        plan.path.leaf = plan.path.ids[-1]
+        plan.first_new_q = len(plan.path.ids) - len(plan.new)
+        return plan
+
+    def _fingerprint(self, message: Any, path: BranchPath) -> str:
+        """A message's fingerprint; a copy compaction cut to fit the context has its original's
+        (it stands for a message already on the branch, see `shortened.py`)."""
+        seq = shortened.origin(message)
+        if seq is not None:
+            q = path.index_of_seq(seq)
+            if q is not None:
+                original = self._store.get(seq)
+                if original is not None and shortened.stands_for(
+                    message, original.payload.get("message")
+                ):
+                    return path.fps[q]
+        return fingerprint(message)
+
+    def _message(
+        self,
+        obj: Any,
+        wire: dict[str, Any],
+        fp: str,
+        parent: str,
+        turn: int,
+        tool_names: _ToolNames,
+        context: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The message's MessageCaptured payload (`describe_payload`)."""
+        role = wire.get("role")
+        tool_name = None
+        if role in ("tool", "function") and not wire.get("name"):
+            tool_name = tool_names.get(str(wire.get("tool_call_id") or ""))
+        return describe_payload(
+            obj,
+            wire,
+            fp,
+            parent=parent,
+            turn=turn,
+            tool_name=tool_name,
+            user_id=context["user_id"],
+            profile=context["profile"],
+            agent_context=context["agent_context"],
+            platform=context["platform"],
+        )
+
+
+class _ToolNames:
+    """tool_call_id -> function name, read from the assistant messages before a tool result."""
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self._items = items
+        self._names: dict[str, str] = {}
+        self._scanned_from = 0
+        self._at = len(items)
+
+    def near(self, index: int) -> _ToolNames:
+        self._at = index
+        return self
+
+    def get(self, call_id: str) -> str | None:
+        if not call_id:
+            return None
+        found = self._names.get(call_id)
+        if found is not None:
+            return found
+        for i in range(self._at - 1, -1, -1):
+            msg = self._items[i]
+            if not isinstance(msg, dict) or msg.get("role") != "assistant":
+                continue
+            for call in msg.get("tool_calls") or ():
+                if isinstance(call, dict) and call.get("id"):
+                    fn = call.get("function")
+                    if isinstance(fn, dict) and fn.get("name"):
+                        self._names.setdefault(str(call["id"]), str(fn["name"]))
+            if call_id in self._names:
+                return self._names[call_id]
+        return None

@@ -1,0 +1,355 @@
+"""Capture: every message of every turn into the log, once, with who said what.
+
+The session tree owns these writes: `capture/plan.py` works out what a live list adds to the
+branch, and this module writes it inside the tree's write transaction (or keeps it aside in the
+spill when the database refuses writes), keeping each session's branch cached between turns.
+
+Invariants:
+- Idempotent. A message of the live list is recorded only if it is not in the log yet: the live
+  list is aligned against the messages on the session's active branch, and only what follows the
+  alignment point is new. Replays, the same list seen by sync_turn and compress,
+  compaction-shaped lists and concurrent calls record each message once. How the alignment is
+  found, cheapest first: the last live dict the host kept since the previous capture (Hermes
+  keeps its dicts across turns); the position the live region must start at (the conversation's
+  start, or the first message the latest recorded compaction kept); a run of fingerprints
+  (`capture/align.py`).
+- The wire message is stored exactly (minus the host's private `_` keys), `api_content` sidecar
+  included: that is what the model was sent. Everything derived for reading (`text`,
+  `person_text`) is built from `content` with credentials masked, so the sidecar's recalled
+  memory is never taken for the person's words and no credential reaches an index.
+- A message's event id is derived from the session, the message it follows and its fingerprint,
+  so a capture repeated after a crash, or by another process, stores nothing twice.
+- Leaving the end of the branch (a rewind, a rewritten last message) starts a new branch at the
+  alignment point, with a short summary of what was abandoned; the old branch stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..capture.hooks import HostRecorder
+from ..capture.path import BranchPath
+from ..capture.plan import Plan, Planner
+from ..config import Config
+from ..errors import StoreBusy, StoreError, StoreReadOnly
+from ..log.store import PendingEvent, sqlite_errors, utc_now
+from .events import BranchSummarized, LeafMoved
+from .paths import read_leaf, read_path
+from .summary import abandoned_summary
+from .tree import SessionTree, TreeWriter
+
+__all__ = ["Capture"]
+
+log = logging.getLogger("chronicle_engine.capture")
+
+_CACHED_SESSIONS = 256
+_REMEMBERED_IDENTITIES = 4096  # a few dicts each; a gateway serves many sessions at once
+"""Sessions whose branch capture keeps in memory (a gateway serves many chats; a session
+evicted here is reloaded from the tree on its next capture)."""
+
+
+def _created(created_at: Any) -> str:
+    if created_at is None:
+        # One stamp for the whole call: its messages are captured at the same moment.
+        return utc_now()
+    if isinstance(created_at, datetime):
+        return created_at.isoformat(timespec="microseconds")
+    return str(created_at)
+
+
+class Capture(HostRecorder):
+    """Records the live message list into the log; see the module docstring. Also records
+    what the host reports besides messages (`hooks.HostRecorder`)."""
+
+    def __init__(self, tree: SessionTree, config: Config) -> None:
+        super().__init__(tree.log, tree.keep_aside)
+        self.tree = tree
+        self._config = config
+        self._planner = Planner(tree.store, tree.types)
+        # The branches a session will have once the spill is written (this process's view).
+        self._offline: dict[str, BranchPath] = {}
+        self.tree.on_replay(self._replayed)
+        self.tree.on_kept_aside(self._switch_kept_aside)
+        self._paths: dict[str, BranchPath] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        # Who each session serves, as the memory slot last said (this process only): the
+        # context engine captures mid-turn without knowing, and event ids do not depend on it,
+        # so a message it stores first must already carry the right user, profile and context.
+        self._identities: dict[str, dict[str, str | None]] = {}
+
+    def _lock(self, session: str) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(session)
+            if lock is None:
+                lock = self._locks[session] = threading.Lock()
+            return lock
+
+    def remember_identity(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
+    ) -> None:
+        """Record who `session_id` serves (the memory slot knows; the context engine does not).
+        A capture that names nobody takes this identity."""
+        identity = {
+            "user_id": user_id,
+            "profile": profile,
+            "agent_context": agent_context or "primary",
+            "platform": platform,
+        }
+        with self._locks_guard:
+            self._identities.pop(str(session_id), None)
+            self._identities[str(session_id)] = identity
+            while len(self._identities) > _REMEMBERED_IDENTITIES:
+                self._identities.pop(next(iter(self._identities)))
+
+    def identity(self, session_id: str) -> dict[str, str | None]:
+        """The identity last remembered for the session ({} when none)."""
+        with self._locks_guard:
+            return dict(self._identities.get(str(session_id)) or {})
+
+    def capturing(self, agent_context: str | None) -> bool:
+        """Whether turns of this agent context are recorded (`capture.enabled`,
+        `capture.skip_agent_contexts`)."""
+        config = self._config
+        if not config.get("capture.enabled"):
+            return False
+        skipped = config.get("capture.skip_agent_contexts") or []
+        return (agent_context or "primary") not in {str(s) for s in skipped}
+
+    def forget(self, session_id: str) -> None:
+        """Drop the cached branch of a session; the next capture reloads it from the tree."""
+        self._paths.pop(str(session_id), None)
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def capture_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Any] | None,
+        *,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
+        created_at: Any = None,
+        return_seqs: bool = True,
+    ) -> list[int | None]:
+        """Record every message of `messages` not in the log yet. Returns, aligned with
+        `messages`, each message's seq (None for the system prompt and compaction handoffs).
+        With `return_seqs=False` only the new messages' seqs are filled in, which keeps a turn's
+        capture independent of the list's length. A call that names no user, profile or agent
+        context takes it from the session's remembered identity (`remember_identity`), field by field. Raises only
+        StoreError (the database failed); a malformed message is stored, not refused."""
+        return self._capture_list(
+            session_id,
+            messages,
+            user_id=user_id,
+            profile=profile,
+            agent_context=agent_context,
+            platform=platform,
+            created_at=created_at,
+            return_seqs=return_seqs,
+        )[0]
+
+    def capture_turn(
+        self, session_id: str, messages: Sequence[Any] | None, **identity: str | None
+    ) -> int:
+        """`capture_messages(..., return_seqs=False)` for a hook that only needs to know how many
+        messages this call stored (none of the list's seqs, nor a read of the log's end).
+        `identity`: capture_messages' user_id, profile, agent_context and platform."""
+        return self._capture_list(
+            session_id, messages, created_at=None, return_seqs=False, **identity
+        )[1]
+
+    def _capture_list(
+        self,
+        session_id: str,
+        messages: Sequence[Any] | None,
+        *,
+        created_at: Any,
+        return_seqs: bool,
+        user_id: str | None = None,
+        profile: str | None = None,
+        agent_context: str | None = None,
+        platform: str | None = None,
+    ) -> tuple[list[int | None], int]:
+        """Both of the above: the seqs, and how many messages were stored by this call."""
+        session = str(session_id or "")
+        known = self.identity(session)
+        if known:
+            user_id = user_id if user_id is not None else known.get("user_id")
+            profile = profile if profile is not None else known.get("profile")
+            agent_context = agent_context or known.get("agent_context")
+            platform = platform or known.get("platform")
+        try:
+            items = list(messages) if messages is not None else []
+        except TypeError:
+            items = [messages]
+        result: list[int | None] = [None] * len(items)
+        stored = 0
+        if not items:
+            return result, stored
+        context = {
+            "user_id": user_id,
+            "profile": profile,
+            "agent_context": agent_context or "primary",
+            "platform": platform,
+            "created_at": _created(created_at),
+        }
+        with self._lock(session):
+            try:
+                with self.tree.writing() as w:
+                    path = self._sync_path(w, session)
+                    plan = (
+                        None if return_seqs else self._planner.fast(session, path, items, context)
+                    )
+                    if plan is None:
+                        plan = self._planner.full(session, path, items, result, context)
+                    if plan.events:
+                        end = w.end
+                        events = self._events(session, plan)
+                        seqs = w.append(events)
+                        by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
+                        for q in range(plan.first_new_q, len(plan.path.ids)):
+                            plan.path.stored(q, by_id[plan.path.ids[q]])
+                        for offset, i in enumerate(plan.new):
+                            seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
+                            stored += seq > end  # not an id another process stored first
+            except (StoreBusy, StoreReadOnly) as exc:
+                raise self._keep_aside(exc, session, items, context) from exc
+            except BaseException:
+                self.forget(session)  # the plan may have grown the cached branch in place
+                raise
+            # Only a committed write updates the cache.
+            with self._locks_guard:
+                self._paths.pop(session, None)
+                self._paths[session] = plan.path  # most recently used last
+                while len(self._paths) > _CACHED_SESSIONS:
+                    self._paths.pop(next(iter(self._paths)))
+        return result, stored
+
+    def _keep_aside(
+        self, exc: StoreError, session: str, items: Sequence[Any], context: dict[str, Any]
+    ) -> StoreError:
+        """The database refused the write: plan the same events from what it holds (a read
+        needs no lock in WAL mode), on top of what this process already kept aside, and keep
+        them in the spill, so a session whose last capture failed loses nothing. The ids are
+        the ones a capture of the same list computes once the spill is written."""
+        # A plan may have grown the cached branch's identity map with dicts that were never
+        # stored; the next capture reloads the branch from the tree.
+        self.forget(session)
+        if self.tree.spill is None:
+            return exc
+        try:
+            offline = self._offline_path(session)
+            path = offline.copy()  # kept as it was unless the spill takes the plan
+            path.identity = dict(offline.identity)
+            plan = self._planner.full(session, path, items, [None] * len(items), context)
+            events = self._events(session, plan)
+        except StoreError as err:
+            log.error("chronicle: could not plan the capture to keep it aside: %s", err)
+            return exc
+        error, kept = self.tree.keep_aside(exc, events)
+        if kept and plan.events:
+            with self._locks_guard:
+                self._offline[session] = plan.path
+        return error
+
+    def _offline_path(self, session: str) -> BranchPath:
+        """The session's branch as the log will hold it once the spill is written: what this
+        process kept aside last, else the tree as it stands."""
+        if self.tree.spill is not None and not self.tree.spill.waiting():
+            with self._locks_guard:
+                self._offline.clear()  # another process wrote the spill: the tree is current
+        with self._locks_guard:
+            kept = self._offline.get(session)
+        if kept is not None:
+            return kept
+        with sqlite_errors("reading the session tree"), self.tree.store.reading() as conn:
+            leaf = read_leaf(conn, session)
+            path = BranchPath(leaf=leaf)
+            path.extend(read_path(conn, leaf))
+        return path
+
+    def _switch_kept_aside(self, events: Sequence[PendingEvent]) -> None:
+        """A session switch went to the spill: a compression continuation or a branch starts
+        from its parent's branch, as the tree will make it when the switch is written."""
+        for event in events:
+            if event.type != "SessionSwitched" or not event.session:
+                continue
+            parent = str(event.payload.get("parent_session") or "")
+            if event.payload.get("reason") not in ("compression", "branch") or not parent:
+                continue
+            with self._locks_guard:
+                if event.session in self._offline:
+                    continue
+            try:
+                start = self._offline_path(parent).copy()
+            except StoreError:
+                continue
+            with self._locks_guard:
+                self._offline.setdefault(event.session, start)
+
+    def _replayed(self, sessions: set[str]) -> None:
+        for session in sessions:
+            self.forget(session)
+        with self._locks_guard:
+            self._offline.clear()  # the tree holds everything that was kept aside
+
+    # -- keeping the cached branch in step with the tree ------------------------------------------
+
+    def _sync_path(self, w: TreeWriter, session: str) -> BranchPath:
+        leaf = w.leaf(session)
+        cached = self._paths.get(session)
+        if cached is not None:
+            if cached.leaf == leaf:
+                return cached
+            grown = w.since(leaf, cached.leaf)
+            if grown is not None:  # entries others appended on top (usage, compaction, ...)
+                cached.leaf = leaf
+                cached.extend(grown)
+                return cached
+        path = BranchPath(leaf=leaf)
+        path.extend(w.path(leaf))
+        return path
+
+    # -- the tree's own entries around a plan ----------------------------------------------------
+
+    def _events(self, session: str, plan: Plan) -> list[PendingEvent]:
+        """The plan's message events, with the tree entries a new branch needs: a summary of
+        what was abandoned first (its findings stay in the new branch's history), and the leaf
+        moved to the branch's end last (its messages may be entries the log already holds, the
+        host having gone back to a branch it left, which the fold does not add again)."""
+        branch = plan.branch
+        if branch is None:
+            return plan.events
+        types = self.tree.types
+        summary = BranchSummarized(
+            parent=branch.parent,
+            abandoned_leaf=branch.abandoned_leaf,
+            summary=abandoned_summary(self._texts(branch.abandoned_seqs)),
+            abandoned_entries=len(branch.abandoned_seqs),
+        )
+        return [
+            types.pending(summary, session=session, id=branch.entry_id),
+            *plan.events,
+            types.pending(LeafMoved(target=plan.path.leaf), session=session),
+        ]
+
+    def _texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        for seq in list(seqs)[-50:]:
+            event = self.tree.store.get(seq)
+            if event is not None:
+                out.append((str(event.payload.get("role", "")), str(event.payload.get("text", ""))))
+        return out
