@@ -7,7 +7,7 @@ Invariants:
   through `ChronicleCore.get`) and copies only its own counters, so the copy can never fail.
 - The host's token bookkeeping lives here (it reads these attributes directly); everything about
   conversations lives in the core, keyed by lineage.
-- Every call borrows the core (`capture.users`): a memory provider shutting down mid-call leaves
+- Every call borrows the core (`users`): a memory provider shutting down mid-call leaves
   the closing to the call. A core that was shut down is never reopened just to end a session.
 - The engine follows the host's session: `bind_session_state` (/new, /resume, /branch) and
   `on_session_start` rebind it; only a compression rotation links two sessions into one lineage.
@@ -24,7 +24,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from chronicle_engine.capture import users as _users
+from chronicle_engine import users as _users
 from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
@@ -389,6 +389,7 @@ class ChronicleContextEngine(_Base):
         try:
             core = self.core
             policy = self.policy
+            compaction = core.compaction
         except Exception as exc:
             log.exception("chronicle context engine: no core for tool %s", name)
             return json.dumps({"error": f"Chronicle is unavailable: {type(exc).__name__}"})
@@ -396,7 +397,7 @@ class ChronicleContextEngine(_Base):
             self._tick("tool")
             return dispatch(
                 CONTEXT_TOOLS,
-                core,
+                compaction,
                 name,
                 args,
                 session_id=self._session(),

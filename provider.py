@@ -37,7 +37,7 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 
 # The plugin's __init__ has made `chronicle_engine` importable (installed, or loaded from
 # ./engine under that one name), so both Hermes loaders share its modules and cores.
-from chronicle_engine.capture import users as _users
+from chronicle_engine import users as _users
 from chronicle_engine.config import Config, default_db_path, load_hermes_config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import StoreError
@@ -413,7 +413,7 @@ class ChronicleMemoryProvider(_ProviderBase):
 
         # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
         context = {"session_id": self._session_id, **self._live(), **kwargs}
-        result = dispatch(RECALL_TOOLS, self._tool_core(), tool_name, args, **context)
+        result = dispatch(RECALL_TOOLS, self._tool_core().recall, tool_name, args, **context)
         self._tick("handle_tool_call")
         return result
 

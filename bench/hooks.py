@@ -24,7 +24,6 @@ from pathlib import Path
 from chronicle_engine.capture.events import register_capture_events
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import Scheduler
 
 OFF = {
     name: ""
@@ -79,7 +78,7 @@ def core_at(path: Path, schedules: dict[str, str]) -> ChronicleCore:
 def bench_idle(tmp: Path, calls: int) -> None:
     core = ChronicleCore(tmp / "idle.db", Config({}))
     register_capture_events(core.types)
-    sched = Scheduler(core)
+    sched = core.new_scheduler()
     for _ in range(20):  # every default schedule runs once (it never ran), then nothing is due
         sched.tick("sync_turn")
     for hook in ("on_turn_start", "sync_turn"):
@@ -95,7 +94,7 @@ def bench_one_due(tmp: Path, calls: int) -> None:
     ):
         core = core_at(tmp / f"due-{hook}.db", {"integrity": "* * * * *"})
         clock = Clock(start)
-        sched = Scheduler(core, clock=clock)
+        sched = core.new_scheduler(clock=clock)
         sched.tick(hook)
 
         def next_minute(c: Clock = clock) -> None:
@@ -118,7 +117,7 @@ def bench_consolidation(tmp: Path, calls: int) -> None:
     )
     register_capture_events(core.types)
     clock = Clock(start)
-    sched = Scheduler(core, clock=clock)
+    sched = core.new_scheduler(clock=clock)
     sched.tick("sync_turn")
     live: list[dict] = []
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.text import content_words, quote
+from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
 DEFAULT_DATA = Path("/work/shared/data/locomo/locomo-dev.json")
@@ -141,7 +142,7 @@ class Baseline:
 def ask(core: ChronicleCore, question: str, user: str) -> list[dict[str, Any]]:
     """The agent's own tool call: chronicle_search through the tool dispatch, JSON and all."""
     args = {"query": question, "scope": "messages", "limit": 10}
-    answer = json.loads(dispatch(core.recall.TOOLS, core, "chronicle_search", args, user_id=user))
+    answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args, user_id=user))
     if "error" in answer:
         raise RuntimeError(f"chronicle_search failed: {answer['error']}")
     return list(answer["results"])

@@ -32,6 +32,7 @@ from .scheduler.events import register_scheduler_events
 from .sessions.events import register_session_events
 
 if TYPE_CHECKING:
+    from .chronicle.sections import AsyncSummarizer, Summarizer
     from .compaction.engine import Compaction
     from .recall.recall import Recall
     from .scheduler.scheduler import Scheduler
@@ -151,19 +152,51 @@ class ChronicleCore:
     def recall(self) -> Recall:
         from .recall.recall import Recall
 
-        return self._subsystem("recall", Recall)
+        return self._subsystem(
+            "recall", lambda core: Recall(core.reader, core.config, core.sessions, core.capture)
+        )
 
     @property
     def compaction(self) -> Compaction:
         from .compaction.engine import Compaction
 
-        return self._subsystem("compaction", Compaction)
+        # expand leaves out what recall's forget hid; recall is built only when asked
+        return self._subsystem(
+            "compaction",
+            lambda core: Compaction(
+                core.reader,
+                core.config,
+                core.sessions,
+                core.capture,
+                lambda seqs: core.recall.hidden_seqs(seqs),
+            ),
+        )
 
     @property
     def scheduler(self) -> Scheduler:
-        from .scheduler.scheduler import Scheduler
+        return self._subsystem("scheduler", lambda core: core.new_scheduler())
 
-        return self._subsystem("scheduler", Scheduler)
+    def new_scheduler(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        summarize: Summarizer | AsyncSummarizer | None = None,
+    ) -> Scheduler:
+        """A scheduler over this database's parts (`scheduler` is the one the slots tick; tests
+        and benchmarks build their own with a clock or a summariser of their choosing)."""
+        from .scheduler.scheduler import Scheduler
+        from .scheduler.summaries import WriterSummarizer
+
+        return Scheduler(
+            self.reader,
+            self.config,
+            sessions=self.sessions,
+            writer=lambda: WriterSummarizer.for_compaction(self.compaction, self.config),
+            recall=lambda: self.recall,
+            warned=self.warned,
+            clock=clock,
+            summarize=summarize,
+        )
 
     # -- reading -------------------------------------------------------------------------
 

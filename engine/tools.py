@@ -1,7 +1,8 @@
 """The agent's tools: one shape for every tool, whichever slot exposes it.
 
 A tool is a `ToolSpec`: a bare Hermes schema (`name`, `description`, `parameters`) and a handler
-that takes the core, the parsed arguments and whatever context the slot has (`session_id`, the live
+that takes the one subsystem it serves (recall's tools take `Recall`, the context engine's take
+`Compaction`), the parsed arguments and whatever context the slot has (`session_id`, the live
 `messages` for context-engine tools) and returns a JSON-serialisable dict. `dispatch` turns any
 exception into a JSON error, so a tool call can never raise into Hermes' loop.
 """
@@ -12,7 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .errors import ChronicleError
 
@@ -20,11 +21,14 @@ __all__ = ["ToolSpec", "schemas", "dispatch"]
 
 log = logging.getLogger("chronicle_engine.tools")
 
+Target = TypeVar("Target")
+"""The subsystem a tool's handler is given."""
+
 Handler = Callable[..., Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
-class ToolSpec:
+class ToolSpec(Generic[Target]):
     name: str
     description: str
     parameters: dict[str, Any]
@@ -34,12 +38,16 @@ class ToolSpec:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-def schemas(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
+def schemas(tools: Iterable[ToolSpec[Target]]) -> list[dict[str, Any]]:
     return [t.schema() for t in tools]
 
 
 def dispatch(
-    tools: Iterable[ToolSpec], core: Any, name: str, args: Mapping[str, Any] | None, **context: Any
+    tools: Iterable[ToolSpec[Target]],
+    target: Target,
+    name: str,
+    args: Mapping[str, Any] | None,
+    **context: Any,
 ) -> str:
     """Run the named tool and return its JSON result; errors come back as {"error": ...}."""
     for tool in tools:
@@ -48,7 +56,7 @@ def dispatch(
     else:
         return json.dumps({"error": f"unknown Chronicle tool {name!r}"})
     try:
-        result = tool.handler(core, dict(args or {}), **context)
+        result = tool.handler(target, dict(args or {}), **context)
         return json.dumps(result, ensure_ascii=False, default=str)
     except ChronicleError as exc:
         return json.dumps({"error": str(exc)})

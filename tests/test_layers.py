@@ -1,6 +1,10 @@
-"""Imports go one way, in the order docs/architecture.md lists the modules, and nothing imports
-another module's private names. The architecture page is the source of the order, so this test
-also keeps that page true."""
+"""Imports go one way, in the order docs/architecture.md lists the modules (its floors), no two
+modules import each other even through others, and nothing imports another module's private names.
+The architecture page is the source of the order, so this test also keeps that page true.
+
+Every import counts, whatever its place: one inside a function or under `TYPE_CHECKING` ties two
+modules as much as one at the top does (a reader following a call has to climb it just the same).
+"""
 
 from __future__ import annotations
 
@@ -88,12 +92,9 @@ def test_imports_only_reach_down_the_layers() -> None:
     for path in sorted(ENGINE.rglob("*.py")):
         source = _module(path)
         mine = _layer_of(source, layers)
-        for target, names, typing_only, line in _imports(path):
+        for target, names, _, line in _imports(path):
             theirs = _layer_of(target, layers)
             if mine is None or theirs is None or theirs <= mine:
-                continue
-            # Every subsystem receives the core; naming its type is not depending on it.
-            if typing_only and target == "core":
                 continue
             upward.append(f"{path.relative_to(ROOT)}:{line} imports {target} {names}")
     assert not upward, "imports that reach up a layer:\n" + "\n".join(upward)
@@ -107,3 +108,68 @@ def test_no_module_imports_another_modules_private_names() -> None:
             if hidden:
                 private.append(f"{path.relative_to(ROOT)}:{line} imports {hidden} from {target}")
     assert not private, "\n".join(private)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module(p): p for p in ENGINE.rglob("*.py") if _module(p)}
+
+
+def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the engine modules it imports (`from . import x` names the module x)."""
+    edges: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found: set[str] = set()
+        for target, names, _, _ in _imports(path):
+            for name in names:
+                if f"{target}.{name}" in modules:
+                    found.add(f"{target}.{name}")
+                elif target in modules:
+                    found.add(target)
+        found.discard(module)
+        edges[module] = found
+    return edges
+
+
+def test_no_modules_import_each_other_even_through_others() -> None:
+    """No circle of imports: a module's package face (`__init__.py`) aside, following imports
+    from any module never comes back to it."""
+    modules = _modules()
+    edges = _edges(modules)
+    circles: list[str] = []
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    stack: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == 1:
+                circles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[module] = 2
+
+    for module in sorted(modules):
+        if module not in state:
+            visit(module)
+    assert not circles, "modules that import each other:\n" + "\n".join(circles)
+
+
+def test_no_core_typed_any() -> None:
+    """Subsystems get the lower parts they use in their constructors (core.py wires them, and
+    the layering above keeps every subsystem below it); a core passed as `Any` is a service
+    locator that neither mypy nor a reader can follow."""
+    offenders: list[str] = []
+    for path in [*sorted(ENGINE.rglob("*.py")), ROOT / "provider.py", ROOT / "context.py"]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg):
+                name, note = node.arg, node.annotation
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                name, note = node.target.id, node.annotation
+            else:
+                continue
+            if name == "core" and note is not None and ast.unparse(note) == "Any":
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, "\n".join(offenders)

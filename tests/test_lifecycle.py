@@ -14,7 +14,7 @@ import yaml
 from test_compaction_engine import turn
 from test_compaction_support import load_plugin
 
-from chronicle_engine.capture import users
+from chronicle_engine import users
 from chronicle_engine.compaction.handoff import cited
 from chronicle_engine.compaction.messages import content_text, is_own_handoff
 from chronicle_engine.core import ChronicleCore

@@ -14,7 +14,7 @@ import yaml
 from agent.memory_manager import MemoryManager
 from agent.memory_provider import MemoryProvider
 
-from chronicle_engine.capture import users
+from chronicle_engine import users
 from chronicle_engine.capture.events import HANDOFF_MARKER
 from chronicle_engine.config import load_hermes_config
 from chronicle_engine.core import ChronicleCore

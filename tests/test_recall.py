@@ -499,12 +499,16 @@ def test_tools_speak_json_and_never_raise(core):
     say(core, "s1", "The spare key is under the blue flowerpot.", user_id="u")
     ctx = {"session_id": "s1", "user_id": "u"}
     found = json.loads(
-        dispatch(RECALL_TOOLS, core, "chronicle_search", {"query": "spare key"}, **ctx)
+        dispatch(RECALL_TOOLS, core.recall, "chronicle_search", {"query": "spare key"}, **ctx)
     )
     assert found["count"] >= 1 and found["results"][0]["session"] == "s1"
     kept = json.loads(
         dispatch(
-            RECALL_TOOLS, core, "chronicle_remember", {"text": "Gate code changes in May."}, **ctx
+            RECALL_TOOLS,
+            core.recall,
+            "chronicle_remember",
+            {"text": "Gate code changes in May."},
+            **ctx,
         )
     )
     assert kept["stored"] is True
@@ -513,7 +517,7 @@ def test_tools_speak_json_and_never_raise(core):
         for r in json.loads(
             dispatch(
                 RECALL_TOOLS,
-                core,
+                core.recall,
                 "chronicle_search",
                 {"query": "gate code", "scope": "beliefs"},
                 **ctx,
@@ -522,20 +526,26 @@ def test_tools_speak_json_and_never_raise(core):
     ]
     answered = json.loads(
         dispatch(
-            RECALL_TOOLS, core, "chronicle_answer", {"question": "where is the spare key?"}, **ctx
+            RECALL_TOOLS,
+            core.recall,
+            "chronicle_answer",
+            {"question": "where is the spare key?"},
+            **ctx,
         )
     )
     assert answered["abstain"] is False and "flowerpot" in answered["answer"]
     forgotten = json.loads(
-        dispatch(RECALL_TOOLS, core, "chronicle_forget", {"id": kept["id"]}, **ctx)
+        dispatch(RECALL_TOOLS, core.recall, "chronicle_forget", {"id": kept["id"]}, **ctx)
     )
     assert forgotten["forgotten"] == kept["id"]
     assert "error" in json.loads(
-        dispatch(RECALL_TOOLS, core, "chronicle_forget", {"id": "m999999"}, **ctx)
+        dispatch(RECALL_TOOLS, core.recall, "chronicle_forget", {"id": "m999999"}, **ctx)
     )
-    assert "error" in json.loads(dispatch(RECALL_TOOLS, core, "chronicle_search", {}, **ctx))
+    assert "error" in json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", {}, **ctx))
     assert "error" in json.loads(
-        dispatch(RECALL_TOOLS, core, "chronicle_search", {"query": "x", "limit": "many"}, **ctx)
+        dispatch(
+            RECALL_TOOLS, core.recall, "chronicle_search", {"query": "x", "limit": "many"}, **ctx
+        )
     )
     for tool in RECALL_TOOLS:
         schema = tool.schema()
@@ -543,8 +553,8 @@ def test_tools_speak_json_and_never_raise(core):
         assert schema["parameters"]["type"] == "object"
 
 
-def test_core_exposes_the_tools(core):
-    assert [t.name for t in core.recall.TOOLS] == [
+def test_the_memory_tools_in_order():
+    assert [t.name for t in RECALL_TOOLS] == [
         "chronicle_search",
         "chronicle_answer",
         "chronicle_remember",
@@ -568,7 +578,15 @@ def test_merging_the_indexes_leaves_search_unchanged(core):
         )
     before = core.recall.search("lighthouse tide", user_id="u")
     scheduler = core.scheduler
-    ctx = TaskContext(core, scheduler.queue, scheduler.sweeps, scheduler.settings, 64, 0.0)
+    ctx = TaskContext(
+        core.store,
+        lambda: core.recall,
+        scheduler.queue,
+        scheduler.sweeps,
+        scheduler.settings,
+        64,
+        0.0,
+    )
     report = MAINTENANCE["fts_optimize"](ctx)
     assert report.skipped is None
     assert {"recall_fts_1", "recall_beliefs_fts", "recall_sections_fts"} <= set(
@@ -592,7 +610,15 @@ def test_the_scheduler_runs_recalls_hooks(core):
 
     say(core, "s1", "I live in Quito.")
     scheduler = core.scheduler
-    ctx = TaskContext(core, scheduler.queue, scheduler.sweeps, scheduler.settings, 50, 0.0)
+    ctx = TaskContext(
+        core.store,
+        lambda: core.recall,
+        scheduler.queue,
+        scheduler.sweeps,
+        scheduler.settings,
+        50,
+        0.0,
+    )
     swept = MAINTENANCE["belief_sweep"](ctx)
     assert swept.skipped is None and swept.processed == 1 and swept.wrapped
 

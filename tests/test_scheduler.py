@@ -17,7 +17,7 @@ from test_scheduler_support import (
 )
 
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import NOT_SCHEDULED, Scheduler
+from chronicle_engine.scheduler import NOT_SCHEDULED
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -220,7 +220,7 @@ def test_status_reports_runs_due_times_queue_and_what_is_not_scheduled(where) ->
 
 def test_by_default_consolidation_uses_the_context_engines_section_writer(where) -> None:
     core = open_core(where, _on(consolidate="* * * * *"))
-    sched = Scheduler(core, clock=FakeClock())  # nothing injected: the shipped wiring
+    sched = core.new_scheduler(clock=FakeClock())  # nothing injected: the shipped wiring
     messages = [
         {"role": "user", "content": "Rename the build target to chronicle-ci in Makefile"},
         {

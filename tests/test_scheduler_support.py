@@ -89,7 +89,7 @@ def open_core(where: str | Path, *overrides: dict[str, Any]) -> ChronicleCore:
 def scheduler(
     core: ChronicleCore, clock: FakeClock, *, summarize: Any = summarise, **kwargs: Any
 ) -> Scheduler:
-    return Scheduler(core, clock=clock, summarize=summarize, **kwargs)
+    return core.new_scheduler(clock=clock, summarize=summarize, **kwargs)
 
 
 _fingerprints = itertools.count()

@@ -20,7 +20,6 @@ from chronicle_engine.chronicle.sections import Consolidation
 from chronicle_engine.compaction.messages import content_text
 from chronicle_engine.compaction.summarizer import FoldInput, ModelWriter
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import Scheduler
 
 OPENAI = "sk-proj-Q7xW2mZ9kL4pR8tV1nB6cY3hJ5gF0dS"
 GITHUB = "ghp_R4nd0mT0k3nV4lu3Xy9Zq8Wp7Lm6Kj5Hg4Fd"
@@ -208,7 +207,7 @@ def test_a_consolidation_section_holds_no_credential_and_expand_still_does(tmp_p
         tmp_path / "chronicle.db", {"maintenance": {"schedules": {"consolidate": "* * * * *"}}}
     )
     try:
-        sched = Scheduler(core, clock=FakeClock())  # the shipped wiring: the section writer
+        sched = core.new_scheduler(clock=FakeClock())  # the shipped wiring: the section writer
         messages = leaky_turn()
         core.capture.capture_messages("s1", messages)
         core.capture.record_session_end("s1", len(messages), len(messages))
@@ -231,7 +230,7 @@ def test_a_summariser_that_copies_raw_text_still_writes_masked_prose(tmp_path: A
         tmp_path / "chronicle.db", {"maintenance": {"schedules": {"consolidate": "* * * * *"}}}
     )
     try:
-        sched = Scheduler(core, clock=FakeClock(), summarize=raw)
+        sched = core.new_scheduler(clock=FakeClock(), summarize=raw)
         messages = leaky_turn()
         core.capture.capture_messages("s1", messages)
         core.capture.record_session_end("s1", len(messages), len(messages))

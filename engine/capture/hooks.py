@@ -54,8 +54,8 @@ def _mask_strings(value: Any) -> Any:
 class HostRecorder:
     """Appends the host's reports straight to the log (they are no tree entries)."""
 
-    def __init__(self, log: EventReader, keep_aside: KeepAside) -> None:
-        self._host_log = log
+    def __init__(self, reader: EventReader, keep_aside: KeepAside) -> None:
+        self._host_log = reader
         self._host_keep_aside = keep_aside
 
     def _record(self, session_id: str, event: DomainEvent) -> int:

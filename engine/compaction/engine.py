@@ -2,11 +2,11 @@
 
 Invariants:
 - Nothing leaves the context unless it is in the log and inside the seq range of a section the
-  handoff cites: every message is captured first (`core.capture.capture_messages`), and a pass
+  handoff cites: every message is captured first (`Capture.capture_messages`), and a pass
   that cannot capture returns nothing (the host keeps its list).
 - The sections of one conversation (one lineage) tile the folded range without overlap: a pass
   reuses sections already written over its range (background consolidation) and writes new ones
-  only for the gaps, in the conversation's chronicle (`core.sessions.chronicle_name`).
+  only for the gaps, in the conversation's chronicle (`SessionTree.chronicle_name`).
 - A message leaves the context only when a section the handoff cites covers its seq: the first
   pass's range starts at the first message after the head, each later one where the last
   stopped, and a message below the view that no section covers stays (`message_facts`).
@@ -26,18 +26,21 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..capture import shortened
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.secrets import MASK_MARK, mask
 from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
+from ..config import Config
 from ..errors import ChronicleFork, UsageError
+from ..log.events import EventReader
 from ..log.store import StoredEvent
-from ..sessions.tree import CHRONICLE_PREFIX
+from ..sessions.capture import Capture
+from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
 from .assemble import assemble
 from .contract import violations
 from .events import (
@@ -46,7 +49,6 @@ from .events import (
     ContextFocused,
     ContextPinned,
     ContextUnpinned,
-    register_context_events,
 )
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .messages import (
@@ -62,9 +64,6 @@ from .planner import MessageFacts, Plan, plan
 from .policy import Policy
 from .summarizer import FoldInput, SectionWriter, writer_from_config
 from .view import Condensed, level_name, rebase
-
-if TYPE_CHECKING:
-    from ..core import ChronicleCore
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
 
@@ -107,9 +106,21 @@ class _Lineage:
 class Compaction:
     """The context engine's core: compress, expand, pin, focus, status. One per core."""
 
-    def __init__(self, core: ChronicleCore) -> None:
-        self.core = core
-        register_context_events(core.types)
+    def __init__(
+        self,
+        reader: EventReader,
+        config: Config,
+        sessions: SessionTree,
+        capture: Capture,
+        forgotten: Callable[[Sequence[int]], set[int]],
+    ) -> None:
+        self._store = reader.store
+        self._types = reader.types
+        self._config = config
+        self._sessions = sessions
+        self.capture = capture
+        """Where every message of a list is captured before a pass folds it (the pin tool too)."""
+        self._hidden_seqs = forgotten
         self._chronicles: dict[str, SQLiteChronicleStore] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -125,7 +136,7 @@ class Compaction:
     @property
     def writer(self) -> SectionWriter:
         if self._writer is None:
-            self._writer = writer_from_config(self.core.config, self.core.store, self.core.types)
+            self._writer = writer_from_config(self._config, self._store, self._types)
         return self._writer
 
     @writer.setter
@@ -135,7 +146,7 @@ class Compaction:
     def chronicle(self, name: str) -> SQLiteChronicleStore:
         found = self._chronicles.get(name)
         if found is None:
-            found = self.core.chronicle(name)
+            found = SQLiteChronicleStore(self._store, name)
             self._chronicles[name] = found
         return found
 
@@ -147,14 +158,14 @@ class Compaction:
 
     def _refresh_events(self) -> None:
         with self._events_lock:
-            for event in self.core.store.read(after=self._events_through, namespaces=[NAMESPACE]):
+            for event in self._store.read(after=self._events_through, namespaces=[NAMESPACE]):
                 self._events_by_session.setdefault(event.envelope.session or "", []).append(event)
                 self._events_through = event.seq
 
     def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
         """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
         self._refresh_events()
-        sessions = list(lineage) or self.core.sessions.lineage(session_id) or [session_id]
+        sessions = list(lineage) or self._sessions.lineage(session_id) or [session_id]
         events: list[StoredEvent] = []
         with self._events_lock:
             for sid in dict.fromkeys(sessions):
@@ -176,7 +187,7 @@ class Compaction:
         return state
 
     def _record(self, session_id: str, event: Any) -> StoredEvent:
-        (stored,) = self.core.store.append([self.core.types.pending(event, session=session_id)])
+        (stored,) = self._store.append([self._types.pending(event, session=session_id)])
         return stored
 
     def pin(self, session_id: str, from_seq: int, to_seq: int, note: str = "") -> None:
@@ -239,7 +250,7 @@ class Compaction:
         """Seqs in [lo, hi] whose captured text had a credential masked. Capture masks every
         message it records, so the others need no second scan before a summariser reads them."""
         try:
-            with self.core.store.reading() as conn:
+            with self._store.reading() as conn:
                 rows = conn.execute(
                     "SELECT seq, payload FROM events WHERE seq BETWEEN ? AND ? AND namespace = ?"
                     " AND payload GLOB ?",
@@ -292,8 +303,8 @@ class Compaction:
         messages = list(messages)
         if not messages:
             return Outcome(None, "nothing to compact")
-        agent_context = self.core.capture.identity(session_id).get("agent_context")
-        if not self.core.capture.capturing(agent_context):
+        agent_context = self.capture.identity(session_id).get("agent_context")
+        if not self.capture.capturing(agent_context):
             # Folding needs every message in the log; this agent's turns are not to be recorded.
             return Outcome(
                 None,
@@ -301,9 +312,7 @@ class Compaction:
                 " so nothing can be folded without losing it",
             )
         seqs = list(
-            self.core.capture.capture_messages(
-                session_id, messages, user_id=user_id, platform=platform
-            )
+            self.capture.capture_messages(session_id, messages, user_id=user_id, platform=platform)
         )
         captured = time.perf_counter()
         if len(seqs) != len(messages):
@@ -311,7 +320,7 @@ class Compaction:
                 f"capture returned {len(seqs)} seqs for {len(messages)} messages; refusing to fold"
             )
         # The lineage once per pass: the chronicle's name is its first session's.
-        lineage = self.core.sessions.lineage(session_id) or [session_id]
+        lineage = self._sessions.lineage(session_id) or [session_id]
         name = CHRONICLE_PREFIX + lineage[0]
         with self._lock_for(name):
             for attempt in (1, 2):
@@ -343,7 +352,7 @@ class Compaction:
         """What a section summarises: the logged original of a copy an earlier pass cut."""
         if shortened.origin(message) != seq:
             return message
-        event = self.core.store.get(seq)
+        event = self._store.get(seq)
         return event.payload.get("message", message) if event is not None else message
 
     def facts(
@@ -397,11 +406,11 @@ class Compaction:
         started = time.perf_counter()
         # Another provider's memory context may quote a credential; sections keep it masked.
         memory_context = mask(memory_context)
-        cap = float(self.core.config.get("context.summarizer_pass_seconds") or 0)
+        cap = float(self._config.get("context.summarizer_pass_seconds") or 0)
         deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
         state = self.lineage_state(session_id, lineage)
         focus = (focus_topic or "").strip() or state.focus or None
-        names = [name, *(n for n in self.core.sessions.chronicle_names(session_id) if n != name)]
+        names = [name, *(n for n in self._sessions.chronicle_names(session_id) if n != name)]
         previous, role, through = self._previous_view(names, messages)
         covered = [(v.from_seq, v.to_seq) for v in previous]
         facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
@@ -448,7 +457,7 @@ class Compaction:
                 if not pairs:
                     pairs = [
                         (e.seq, e.payload.get("message", {}))
-                        for e in self.core.sessions.message_events(session_id, g_lo, g_hi)
+                        for e in self._sessions.message_events(session_id, g_lo, g_hi)
                     ]
                 if not pairs:
                     continue
@@ -562,7 +571,7 @@ class Compaction:
         # a crash leaves all of them or none. The range is read again under the write lock:
         # consolidation (another thread) may have written over it since the plan read it.
         try:
-            with self.core.store.atomic() as conn:
+            with self._store.atomic() as conn:
                 if reach is not None:
                     r_lo, r_hi = reach
                     now = chronicle.current(conn, from_seq=r_lo, to_seq=r_hi)
@@ -575,7 +584,7 @@ class Compaction:
                 for c in condensed:
                     self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
                 self._record(session_id, record)
-                self.core.sessions.record_compaction(
+                self._sessions.record_compaction(
                     session_id,
                     section_ids=[v.label for v in view],
                     first_kept_seq=tail[0] if tail else None,
@@ -623,7 +632,7 @@ class Compaction:
         page_size: int = 20,
     ) -> dict[str, Any]:
         """The original messages of a section or a seq range, byte for byte, one page at a time."""
-        names = self.core.sessions.chronicle_names(session_id)
+        names = self._sessions.chronicle_names(session_id)
         result: dict[str, Any] = {}
         if section_id:
             view = self.resolve(names, section_id)
@@ -671,19 +680,19 @@ class Compaction:
 
     def _forgotten(self, seqs: list[int]) -> set[int]:
         try:
-            return set(self.core.recall.hidden_seqs(seqs))
+            return set(self._hidden_seqs(seqs))
         except Exception:  # recall unavailable: show the log as it is rather than nothing
             log.debug("chronicle expand: recall could not say what was forgotten", exc_info=True)
             return set()
 
     def _range_events(self, session_id: str, lo: int, hi: int) -> list[StoredEvent]:
         """The lineage's messages in lo..hi; kept for the next pages while the log is unchanged."""
-        lineage = tuple(self.core.sessions.lineage(session_id) or [session_id])
-        key = (lineage, lo, hi, self.core.store.last_seq())
+        lineage = tuple(self._sessions.lineage(session_id) or [session_id])
+        key = (lineage, lo, hi, self._store.last_seq())
         with self._guard:
             if self._expanded is not None and self._expanded[0] == key:
                 return self._expanded[1]
-        events = list(self.core.sessions.message_events(session_id, lo, hi))
+        events = list(self._sessions.message_events(session_id, lo, hi))
         with self._guard:
             self._expanded = (key, events)
         return events
@@ -697,7 +706,7 @@ class Compaction:
         )
         carries: list[dict[str, Any]] = []
         if last is not None:
-            names = self.core.sessions.chronicle_names(session_id)
+            names = self._sessions.chronicle_names(session_id)
             for label in last.get("view", []):
                 found = self.resolve(names, label)
                 if found is not None:

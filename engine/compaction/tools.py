@@ -1,6 +1,6 @@
 """The context engine's tools: expand any section back to its messages, pin, focus, status.
 
-Handlers get the slot's context: `session_id` (the engine's current session; everything follows
+Handlers get the engine's `Compaction` and the slot's context: `session_id` (the engine's current session; everything follows
 its lineage), `messages` (the live list, for pins by text) and `policy` (for status).
 """
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..tools import ToolSpec
+from .engine import Compaction
 from .messages import content_text
 
 __all__ = ["CONTEXT_TOOLS"]
@@ -34,8 +35,8 @@ def _int(args: dict[str, Any], key: str) -> int | None:
         raise UsageError(f"{key} must be a whole number, got {value!r}") from None
 
 
-def _expand(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return core.compaction.expand(
+def _expand(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+    return compaction.expand(
         _session(context),
         section_id=(str(args["section_id"]).strip() if args.get("section_id") else None),
         from_seq=_int(args, "from_seq"),
@@ -45,7 +46,7 @@ def _expand(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
     )
 
 
-def _pin(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+def _pin(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
     session_id = _session(context)
     lo, hi = _int(args, "from_seq"), _int(args, "to_seq")
     text = str(args.get("text") or "").strip()
@@ -62,7 +63,7 @@ def _pin(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
         )
         if index is None:
             raise UsageError(f"no message in the current context contains {text!r}")
-        seqs = core.capture.capture_messages(session_id, messages)
+        seqs = compaction.capture.capture_messages(session_id, messages)
         lo = seqs[index]
         if lo is None:
             raise UsageError(
@@ -72,29 +73,29 @@ def _pin(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
         raise UsageError("give text (a phrase from the message to keep) or from_seq/to_seq")
     hi = hi if hi is not None else lo
     if args.get("unpin"):
-        core.compaction.unpin(session_id, lo, hi)
+        compaction.unpin(session_id, lo, hi)
         return {"unpinned": {"from_seq": lo, "to_seq": hi}}
-    core.compaction.pin(session_id, lo, hi, str(args.get("note") or ""))
+    compaction.pin(session_id, lo, hi, str(args.get("note") or ""))
     return {
         "pinned": {"from_seq": lo, "to_seq": hi},
         "effect": "these messages stay verbatim through every later compaction",
     }
 
 
-def _focus(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+def _focus(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
     topic = str(args.get("topic") or "").strip()
-    core.compaction.set_focus(_session(context), topic)
+    compaction.set_focus(_session(context), topic)
     return {
         "focus": topic or None,
         "effect": "later compactions keep this topic in full" if topic else "focus cleared",
     }
 
 
-def _status(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return core.compaction.status(_session(context), context.get("policy"))
+def _status(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+    return compaction.status(_session(context), context.get("policy"))
 
 
-CONTEXT_TOOLS: tuple[ToolSpec, ...] = (
+CONTEXT_TOOLS: tuple[ToolSpec[Compaction], ...] = (
     ToolSpec(
         "chronicle_expand",
         "Get back the original messages that a compaction folded away, byte for byte. Pass the "

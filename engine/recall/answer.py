@@ -10,14 +10,12 @@ weak evidence, instead of a guess.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..capture.secrets import mask
 from .gate import gate_words
+from .index import RecallIndex
 from .search import Hit
-
-if TYPE_CHECKING:
-    from .recall import Recall
 
 __all__ = ["answer"]
 
@@ -37,7 +35,7 @@ def _evidence(hit: Hit) -> dict[str, Any]:
 
 
 def answer(
-    recall: Recall,
+    recall: RecallIndex,
     question: str,
     *,
     session_id: str | None = None,

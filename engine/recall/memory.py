@@ -6,29 +6,25 @@ the next read already sees it and a rebuild repeats it.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..capture.secrets import mask
 from ..errors import UsageError
 from .events import MemoryCorrected, MemoryForgotten, MemoryRemembered
 from .fold import scope_number
-
-if TYPE_CHECKING:
-    from .recall import Recall
+from .index import RecallIndex
 
 __all__ = ["remember", "forget", "correct"]
 
 
-def _append(recall: Recall, event: Any, session_id: str | None) -> int:
-    stored = recall.core.store.append(
-        [recall.core.types.pending(event, session=session_id or None)]
-    )
+def _append(recall: RecallIndex, event: Any, session_id: str | None) -> int:
+    stored = recall.store.append([recall.types.pending(event, session=session_id or None)])
     recall.catch_up()
     return stored[0].seq
 
 
 def remember(
-    recall: Recall,
+    recall: RecallIndex,
     text: str,
     *,
     session_id: str | None = None,
@@ -37,15 +33,15 @@ def remember(
 ) -> dict[str, Any]:
     if not isinstance(text, str) or not text.strip():
         raise UsageError("chronicle_remember needs the text to keep")
-    with recall.core.store.reading() as conn:
-        user, prof = recall._who(conn, session_id, user_id, profile)
+    with recall.store.reading() as conn:
+        user, prof = recall.who(conn, session_id, user_id, profile)
     seq = _append(
         recall, MemoryRemembered(text=text.strip(), user_id=user, profile=prof), session_id
     )
     return {"id": f"b{seq}.0", "seq": seq, "stored": True, "text": mask(text.strip())}
 
 
-def _owned(recall: Recall, conn: sqlite3.Connection, scope: int | None, target: str) -> bool:
+def _owned(recall: RecallIndex, conn: sqlite3.Connection, scope: int | None, target: str) -> bool:
     if scope is None:
         return False
     if target.startswith("m") and target[1:].isdigit():
@@ -74,12 +70,16 @@ def _owned(recall: Recall, conn: sqlite3.Connection, scope: int | None, target: 
 
 
 def _target(
-    recall: Recall, target: str, session_id: str | None, user_id: str | None, profile: str | None
+    recall: RecallIndex,
+    target: str,
+    session_id: str | None,
+    user_id: str | None,
+    profile: str | None,
 ) -> tuple[str | None, str | None]:
     target = (target or "").strip()
     recall.catch_up()
-    with recall.core.store.reading() as conn:
-        user, prof = recall._who(conn, session_id, user_id, profile)
+    with recall.store.reading() as conn:
+        user, prof = recall.who(conn, session_id, user_id, profile)
         if not _owned(recall, conn, scope_number(conn, user, prof), target):
             raise UsageError(
                 f"{target!r} is not an item of this user's memory; use an id from "
@@ -89,7 +89,7 @@ def _target(
 
 
 def forget(
-    recall: Recall,
+    recall: RecallIndex,
     target: str,
     *,
     include_source: bool = False,
@@ -114,7 +114,7 @@ def forget(
 
 
 def correct(
-    recall: Recall,
+    recall: RecallIndex,
     target: str,
     text: str,
     *,

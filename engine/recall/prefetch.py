@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
 
 from ..capture.secrets import mask
 from ..sessions.events import NAMESPACE as SESSION_NAMESPACE
 from .gate import gate_words, passes
+from .index import RecallIndex
 from .reach import Window
 from .search import Hit, MessageRow
 from .vectors import cosine, unpack
 
-if TYPE_CHECKING:
-    from .recall import Recall
-
 __all__ = ["window", "automated", "prepare"]
 
 
-def window(recall: Recall, session_id: str) -> Window | None:
+def window(recall: RecallIndex, session_id: str) -> Window | None:
     """What the model has in its window for this conversation: after its latest recorded
     compaction, the kept head and every message of the lineage from the first kept one on; with
     no compaction, all of the lineage. What a compaction folded out, and every other
@@ -46,7 +43,7 @@ def window(recall: Recall, session_id: str) -> Window | None:
         return None
     sessions = tuple(recall.lineage(session_id))
     marks = ",".join("?" * len(sessions))
-    with recall.core.store.reading() as conn:
+    with recall.store.reading() as conn:
         latest = conn.execute(
             f"SELECT seq, payload FROM events WHERE namespace = ? AND type = ?"
             f" AND session IN ({marks}) ORDER BY seq DESC LIMIT 1",
@@ -68,14 +65,14 @@ def window(recall: Recall, session_id: str) -> Window | None:
     return Window(sessions, start, frozenset(int(seq) for (seq,) in seqs))
 
 
-def automated(recall: Recall, session_id: str) -> bool:
+def automated(recall: RecallIndex, session_id: str) -> bool:
     """Is this session a scheduled job's (cron) run?"""
-    live = recall.core.capture.identity(session_id)
+    live = recall.identity(session_id)
     if "cron" in (live.get("agent_context") or "") or live.get("platform") == "cron":
         return True
     if session_id.startswith("cron"):
         return True
-    with recall.core.store.reading() as conn:
+    with recall.store.reading() as conn:
         row = conn.execute(
             "SELECT agent_context, speaker FROM recall_messages WHERE session = ?"
             " AND role = 'user' ORDER BY seq DESC LIMIT 1",
@@ -84,7 +81,7 @@ def automated(recall: Recall, session_id: str) -> bool:
     return row is not None and (row[0] == "cron" or row[1] == "automation")
 
 
-def prepare(recall: Recall, query: str, session_id: str) -> str:
+def prepare(recall: RecallIndex, query: str, session_id: str) -> str:
     if not isinstance(query, str) or not query.strip():
         return ""
     t = recall.tuning
@@ -122,7 +119,7 @@ def prepare(recall: Recall, query: str, session_id: str) -> str:
 
 
 def _gate(
-    recall: Recall,
+    recall: RecallIndex,
     query: str,
     message: set[str],
     found: list[Hit],
@@ -143,7 +140,7 @@ def _gate(
         vectors = recall.embedder is not None and recall.embedder.available
         if 1 <= shared <= 3 and vectors and time.monotonic() < deadline:
             if query_vector is None:
-                query_vector = recall._query_vector(query)
+                query_vector = recall.query_vector(query)
             if query_vector is not None:
                 similarity = _similarity(recall, hit, query_vector, on_the_spot > 0)
                 on_the_spot -= 1
@@ -161,10 +158,10 @@ def _gate(
 
 
 def _similarity(
-    recall: Recall, hit: Hit, query_vector: list[float], may_embed: bool
+    recall: RecallIndex, hit: Hit, query_vector: list[float], may_embed: bool
 ) -> float | None:
     assert recall.embedder is not None
-    with recall.core.store.reading() as conn:
+    with recall.store.reading() as conn:
         row = conn.execute(
             "SELECT vec FROM recall_vectors WHERE target = ? AND model = ?",
             (hit.id, recall.embedder.model),
@@ -177,7 +174,7 @@ def _similarity(
     return cosine(query_vector, got[0]) if got else None
 
 
-def _format(recall: Recall, hits: list[Hit]) -> str:
+def _format(recall: RecallIndex, hits: list[Hit]) -> str:
     if not hits:
         return ""
     lines = ["Chronicle recalled this from earlier conversations (ids work with chronicle_search):"]

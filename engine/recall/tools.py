@@ -1,4 +1,4 @@
-"""The memory-provider tools recall exposes. Handlers take the core, the parsed arguments and
+"""The memory-provider tools recall exposes. Handlers take `Recall`, the parsed arguments and
 the slot's context (`session_id`, `user_id`, `profile`), and return JSON-ready dicts; errors are
 raised as ChronicleError and turned into {"error": ...} by `tools.dispatch`."""
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..tools import ToolSpec
+from .recall import Recall
 
 __all__ = ["RECALL_TOOLS"]
 
@@ -28,7 +29,7 @@ def _text(args: Mapping[str, Any], name: str) -> str:
     return value
 
 
-def _search(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+def _search(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
     query = _text(args, "query")
     scope = str(args.get("scope") or "all")
     limit = args.get("limit")
@@ -36,16 +37,16 @@ def _search(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
         limit = int(limit) if limit is not None else None
     except (TypeError, ValueError):
         raise UsageError("'limit' must be a whole number") from None
-    results = core.recall.search(query, scope=scope, limit=limit, **_who(context))
+    results = recall.search(query, scope=scope, limit=limit, **_who(context))
     return {"query": query, "scope": scope, "count": len(results), "results": results}
 
 
-def _remember(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return core.recall.remember(_text(args, "text"), **_who(context))
+def _remember(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+    return recall.remember(_text(args, "text"), **_who(context))
 
 
-def _forget(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return core.recall.forget(
+def _forget(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+    return recall.forget(
         _text(args, "id"),
         include_source=bool(args.get("include_source", False)),
         reason=str(args.get("reason") or ""),
@@ -53,15 +54,15 @@ def _forget(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
     )
 
 
-def _correct(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return core.recall.correct(_text(args, "id"), _text(args, "text"), **_who(context))
+def _correct(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+    return recall.correct(_text(args, "id"), _text(args, "text"), **_who(context))
 
 
-def _answer(core: Any, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return core.recall.answer(_text(args, "question"), **_who(context))
+def _answer(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+    return recall.answer(_text(args, "question"), **_who(context))
 
 
-RECALL_TOOLS: tuple[ToolSpec, ...] = (
+RECALL_TOOLS: tuple[ToolSpec[Recall], ...] = (
     ToolSpec(
         "chronicle_search",
         "Search long-term memory (earlier messages of every session, remembered facts and "

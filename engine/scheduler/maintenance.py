@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..log.store import sqlite_errors
+from ..log.store import SQLiteEventStore, sqlite_errors
+from ..recall.recall import Recall
 from .queue import JobQueue
 from .settings import Settings
 from .sweeps import SweepCursors, SweepReport
 
-__all__ = ["TaskContext", "MAINTENANCE", "optional_subsystem"]
+__all__ = ["TaskContext", "MAINTENANCE"]
 
 log = logging.getLogger("chronicle_engine.scheduler")
 
@@ -36,23 +37,13 @@ _CURRENT = (
 
 @dataclass(frozen=True, slots=True)
 class TaskContext:
-    core: Any
+    store: SQLiteEventStore
+    recall: Callable[[], Recall]  # built when a task first needs it
     queue: JobQueue
     sweeps: SweepCursors
     settings: Settings
     budget: int
     now: float
-
-
-def optional_subsystem(core: Any, name: str) -> Any | None:
-    """`core.<name>`, or None when that subsystem's package is not installed (not landed yet).
-    A subsystem that is present but broken still raises: that is a failure, not an absence."""
-    try:
-        return getattr(core, name)
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith(f"chronicle_engine.{name}"):
-            return None
-        raise
 
 
 def _from_hook(task: str, answer: Any, cursor: int = 0) -> SweepReport:
@@ -69,7 +60,7 @@ def _from_hook(task: str, answer: Any, cursor: int = 0) -> SweepReport:
 
 
 def fts_optimize(ctx: TaskContext) -> SweepReport:
-    recall = optional_subsystem(ctx.core, "recall")
+    recall = ctx.recall()
     hook = getattr(recall, "optimize_fts", None)
     if hook is not None:
         return _from_hook("fts_optimize", hook(budget=ctx.budget))
@@ -80,7 +71,7 @@ def _fts_merge(ctx: TaskContext) -> SweepReport:
     """FTS5's own incremental merge on every full-text index in the database, `budget` pages
     each. FTS5 keeps where a merge stopped, so that is the cursor; a merge that changes nothing
     means the index is as merged as it gets. Only segment layout changes, never content."""
-    store = ctx.core.store
+    store = ctx.store
     with sqlite_errors("listing full-text indexes"), store.reading() as conn:
         tables = [
             str(r[0])
@@ -110,7 +101,7 @@ def _fts_merge(ctx: TaskContext) -> SweepReport:
 
 
 def belief_sweep(ctx: TaskContext) -> SweepReport:
-    recall = optional_subsystem(ctx.core, "recall")
+    recall = ctx.recall()
     hook = getattr(recall, "sweep_beliefs", None)
     if hook is None:
         return SweepReport("belief_sweep", skipped="recall offers no sweep_beliefs hook")
@@ -136,7 +127,7 @@ def queue_retention(ctx: TaskContext) -> SweepReport:
 
 
 def wal_checkpoint(ctx: TaskContext) -> SweepReport:
-    store = ctx.core.store
+    store = ctx.store
     if store.in_memory:
         return SweepReport("wal_checkpoint", skipped="an in-memory database has no WAL")
     with sqlite_errors("checkpointing the WAL"), store.reading() as conn:
@@ -154,7 +145,7 @@ def wal_checkpoint(ctx: TaskContext) -> SweepReport:
 def integrity(ctx: TaskContext) -> SweepReport:
     start = ctx.sweeps.load("integrity").cursor
     problems: list[dict[str, Any]] = []
-    with sqlite_errors("checking chronicle integrity"), ctx.core.store.reading() as conn:
+    with sqlite_errors("checking chronicle integrity"), ctx.store.reading() as conn:
         last_seq = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
         rows = conn.execute(
             "SELECT s.written, s.chronicle, s.section_id, s.from_seq, s.to_seq FROM sections s"

@@ -27,16 +27,18 @@ from typing import Any
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS
+from ..config import Config
 from ..errors import StoreError, UsageError
+from ..log.events import EventReader
 from ..log.store import sqlite_errors
+from ..recall.recall import Recall
 from .consolidation import Consolidator, Conversations
 from .cron import latest_due, next_due_after
-from .events import JobFailed, register_scheduler_events
-from .maintenance import MAINTENANCE, TaskContext, optional_subsystem
+from .events import JobFailed
+from .maintenance import MAINTENANCE, TaskContext
 from .queue import Job, JobQueue, JobSpec, RetryNextTick, allocate
 from .schema import SCHEDULER_MIGRATIONS
 from .settings import JOB_CLASSES, TASKS, read_settings
-from .summaries import WriterSummarizer
 from .sweeps import SweepCursors, SweepReport
 from .units import UnitRules
 
@@ -80,30 +82,41 @@ def _iso(moment: float | None) -> str | None:
 
 
 class Scheduler:
-    """`core.scheduler`: schedules, the job queue, consolidation and maintenance for one core."""
+    """`core.scheduler`: schedules, the job queue, consolidation and maintenance for one database."""
 
     def __init__(
         self,
-        core: Any,
+        reader: EventReader,
+        config: Config,
         *,
+        sessions: Conversations,
+        writer: Callable[[], Summarizer | AsyncSummarizer],
+        recall: Callable[[], Recall],
+        warned: set[str],
         clock: Callable[[], float] | None = None,
         summarize: Summarizer | AsyncSummarizer | None = None,
-        conversations: Conversations | None = None,
     ) -> None:
-        self.core = core
-        self.settings = read_settings(core.config)
+        """`writer` and `recall` are asked for when first needed (consolidation, a sweep), so a
+        broken one switches off only what uses it; `warned` holds the degraded states this
+        database has logged already (shared with the slots). `summarize` stands in for the
+        writer's summaries (tests)."""
+        self._store = reader.store
+        self._reader = reader
+        self._sessions = sessions
+        self._writer = writer
+        self._recall = recall
+        self._warned_db = warned
+        self.settings = read_settings(config)
         self.clock: Callable[[], float] = clock or time.time
-        core.store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
-        register_scheduler_events(core.types)
+        self._store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
         self.queue = JobQueue(
-            core.store,
+            self._store,
             clock=self.clock,
             lease_seconds=self.settings.lease_seconds,
             max_attempts=self.settings.max_attempts,
         )
-        self.sweeps = SweepCursors(core.store, clock=self.clock)
+        self.sweeps = SweepCursors(self._store, clock=self.clock)
         self._summarize = summarize
-        self._conversations = conversations
         self._consolidator: Consolidator | None = None
         self._resolved = False
         self._unavailable: dict[str, str] = {}
@@ -160,7 +173,7 @@ class Scheduler:
         text = f"{type(exc).__name__}: {exc}"
         # A database that refuses writes is said once per database (the slots share the note).
         key = type(exc).__name__ if isinstance(exc, StoreError) else text
-        seen = self.core.warned if isinstance(exc, StoreError) else self._warned
+        seen = self._warned_db if isinstance(exc, StoreError) else self._warned
         if key not in seen:
             seen.add(key)
             log.warning("chronicle maintenance paused for %.0fs: %s", _BACKOFF_AFTER_ERROR, text)
@@ -172,7 +185,7 @@ class Scheduler:
     def _load(self) -> None:
         # Finding the summariser imports the context engine, which is slow the first time, so
         # it waits for the first consolidation job (on a draining hook, off the user's turn).
-        with sqlite_errors("reading schedule watermarks"), self.core.store.reading() as conn:
+        with sqlite_errors("reading schedule watermarks"), self._store.reading() as conn:
             marks = dict(conn.execute("SELECT schedule, last_due FROM scheduler_watermarks"))
         self._next_due = {}
         for task, schedule in self.settings.schedules.items():
@@ -206,7 +219,7 @@ class Scheduler:
         schedule = self.settings.schedules[task]
         due = latest_due(schedule.cron, now)
         fired = False
-        with sqlite_errors(f"scheduling {task}"), self.core.store.atomic() as conn:
+        with sqlite_errors(f"scheduling {task}"), self._store.atomic() as conn:
             row = conn.execute(
                 "SELECT last_due FROM scheduler_watermarks WHERE schedule = ?", (task,)
             ).fetchone()
@@ -284,7 +297,7 @@ class Scheduler:
 
     def _context(self, job: Job) -> TaskContext:
         return TaskContext(
-            self.core, self.queue, self.sweeps, self.settings,
+            self._store, self._recall, self.queue, self.sweeps, self.settings,
             self.settings.budget_for(job.kind), self.clock(),
         )  # fmt: skip
 
@@ -370,9 +383,9 @@ class Scheduler:
         reason = job.reason or "unknown"
         log.error("chronicle %s job %d failed for good: %s", job.kind, job.id, reason)
         self._note_outcome(job, "failed", reason)
-        self.core.store.append(
+        self._store.append(
             [
-                self.core.types.pending(
+                self._reader.types.pending(
                     JobFailed(kind=job.kind, key=job.key, attempts=job.attempts, reason=reason)
                 )
             ]
@@ -385,7 +398,7 @@ class Scheduler:
         if not isinstance(schedule, str):
             return
         if conn is None:
-            with sqlite_errors("recording a schedule's outcome"), self.core.store.atomic() as c:
+            with sqlite_errors("recording a schedule's outcome"), self._store.atomic() as c:
                 self._note_outcome(job, state, text, c)
             return
         conn.execute(
@@ -402,32 +415,20 @@ class Scheduler:
             return
         self._resolved = True
         summarize = self._summarize
-        conversations = self._conversations
-        missing: list[str] = []
         try:
             if summarize is None:
-                compaction = optional_subsystem(self.core, "compaction")
-                if compaction is None or not hasattr(compaction, "writer"):
-                    missing.append("no summariser (core.compaction offers no section writer)")
-                else:
-                    summarize = WriterSummarizer.for_core(self.core, compaction)
-            if conversations is None:
-                conversations = optional_subsystem(self.core, "sessions")
-                if conversations is None:
-                    missing.append("no session tree (core.sessions is not installed)")
+                summarize = self._writer()
         except Exception as exc:  # a broken subsystem must not stop the other schedules
-            missing.append(f"{type(exc).__name__}: {exc}")
-        if missing or summarize is None or conversations is None:
-            why = "; ".join(missing)
+            why = f"{type(exc).__name__}: {exc}"
             for task in ("consolidate", "reap"):
                 self._unavailable[task] = why
             log.warning("chronicle consolidation is off: %s", why)
             return
         self._consolidator = Consolidator(
-            self.core.store,
-            self.core.reader,
-            self.core.types,
-            conversations=conversations,
+            self._store,
+            self._reader,
+            self._reader.types,
+            conversations=self._sessions,
             summarize=summarize,
             rules=UnitRules(
                 unit_turns=self.settings.unit_turns,
@@ -445,7 +446,7 @@ class Scheduler:
 
     def handle(self, kind: str, handler: Callable[[TaskContext], SweepReport]) -> None:
         """Run jobs of `kind` with `handler` (a subsystem's own background work). The handler
-        gets a TaskContext (core, queue, sweep cursors, row budget, now) and returns a
+        gets a TaskContext (store, recall, queue, sweep cursors, row budget, now) and returns a
         SweepReport; enqueue with `queue.enqueue(JobSpec(kind, job_class, key))`."""
         if kind in ("consolidate", "reap"):
             raise UsageError(f"{kind!r} is the scheduler's own job kind; pick another name")
@@ -498,7 +499,7 @@ class Scheduler:
         and the tasks deliberately left unscheduled, with why."""
         self._resolve()
         now = self.clock()
-        with sqlite_errors("reading maintenance status"), self.core.store.reading() as conn:
+        with sqlite_errors("reading maintenance status"), self._store.reading() as conn:
             marks = {
                 r[0]: r[1:]
                 for r in conn.execute(

@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..chronicle.sections import Consolidation, section_id_for
+from ..compaction.engine import Compaction
+from ..compaction.policy import policy_from_config
+from ..config import Config
 from ..log.store import StoredEvent
 
 __all__ = ["WriterSummarizer"]
@@ -21,15 +24,13 @@ class WriterSummarizer:
     """A chronicle `Summarizer` over `core.compaction.writer`, read at each call so a writer the
     host swaps in later is the one used."""
 
-    def __init__(self, compaction: Any, budget_chars: int) -> None:
+    def __init__(self, compaction: Compaction, budget_chars: int) -> None:
         self.compaction = compaction
         self.budget_chars = budget_chars
 
     @classmethod
-    def for_core(cls, core: Any, compaction: Any) -> WriterSummarizer:
-        from ..compaction.policy import policy_from_config
-
-        return cls(compaction, policy_from_config(core.config).section_chars)
+    def for_compaction(cls, compaction: Compaction, config: Config) -> WriterSummarizer:
+        return cls(compaction, policy_from_config(config).section_chars)
 
     def __call__(self, events: Sequence[StoredEvent]) -> Consolidation:
         from ..compaction.summarizer import FoldInput

@@ -66,7 +66,7 @@ class Capture(HostRecorder):
     what the host reports besides messages (`hooks.HostRecorder`)."""
 
     def __init__(self, tree: SessionTree, config: Config) -> None:
-        super().__init__(tree.log, tree.keep_aside)
+        super().__init__(tree.reader, tree.keep_aside)
         self.tree = tree
         self._config = config
         self._planner = Planner(tree.store, tree.types)

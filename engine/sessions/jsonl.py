@@ -202,7 +202,7 @@ def _pending(tree: SessionTree, number: int, record: Any) -> PendingEvent:
             raise FormatError(f"line {number}: parentId must be a string or null")
         payload["parent"] = parent or ""
     try:
-        upcast = tree.log.upcasts.upcast(str(namespace), str(type_), version, current, payload)
+        upcast = tree.reader.upcasts.upcast(str(namespace), str(type_), version, current, payload)
         cls.model_validate(upcast)
     except (ValidationError, UnknownEventType) as exc:
         first = str(exc).splitlines()[0]

@@ -104,10 +104,10 @@ class TreeWriter:
 class SessionTree:
     """Sessions as an append-only tree; see the module docstring."""
 
-    def __init__(self, log: EventReader) -> None:
-        self.log = log
-        self.store = log.store
-        self.types = log.types
+    def __init__(self, reader: EventReader) -> None:
+        self.reader = reader
+        self.store = reader.store
+        self.types = reader.types
         self.store.migrate(MIGRATIONS)
         self._refresh_lock = threading.Lock()
         self.spill = Spill.beside(self.store.path)
@@ -345,7 +345,7 @@ class SessionTree:
         """The MessageCaptured events of the session's scope with from_seq <= seq <= to_seq."""
         segments = self.scope(session_id)
         bounds = dict(segments)
-        events = self.log.read(
+        events = self.reader.read(
             after=max(0, int(from_seq) - 1),
             upto=int(to_seq),
             sessions=[s for s, _ in segments],

@@ -13,6 +13,7 @@ from rich.tree import Tree
 
 from ...capture.events import NAMESPACE as CHAT
 from ...chronicle.sections import Section
+from ...log.store import SQLiteEventStore
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 from ..inventory import chronicle_rows, session_rows
 from ._optional import maybe, subsystem
@@ -293,7 +294,7 @@ def tree(s: Session) -> Outcome:
         lineage = list(tree_api.lineage(sid))
         placed.update(lineage)
         lineages.append(lineage)
-    marks = _session_marks(core, {sid for lin in lineages for sid in lin})
+    marks = _session_marks(core.store, {sid for lin in lineages for sid in lin})
     data: dict[str, list[dict[str, Any]]] = {
         "lineages": [
             {
@@ -331,14 +332,14 @@ def tree(s: Session) -> Outcome:
     return Outcome(data, draw)
 
 
-def _session_marks(core: Any, sessions: set[str]) -> dict[str, dict[str, Any]]:
+def _session_marks(store: SQLiteEventStore, sessions: set[str]) -> dict[str, dict[str, Any]]:
     """Per session: how it started (switch reason, parent) and its compaction points."""
     from ...sessions.events import NAMESPACE as SESSION_NS
 
     marks: dict[str, dict[str, Any]] = {sid: {"compactions": []} for sid in sessions}
     if not sessions:
         return marks
-    for e in core.store.read(sessions=sorted(sessions), namespaces=[SESSION_NS]):
+    for e in store.read(sessions=sorted(sessions), namespaces=[SESSION_NS]):
         mark = marks[e.envelope.session or ""]
         if e.envelope.type == "SessionSwitched" and e.payload.get("parent_session"):
             mark["reason"] = e.payload.get("reason")

@@ -17,7 +17,8 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+
+from .core import ChronicleCore
 
 __all__ = ["acquire", "release", "users", "borrowing", "held"]
 
@@ -26,7 +27,7 @@ _lock = threading.Lock()
 
 @dataclass
 class _Use:
-    core: Any
+    core: ChronicleCore
     holders: int = 0
     borrows: int = 0
     closing: bool = False  # the last holder let go while a call was in flight
@@ -35,21 +36,21 @@ class _Use:
 _uses: dict[int, _Use] = {}
 
 
-def _use(core: Any) -> _Use:
+def _use(core: ChronicleCore) -> _Use:
     use = _uses.get(id(core))
     if use is None or use.core is not core:
         use = _uses[id(core)] = _Use(core)
     return use
 
 
-def acquire(core: Any) -> None:
+def acquire(core: ChronicleCore) -> None:
     with _lock:
         use = _use(core)
         use.holders += 1
         use.closing = False
 
 
-def release(core: Any) -> bool:
+def release(core: ChronicleCore) -> bool:
     """Count one holder out. True when the caller must shut the core down now (it was the last
     user); False while others hold it or a call is in flight (the last call closes it)."""
     with _lock:
@@ -67,7 +68,7 @@ def release(core: Any) -> bool:
 
 
 @contextlib.contextmanager
-def borrowing(core: Any) -> Iterator[None]:
+def borrowing(core: ChronicleCore) -> Iterator[None]:
     """Use the core for one call. If its last holder let go meanwhile, the last borrower out
     shuts it down."""
     with _lock:
@@ -86,14 +87,14 @@ def borrowing(core: Any) -> Iterator[None]:
             core.shutdown()
 
 
-def users(core: Any) -> int:
+def users(core: ChronicleCore) -> int:
     """Holders and calls in flight."""
     with _lock:
         use = _uses.get(id(core))
         return use.holders + use.borrows if use is not None and use.core is core else 0
 
 
-def held(core: Any) -> bool:
+def held(core: ChronicleCore) -> bool:
     """Whether a memory provider holds the core."""
     with _lock:
         use = _uses.get(id(core))

@@ -1,0 +1,285 @@
+"""Recall's index: the recall fold kept caught up with the log, and the reads every recall path
+shares (whose memory a call reaches, a conversation's lineage, ranked hits).
+
+Invariant: one user's memory is never read for another. Every read resolves the caller's scope
+first (`who`, `scope`) and narrows every candidate query to it (see search.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..config import Config
+from ..errors import StoreBusy, StoreReadOnly, UsageError
+from ..log.events import EventReader
+from ..log.projector import Projector
+from ..log.store import sqlite_errors
+from ..sessions.capture import Capture
+from ..sessions.tree import SessionTree
+from .fold import RecallFold, scope_number
+from .reach import Reach, Window
+from .schema import MIGRATIONS
+from .search import (
+    Hit,
+    MessageRow,
+    MessageSearch,
+    fuse,
+    message_hit,
+    message_rows,
+    rank_beliefs,
+    rank_sections,
+)
+from .settings import Tuning
+from .text import content_words, tokens
+from .vectors import Embedder, nearest
+
+__all__ = ["RecallIndex", "SCOPES"]
+
+log = logging.getLogger("chronicle_engine.recall")
+
+SCOPES = ("all", "session", "messages", "beliefs", "sections")
+_MAX_QUERY_WORDS = 24
+
+
+class RecallIndex:
+    """The recall fold and the reads over it, for one database."""
+
+    def __init__(
+        self, reader: EventReader, config: Config, sessions: SessionTree, capture: Capture
+    ) -> None:
+        self.reader = reader
+        self.store = reader.store
+        self.types = reader.types
+        self.store.migrate(MIGRATIONS)
+        self.tuning = Tuning.from_config(config)
+        self.fold = RecallFold()
+        self.projector = Projector(reader.store, reader, [self.fold])
+        self.embedder = Embedder.from_config(config)
+        self._sessions = sessions
+        self.identity = capture.identity
+        """Who a live session serves, as the memory slot last said (capture keeps it)."""
+        self._messages = MessageSearch(self.tuning)
+        self._fold_lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    # -- keeping up with the log ---------------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Fold whatever the log gained since the last read. A busy or read-only store is not
+        an error: the read goes on with what is already indexed."""
+        try:
+            with self._fold_lock:
+                return self.projector.catch_up()
+        except (StoreBusy, StoreReadOnly) as exc:
+            log.debug("chronicle recall: searching what is already indexed (%s)", exc)
+            return 0
+
+    def rebuild(self) -> int:
+        """Drop recall's projection and fold the whole log again (same rows, same ids)."""
+        with self._fold_lock:
+            return self.projector.rebuild(self.fold.name)
+
+    def warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        log.warning(message, *args)
+
+    # -- who and where -------------------------------------------------------------------------
+
+    def who(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str | None,
+        user_id: str | None,
+        profile: str | None,
+    ) -> tuple[str | None, str | None]:
+        """The (user, profile) a call acts for: explicit arguments, else the session's own."""
+        if user_id is not None or profile is not None:
+            return user_id, profile
+        if session_id:
+            row = conn.execute(
+                "SELECT s.user_id, s.profile FROM recall_messages m JOIN recall_scopes s"
+                " ON s.n = m.scope WHERE m.session = ? ORDER BY m.seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            if row is not None:
+                return row[0] or None, row[1] or None
+            live = self.identity(session_id)
+            if live:
+                return live["user_id"], live["profile"]
+        return None, None
+
+    def scope(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str | None,
+        user_id: str | None,
+        profile: str | None,
+    ) -> int | None:
+        user, prof = self.who(conn, session_id, user_id, profile)
+        return scope_number(conn, user, prof)
+
+    def lineage(self, session_id: str) -> list[str]:
+        """Every session id of the conversation `session_id` belongs to (itself when the session
+        tree is not available)."""
+        if not session_id:
+            return []
+        try:
+            found = list(self._sessions.lineage(session_id))
+        except ImportError:
+            return [session_id]
+        except Exception as exc:  # the tree is another subsystem: degrade, do not fail a read
+            self.warn_once("lineage", "chronicle recall: session lineage unavailable (%s)", exc)
+            return [session_id]
+        return found or [session_id]
+
+    def chronicle_name(self, session_id: str) -> str | None:
+        try:
+            return str(self._sessions.chronicle_name(session_id))
+        except ImportError:
+            return None
+        except Exception as exc:
+            self.warn_once("chronicle_name", "chronicle recall: no chronicle name (%s)", exc)
+            return None
+
+    # -- search --------------------------------------------------------------------------------
+
+    def hits(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        scope: str = "all",
+        user_id: str | None = None,
+        profile: str | None = None,
+        limit: int | None = None,
+        keep_message: Callable[[MessageRow], bool] | None = None,
+        message_text: bool = False,
+        outside: Window | None = None,
+        belief_origins: Sequence[str] | None = None,
+        use_vectors: bool = True,
+        sections: bool = True,
+    ) -> list[Hit]:
+        """Ranked hits. Narrowing (scope "session", a window to leave `outside`) is done in the
+        candidate queries; `keep_message` then judges each candidate row (with its text when
+        `message_text`)."""
+        if scope not in SCOPES:
+            raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
+        limit = max(1, min(int(limit or self.tuning.limit), 100))
+        query = query if isinstance(query, str) else str(query)
+        words = content_words(query) or [w for w in tokens(query) if len(w) > 1]
+        words = words[:_MAX_QUERY_WORDS]
+        if not words:
+            return []
+        query_tokens = set(tokens(query))
+        self.catch_up()
+        query_vector = self.query_vector(query) if use_vectors else None
+        with sqlite_errors("searching memory"), self.store.reading() as conn:
+            n = self.scope(conn, session_id, user_id, profile)
+            if n is None:
+                return []
+            reach = Reach(outside=outside if outside is not None and outside.sessions else None)
+            chronicles: set[str] | None = None
+            if scope == "session":
+                lineage = tuple(self.lineage(session_id or ""))
+                reach = Reach(lineage, _span(conn, lineage), reach.outside)
+                name = self.chronicle_name(session_id or "") if session_id else None
+                chronicles = {name} if name else set()
+
+            lists: list[tuple[float, Sequence[Hit]]] = []
+            if scope in ("all", "session", "messages") and (
+                reach.sessions is None or reach.span is not None
+            ):
+                found = self._messages.rank(
+                    conn,
+                    n,
+                    words,
+                    query_tokens,
+                    keep=keep_message,
+                    reach=reach,
+                    text=message_text,
+                    limit=limit,
+                )
+                if query_vector is not None:
+                    nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)
+                    if nearest:
+                        found = fuse(
+                            [(1.0, found), (1.0, nearest)], k=self.tuning.rrf_k, limit=limit
+                        )
+                lists.append((1.0, found))
+            if scope in ("all", "session", "beliefs"):
+                lists.append(
+                    (
+                        1.0,
+                        rank_beliefs(
+                            conn, n, words, limit=limit, reach=reach, origins=belief_origins
+                        ),
+                    )
+                )
+            if sections and scope in ("all", "session", "sections"):
+                lists.append(
+                    (0.9, rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
+                )
+        if not lists:
+            return []
+        if len(lists) == 1:
+            return list(lists[0][1])[:limit]
+        return fuse(lists, k=self.tuning.rrf_k, limit=limit)
+
+    # -- vectors -------------------------------------------------------------------------------
+
+    def query_vector(self, query: str) -> list[float] | None:
+        if self.embedder is None or not self.embedder.available:
+            return None
+        got = self.embedder.embed([query])
+        return got[0] if got else None
+
+    def _nearest(
+        self,
+        conn: sqlite3.Connection,
+        scope: int,
+        vector: list[float],
+        reach: Reach,
+        keep: Callable[[MessageRow], bool] | None,
+        limit: int,
+    ) -> list[Hit]:
+        assert self.embedder is not None
+        condition, params = reach.messages("m.seq", "m.session")
+        if condition:
+            sql = (
+                "SELECT v.seq, v.vec FROM recall_vectors v JOIN recall_messages m ON m.seq = v.seq"
+                f" WHERE v.scope = ? AND v.model = ? AND {condition} ORDER BY v.seq DESC LIMIT ?"
+            )
+        else:
+            sql = (
+                "SELECT seq, vec FROM recall_vectors WHERE scope = ? AND model = ?"
+                " ORDER BY seq DESC LIMIT ?"
+            )
+        rows = conn.execute(
+            sql, (scope, self.embedder.model, *params, self.tuning.vector_scan)
+        ).fetchall()
+        top = nearest(vector, rows, limit * 3)
+        found = message_rows(conn, [seq for _, seq in top])
+        hits = [
+            message_hit(found[seq], sim)
+            for sim, seq in top
+            if seq in found and (keep is None or keep(found[seq]))
+        ]
+        return hits[:limit]
+
+
+def _span(conn: sqlite3.Connection, sessions: Sequence[str]) -> tuple[int, int] | None:
+    """The first and last seq of these sessions' messages (None when they have none)."""
+    if not sessions:
+        return None
+    row = conn.execute(
+        "SELECT min(seq), max(seq) FROM recall_messages"
+        f" WHERE session IN ({','.join('?' * len(sessions))})",
+        list(sessions),
+    ).fetchone()
+    return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
