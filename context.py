@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import json
 import logging
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from chronicle_engine import users as _users
 from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.errors import StoreError
+from chronicle_engine.host import HostGuard, fenced
 from chronicle_engine.tools import dispatch, schemas
 
 try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)
@@ -63,42 +61,8 @@ except Exception:  # pragma: no cover - exercised only without hermes-agent inst
 __all__ = ["ChronicleContextEngine"]
 
 log = logging.getLogger("chronicle.context")
-F = TypeVar("F", bound=Callable[..., Any])
-_warned: set[str] = set()
-
-
-def _guarded(default: Any) -> Callable[[F], F]:
-    """Never raise into Hermes: log the first failure of each method, return `default`."""
-
-    def wrap(method: F) -> F:
-        @functools.wraps(method)
-        def guarded(self: ChronicleContextEngine, *args: Any, **kwargs: Any) -> Any:
-            try:
-                with self._borrowed():
-                    return method(self, *args, **kwargs)
-            except StoreError as exc:
-                # The database refused (busy, read-only): one line per database, shared with
-                # the memory slot; the message says what to do.
-                core = self._core
-                seen = core.warned if core is not None else _warned
-                if type(exc).__name__ not in seen:
-                    seen.add(type(exc).__name__)
-                    log.warning("chronicle %s: %s. The conversation goes on.", method.__name__, exc)
-                else:
-                    log.debug("chronicle %s: %s", method.__name__, exc)
-            except Exception:
-                if method.__name__ not in _warned:
-                    _warned.add(method.__name__)
-                    log.exception("chronicle context engine: %s failed; degrading", method.__name__)
-                else:
-                    log.debug(
-                        "chronicle context engine: %s failed again", method.__name__, exc_info=True
-                    )
-            return default(self, *args, **kwargs) if callable(default) else default
-
-        return guarded  # type: ignore[return-value]
-
-    return wrap
+_GUARD = HostGuard(log)
+"""One fence for every copy of the engine (Hermes deep-copies it per agent)."""
 
 
 def _unchanged(self: Any, messages: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -171,15 +135,23 @@ class ChronicleContextEngine(_Base):
     def _tick(self, hook: str) -> None:
         # Named "context.<hook>": these calls run on the agent's own thread (compaction included),
         # so they only let the scheduler schedule; queued jobs drain on the memory slot's hooks.
-        hook = "context." + hook
         try:
-            scheduler = self.core.scheduler
-        except Exception:  # the scheduler lands with its own issue; until then, nothing is due
+            core = self.core
+        except Exception:  # no core to tick: the hook itself says why, once
             return
-        try:
-            scheduler.tick(hook)
-        except Exception:
-            log.debug("scheduler tick on %s failed", hook, exc_info=True)
+        _GUARD.tick(core, "context." + hook)
+
+    # -- the fence (engine/host.py) -----------------------------------------------------------
+
+    @property
+    def guard(self) -> HostGuard:
+        return _GUARD
+
+    def fence_core(self) -> ChronicleCore | None:
+        return self._core
+
+    def fence_scope(self) -> contextlib.AbstractContextManager[None]:
+        return self._borrowed()
 
     @property
     def policy(self) -> Policy:
@@ -201,7 +173,7 @@ class ChronicleContextEngine(_Base):
 
     # -- token bookkeeping -------------------------------------------------------------------
 
-    @_guarded(None)
+    @fenced(None)
     def update_from_response(self, usage: dict[str, Any]) -> None:
         usage = usage or {}
         prompt = int(usage.get("prompt_tokens") or 0)
@@ -215,7 +187,7 @@ class ChronicleContextEngine(_Base):
             self.last_real_prompt_tokens = prompt
         self.awaiting_real_usage_after_compression = False
 
-    @_guarded(False)
+    @fenced(False)
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """From the provider's real count once there is one; the host's cheap estimate only
         before the first response (and when it says the request would not fit at all)."""
@@ -229,7 +201,7 @@ class ChronicleContextEngine(_Base):
             tokens = estimate or max(self.last_prompt_tokens, 0)
         return tokens >= high
 
-    @_guarded(False)
+    @fenced(False)
     def should_defer_preflight_to_real_usage(self, rough_tokens: int) -> bool:
         return (
             self._real_known
@@ -237,7 +209,7 @@ class ChronicleContextEngine(_Base):
             and int(rough_tokens) < self.policy.context_length
         )
 
-    @_guarded(None)
+    @fenced(None)
     def update_model(
         self,
         model: str = "",
@@ -257,7 +229,7 @@ class ChronicleContextEngine(_Base):
 
     # -- compaction --------------------------------------------------------------------------
 
-    @_guarded(_unchanged)
+    @fenced(_unchanged)
     def compress(
         self,
         messages: list[dict[str, Any]],
@@ -293,11 +265,11 @@ class ChronicleContextEngine(_Base):
         self._real_known = True
         return outcome.messages
 
-    @_guarded(True)
+    @fenced(True)
     def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:
         return self.core.compaction.has_content(messages, self.policy)
 
-    @_guarded(False)
+    @fenced(False)
     def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
         return (
             not self._real_known and estimate_list_tokens(list(messages)) >= self.policy.high_tokens
@@ -305,7 +277,7 @@ class ChronicleContextEngine(_Base):
 
     # -- session lifecycle -------------------------------------------------------------------
 
-    @_guarded(None)
+    @fenced(None)
     def on_session_start(self, session_id: str, **kwargs: Any) -> None:
         home = kwargs.get("hermes_home")
         if home and self._core is None:
@@ -333,14 +305,14 @@ class ChronicleContextEngine(_Base):
         self._session_id = session_id
         self._env_session = os.environ.get("HERMES_SESSION_ID", "")
 
-    @_guarded(None)
+    @fenced(None)
     def bind_session_state(self, session_db: Any, session_id: str) -> None:
         """Hermes' rebind on /new, /resume and /branch (no on_session_start runs on those
         paths): later compress calls, tools and the session's end follow the new session."""
         if session_id:
             self._bind(str(session_id))
 
-    @_guarded(None)
+    @fenced(None)
     def on_session_switch(self, session_id: str, **kwargs: Any) -> None:
         self.on_session_start(
             session_id,
@@ -348,7 +320,7 @@ class ChronicleContextEngine(_Base):
             boundary_reason=kwargs.get("reason") or "",
         )
 
-    @_guarded(None)
+    @fenced(None)
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         core = self._open_core()
         if core is None:
@@ -367,7 +339,7 @@ class ChronicleContextEngine(_Base):
         if not _users.held(core):
             core.store.checkpoint()  # no memory slot will shut it down: flush the WAL now
 
-    @_guarded(None)
+    @fenced(None)
     def on_session_reset(self) -> None:
         self.last_prompt_tokens = self.last_completion_tokens = self.last_total_tokens = 0
         self.compression_count = 0
@@ -381,7 +353,7 @@ class ChronicleContextEngine(_Base):
 
     # -- tools and status --------------------------------------------------------------------
 
-    @_guarded(_empty_list)
+    @fenced(_empty_list)
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         return schemas(CONTEXT_TOOLS)
 
@@ -405,7 +377,7 @@ class ChronicleContextEngine(_Base):
                 policy=policy,
             )
 
-    @_guarded(_empty_dict)
+    @fenced(_empty_dict)
     def get_status(self) -> dict[str, Any]:
         status = dict(super().get_status())
         status["engine"] = self.name

@@ -15,13 +15,12 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -40,13 +39,12 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 from chronicle_engine import users as _users
 from chronicle_engine.config import Config, default_db_path, load_hermes_config
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.errors import StoreError
+from chronicle_engine.host import HostGuard, fenced
 
 __all__ = ["ChronicleMemoryProvider"]
 
 log = logging.getLogger("chronicle.provider")
 
-T = TypeVar("T")
 
 _SWITCH_REASONS = {
     "compression": "compression",
@@ -64,26 +62,8 @@ _PROMPT = (
 )
 
 
-def _no_tools() -> list[dict[str, Any]]:
+def _no_tools(*_: Any, **__: Any) -> list[dict[str, Any]]:
     return []
-
-
-def _guarded(default: Callable[[], T]) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Run a hook; on any exception log it once (per hook and exception type) and return
-    `default()`. Hermes' loop must never see an exception from the memory slot."""
-
-    def wrap(method: Callable[..., T]) -> Callable[..., T]:
-        @functools.wraps(method)
-        def guarded(self: ChronicleMemoryProvider, *args: Any, **kwargs: Any) -> T:
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - the whole point of the guard
-                self._log_once(method.__name__, exc)
-                return default()
-
-        return guarded
-
-    return wrap
 
 
 class ChronicleMemoryProvider(_ProviderBase):
@@ -97,8 +77,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._user_id: str | None = None
         self._profile: str | None = None
         self._hermes_home: str | None = None
-        self._logged: set[tuple[str, str]] = set()
-        self._store_warned: set[str] = set()
+        self._guard = HostGuard(log)
         self._lock = threading.Lock()
         # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
         self._pairs: dict[str, list[dict[str, Any]]] = {}
@@ -115,33 +94,21 @@ class ChronicleMemoryProvider(_ProviderBase):
     def __deepcopy__(self, memo: dict[int, Any]) -> ChronicleMemoryProvider:
         return self  # holds a shared core and locks; a copy must be the same provider
 
-    def _log_once(self, hook: str, exc: BaseException) -> None:
-        if isinstance(exc, StoreError):
-            # The database refused (busy, read-only): one line per database says so and what
-            # to do, whichever hook or slot meets it first; the message is the whole story.
-            seen = self._core.warned if self._core is not None else self._store_warned
-            if type(exc).__name__ in seen:
-                log.debug("chronicle %s: %s", hook, exc)
-                return
-            seen.add(type(exc).__name__)
-            log.warning("chronicle %s: %s. The conversation goes on.", hook, exc)
-            return
-        key = (hook, type(exc).__name__)
-        if key in self._logged:
-            log.debug("chronicle %s failed again: %s", hook, exc)
-            return
-        self._logged.add(key)
-        log.warning(
-            "chronicle %s failed (%s: %s); continuing without it, nothing captured is lost",
-            hook,
-            type(exc).__name__,
-            exc,
-            exc_info=True,
-        )
+    # -- the fence (engine/host.py) ---------------------------------------------------------
+
+    @property
+    def guard(self) -> HostGuard:
+        return self._guard
+
+    def fence_core(self) -> ChronicleCore | None:
+        return self._core
+
+    def fence_scope(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def initialize(self, session_id: str, **kwargs: Any) -> None:
         hermes_home = kwargs.get("hermes_home")
         config = load_hermes_config(hermes_home)
@@ -161,7 +128,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._remember(self._session_id)
         self._tick("initialize")
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def shutdown(self) -> None:
         with self._lock:
             core, self._core = self._core, None
@@ -221,19 +188,7 @@ class ChronicleMemoryProvider(_ProviderBase):
             )
 
     def _tick(self, hook: str) -> None:
-        """Give the scheduler its hook call. Until the scheduler part lands, core.scheduler
-        does not import; that is not an error."""
-        core = self._core
-        if core is None:
-            return
-        try:
-            scheduler = core.scheduler
-        except ImportError:
-            return
-        try:
-            scheduler.tick(hook)
-        except Exception as exc:  # noqa: BLE001 - maintenance must never break a hook
-            self._log_once(f"scheduler.tick({hook})", exc)
+        self._guard.tick(self._core, hook)
 
     def _live(self) -> dict[str, Any]:
         """Who this agent serves, for recall's gates (an automation turn gets no memory)."""
@@ -253,7 +208,7 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     # -- the turn ---------------------------------------------------------------------------
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def on_turn_start(self, turn_number: int, message: str, **kwargs: Any) -> None:
         self.core.capture.record_turn_start(
             self._session_id,
@@ -264,7 +219,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         )
         self._tick("on_turn_start")
 
-    @_guarded(lambda: "")
+    @fenced("")
     def prefetch(self, query: str, *, session_id: str = "") -> str:
         recall = self._recall()
         if recall is None:
@@ -273,13 +228,13 @@ class ChronicleMemoryProvider(_ProviderBase):
             recall.prefetch(query, session_id=session_id or self._session_id, **self._live()) or ""
         )
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
         recall = self._recall()
         if recall is not None:
             recall.queue_prefetch(query, session_id=session_id or self._session_id, **self._live())
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def sync_turn(
         self,
         user_content: str,
@@ -303,14 +258,14 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     # -- session boundaries -------------------------------------------------------------------
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         # May run before the last sync_turn did: capture the final list here as well.
         new = self._capture(self._session_id, messages)
         self.core.capture.record_session_end(self._session_id, len(messages or ()), new)
         self._tick("on_session_end")
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def on_session_switch(
         self,
         new_session_id: str,
@@ -336,7 +291,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         )
         self._tick("on_session_switch")
 
-    @_guarded(lambda: "")
+    @fenced("")
     def on_pre_compress(self, messages: list[dict[str, Any]]) -> str:
         """Capture everything about to be compressed, then give the host's compression prompt a
         short note of what memory holds (nothing when Chronicle is the context engine too: it
@@ -371,7 +326,7 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     # -- what the host mirrors to us ------------------------------------------------------------
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def on_memory_write(
         self,
         action: str,
@@ -383,7 +338,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self.core.capture.record_memory_write(session, action, target, content, metadata)
         self._tick("on_memory_write")
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def on_delegation(
         self, task: str, result: str, *, child_session_id: str = "", **kwargs: Any
     ) -> None:
@@ -392,12 +347,12 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     # -- tools and prompt ---------------------------------------------------------------------
 
-    @_guarded(lambda: "")
+    @fenced("")
     def system_prompt_block(self) -> str:
         recall = self._recall() if self._core is not None else None
         return str(recall.system_prompt_block()) if recall is not None else _PROMPT
 
-    @_guarded(_no_tools)
+    @fenced(_no_tools)
     def get_tool_schemas(self) -> list[dict[str, Any]]:
         # Static: Hermes indexes memory tools in MemoryManager.add_provider(), BEFORE
         # initialize_all(), so the schemas must not depend on an open core.
@@ -406,7 +361,7 @@ class ChronicleMemoryProvider(_ProviderBase):
 
         return schemas(RECALL_TOOLS)
 
-    @_guarded(lambda: '{"error": "Chronicle memory is unavailable right now"}')
+    @fenced('{"error": "Chronicle memory is unavailable right now"}')
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
         from chronicle_engine.recall.tools import RECALL_TOOLS
         from chronicle_engine.tools import dispatch
@@ -429,7 +384,7 @@ class ChronicleMemoryProvider(_ProviderBase):
             }
         ]
 
-    @_guarded(lambda: None)
+    @fenced(None)
     def save_config(self, values: dict[str, Any], hermes_home: str) -> None:
         """Write the answers under `chronicle:` in $HERMES_HOME/config.yaml, keeping the rest."""
         path = Path(hermes_home) / "config.yaml"
@@ -465,5 +420,5 @@ class ChronicleMemoryProvider(_ProviderBase):
                 return []
             return [str(db), str(db) + "-wal", str(db) + "-shm"]
         except Exception as exc:  # noqa: BLE001 - backup must not fail because of us
-            self._log_once("backup_paths", exc)
+            self._guard.failed("backup_paths", exc, self._core)
             return []
