@@ -103,6 +103,40 @@ class _Lineage:
     passes: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Pass:
+    """A pass planned: the cut, and what drawing its sections needs."""
+
+    session_id: str
+    name: str  # the conversation's chronicle
+    messages: list[Any]
+    seqs: list[int | None]
+    policy: Policy
+    plan: Plan
+    previous: list[ViewSection]  # the view the list's handoff already carries
+    through: int  # the last seq that view covers
+    focus: str | None
+    memory_context: str  # masked
+    deadline: float | None  # for model calls
+    tokens_before: int
+
+
+@dataclass(slots=True)
+class _Drawn:
+    """A pass drawn: the sections it writes or reuses, the view and the handoff's text."""
+
+    new_sections: list[ViewSection] = field(default_factory=list)
+    reused: list[ViewSection] = field(default_factory=list)
+    condensed: list[Condensed] = field(default_factory=list)
+    view: list[ViewSection] = field(default_factory=list)
+    shown: set[str] = field(default_factory=set)  # labels the previous view showed
+    text: str = ""
+    rebased: bool = False
+    reach: tuple[int, int] | None = None  # the range whose sections the plan read
+    model_calls: int = 0
+    fell_back: bool = False
+
+
 class Compaction:
     """The context engine's core: compress, expand, pin, focus, status. One per core."""
 
@@ -403,7 +437,40 @@ class Compaction:
         force: bool,
         memory_context: str,
     ) -> Outcome:
+        """One pass: plan the cut, draw the sections it needs (outside the write lock), then
+        commit the sections, the pass's record and the tree's entry in one transaction."""
         started = time.perf_counter()
+        planned = self._plan_pass(
+            session_id,
+            name,
+            lineage,
+            messages,
+            seqs,
+            policy=policy,
+            current_tokens=current_tokens,
+            focus_topic=focus_topic,
+            force=force,
+            memory_context=memory_context,
+        )
+        if isinstance(planned, Outcome):
+            return planned
+        return self._commit_pass(planned, self._draw_pass(planned), started)
+
+    def _plan_pass(
+        self,
+        session_id: str,
+        name: str,
+        lineage: Sequence[str],
+        messages: list[Any],
+        seqs: list[int | None],
+        *,
+        policy: Policy,
+        current_tokens: int | None,
+        focus_topic: str | None,
+        force: bool,
+        memory_context: str,
+    ) -> _Pass | Outcome:
+        """The cut (or an Outcome saying there is nothing to fold)."""
         # Another provider's memory context may quote a credential; sections keep it masked.
         memory_context = mask(memory_context)
         cap = float(self._config.get("context.summarizer_pass_seconds") or 0)
@@ -411,7 +478,7 @@ class Compaction:
         state = self.lineage_state(session_id, lineage)
         focus = (focus_topic or "").strip() or state.focus or None
         names = [name, *(n for n in self._sessions.chronicle_names(session_id) if n != name)]
-        previous, role, through = self._previous_view(names, messages)
+        previous, _, through = self._previous_view(names, messages)
         covered = [(v.from_seq, v.to_seq) for v in previous]
         facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
         tokens_before = sum(f.tokens for f in facts)
@@ -424,27 +491,41 @@ class Compaction:
             return Outcome(
                 None, "nothing to fold: the whole list is protected or fits", tokens_before
             )
+        return _Pass(
+            session_id,
+            name,
+            messages,
+            seqs,
+            policy,
+            the_plan,
+            previous,
+            through,
+            focus,
+            memory_context,
+            deadline,
+            tokens_before,
+        )
 
+    def _draw_pass(self, p: _Pass) -> _Drawn:
+        """The sections the cut needs and the handoff's text. Model calls happen here, outside
+        the write lock; nothing is written."""
         # The newly folded range of the log: from where the last pass stopped (so anything of
         # this conversation logged in between is covered too) to the last folded message. The
         # first pass starts at the first message after the head, so what it keeps below its
         # last folded message (pins, bridges, the request after the head) is covered too and a
         # later pass may let it go: the view covers one unbroken range.
-        folded_seqs = [seqs[i] for i in the_plan.fold if seqs[i] is not None]
-        head = set(the_plan.head)
+        seqs, messages, policy, focus = p.seqs, p.messages, p.policy, p.focus
+        folded_seqs = [seqs[i] for i in p.plan.fold if seqs[i] is not None]
+        head = set(p.plan.head)
         body_seqs = [s for i, s in enumerate(seqs) if s is not None and i not in head]
-        new_sections: list[ViewSection] = []
-        reused: list[ViewSection] = []
-        model_calls = 0
-        fell_back = False
-        chronicle = self.chronicle(name)
-        reach: tuple[int, int] | None = None  # the range whose sections the plan read
+        d = _Drawn()
+        chronicle = self.chronicle(p.name)
         if folded_seqs:
-            lo = through + 1 if through else min(body_seqs)
+            lo = p.through + 1 if p.through else min(body_seqs)
             hi = max(s for s in folded_seqs if s is not None)
-            reach = (lo, hi)
+            d.reach = (lo, hi)
             existing = chronicle.current(from_seq=lo, to_seq=hi)
-            reused = [ViewSection(1, s) for s in existing]
+            d.reused = [ViewSection(1, s) for s in existing]
             in_range = [
                 (s, self._original(s, m))
                 for s, m in zip(seqs, messages, strict=True)
@@ -457,7 +538,7 @@ class Compaction:
                 if not pairs:
                     pairs = [
                         (e.seq, e.payload.get("message", {}))
-                        for e in self._sessions.message_events(session_id, g_lo, g_hi)
+                        for e in self._sessions.message_events(p.session_id, g_lo, g_hi)
                     ]
                 if not pairs:
                     continue
@@ -470,20 +551,20 @@ class Compaction:
                         section_id,
                         focus,
                         policy.section_chars,
-                        deadline,
+                        p.deadline,
                         clean,
                     )
                 )
-                model_calls += drawn.model_calls
-                fell_back = fell_back or drawn.fell_back
+                d.model_calls += drawn.model_calls
+                d.fell_back = d.fell_back or drawn.fell_back
                 meta: dict[str, Any] = {"messages": len(members), "writer": drawn.writer}
                 if focus:
                     meta["focus"] = focus
-                if memory_context.strip() and index == len(gaps) - 1:
-                    meta["memory_context"] = memory_context.strip()
+                if p.memory_context.strip() and index == len(gaps) - 1:
+                    meta["memory_context"] = p.memory_context.strip()
                 if drawn.fell_back:
                     meta["fell_back"] = drawn.error or True
-                new_sections.append(
+                d.new_sections.append(
                     ViewSection(
                         1,
                         Section(
@@ -495,37 +576,44 @@ class Compaction:
                     )
                 )
 
-        shown = {v.label for v in previous}
+        d.shown = {v.label for v in p.previous}
         added = sorted(
-            [v for v in reused + new_sections if v.label not in shown], key=lambda v: v.from_seq
+            [v for v in d.reused + d.new_sections if v.label not in d.shown],
+            key=lambda v: v.from_seq,
         )
-        view = previous + added
-        condensed: list[Condensed] = []
-        rebased = False
-        text = render(view)  # (masks every block: rendered again only if the view changes)
-        if handoff_tokens(text) > policy.handoff_tokens:
-            view, condensed = rebase(
-                view,
+        d.view = p.previous + added
+        d.text = render(d.view)  # (masks every block: rendered again only if the view changes)
+        if handoff_tokens(d.text) > policy.handoff_tokens:
+            d.view, d.condensed = rebase(
+                d.view,
                 budget_tokens=policy.handoff_tokens,
                 section_chars=policy.section_chars,
                 writer=self.writer,
                 focus=focus,
-                existing=lambda level, sid: self.chronicle(level_name(name, level)).get(sid),
-                deadline=deadline,
+                existing=lambda level, sid: self.chronicle(level_name(p.name, level)).get(sid),
+                deadline=p.deadline,
             )
-            rebased = True
-            model_calls += sum(c.drawn.model_calls for c in condensed)
-            fell_back = fell_back or any(c.drawn.fell_back for c in condensed)
-            text = render(view)
+            d.rebased = True
+            d.model_calls += sum(c.drawn.model_calls for c in d.condensed)
+            d.fell_back = d.fell_back or any(c.drawn.fell_back for c in d.condensed)
+            d.text = render(d.view)
 
-        memory = memory_context.strip()
-        if memory and not any(v.section.meta.get("memory_context") == memory for v in new_sections):
+        memory = p.memory_context.strip()
+        if memory and not any(
+            v.section.meta.get("memory_context") == memory for v in d.new_sections
+        ):
             # Every folded part was already a section (written by consolidation), so no new
             # section carries this pass's memory context: it rides at the end of the handoff,
             # after the settled prefix, for this pass only.
-            text += "\n\nMemory recalled at this compaction:\n" + memory
+            d.text += "\n\nMemory recalled at this compaction:\n" + memory
+        return d
+
+    def _commit_pass(self, p: _Pass, d: _Drawn, started: float) -> Outcome:
+        """Assemble the list, check it against the host's contract, and write the sections,
+        the pass's record and the tree's compaction entry in one transaction."""
+        messages, seqs, the_plan, session_id = p.messages, p.seqs, p.plan, p.session_id
         role = the_plan.handoff_role
-        output, rewritten = assemble(messages, the_plan, handoff_message(text, role), seqs)
+        output, rewritten = assemble(messages, the_plan, handoff_message(d.text, role), seqs)
         problems = violations(messages, output, rewritten)
         if problems:
             log.error(
@@ -533,27 +621,27 @@ class Compaction:
                 session_id,
                 "; ".join(problems),
             )
-            return Outcome(None, "invalid output: " + "; ".join(problems), tokens_before)
+            return Outcome(None, "invalid output: " + "; ".join(problems), p.tokens_before)
 
         tokens_after = sum(estimate_tokens(m) for m in output)
-        written = [v.label for v in new_sections] + [c.view.label for c in condensed]
+        written = [v.label for v in d.new_sections] + [c.view.label for c in d.condensed]
         record = ContextCompacted(
-            chronicle=name,
-            from_seq=min((v.from_seq for v in new_sections + reused), default=0),
-            to_seq=max((v.to_seq for v in new_sections + reused), default=0),
+            chronicle=p.name,
+            from_seq=min((v.from_seq for v in d.new_sections + d.reused), default=0),
+            to_seq=max((v.to_seq for v in d.new_sections + d.reused), default=0),
             written=written,
-            reused=[v.label for v in reused if v.label not in shown],
-            view=[v.label for v in view],
-            rebased=rebased,
-            tokens_before=tokens_before,
+            reused=[v.label for v in d.reused if v.label not in d.shown],
+            view=[v.label for v in d.view],
+            rebased=d.rebased,
+            tokens_before=p.tokens_before,
             tokens_after=tokens_after,
             messages_before=len(messages),
             messages_after=len(output),
-            handoff_tokens=handoff_tokens(text),
-            model_calls=model_calls,
-            fell_back=fell_back,
+            handoff_tokens=handoff_tokens(d.text),
+            model_calls=d.model_calls,
+            fell_back=d.fell_back,
             writer=self.writer.name,
-            focus=focus or "",
+            focus=p.focus or "",
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
@@ -570,27 +658,28 @@ class Compaction:
         # One transaction: the sections, the pass's record and the tree's compaction entry, so
         # a crash leaves all of them or none. The range is read again under the write lock:
         # consolidation (another thread) may have written over it since the plan read it.
+        chronicle = self.chronicle(p.name)
         try:
             with self._store.atomic() as conn:
-                if reach is not None:
-                    r_lo, r_hi = reach
+                if d.reach is not None:
+                    r_lo, r_hi = d.reach
                     now = chronicle.current(conn, from_seq=r_lo, to_seq=r_hi)
                     if {x.anchor.section_id for x in now} != {
-                        v.section.anchor.section_id for v in reused
+                        v.section.anchor.section_id for v in d.reused
                     }:
                         raise _Raced(f"the sections over {r_lo}..{r_hi} changed")
-                for v in new_sections:
+                for v in d.new_sections:
                     chronicle.append(v.section, conn)
-                for c in condensed:
-                    self.chronicle(level_name(name, c.view.level)).append(c.view.section, conn)
+                for c in d.condensed:
+                    self.chronicle(level_name(p.name, c.view.level)).append(c.view.section, conn)
                 self._record(session_id, record)
                 self._sessions.record_compaction(
                     session_id,
-                    section_ids=[v.label for v in view],
+                    section_ids=[v.label for v in d.view],
                     first_kept_seq=tail[0] if tail else None,
-                    tokens_before=tokens_before,
+                    tokens_before=p.tokens_before,
                     tokens_after=tokens_after,
-                    summary=text,
+                    summary=d.text,
                     head_seqs=head_seqs,
                 )
         except ChronicleFork as fork:
@@ -601,22 +690,22 @@ class Compaction:
             session_id,
             len(messages),
             len(output),
-            tokens_before,
+            p.tokens_before,
             tokens_after,
             ",".join(written) or "none",
-            " (rebased)" if rebased else "",
+            " (rebased)" if d.rebased else "",
         )
         return Outcome(
             output,
             "compacted",
-            tokens_before,
+            p.tokens_before,
             tokens_after,
             written=written,
             reused=record.reused,
             view=record.view,
-            rebased=rebased,
-            model_calls=model_calls,
-            fell_back=fell_back,
+            rebased=d.rebased,
+            model_calls=d.model_calls,
+            fell_back=d.fell_back,
         )
 
     # -- reading back ------------------------------------------------------------------------
