@@ -59,7 +59,7 @@ def _engine() -> ModuleType:
 _engine()
 
 
-def _adapter(module: str, attribute: str) -> Any:
+def _adapter(module: str, attribute: str) -> Any:  # type: ignore[explicit-any]
     """The class `attribute` of the sibling module `module`, or None if that module is absent.
 
     The memory loader may have executed the sibling before this package (and before the engine
@@ -80,7 +80,7 @@ def _adapter(module: str, attribute: str) -> Any:
     return None
 
 
-def _register_cli(ctx: Any) -> None:
+def _register_cli(ctx: Any) -> None:  # type: ignore[explicit-any]
     from chronicle_engine import cli
 
     ctx.register_cli_command(
@@ -92,7 +92,7 @@ def _register_cli(ctx: Any) -> None:
     )
 
 
-def register(ctx: Any) -> None:
+def register(ctx: Any) -> None:  # type: ignore[explicit-any]
     """Register whatever this loader's context accepts. Never raises into the host."""
     if hasattr(ctx, "register_memory_provider"):
         try:

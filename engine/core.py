@@ -5,8 +5,9 @@ level in the plugin is kept twice. Both copies import this package, `chronicle_e
 absolute name, so `ChronicleCore.get()` is the single place a database's core is found: by the
 memory-provider slot, the context-engine slot, the CLI and the tests alike.
 
-The core owns the store and the event registries. Subsystems (capture, sessions, recall, compaction,
-scheduler) hang off it and receive the core, never the other way round.
+The core owns the store and the event registries, and it is the wiring: it builds each subsystem
+on first use, bottom-up (log reader -> sessions -> capture -> recall -> compaction -> scheduler),
+handing each constructor the lower parts it uses. No subsystem receives the core.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar, cast
 
 from .capture.events import register_capture_events
 from .capture.spill import Spill
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from .sessions.tree import SessionTree
 
 __all__ = ["ChronicleCore"]
+
+_Part = TypeVar("_Part")
 
 log = logging.getLogger("chronicle_engine.core")
 
@@ -71,7 +74,7 @@ class ChronicleCore:
             register(self.types)
         self.reader = EventReader(self.store, self.upcasts, self.types)
         self._closed = False
-        self._subsystems: dict[str, Any] = {}
+        self._subsystems: dict[str, object] = {}
         self._subsystems_lock = threading.RLock()
         self.warned: set[str] = set()
         """Degraded states already logged for this database; both slots log each one once."""
@@ -122,19 +125,18 @@ class ChronicleCore:
             return [c for c in cls._registry.values() if not c._closed]
 
     # -- subsystems ----------------------------------------------------------------------
-    # Each is built on first use, once, under the core's lock. Each module owns its subsystem and
-    # receives the core; the core never reaches into them beyond this.
+    # Each is built on first use, once, under the core's lock: opening a core writes nothing
+    # (a read-only or busy database opens), and a part nobody asks for costs nothing.
 
-    def _subsystem(self, name: str, build: Callable[[ChronicleCore], Any]) -> Any:
+    def _subsystem(self, name: str, build: Callable[[ChronicleCore], _Part]) -> _Part:
         found = self._subsystems.get(name)
-        if found is not None:
-            return found
-        with self._subsystems_lock:
-            found = self._subsystems.get(name)
-            if found is None:
-                found = build(self)
-                self._subsystems[name] = found
-            return found
+        if found is None:
+            with self._subsystems_lock:
+                found = self._subsystems.get(name)
+                if found is None:
+                    found = build(self)
+                    self._subsystems[name] = found
+        return cast(_Part, found)
 
     @property
     def sessions(self) -> SessionTree:

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from .core import ChronicleCore
 from .errors import StoreError
@@ -22,6 +22,7 @@ from .errors import StoreError
 __all__ = ["HostGuard", "Slot", "fenced"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class HostGuard:
@@ -79,23 +80,25 @@ class Slot(Protocol):
         ...
 
 
+S = TypeVar("S", bound=Slot)
+
+
 def fenced(
-    default: Callable[..., T] | T,
-) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    default: T | Callable[Concatenate[S, P], T],
+) -> Callable[[Callable[Concatenate[S, P], T]], Callable[Concatenate[S, P], T]]:
     """Run a hook inside the fence: on any exception, log it once and return `default` (called
     with the hook's own arguments when it is callable)."""
 
-    def wrap(method: Callable[..., T]) -> Callable[..., T]:
+    def wrap(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], T]:
         @functools.wraps(method)
-        def guarded(self: Slot, *args: Any, **kwargs: Any) -> T:
+        def guarded(self: S, *args: P.args, **kwargs: P.kwargs) -> T:
             try:
                 with self.fence_scope():
                     return method(self, *args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - the whole point of the fence
                 self.guard.failed(method.__name__, exc, self.fence_core())
             if callable(default):
-                result: T = default(self, *args, **kwargs)
-                return result
+                return cast(T, default(self, *args, **kwargs))
             return default
 
         return guarded
