@@ -13,7 +13,7 @@ cost O(conversation) a turn); a caller whose write then fails drops that cache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ..log.events import EventTypeRegistry
@@ -90,128 +90,17 @@ class Planner:
         context: dict[str, Any],
     ) -> Plan:
         """Align the whole live list, fill `result` for what is already captured, plan the rest."""
-        last_handoff = -1
-        conversational: list[int] = []
-        for i, msg in enumerate(items):
-            if isinstance(msg, dict) and msg.get("role") == "system":
-                continue
-            if is_handoff(msg):
-                last_handoff = i
-                continue
-            conversational.append(i)
-        head = [i for i in conversational if i < last_handoff]
-        region = [i for i in conversational if i > last_handoff]
-        ids = [id(items[i]) for i in conversational]
-        duplicated: set[int] = set()
-        if len(set(ids)) != len(ids):
-            duplicated = {x for x in ids if ids.count(x) > 1}
-
-        def known(i: int) -> int | None:
-            msg = items[i]
-            if not isinstance(msg, dict) or id(msg) in duplicated:
-                return None
-            return path.known(msg)
-
-        fps: dict[int, str] = {}
-
-        def fp(i: int) -> str:
-            found = fps.get(i)
-            if found is None:
-                found = fps[i] = self._fingerprint(items[i], path)
-            return found
-
-        # The alignment point: the latest kept dict, else position, else a fingerprint run.
-        p = q_anchor = -1
-        for k in range(len(region) - 1, -1, -1):
-            q = known(region[k])
-            if q is not None:
-                p, q_anchor = k, q
-                break
-        start = 0 if last_handoff < 0 else path.kept_from
-        in_step = False  # aligned by position from `start`, verified by a run at the path's end
-        placed: list[int] | None = None  # the path index of each of region[: p + 1], if known
-        if p < 0 and path.ids and start is not None:
-            # Where the path ends, if the region runs in step with it: check a run at that point
-            # only, so a restart does not hash the whole list (a run is the same evidence
-            # `align` asks for).
-            k_end = len(path.ids) - 1 - start
-            if 0 <= k_end < len(region):
-                depth = min(RUN, k_end + 1)
-                if all(fp(region[k_end - j]) == path.fps[-1 - j] for j in range(depth)):
-                    p, q_anchor, in_step = k_end, len(path.ids) - 1, True
-        if p < 0 and path.ids:
-            live = [fp(i) for i in region]
-            p, q_anchor = positional(live, path.fps, start)
-            # Folded messages left out between kept ones happen only after a handoff; without
-            # one, an edited turn whose earlier reply repeats the abandoned one ("Done.") would
-            # look embedded and be appended after the turn it replaces instead of branching.
-            embedded = embed(live, path.fps) if p < 0 and last_handoff >= 0 else None
-            if p < 0:
-                if embedded is not None:  # kept messages with folded ones between them
-                    p, placed = embedded
-                    q_anchor = len(path.ids) - 1
-                else:
-                    p, q_anchor = align(live, path.fps, strict=last_handoff < 0)
-
-        if placed is None and p >= 0:
-            # What follows the alignment point and is already on the branch right after it, in
-            # order (another process stored this turn first): the same messages after the same
-            # anchor, so the same entries, not a branch away from them.
-            while (
-                p + 1 < len(region)
-                and q_anchor + 1 < len(path.fps)
-                and fp(region[p + 1]) == path.fps[q_anchor + 1]
-            ):
-                p, q_anchor = p + 1, q_anchor + 1
-
-        # Seqs of what is already captured.
-        latest: dict[str, int] | None = None
-        for k in range(p + 1):
-            i = region[k]
-            q = known(i)
-            if q is None and placed is not None:
-                q = placed[k]
-            if q is None:
-                expected = q_anchor - (p - k)
-                if 0 <= expected < len(path.fps) and (
-                    path.fps[expected] == fps[i] if i in fps else in_step
-                ):
-                    # In step with the path (checked, or inside a run that was): a message the
-                    # host rewrote since keeps the seq of the original it stands for.
-                    q = expected
-                else:
-                    if latest is None:
-                        latest = {f: j for j, f in enumerate(path.fps)}
-                    q = latest.get(fp(i))
-            result[i] = path.seqs[q] if q is not None else None
-        first: dict[str, int] | None = None
-        for i in head:
-            q = known(i)
-            if q is None:
-                if first is None:
-                    first = {}
-                    for j, f in enumerate(path.fps):
-                        first.setdefault(f, j)
-                q = first.get(fp(i))
-            result[i] = path.seqs[q] if q is not None else None
-
-        new = region[p + 1 :]
+        live = _Live(items, path, self._fingerprint)
+        at = _align(live, path)
+        _fill_seqs(live, path, at, result)
+        new = live.region[at.p + 1 :]
         if not path.ids:
             # Nothing of this session's branch is in the log: the whole list is new, in order.
-            new = [i for i in head if result[i] is None] + new
-        plan = self._extend(session, path, items, q_anchor, last_handoff < 0, new, context, fps)
-        # Remember the live dicts that matched, so the next turn finds them by identity.
-        identity = plan.path.identity if plan.events else {}
-        for i in head + region[: p + 1]:
-            seq = result[i]
-            if seq is None or id(items[i]) in duplicated:
-                continue
-            q = plan.path.index_of_seq(seq)
-            if q is not None:
-                obj = items[i]
-                if isinstance(obj, dict):
-                    identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
-        plan.path.identity = identity
+            new = [i for i in live.head if result[i] is None] + new
+        plan = self._extend(
+            session, path, items, at.q, live.last_handoff < 0, new, context, live.fps
+        )
+        _remember_matches(live, plan, result, at.p)
         return plan
 
     def _extend(
@@ -353,3 +242,156 @@ class _ToolNames:
             if call_id in self._names:
                 return self._names[call_id]
         return None
+
+
+class _Live:
+    """The live list as alignment reads it: the conversational messages before the last handoff
+    (`head`) and after it (`region`), with the branch index a kept dict is known at and each
+    message's fingerprint, computed once."""
+
+    def __init__(
+        self,
+        items: Sequence[Any],
+        path: BranchPath,
+        fingerprint_of: Callable[[Any, BranchPath], str],
+    ) -> None:
+        self.items = items
+        self._path = path
+        self._fingerprint_of = fingerprint_of
+        self.last_handoff = -1
+        conversational: list[int] = []
+        for i, msg in enumerate(items):
+            if isinstance(msg, dict) and msg.get("role") == "system":
+                continue
+            if is_handoff(msg):
+                self.last_handoff = i
+                continue
+            conversational.append(i)
+        self.head = [i for i in conversational if i < self.last_handoff]
+        self.region = [i for i in conversational if i > self.last_handoff]
+        ids = [id(items[i]) for i in conversational]
+        # The same dict twice in one list tells nothing about either position.
+        self.duplicated: set[int] = set()
+        if len(set(ids)) != len(ids):
+            self.duplicated = {x for x in ids if ids.count(x) > 1}
+        self.fps: dict[int, str] = {}
+
+    def known(self, i: int) -> int | None:
+        msg = self.items[i]
+        if not isinstance(msg, dict) or id(msg) in self.duplicated:
+            return None
+        return self._path.known(msg)
+
+    def fp(self, i: int) -> str:
+        found = self.fps.get(i)
+        if found is None:
+            found = self.fps[i] = self._fingerprint_of(self.items[i], self._path)
+        return found
+
+
+class _Alignment(NamedTuple):
+    """region[p] stands at path index q (-1, -1: nothing aligns)."""
+
+    p: int
+    q: int
+    placed: list[int] | None  # the path index of each of region[: p + 1], if known
+    in_step: bool  # aligned by position from the start, verified by a run at the path's end
+
+
+def _align(live: _Live, path: BranchPath) -> _Alignment:
+    """The alignment point: the latest kept dict, else position, else a fingerprint run."""
+    region = live.region
+    p = q_anchor = -1
+    for k in range(len(region) - 1, -1, -1):
+        q = live.known(region[k])
+        if q is not None:
+            p, q_anchor = k, q
+            break
+    start = 0 if live.last_handoff < 0 else path.kept_from
+    in_step = False
+    placed: list[int] | None = None
+    if p < 0 and path.ids and start is not None:
+        # Where the path ends, if the region runs in step with it: check a run at that point
+        # only, so a restart does not hash the whole list (a run is the same evidence
+        # `align` asks for).
+        k_end = len(path.ids) - 1 - start
+        if 0 <= k_end < len(region):
+            depth = min(RUN, k_end + 1)
+            if all(live.fp(region[k_end - j]) == path.fps[-1 - j] for j in range(depth)):
+                p, q_anchor, in_step = k_end, len(path.ids) - 1, True
+    if p < 0 and path.ids:
+        fps = [live.fp(i) for i in region]
+        p, q_anchor = positional(fps, path.fps, start)
+        # Folded messages left out between kept ones happen only after a handoff; without
+        # one, an edited turn whose earlier reply repeats the abandoned one ("Done.") would
+        # look embedded and be appended after the turn it replaces instead of branching.
+        embedded = embed(fps, path.fps) if p < 0 and live.last_handoff >= 0 else None
+        if p < 0:
+            if embedded is not None:  # kept messages with folded ones between them
+                p, placed = embedded
+                q_anchor = len(path.ids) - 1
+            else:
+                p, q_anchor = align(fps, path.fps, strict=live.last_handoff < 0)
+
+    if placed is None and p >= 0:
+        # What follows the alignment point and is already on the branch right after it, in
+        # order (another process stored this turn first): the same messages after the same
+        # anchor, so the same entries, not a branch away from them.
+        while (
+            p + 1 < len(region)
+            and q_anchor + 1 < len(path.fps)
+            and live.fp(region[p + 1]) == path.fps[q_anchor + 1]
+        ):
+            p, q_anchor = p + 1, q_anchor + 1
+    return _Alignment(p, q_anchor, placed, in_step)
+
+
+def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int | None]) -> None:
+    """The seqs of what is already captured: the region up to the alignment point, and the
+    head before the handoff."""
+    p, q_anchor, placed, in_step = at
+    fps = live.fps
+    latest: dict[str, int] | None = None
+    for k in range(p + 1):
+        i = live.region[k]
+        q = live.known(i)
+        if q is None and placed is not None:
+            q = placed[k]
+        if q is None:
+            expected = q_anchor - (p - k)
+            if 0 <= expected < len(path.fps) and (
+                path.fps[expected] == fps[i] if i in fps else in_step
+            ):
+                # In step with the path (checked, or inside a run that was): a message the
+                # host rewrote since keeps the seq of the original it stands for.
+                q = expected
+            else:
+                if latest is None:
+                    latest = {f: j for j, f in enumerate(path.fps)}
+                q = latest.get(live.fp(i))
+        result[i] = path.seqs[q] if q is not None else None
+    first: dict[str, int] | None = None
+    for i in live.head:
+        q = live.known(i)
+        if q is None:
+            if first is None:
+                first = {}
+                for j, f in enumerate(path.fps):
+                    first.setdefault(f, j)
+            q = first.get(live.fp(i))
+        result[i] = path.seqs[q] if q is not None else None
+
+
+def _remember_matches(live: _Live, plan: Plan, result: list[int | None], p: int) -> None:
+    """Remember the live dicts that matched, so the next turn finds them by identity."""
+    identity = plan.path.identity if plan.events else {}
+    for i in live.head + live.region[: p + 1]:
+        seq = result[i]
+        if seq is None or id(live.items[i]) in live.duplicated:
+            continue
+        q = plan.path.index_of_seq(seq)
+        if q is not None:
+            obj = live.items[i]
+            if isinstance(obj, dict):
+                identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
+    plan.path.identity = identity
