@@ -4,7 +4,7 @@ When the store is busy past its timeout or read-only, capture (and the session t
 host events beside it) hands the events it had fully built, deterministic ids included, to
 `Spill.keep`. The next write transaction of the session tree, in this process or another one,
 or the next time a core opens the database, claims them and writes them through
-`TreeWriting.append`, which skips every id the log already holds.
+the session tree's writer (`TreeWriter.append`), which skips every id the log already holds.
 
 Guarantees:
 - `keep()` returns only when every event is on disk (written and fsynced), one JSON line each,
