@@ -192,7 +192,7 @@ class ChronicleCore:
         return Scheduler(
             self.reader,
             self.config,
-            sessions=self.sessions,
+            sessions=lambda: self.sessions,
             writer=lambda: WriterSummarizer.for_compaction(self.compaction, self.config),
             recall=lambda: self.recall,
             warned=self.warned,

@@ -17,13 +17,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..log.store import SQLiteEventStore, sqlite_errors
-from ..recall.recall import Recall
 from .queue import JobQueue
 from .settings import Settings
 from .sweeps import SweepCursors, SweepReport
+
+if TYPE_CHECKING:
+    from ..recall.recall import Recall
+
 
 __all__ = ["TaskContext", "MAINTENANCE"]
 

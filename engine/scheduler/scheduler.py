@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS
@@ -31,7 +31,6 @@ from ..config import Config
 from ..errors import StoreError, UsageError
 from ..log.events import EventReader
 from ..log.store import sqlite_errors
-from ..recall.recall import Recall
 from .consolidation import Consolidator, Conversations
 from .cron import latest_due, next_due_after
 from .events import JobFailed
@@ -41,6 +40,10 @@ from .schema import SCHEDULER_MIGRATIONS
 from .settings import JOB_CLASSES, TASKS, read_settings
 from .sweeps import SweepCursors, SweepReport
 from .units import UnitRules
+
+if TYPE_CHECKING:
+    from ..recall.recall import Recall
+
 
 __all__ = ["Scheduler", "NOT_SCHEDULED"]
 
@@ -89,15 +92,15 @@ class Scheduler:
         reader: EventReader,
         config: Config,
         *,
-        sessions: Conversations,
+        sessions: Callable[[], Conversations],
         writer: Callable[[], Summarizer | AsyncSummarizer],
         recall: Callable[[], Recall],
         warned: set[str],
         clock: Callable[[], float] | None = None,
         summarize: Summarizer | AsyncSummarizer | None = None,
     ) -> None:
-        """`writer` and `recall` are asked for when first needed (consolidation, a sweep), so a
-        broken one switches off only what uses it; `warned` holds the degraded states this
+        """`sessions`, `writer` and `recall` are asked for when first needed (consolidation, a
+        sweep), so a broken one switches off only what uses it; `warned` holds the degraded states this
         database has logged already (shared with the slots). `summarize` stands in for the
         writer's summaries (tests)."""
         self._store = reader.store
@@ -418,6 +421,7 @@ class Scheduler:
         try:
             if summarize is None:
                 summarize = self._writer()
+            conversations = self._sessions()
         except Exception as exc:  # a broken subsystem must not stop the other schedules
             why = f"{type(exc).__name__}: {exc}"
             for task in ("consolidate", "reap"):
@@ -428,7 +432,7 @@ class Scheduler:
             self._store,
             self._reader,
             self._reader.types,
-            conversations=self._sessions,
+            conversations=conversations,
             summarize=summarize,
             rules=UnitRules(
                 unit_turns=self.settings.unit_turns,

@@ -9,13 +9,16 @@ budget a compaction of the default window gives one section.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..chronicle.sections import Consolidation, section_id_for
-from ..compaction.engine import Compaction
 from ..compaction.policy import policy_from_config
 from ..config import Config
 from ..log.store import StoredEvent
+
+if TYPE_CHECKING:
+    from ..compaction.engine import Compaction
+
 
 __all__ = ["WriterSummarizer"]
 
