@@ -8,8 +8,7 @@ a subagent's result or a mirrored memory write for something the person said.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.events import DomainEvent, EventReader
@@ -35,13 +34,13 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _safe(value: Any) -> Any:
+def _safe(value: Mapping[str, object]) -> dict[str, object]:
     """Metadata as JSON data with every string masked."""
-    data = json.loads(json.dumps(value, ensure_ascii=False, default=str))
-    return _mask_strings(data)
+    data = json.loads(json.dumps(dict(value), ensure_ascii=False, default=str))
+    return {str(k): _mask_strings(v) for k, v in data.items()}
 
 
-def _mask_strings(value: Any) -> Any:
+def _mask_strings(value: object) -> object:
     if isinstance(value, str):
         return mask(value)
     if isinstance(value, list):
@@ -95,13 +94,13 @@ class HostRecorder:
         action: str,
         target: str,
         content: str,
-        metadata: dict[str, Any] | None = None,
+        metadata: Mapping[str, object] | None = None,
     ) -> int:
         event = MemoryWritten(
             action=str(action),
             target=str(target),
             content=mask(str(content or "")),
-            metadata=_safe(dict(metadata or {})),
+            metadata=_safe(metadata or {}),
         )
         return self._record(session_id, event)
 

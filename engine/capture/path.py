@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 __all__ = ["BranchPath", "Entry", "positional"]
 
@@ -42,7 +42,7 @@ class BranchPath:
     # id(live dict) -> (the dict, its content, its tool_calls, index): Hermes keeps the same dict
     # objects across turns, which tells identical messages apart in-process and makes a turn's
     # capture cost independent of the list's length.
-    identity: dict[int, tuple[Any, Any, Any, int]] = field(default_factory=dict)
+    identity: dict[int, tuple[object, object, object, int]] = field(default_factory=dict)
     _by_seq: dict[int, int] | None = None
 
     def extend(self, entries: Sequence[Entry]) -> None:
@@ -76,7 +76,7 @@ class BranchPath:
         if self._by_seq is not None:
             self._by_seq[seq] = q
 
-    def known(self, obj: Any) -> int | None:
+    def known(self, obj: dict[str, object]) -> int | None:
         """The index of a live dict captured before, if the host has not changed it since."""
         hit = self.identity.get(id(obj))
         if hit is None or hit[0] is not obj:
@@ -85,7 +85,7 @@ class BranchPath:
             return None
         return hit[3] if hit[3] < len(self.ids) else None
 
-    def remember(self, obj: Any, q: int) -> None:
+    def remember(self, obj: object, q: int) -> None:
         if isinstance(obj, dict):
             self.identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
 
