@@ -14,7 +14,7 @@ cost O(conversation) a turn); a caller whose write then fails drops that cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 from ..log.events import EventTypeRegistry
 from ..log.store import PendingEvent, SQLiteEventStore
@@ -25,7 +25,17 @@ from .events import MessageCaptured
 from .path import BranchPath, positional
 from .speaker import is_handoff
 
-__all__ = ["Branch", "Plan", "Planner"]
+__all__ = ["Branch", "Context", "Plan", "Planner"]
+
+
+class Context(TypedDict):
+    """Who the messages of one capture call serve, and when they were captured."""
+
+    user_id: str | None
+    profile: str | None
+    agent_context: str
+    platform: str | None
+    created_at: str
 
 
 class Branch(NamedTuple):
@@ -58,7 +68,7 @@ class Planner:
         self._types = types
 
     def fast(
-        self, session: str, path: BranchPath, items: Sequence[Any], context: dict[str, Any]
+        self, session: str, path: BranchPath, items: Sequence[object], context: Context
     ) -> Plan | None:
         """Scan from the end for the latest live dict captured before; what follows it is new.
         None when a handoff comes first (the general plan aligns the region after it)."""
@@ -85,9 +95,9 @@ class Planner:
         self,
         session: str,
         path: BranchPath,
-        items: Sequence[Any],
+        items: Sequence[object],
         result: list[int | None],
-        context: dict[str, Any],
+        context: Context,
     ) -> Plan:
         """Align the whole live list, fill `result` for what is already captured, plan the rest."""
         live = _Live(items, path, self._fingerprint)
@@ -107,11 +117,11 @@ class Planner:
         self,
         session: str,
         path: BranchPath,
-        items: Sequence[Any],
+        items: Sequence[object],
         q: int,
         from_start: bool,
         new: list[int],
-        context: dict[str, Any],
+        context: Context,
         fps: dict[int, str] | None = None,
         keep_identity: bool = False,
     ) -> Plan:
@@ -168,7 +178,7 @@ class Planner:
         plan.first_new_q = len(plan.path.ids) - len(plan.new)
         return plan
 
-    def _fingerprint(self, message: Any, path: BranchPath) -> str:
+    def _fingerprint(self, message: object, path: BranchPath) -> str:
         """A message's fingerprint; a copy compaction cut to fit the context has its original's
         (it stands for a message already on the branch, see `shortened.py`)."""
         seq = shortened.origin(message)
@@ -184,14 +194,14 @@ class Planner:
 
     def _message(
         self,
-        obj: Any,
-        wire: dict[str, Any],
+        obj: object,
+        wire: dict[str, object],
         fp: str,
         parent: str,
         turn: int,
         tool_names: _ToolNames,
-        context: dict[str, Any],
-    ) -> dict[str, Any]:
+        context: Context,
+    ) -> dict[str, object]:
         """The message's MessageCaptured payload (`describe_payload`)."""
         role = wire.get("role")
         tool_name = None
@@ -214,7 +224,7 @@ class Planner:
 class _ToolNames:
     """tool_call_id -> function name, read from the assistant messages before a tool result."""
 
-    def __init__(self, items: Sequence[Any]) -> None:
+    def __init__(self, items: Sequence[object]) -> None:
         self._items = items
         self._names: dict[str, str] = {}
         self._scanned_from = 0
@@ -251,9 +261,9 @@ class _Live:
 
     def __init__(
         self,
-        items: Sequence[Any],
+        items: Sequence[object],
         path: BranchPath,
-        fingerprint_of: Callable[[Any, BranchPath], str],
+        fingerprint_of: Callable[[object, BranchPath], str],
     ) -> None:
         self.items = items
         self._path = path

@@ -29,11 +29,10 @@ import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from ..capture.hooks import HostRecorder
 from ..capture.path import BranchPath
-from ..capture.plan import Plan, Planner
+from ..capture.plan import Context, Plan, Planner
 from ..config import Config
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.store import PendingEvent, sqlite_errors, utc_now
@@ -52,7 +51,7 @@ _REMEMBERED_IDENTITIES = 4096  # a few dicts each; a gateway serves many session
 evicted here is reloaded from the tree on its next capture)."""
 
 
-def _created(created_at: Any) -> str:
+def _created(created_at: object) -> str:
     if created_at is None:
         # One stamp for the whole call: its messages are captured at the same moment.
         return utc_now()
@@ -135,13 +134,13 @@ class Capture(HostRecorder):
     def capture_messages(
         self,
         session_id: str,
-        messages: Sequence[Any] | None,
+        messages: Sequence[object] | None,
         *,
         user_id: str | None = None,
         profile: str | None = None,
         agent_context: str | None = None,
         platform: str | None = None,
-        created_at: Any = None,
+        created_at: object = None,
         return_seqs: bool = True,
     ) -> list[int | None]:
         """Record every message of `messages` not in the log yet. Returns, aligned with
@@ -162,7 +161,7 @@ class Capture(HostRecorder):
         )[0]
 
     def capture_turn(
-        self, session_id: str, messages: Sequence[Any] | None, **identity: str | None
+        self, session_id: str, messages: Sequence[object] | None, **identity: str | None
     ) -> int:
         """`capture_messages(..., return_seqs=False)` for a hook that only needs to know how many
         messages this call stored (none of the list's seqs, nor a read of the log's end).
@@ -174,9 +173,9 @@ class Capture(HostRecorder):
     def _capture_list(
         self,
         session_id: str,
-        messages: Sequence[Any] | None,
+        messages: Sequence[object] | None,
         *,
-        created_at: Any,
+        created_at: object,
         return_seqs: bool,
         user_id: str | None = None,
         profile: str | None = None,
@@ -192,14 +191,14 @@ class Capture(HostRecorder):
             agent_context = agent_context or known.get("agent_context")
             platform = platform or known.get("platform")
         try:
-            items = list(messages) if messages is not None else []
+            items: list[object] = list(messages) if messages is not None else []
         except TypeError:
             items = [messages]
         result: list[int | None] = [None] * len(items)
         stored = 0
         if not items:
             return result, stored
-        context = {
+        context: Context = {
             "user_id": user_id,
             "profile": profile,
             "agent_context": agent_context or "primary",
@@ -239,7 +238,7 @@ class Capture(HostRecorder):
         return result, stored
 
     def _keep_aside(
-        self, exc: StoreError, session: str, items: Sequence[Any], context: dict[str, Any]
+        self, exc: StoreError, session: str, items: Sequence[object], context: Context
     ) -> StoreError:
         """The database refused the write: plan the same events from what it holds (a read
         needs no lock in WAL mode), on top of what this process already kept aside, and keep
