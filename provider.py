@@ -199,13 +199,6 @@ class ChronicleMemoryProvider(_ProviderBase):
             "platform": self._platform,
         }
 
-    def _recall(self) -> Any | None:
-        """core.recall, or None until the recall part lands (then recall hooks are no-ops)."""
-        try:
-            return self.core.recall
-        except ImportError:
-            return None
-
     # -- the turn ---------------------------------------------------------------------------
 
     @fenced(None)
@@ -221,18 +214,18 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @fenced("")
     def prefetch(self, query: str, *, session_id: str = "") -> str:
-        recall = self._recall()
-        if recall is None:
-            return ""
         return str(
-            recall.prefetch(query, session_id=session_id or self._session_id, **self._live()) or ""
+            self.core.recall.prefetch(
+                query, session_id=session_id or self._session_id, **self._live()
+            )
+            or ""
         )
 
     @fenced(None)
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
-        recall = self._recall()
-        if recall is not None:
-            recall.queue_prefetch(query, session_id=session_id or self._session_id, **self._live())
+        self.core.recall.queue_prefetch(
+            query, session_id=session_id or self._session_id, **self._live()
+        )
 
     @fenced(None)
     def sync_turn(
@@ -307,7 +300,6 @@ class ChronicleMemoryProvider(_ProviderBase):
             f"Chronicle has every message of this conversation in its log ({count} so far); "
             "anything summarised away can be searched and restored verbatim."
         )
-        recall = self._recall()
         last_user = next(
             (
                 m.get("content")
@@ -318,8 +310,10 @@ class ChronicleMemoryProvider(_ProviderBase):
             ),
             "",
         )
-        if recall is not None and last_user:
-            remembered = str(recall.prefetch(last_user, session_id=self._session_id) or "")
+        if last_user:
+            remembered = str(
+                self.core.recall.prefetch(last_user, session_id=self._session_id) or ""
+            )
             if remembered.strip():
                 note += "\nRelevant memory:\n" + remembered.strip()
         return note
@@ -349,8 +343,9 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @fenced("")
     def system_prompt_block(self) -> str:
-        recall = self._recall() if self._core is not None else None
-        return str(recall.system_prompt_block()) if recall is not None else _PROMPT
+        if self._core is None:
+            return _PROMPT
+        return str(self._core.recall.system_prompt_block())
 
     @fenced(_no_tools)
     def get_tool_schemas(self) -> list[dict[str, Any]]:

@@ -35,7 +35,6 @@ class Exit(IntEnum):
     NOT_FOUND = 3  # the database, a section, a session or a file does not exist
     UNHEALTHY = 4  # `doctor` found a problem
     BUSY = 5  # another process held the database's write lock too long; retry
-    UNAVAILABLE = 6  # this build does not have the subsystem the command needs
 
 
 class CommandFailed(Exception):

@@ -53,7 +53,7 @@ def load_plugin() -> ModuleType:
         raise CommandFailed(
             "the demo runs the plugin's own adapters, which live at the root of a Chronicle "
             "checkout; install it editable from a clone (pip install -e .) and run it again",
-            Exit.UNAVAILABLE,
+            Exit.FAILED,
         )
     name = "chronicle_demo_plugin"
     if name in sys.modules:
@@ -279,7 +279,7 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
         raise CommandFailed(
             "this build's plugin did not register both slots (memory provider and context "
             "engine); the demo needs both",
-            Exit.UNAVAILABLE,
+            Exit.FAILED,
         )
     host = DemoHost(home, slots.provider, copy.deepcopy(slots.engine))
     host.start()

@@ -126,13 +126,11 @@ class RecallIndex:
 
     def lineage(self, session_id: str) -> list[str]:
         """Every session id of the conversation `session_id` belongs to (itself when the session
-        tree is not available)."""
+        tree cannot answer)."""
         if not session_id:
             return []
         try:
             found = list(self._sessions.lineage(session_id))
-        except ImportError:
-            return [session_id]
         except Exception as exc:  # the tree is another subsystem: degrade, do not fail a read
             self.warn_once("lineage", "chronicle recall: session lineage unavailable (%s)", exc)
             return [session_id]
@@ -141,8 +139,6 @@ class RecallIndex:
     def chronicle_name(self, session_id: str) -> str | None:
         try:
             return str(self._sessions.chronicle_name(session_id))
-        except ImportError:
-            return None
         except Exception as exc:
             self.warn_once("chronicle_name", "chronicle recall: no chronicle name (%s)", exc)
             return None

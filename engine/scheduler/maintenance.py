@@ -1,10 +1,9 @@
 """Maintenance sweeps: each bounded per run, resumable from a persisted cursor, honest about what is left.
 
-- `fts_optimize` calls recall's `optimize_fts(budget=)` when recall offers it; otherwise it runs
-  FTS5's own incremental merge on each full-text index, `budget` pages a run, until a merge finds
-  nothing to do (layout only: no row is added, changed or removed).
+- `fts_optimize` runs FTS5's own incremental merge on each full-text index, `budget` pages a
+  run, until a merge finds nothing to do (layout only: no row is added, changed or removed).
 - `belief_sweep` belongs to recall, which owns the beliefs: the scheduler calls its
-  `sweep_beliefs(cursor=, budget=)` and reports a skip, with the reason, when recall has none.
+  `sweep_beliefs(cursor=, budget=)`.
 - `queue_retention` prunes finished job rows within the age and count bounds.
 - `wal_checkpoint` is PASSIVE: it copies what it can and never waits for a reader or a writer.
 - `integrity` walks every chronicle's current sections: each range must lie inside the log (both
@@ -63,14 +62,6 @@ def _from_hook(task: str, answer: Any, cursor: int = 0) -> SweepReport:
 
 
 def fts_optimize(ctx: TaskContext) -> SweepReport:
-    recall = ctx.recall()
-    hook = getattr(recall, "optimize_fts", None)
-    if hook is not None:
-        return _from_hook("fts_optimize", hook(budget=ctx.budget))
-    return _fts_merge(ctx)
-
-
-def _fts_merge(ctx: TaskContext) -> SweepReport:
     """FTS5's own incremental merge on every full-text index in the database, `budget` pages
     each. FTS5 keeps where a merge stopped, so that is the cursor; a merge that changes nothing
     means the index is as merged as it gets. Only segment layout changes, never content."""
@@ -104,12 +95,9 @@ def _fts_merge(ctx: TaskContext) -> SweepReport:
 
 
 def belief_sweep(ctx: TaskContext) -> SweepReport:
-    recall = ctx.recall()
-    hook = getattr(recall, "sweep_beliefs", None)
-    if hook is None:
-        return SweepReport("belief_sweep", skipped="recall offers no sweep_beliefs hook")
     cursor = ctx.sweeps.load("belief_sweep").cursor
-    report = _from_hook("belief_sweep", hook(cursor=cursor, budget=ctx.budget), cursor)
+    answer = ctx.recall().sweep_beliefs(cursor=cursor, budget=ctx.budget)
+    report = _from_hook("belief_sweep", answer, cursor)
     ctx.sweeps.save(report)
     return report
 

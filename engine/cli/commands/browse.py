@@ -16,7 +16,6 @@ from ...chronicle.sections import Section
 from ...log.store import SQLiteEventStore
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 from ..inventory import chronicle_rows, session_rows
-from ._optional import maybe, subsystem
 
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-|\.\.)\s*(\d+)\s*$")
 
@@ -65,7 +64,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def search(s: Session) -> Outcome:
     a = s.args
     core = s.core()
-    recall = subsystem("recall", lambda: core.recall)
+    recall = core.recall
     # Memory is partitioned by (user, profile). Without a session, user or profile, search the
     # partition of the most recent session: the memory the person last used.
     anchor = a.session
@@ -126,7 +125,7 @@ def _chronicle_for(s: Session, session: str | None, chronicle: str | None) -> li
     if chronicle:
         return [chronicle]
     if session:
-        return [subsystem("sessions", lambda: core.sessions).chronicle_name(session)]
+        return [core.sessions.chronicle_name(session)]
     return [row["chronicle"] for row in chronicle_rows(core.store)]
 
 
@@ -142,9 +141,8 @@ def expand(s: Session) -> Outcome:
             break
     if section is None and a.session:
         # A condensed section ("L2:1-90") lives in a level chronicle the compaction part names.
-        name = subsystem("sessions", lambda: core.sessions).chronicle_name(a.session)
-        compaction = maybe(lambda: core.compaction)
-        view = compaction.resolve(name, a.target) if compaction is not None else None
+        name = core.sessions.chronicle_name(a.session)
+        view = core.compaction.resolve(name, a.target)
         if view is not None:
             section, owner = view.section, name
     if section is not None:
@@ -164,7 +162,7 @@ def expand(s: Session) -> Outcome:
             )
 
     if a.session:
-        sessions = subsystem("sessions", lambda: core.sessions)
+        sessions = core.sessions
         events = list(sessions.message_events(a.session, lo, hi))
     else:
         allowed = _sessions_of_chronicle(s, owner, lo, hi)
@@ -214,9 +212,7 @@ def _sessions_of_chronicle(s: Session, owner: str | None, lo: int, hi: int) -> s
     if owner is None:
         return None
     core = s.core()
-    sessions = maybe(lambda: core.sessions)
-    if sessions is None:
-        return None
+    sessions = core.sessions
     found = set()
     for row in session_rows(core.store):
         overlaps = row["last_seq"] >= lo and row["first_seq"] <= hi
@@ -283,7 +279,7 @@ def sections(s: Session) -> Outcome:
 def tree(s: Session) -> Outcome:
     a = s.args
     core = s.core()
-    tree_api = subsystem("sessions", lambda: core.sessions)
+    tree_api = core.sessions
     rows = {r["session"]: r for r in session_rows(core.store)}
     wanted = [a.session] if a.session else list(rows)[: a.limit]
     lineages: list[list[str]] = []

@@ -17,7 +17,6 @@ from ...capture.events import NAMESPACE as CHAT
 from ...sessions.jsonl import FORMAT as SESSION_FORMAT
 from ...sessions.jsonl import export_jsonl, import_jsonl
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
-from ._optional import subsystem
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -87,7 +86,7 @@ def export(s: Session) -> Outcome:
             count = transfer.write_sections(core.chronicle(a.chronicle), fh)
         data = {"kind": "sections", "chronicle": a.chronicle, "written": count, "out": a.out or "-"}
     elif a.session:
-        tree = subsystem("sessions", lambda: core.sessions)
+        tree = core.sessions
         text = export_jsonl(tree, a.session)
         with _open_out(a.out) as fh:
             fh.write(text)
@@ -130,7 +129,7 @@ def import_(s: Session) -> Outcome:
         lines = None
     kind = "session" if header.get("format") == SESSION_FORMAT else header.get("kind")
     if kind == "session":
-        tree = subsystem("sessions", lambda: core.sessions)
+        tree = core.sessions
         text = "".join(lines) if lines is not None else Path(a.file).read_text(encoding="utf-8")
         stored = import_jsonl(tree, text)
         data = {"kind": "session", "session": header.get("session"), "stored": stored}

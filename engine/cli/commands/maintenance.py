@@ -10,7 +10,6 @@ from rich.pretty import Pretty
 from rich.table import Table
 
 from ..app import Outcome, Session, add_common_options
-from ._optional import subsystem
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +31,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(s: Session) -> Outcome:
     core = s.core()
-    scheduler = subsystem("scheduler", lambda: core.scheduler)
+    scheduler = core.scheduler
     ran: int | None = None
     queued: list[str] = []
     if s.args.run_tasks is not None:

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from ..app import Outcome, Session, add_common_options
 from ..inventory import chronicle_rows, event_counts, file_sizes, session_rows
-from ._optional import maybe
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +30,7 @@ def run(s: Session) -> Outcome:
         "sessions": len(sessions),
         "event_types": event_counts(store),
         "chronicles": chronicle_rows(store),
-        "maintenance": maybe(lambda: core.scheduler.maintenance_status()),
+        "maintenance": core.scheduler.maintenance_status(),
     }
 
     def draw(console: Console) -> None:
