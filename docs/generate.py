@@ -4,9 +4,11 @@
     python docs/generate.py --check  # exit 1 if they are stale (tests/test_docs.py runs this)
 
 A generated block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`.
-- `config`: every key declared in engine/config.py's KEYS (path, default, purpose, dormant reason).
+- `config`: every field of the settings models in engine/config.py, by dotted path (default,
+  purpose, dormant reason), through `KEYS`.
 - `commands`: every `chronicle` subcommand with its one-line help.
-- `tools`: every tool the two slots give the agent, from their `ToolSpec`s.
+- `tools`: every tool the two slots give the agent, from their `ToolSpec`s (arguments from each
+  tool's arguments model).
 """
 
 from __future__ import annotations

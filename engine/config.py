@@ -1,12 +1,17 @@
-"""Chronicle's configuration: every key declared once, here, with its default and its purpose.
+"""Chronicle's configuration: one pydantic model per section of `chronicle:`, read once.
 
 Invariants:
-- Every declared key is read by shipped code, or declared dormant with a reason
-  (tests/test_config_honesty.py fails the build otherwise). The README's reference table is
-  generated from these declarations, so it cannot drift.
+- Every setting is a field of a section model below, declared once with its default and its
+  purpose (the field's description). `KEYS` and the README's reference table are generated from
+  the models (docs/generate.py), so they cannot drift.
+- Every field is read by shipped code through its attribute, or declared dormant with a reason
+  (tests/test_config_honesty.py fails the build otherwise).
 - An unknown key logs one warning naming it; a removed key logs a warning saying what replaced
   it, and a removed security-relevant key is an error (silently ignoring it would leave an
   operator believing in a protection that does not exist).
+- A value of the wrong type, or out of range, falls back to the field's default with one warning
+  naming the key: a hook must keep working whatever config.yaml says, and the operator must hear
+  that the value was ignored.
 
 Keys live under `chronicle:` in `$HERMES_HOME/config.yaml` (or `plugins.chronicle:`). The host's own
 `compression:` section is read too, because Hermes does not pass it to plugin engines.
@@ -16,22 +21,441 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .errors import UsageError
 
-__all__ = ["Key", "KEYS", "REMOVED", "Config", "load_hermes_config", "default_db_path"]
+__all__ = [
+    "Key",
+    "KEYS",
+    "REMOVED",
+    "Config",
+    "ChronicleSettings",
+    "CaptureSettings",
+    "ContextSettings",
+    "RecallSettings",
+    "EmbeddingSettings",
+    "MaintenanceSettings",
+    "QueueSettings",
+    "SweepSettings",
+    "ConsolidationSettings",
+    "DEFAULT_ROLE_WEIGHTS",
+    "load_hermes_config",
+    "default_db_path",
+]
 
 log = logging.getLogger("chronicle_engine.config")
 
 
+def _not_a_flag(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number here")
+    return value
+
+
+def _a_flag(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {type(value).__name__}")
+    return value
+
+
+def _share_of_window(value: Any) -> Any:
+    """0.75, or 75 meant as a percentage; strictly between 0 and 1 once read."""
+    if value is None:
+        return None
+    number = float(_not_a_flag(value))
+    if 1.0 < number <= 100.0:
+        number /= 100.0
+    if not 0.0 < number < 1.0:
+        raise ValueError("a share of the window lies between 0 and 1 (or 0 and 100 percent)")
+    return number
+
+
+def _lower_word(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _hook_names(value: Any) -> Any:
+    if isinstance(value, str):
+        raise ValueError("expected a list of hook names")
+    return value
+
+
+Flag = Annotated[bool, BeforeValidator(_a_flag)]
+Count = Annotated[int, BeforeValidator(_not_a_flag), Field(ge=0)]
+Number = Annotated[float, BeforeValidator(_not_a_flag), Field(ge=0)]
+Share = Annotated[float | None, BeforeValidator(_share_of_window)]
+
+DEFAULT_ROLE_WEIGHTS: dict[str, float] = {
+    "person": 1.0,
+    "assistant": 0.85,
+    "tool": 0.7,
+    "automation": 0.7,
+    "host": 0.5,
+}
+
+
+def _role_weights(value: Any) -> Any:
+    """The user's weights over the defaults; an entry that is not a number is left out."""
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a mapping of speaker kind to weight")
+    weights = dict(DEFAULT_ROLE_WEIGHTS)
+    for kind, weight in value.items():
+        if isinstance(weight, bool):
+            continue
+        try:
+            weights[str(kind)] = float(weight)
+        except (TypeError, ValueError):
+            continue
+    return weights
+
+
+def _dormant(reason: str) -> dict[str, Any]:
+    return {"dormant": reason}
+
+
+_SECURITY: dict[str, Any] = {"security": True}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", validate_default=False)
+
+
+class CaptureSettings(_Section):
+    enabled: Flag = Field(
+        True,
+        description="Record every message of every turn into the log. false leaves the memory "
+        "slot recall-only: nothing new is captured, existing memory is still searched.",
+    )
+    skip_agent_contexts: tuple[str, ...] = Field(
+        (),
+        description="Hermes agent contexts whose turns are not captured at all (e.g. [flush]). "
+        "Turns of cron, subagent and flush agents are otherwise captured, marked as automation, "
+        "and never become memory about the user.",
+    )
+
+
+class ContextSettings(_Section):
+    high_watermark_percent: Share = Field(
+        None,
+        description="Compact when the prompt passes this share of the window. Default: the "
+        "host's compression.threshold (raised to 0.75 under 512K windows, as Hermes does), "
+        "else 0.75.",
+    )
+    low_watermark_percent: Share = Field(
+        None,
+        description="What a compaction folds the prompt down to. Default: 2 x threshold x "
+        "compression.target_ratio, else 0.55; always below the high watermark.",
+    )
+    handoff_max_tokens: Count = Field(
+        0,
+        description="Budget of the handoff message. 0: 5% of the window, between 2,000 and "
+        "12,000 tokens. Past it, sections are condensed into higher-level sections in one rebase.",
+    )
+    summarizer: Annotated[
+        Literal["extractive", "auxiliary", "endpoint"], BeforeValidator(_lower_word)
+    ] = Field(
+        "extractive",
+        description="Who writes section prose: 'extractive' (offline, deterministic), "
+        "'auxiliary' (Hermes' auxiliary compression model) or 'endpoint' (an OpenAI-compatible "
+        "server). A failed or slow model call falls back to the extractive summary.",
+    )
+    summarizer_base_url: str = Field(
+        "",
+        description="Base URL of the OpenAI-compatible server for summarizer 'endpoint' "
+        "(e.g. http://127.0.0.1:8080/v1).",
+    )
+    summarizer_model: str = Field("", description="Model name sent to the summarizer endpoint.")
+    summarizer_api_key_env: str = Field(
+        "",
+        description="Name of the environment variable holding the endpoint's API key (never "
+        "the key itself).",
+    )
+    summarizer_allow_remote: Flag = Field(
+        False,
+        description="Allow the summarizer endpoint to be off this host or its private network. "
+        "Off by default: summaries carry conversation content.",
+    )
+    summarizer_timeout_seconds: Number = Field(
+        30,
+        description="How long one summary call may take before the extractive summary is used "
+        "instead.",
+    )
+    summarizer_pass_seconds: Number = Field(
+        60,
+        description="Total time one compaction pass may wait on summary model calls (one per new "
+        "section, plus condensation), on Hermes' main thread. Past it, the pass's remaining "
+        "sections get the extractive summary. 0: no cap beyond each call's own timeout.",
+    )
+
+
+class EmbeddingSettings(_Section):
+    url: str = Field(
+        "",
+        description="OpenAI-compatible embedding endpoint (e.g. http://127.0.0.1:11434/v1). "
+        "Empty: full-text recall only.",
+    )
+    model: str = Field("", description="Embedding model name sent to the endpoint.")
+    allow_remote: Flag = Field(
+        False,
+        description="Permit sending memory excerpts to an embedding endpoint off this host and "
+        "its private network.",
+        json_schema_extra=_SECURITY,
+    )
+    timeout_s: Number = Field(
+        1.5,
+        description="Timeout of one embedding request; a slow server turns vectors off for a "
+        "minute.",
+    )
+
+
+class RecallSettings(_Section):
+    held_as: ClassVar[tuple[str, ...]] = ("tuning", "t")  # recall's own names for it
+
+    search_limit: Count = Field(
+        10, description="Results chronicle_search returns when the caller names no limit."
+    )
+    candidates: Count = Field(
+        100,
+        description="Full-text candidates per query that are re-ranked (recency, role, "
+        "neighbours).",
+    )
+    match_budget: Count = Field(
+        1500,
+        description="Matches bm25 may score for one query. Words whose matches would exceed it "
+        "(the commonest) are left out of the ranking when rarer ones exist; a query of only such "
+        "words is answered from their newest matches. Search time stays flat as memory grows.",
+    )
+    name_weight: Number = Field(
+        0.2, description="bm25 weight of the speaker's name (a message's `name`)."
+    )
+    context_weight: Number = Field(
+        0.4, description="bm25 weight of the previous turn's words, indexed beside each message."
+    )
+    neighbour_weight: Number = Field(
+        0.4, description="Share of a hit's score given to the turns just before and after it."
+    )
+    speaker_boost: Number = Field(
+        2.0, description="Score factor for a message whose speaker the query names."
+    )
+    recency_weight: Number = Field(
+        0.1, description="How much newer messages gain: score x (1 + w x 2^(-age/half-life))."
+    )
+    recency_half_life_days: Number = Field(
+        30.0,
+        description="Age (relative to the user's newest message) at which the recency gain halves.",
+    )
+    role_weights: Annotated[dict[str, float], BeforeValidator(_role_weights)] = Field(
+        default_factory=lambda: dict(DEFAULT_ROLE_WEIGHTS),
+        description="Score factor per speaker kind; the person's own words rank first.",
+    )
+    session_share: Number = Field(
+        0.6,
+        description="Largest share of one search's results a single session may take while "
+        "others have hits.",
+    )
+    rrf_k: Count = Field(
+        60,
+        description="k of reciprocal rank fusion (full text with vectors; messages with beliefs "
+        "and sections).",
+    )
+    prefetch_relevance_gate: Flag = Field(
+        True,
+        description="Per-turn recall only for items sharing content words with the message (two "
+        "when it has more than three).",
+    )
+    prefetch_automation: Flag = Field(
+        False, description="Per-turn recall on scheduled-job (cron) turns too."
+    )
+    prefetch_limit: Count = Field(5, description="Items one per-turn recall injects at most.")
+    prefetch_max_chars: Count = Field(
+        1500, description="Characters one per-turn recall injects at most."
+    )
+    prefetch_min_similarity: Number = Field(
+        0.65,
+        description="Vector similarity a single shared word needs to pass the gate (no vectors: "
+        "left out).",
+    )
+    prefetch_pair_similarity: Number = Field(
+        0.60, description="Vector similarity two or three shared words need when vectors exist."
+    )
+    answer_min_coverage: Number = Field(
+        0.6,
+        description="Share of the question's content words the best evidence must contain; "
+        "below it chronicle_answer abstains.",
+    )
+    embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    vector_scan: Count = Field(
+        500, description="Newest vectors of a user compared per query (brute force, no index)."
+    )
+
+
+class Schedules(_Section):
+    consolidate: str = Field(
+        "* * * * *",
+        description="Cron (5 fields, UTC) for consolidating closed units into chronicle "
+        'sections. "" disables.',
+    )
+    reap: str = Field(
+        "*/5 * * * *",
+        description='Cron (UTC) for closing idle conversations as units. "" disables.',
+    )
+    fts_optimize: str = Field(
+        "30 3 * * *",
+        description='Cron (UTC) for merging the full-text index\'s segments. "" disables.',
+    )
+    belief_sweep: str = Field(
+        "0 4 * * *",
+        description='Cron (UTC) for recall\'s belief decay and consistency sweep. "" disables.',
+    )
+    queue_retention: str = Field(
+        "15 * * * *",
+        description='Cron (UTC) for pruning finished job rows. "" disables (the job table then '
+        "grows).",
+    )
+    wal_checkpoint: str = Field(
+        "*/15 * * * *",
+        description='Cron (UTC) for a passive WAL checkpoint (never waits for readers). "" '
+        "disables.",
+    )
+    integrity: str = Field(
+        "45 4 * * *",
+        description="Cron (UTC) for the integrity check: every current section's range lies in "
+        'the log and no two current sections of a chronicle overlap. "" disables.',
+    )
+
+
+class MaintenanceSettings(_Section):
+    # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
+    enabled: Flag = Field(
+        True,
+        description="Master switch for hook-driven scheduling. false: hooks never schedule or "
+        "run background jobs (no consolidation, reaping or maintenance).",
+    )
+    budget_ms: Number = Field(
+        5,
+        description="Wall-clock ceiling (ms) for one hook call's scheduling decision. The first "
+        "due schedule is always tried; one that does not fit after it waits for the next hook "
+        "call.",
+    )
+    drain_hooks: Annotated[tuple[str, ...], BeforeValidator(_hook_names)] = Field(
+        ("sync_turn", "queue_prefetch"),
+        description="Hooks that also run queued jobs. The default lists the two hooks Hermes "
+        "runs on its background memory thread (a claimed job runs to its end, model summaries "
+        "included); every other hook, on_session_end and on_session_switch among them, runs on "
+        "the agent's own thread and only schedules.",
+    )
+    drain_per_hook: Count = Field(
+        4, description="Jobs one draining hook call may run, shared by weight."
+    )
+    drain_budget_ms: Number = Field(
+        5,
+        description="A draining hook call claims no new job once it has spent this long (ms) "
+        "running jobs.",
+    )
+    schedules: Schedules = Field(default_factory=Schedules)
+
+
+class Shares(_Section):
+    consolidation: Number = Field(0.5, description="Relative drain weight of consolidation jobs.")
+    reaping: Number = Field(0.2, description="Relative drain weight of idle-session reaping jobs.")
+    maintenance: Number = Field(
+        0.3,
+        description="Relative drain weight of maintenance sweeps. The shares are normalised; a "
+        "positive share too small to round to a whole job still gets one per drain, so no class "
+        "starves.",
+    )
+
+
+class Retention(_Section):
+    days: Number = Field(
+        7,
+        description="Finished job rows older than this are pruned. 0: no age bound. Pending and "
+        "running rows, and rows a pending job depends on, are never pruned.",
+    )
+    max_rows: Count = Field(
+        5000,
+        description="At most this many finished job rows are kept (newest first). 0: no count "
+        "bound.",
+    )
+
+
+class QueueSettings(_Section):
+    lease_seconds: Number = Field(
+        600,
+        description="How long a claimed job may run before it counts as abandoned (its process "
+        "died) and is re-armed. Keep it above your slowest job, or the job runs twice.",
+    )
+    max_attempts: Count = Field(
+        5,
+        description="Claims one job may use before it is failed with its last reason. A lease "
+        "that expires counts as an attempt.",
+    )
+    shares: Shares = Field(default_factory=Shares)
+    retention: Retention = Field(default_factory=Retention)
+
+
+class SweepBudgets(_Section):
+    consolidate: Count = Field(
+        100,
+        description="Events one consolidation run may fold (its own budget: a closed unit may "
+        "need a summary).",
+    )
+
+
+class SweepSettings(_Section):
+    row_budget: Count = Field(
+        2000,
+        description="Rows one run of a maintenance sweep may visit; the sweep keeps a cursor and "
+        "resumes.",
+    )
+    budgets: SweepBudgets = Field(default_factory=SweepBudgets)
+
+
+class ConsolidationSettings(_Section):
+    unit_turns: Count = Field(
+        20,
+        description="A unit closes before the user message that would start its (N+1)th turn. "
+        "0: no turn bound.",
+    )
+    idle_gap_minutes: Number = Field(
+        30,
+        description="A silence longer than this closes a unit: between two messages, or "
+        "(through the reaper) after the last one. 0: no idle boundary and no reaping.",
+    )
+    close_on_session_end: Flag = Field(
+        True, description="A recorded session end closes the conversation's open unit."
+    )
+
+
+class ChronicleSettings(_Section):
+    """Everything under `chronicle:`, typed. Built once per core from config.yaml."""
+
+    db_path: str | None = Field(
+        None, description="SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."
+    )
+    busy_timeout_ms: Count = Field(
+        5000, description="How long a write waits for another process's lock before degrading."
+    )
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
+    recall: RecallSettings = Field(default_factory=RecallSettings)
+    maintenance: MaintenanceSettings = Field(default_factory=MaintenanceSettings)
+    queue: QueueSettings = Field(default_factory=QueueSettings)
+    sweeps: SweepSettings = Field(default_factory=SweepSettings)
+    consolidation: ConsolidationSettings = Field(default_factory=ConsolidationSettings)
+
+
 @dataclass(frozen=True, slots=True)
 class Key:
+    """One setting as the docs and the audit see it: its dotted path under `chronicle:`."""
+
     path: str
     default: Any
     doc: str
@@ -39,324 +463,88 @@ class Key:
     security: bool = False
 
 
-KEYS: tuple[Key, ...] = (
-    # -- storage ------------------------------------------------------------------------------
-    Key("db_path", None, "SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."),
-    Key(
-        "busy_timeout_ms",
-        5000,
-        "How long a write waits for another process's lock before degrading.",
-    ),
-    # -- capture (memory-provider slot) -----------------------------------------------------------
-    Key(
-        "capture.enabled",
-        True,
-        "Record every message of every turn into the log. false leaves the memory slot "
-        "recall-only: nothing new is captured, existing memory is still searched.",
-    ),
-    Key(
-        "capture.skip_agent_contexts",
-        [],
-        "Hermes agent contexts whose turns are not captured at all (e.g. [flush]). Turns of "
-        "cron, subagent and flush agents are otherwise captured, marked as automation, and "
-        "never become memory about the user.",
-    ),
-    # -- context engine ----------------------------------------------------------------------------
-    Key(
-        "context.high_watermark_percent",
-        None,
-        "Compact when the prompt passes this share of the window. Default: the host's "
-        "compression.threshold (raised to 0.75 under 512K windows, as Hermes does), else 0.75.",
-    ),
-    Key(
-        "context.low_watermark_percent",
-        None,
-        "What a compaction folds the prompt down to. Default: 2 x threshold x "
-        "compression.target_ratio, else 0.55; always below the high watermark.",
-    ),
-    Key(
-        "context.handoff_max_tokens",
-        0,
-        "Budget of the handoff message. 0: 5% of the window, between 2,000 and 12,000 tokens. "
-        "Past it, sections are condensed into higher-level sections in one rebase.",
-    ),
-    Key(
-        "context.summarizer",
-        "extractive",
-        "Who writes section prose: 'extractive' (offline, deterministic), 'auxiliary' (Hermes' "
-        "auxiliary compression model) or 'endpoint' (an OpenAI-compatible server). A failed "
-        "or slow model call falls back to the extractive summary.",
-    ),
-    Key(
-        "context.summarizer_base_url",
-        "",
-        "Base URL of the OpenAI-compatible server for summarizer 'endpoint' "
-        "(e.g. http://127.0.0.1:8080/v1).",
-    ),
-    Key("context.summarizer_model", "", "Model name sent to the summarizer endpoint."),
-    Key(
-        "context.summarizer_api_key_env",
-        "",
-        "Name of the environment variable holding the endpoint's API key (never the key itself).",
-    ),
-    Key(
-        "context.summarizer_allow_remote",
-        False,
-        "Allow the summarizer endpoint to be off this host or its private network. Off by "
-        "default: summaries carry conversation content.",
-    ),
-    Key(
-        "context.summarizer_timeout_seconds",
-        30,
-        "How long one summary call may take before the extractive summary is used instead.",
-    ),
-    Key(
-        "context.summarizer_pass_seconds",
-        60,
-        "Total time one compaction pass may wait on summary model calls (one per new section, "
-        "plus condensation), on Hermes' main thread. Past it, the pass's remaining sections get "
-        "the extractive summary. 0: no cap beyond each call's own timeout.",
-    ),
-    # -- recall ------------------------------------------------------------------------------------
-    Key(
-        "recall.search_limit",
-        10,
-        "Results chronicle_search returns when the caller names no limit.",
-    ),
-    Key(
-        "recall.candidates",
-        100,
-        "Full-text candidates per query that are re-ranked (recency, role, neighbours).",
-    ),
-    Key(
-        "recall.match_budget",
-        1500,
-        "Matches bm25 may score for one query. Words whose matches would exceed it (the commonest) "
-        "are left out of the ranking when rarer ones exist; a query of only such words is answered "
-        "from their newest matches. Search time stays flat as memory grows.",
-    ),
-    Key("recall.name_weight", 0.2, "bm25 weight of the speaker's name (a message's `name`)."),
-    Key(
-        "recall.context_weight",
-        0.4,
-        "bm25 weight of the previous turn's words, indexed beside each message.",
-    ),
-    Key(
-        "recall.neighbour_weight",
-        0.4,
-        "Share of a hit's score given to the turns just before and after it.",
-    ),
-    Key("recall.speaker_boost", 2.0, "Score factor for a message whose speaker the query names."),
-    Key(
-        "recall.recency_weight",
-        0.1,
-        "How much newer messages gain: score x (1 + w x 2^(-age/half-life)).",
-    ),
-    Key(
-        "recall.recency_half_life_days",
-        30.0,
-        "Age (relative to the user's newest message) at which the recency gain halves.",
-    ),
-    Key(
-        "recall.role_weights",
-        {"person": 1.0, "assistant": 0.85, "tool": 0.7, "automation": 0.7, "host": 0.5},
-        "Score factor per speaker kind; the person's own words rank first.",
-    ),
-    Key(
-        "recall.session_share",
-        0.6,
-        "Largest share of one search's results a single session may take while others have hits.",
-    ),
-    Key(
-        "recall.rrf_k",
-        60,
-        "k of reciprocal rank fusion (full text with vectors; messages with beliefs and sections).",
-    ),
-    Key(
-        "recall.prefetch_relevance_gate",
-        True,
-        "Per-turn recall only for items sharing content words with the message (two when it has more than three).",
-    ),
-    Key("recall.prefetch_automation", False, "Per-turn recall on scheduled-job (cron) turns too."),
-    Key("recall.prefetch_limit", 5, "Items one per-turn recall injects at most."),
-    Key("recall.prefetch_max_chars", 1500, "Characters one per-turn recall injects at most."),
-    Key(
-        "recall.prefetch_min_similarity",
-        0.65,
-        "Vector similarity a single shared word needs to pass the gate (no vectors: left out).",
-    ),
-    Key(
-        "recall.prefetch_pair_similarity",
-        0.60,
-        "Vector similarity two or three shared words need when vectors exist.",
-    ),
-    Key(
-        "recall.answer_min_coverage",
-        0.6,
-        "Share of the question's content words the best evidence must contain; below it chronicle_answer abstains.",
-    ),
-    Key(
-        "recall.embeddings.url",
-        "",
-        "OpenAI-compatible embedding endpoint (e.g. http://127.0.0.1:11434/v1). Empty: full-text recall only.",
-    ),
-    Key("recall.embeddings.model", "", "Embedding model name sent to the endpoint."),
-    Key(
-        "recall.embeddings.allow_remote",
-        False,
-        "Permit sending memory excerpts to an embedding endpoint off this host and its private network.",
-        security=True,
-    ),
-    Key(
-        "recall.embeddings.timeout_s",
-        1.5,
-        "Timeout of one embedding request; a slow server turns vectors off for a minute.",
-    ),
-    Key(
-        "recall.vector_scan",
-        500,
-        "Newest vectors of a user compared per query (brute force, no index).",
-    ),
-    # -- scheduler and maintenance -------------------------------------------------------------------
-    # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
-    Key(
-        "maintenance.enabled",
-        True,
-        "Master switch for hook-driven scheduling. false: hooks never schedule or run background "
-        "jobs (no consolidation, reaping or maintenance).",
-    ),
-    Key(
-        "maintenance.budget_ms",
-        5,
-        "Wall-clock ceiling (ms) for one hook call's scheduling decision. The first due schedule "
-        "is always tried; one that does not fit after it waits for the next hook call.",
-    ),
-    Key(
-        "maintenance.drain_hooks",
-        ["sync_turn", "queue_prefetch"],
-        "Hooks that also run queued jobs. The default lists the two hooks Hermes runs on its "
-        "background memory thread (a claimed job runs to its end, model summaries included); "
-        "every other hook, on_session_end and on_session_switch among them, runs on the agent's "
-        "own thread and only schedules.",
-    ),
-    Key("maintenance.drain_per_hook", 4, "Jobs one draining hook call may run, shared by weight."),
-    Key(
-        "maintenance.drain_budget_ms",
-        5,
-        "A draining hook call claims no new job once it has spent this long (ms) running jobs.",
-    ),
-    Key(
-        "maintenance.schedules.consolidate",
-        "* * * * *",
-        'Cron (5 fields, UTC) for consolidating closed units into chronicle sections. "" disables.',
-    ),
-    Key(
-        "maintenance.schedules.reap",
-        "*/5 * * * *",
-        'Cron (UTC) for closing idle conversations as units. "" disables.',
-    ),
-    Key(
-        "maintenance.schedules.fts_optimize",
-        "30 3 * * *",
-        "Cron (UTC) for merging the full-text index's segments (recall's optimize hook). \"\" disables.",
-    ),
-    Key(
-        "maintenance.schedules.belief_sweep",
-        "0 4 * * *",
-        'Cron (UTC) for recall\'s belief decay and consistency sweep. "" disables.',
-    ),
-    Key(
-        "maintenance.schedules.queue_retention",
-        "15 * * * *",
-        'Cron (UTC) for pruning finished job rows. "" disables (the job table then grows).',
-    ),
-    Key(
-        "maintenance.schedules.wal_checkpoint",
-        "*/15 * * * *",
-        'Cron (UTC) for a passive WAL checkpoint (never waits for readers). "" disables.',
-    ),
-    Key(
-        "maintenance.schedules.integrity",
-        "45 4 * * *",
-        "Cron (UTC) for the integrity check: every current section's range lies in the log and "
-        'no two current sections of a chronicle overlap. "" disables.',
-    ),
-    Key(
-        "queue.lease_seconds",
-        600,
-        "How long a claimed job may run before it counts as abandoned (its process died) and is "
-        "re-armed. Keep it above your slowest job, or the job runs twice.",
-    ),
-    Key(
-        "queue.max_attempts",
-        5,
-        "Claims one job may use before it is failed with its last reason. A lease that expires "
-        "counts as an attempt.",
-    ),
-    Key("queue.shares.consolidation", 0.5, "Relative drain weight of consolidation jobs."),
-    Key("queue.shares.reaping", 0.2, "Relative drain weight of idle-session reaping jobs."),
-    Key(
-        "queue.shares.maintenance",
-        0.3,
-        "Relative drain weight of maintenance sweeps. The shares are normalised; a positive share "
-        "too small to round to a whole job still gets one per drain, so no class starves.",
-    ),
-    Key(
-        "queue.retention.days",
-        7,
-        "Finished job rows older than this are pruned. 0: no age bound. Pending and running rows, "
-        "and rows a pending job depends on, are never pruned.",
-    ),
-    Key(
-        "queue.retention.max_rows",
-        5000,
-        "At most this many finished job rows are kept (newest first). 0: no count bound.",
-    ),
-    Key(
-        "sweeps.row_budget",
-        2000,
-        "Rows one run of a maintenance sweep may visit; the sweep keeps a cursor and resumes.",
-    ),
-    Key(
-        "sweeps.budgets.consolidate",
-        100,
-        "Events one consolidation run may fold (its own budget: a closed unit may need a summary).",
-    ),
-    Key(
-        "consolidation.unit_turns",
-        20,
-        "A unit closes before the user message that would start its (N+1)th turn. 0: no turn bound.",
-    ),
-    Key(
-        "consolidation.idle_gap_minutes",
-        30,
-        "A silence longer than this closes a unit: between two messages, or (through the reaper) "
-        "after the last one. 0: no idle boundary and no reaping.",
-    ),
-    Key(
-        "consolidation.close_on_session_end",
-        True,
-        "A recorded session end closes the conversation's open unit.",
-    ),
-)
+def _walk(model: type[BaseModel], prefix: str = "") -> Iterator[Key]:
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _walk(annotation, f"{prefix}{name}.")
+            continue
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        default = info.get_default(call_default_factory=True)
+        yield Key(
+            f"{prefix}{name}",
+            list(default) if isinstance(default, tuple) else default,
+            info.description or "",
+            dormant=str(extra["dormant"]) if extra.get("dormant") else None,
+            security=bool(extra.get("security")),
+        )
+
+
+KEYS: tuple[Key, ...] = tuple(_walk(ChronicleSettings))
 
 # Keys that existed once. Value: what to do instead. Security-relevant ones are errors.
 REMOVED: dict[str, tuple[str, bool]] = {}
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def _flatten(data: Mapping[str, Any], declared: set[str], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and not any(k.path == path for k in KEYS):
-            out.update(_flatten(value, path + "."))
+        if isinstance(value, Mapping) and path not in declared:
+            out.update(_flatten(value, declared, path + "."))
         else:
             out[path] = value
     return out
 
 
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path, value in flat.items():
+        *parents, leaf = path.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _declared_path(loc: tuple[int | str, ...], declared: set[str]) -> str | None:
+    parts = [str(p) for p in loc]
+    for end in range(len(parts), 0, -1):
+        path = ".".join(parts[:end])
+        if path in declared:
+            return path
+    return None
+
+
+def _validate(flat: dict[str, Any], declared: set[str]) -> ChronicleSettings:
+    """The settings, each unusable value replaced by its default with a warning naming it."""
+    defaults = {k.path: k.default for k in KEYS}
+    for _ in range(len(flat) + 1):
+        try:
+            return ChronicleSettings.model_validate(_nest(flat))
+        except ValidationError as exc:
+            dropped = False
+            for error in exc.errors():
+                path = _declared_path(error["loc"], declared)
+                if path is None or path not in flat:
+                    continue
+                log.warning(
+                    "chronicle.%s = %r is not usable (%s); using %r",
+                    path,
+                    flat.pop(path),
+                    error["msg"],
+                    defaults[path],
+                )
+                dropped = True
+            if not dropped:
+                break
+    return ChronicleSettings()
+
+
 class Config:
-    """Declared keys with the user's values over the defaults."""
+    """What config.yaml says: Chronicle's typed settings (`settings`), the host's `compression:`
+    section, and the whole file (`raw`) for the few host keys Chronicle looks at."""
 
     def __init__(
         self,
@@ -366,13 +554,13 @@ class Config:
         hermes_home: str | os.PathLike[str] | None = None,
         raw: Mapping[str, Any] | None = None,
     ) -> None:
-        self.declared = {k.path: k for k in KEYS}
-        self.values: dict[str, Any] = {k.path: k.default for k in KEYS}
-        self.compression = dict(compression or {})
+        declared = {k.path for k in KEYS}
+        self.compression: dict[str, Any] = dict(compression or {})
         self.hermes_home = Path(hermes_home) if hermes_home else None
-        self.raw = dict(raw or {})
+        self.raw: dict[str, Any] = dict(raw or {})
         self.unknown: list[str] = []
-        for path, value in _flatten(values or {}).items():
+        accepted: dict[str, Any] = {}
+        for path, value in _flatten(values or {}, declared).items():
             if path in REMOVED:
                 instead, security = REMOVED[path]
                 if security:
@@ -382,7 +570,7 @@ class Config:
                     )
                 log.warning("config key chronicle.%s was removed: %s", path, instead)
                 continue
-            if path not in self.declared:
+            if path not in declared:
                 self.unknown.append(path)
                 log.warning(
                     "config key chronicle.%s is not a Chronicle setting and is ignored; "
@@ -390,21 +578,17 @@ class Config:
                     path,
                 )
                 continue
-            self.values[path] = value
+            accepted[path] = value
+        self.settings = _validate(accepted, declared)
 
-    def get(self, path: str) -> Any:
-        try:
-            return self.values[path]
-        except KeyError:
-            raise UsageError(f"chronicle.{path} is not a declared config key") from None
-
-    def __getitem__(self, path: str) -> Any:
-        return self.get(path)
+    def values(self) -> dict[str, Any]:
+        """Every key's value in force, by dotted path (for reports, not for reading a setting)."""
+        return _flatten(self.settings.model_dump(), {k.path for k in KEYS})
 
     def db_path(self) -> Path:
-        configured = self.get("db_path")
+        configured = self.settings.db_path
         if configured:
-            return Path(os.path.expanduser(str(configured)))
+            return Path(os.path.expanduser(configured))
         return default_db_path(self.hermes_home)
 
 

@@ -2,37 +2,45 @@
 
 Every key in `config.KEYS` is in exactly one state:
 - WIRED: shipped code reads it (the audit names the first file and line);
-- DORMANT: nothing reads it, and its declaration says why (`Key(..., dormant="...")`);
+- DORMANT: nothing reads it, and its declaration says why (`Field(..., json_schema_extra=
+  {"dormant": "..."})`);
 - UNREAD: nothing reads it and nothing says why. That is a defect: tests/test_config_honesty.py
   fails the build on it, and on a dormant declaration that has gone stale (the key is read).
 
-A read is found in the AST of every shipped file (the `chronicle_engine` package and, when run
-from the plugin directory, the root adapters). It is a string equal to a key's path that is
-- an argument of a call (`config.get("a.b")`, `_read(config, "a.b", int)`), except the
-  declaration `Key(...)` itself and logging calls, or
-- a subscript index (`cfg["a.b"]`), or
-- a module-level name bound to such a string, used in either place, or
-- an f-string in either place, whose literal parts make a pattern: `config.get(f"queue.shares.{c}")`
-  reads every key that matches `queue.shares.*`.
-A key read any other way (built by concatenation, looked up through a tuple in a loop) is not seen;
-write the read in one of these shapes instead.
+Settings are typed attributes, so a read is an attribute access found in the AST of every shipped
+file (the `chronicle_engine` package and, when run from the plugin directory, the root adapters;
+a field's declaration is not an attribute access, so the settings module counts only where it
+uses a value itself). A read of `a.b.c` is an attribute
+chain ending in `<section>.c`, where `<section>` is `b` itself or one of the names its model says
+code holds it under (`held_as`): `settings.recall.candidates`, `recall.candidates` and, with
+`held_as = ("tuning",)`, `self.tuning.candidates` all read `recall.candidates`. A top-level key is
+read as `<anything>.settings.<key>` or `settings.<key>`. A value reached any other way (a
+`getattr` with a computed name, a dump of the whole model) is not seen; write the read as an
+attribute instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import KEYS, Key
+from pydantic import BaseModel
 
-__all__ = ["KeyAudit", "shipped_files", "find_reads", "audit", "format_audit", "main"]
+from .config import KEYS, ChronicleSettings, Key
 
-_LOGGING = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "log"})
+__all__ = [
+    "KeyAudit",
+    "shipped_files",
+    "find_reads",
+    "section_names",
+    "audit",
+    "format_audit",
+    "main",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,99 +63,68 @@ def shipped_files(package_dir: Path | None = None) -> list[Path]:
     return files
 
 
-def _func_name(call: ast.Call) -> str:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
+def section_names(model: type[BaseModel] = ChronicleSettings) -> dict[str, frozenset[str]]:
+    """For each section's dotted path ("" for the top level), the names code may hold it under."""
+    out: dict[str, frozenset[str]] = {}
+
+    def walk(section: type[BaseModel], path: str, own: str) -> None:
+        held = getattr(section, "held_as", ())
+        out[path] = frozenset({own, *held})
+        for name, info in section.model_fields.items():
+            child = info.annotation
+            if isinstance(child, type) and issubclass(child, BaseModel):
+                walk(child, f"{path}.{name}" if path else name, name)
+
+    walk(model, "", "settings")
+    return out
 
 
-def _pattern(node: ast.JoinedStr) -> re.Pattern[str] | None:
-    parts: list[str] = []
-    for value in node.values:
-        if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            parts.append(re.escape(value.value))
-        else:
-            parts.append(".+")
-    if not any(p != ".+" for p in parts):
-        return None  # f"{x}" alone says nothing about which key
-    return re.compile("".join(parts))
-
-
-class _Reads(ast.NodeVisitor):
-    def __init__(self, paths: set[str], constants: dict[str, str]) -> None:
-        self.paths = paths
-        self.constants = constants
-        self.hits: list[tuple[str, int]] = []  # (path, line)
-        self.patterns: list[tuple[re.Pattern[str], int]] = []
-
-    def _consider(self, node: ast.AST) -> None:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if node.value in self.paths:
-                self.hits.append((node.value, node.lineno))
-        elif isinstance(node, ast.Name) and node.id in self.constants:
-            self.hits.append((self.constants[node.id], node.lineno))
-        elif isinstance(node, ast.JoinedStr):
-            pattern = _pattern(node)
-            if pattern is not None:
-                self.patterns.append((pattern, node.lineno))
-
-    def visit_Call(self, node: ast.Call) -> None:
-        name = _func_name(node)
-        if name == "Key" or name in _LOGGING:
-            return  # a declaration or a log line is not a read
-        for arg in (*node.args, *(k.value for k in node.keywords)):
-            self._consider(arg)
-        self.generic_visit(node)
-
-    def visit_Subscript(self, node: ast.Subscript) -> None:
-        self._consider(node.slice)
-        self.generic_visit(node)
-
-
-def _module_constants(tree: ast.Module, paths: set[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for stmt in tree.body:
-        targets: list[ast.expr] = []
-        value: ast.expr | None = None
-        if isinstance(stmt, ast.Assign):
-            targets, value = stmt.targets, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
-            targets, value = [stmt.target], stmt.value
-        if isinstance(value, ast.Constant) and value.value in paths:
-            for target in targets:
-                if isinstance(target, ast.Name):
-                    found[target.id] = str(value.value)
-    return found
+def _chain(node: ast.Attribute) -> list[str]:
+    """`a.b.c` as ["a", "b", "c"]; a call or subscript in the chain ends it."""
+    names = [node.attr]
+    value = node.value
+    while isinstance(value, ast.Attribute):
+        names.append(value.attr)
+        value = value.value
+    if isinstance(value, ast.Name):
+        names.append(value.id)
+    return names[::-1]
 
 
 def find_reads(
-    files: Iterable[Path], paths: Iterable[str], *, relative_to: Path | None = None
+    files: Iterable[Path],
+    keys: Sequence[Key] = KEYS,
+    sections: dict[str, frozenset[str]] | None = None,
+    *,
+    relative_to: Path | None = None,
 ) -> dict[str, str]:
-    """For each key path read somewhere in `files`, the first place it is read ("file:line")."""
-    wanted = set(paths)
+    """For each key read somewhere in `files`, the first place it is read ("file:line")."""
+    held = sections if sections is not None else section_names()
+    wanted: dict[tuple[str, str], list[str]] = {}  # (holder name, leaf) -> key paths
+    for key in keys:
+        parent, _, leaf = key.path.rpartition(".")
+        for name in held.get(parent, frozenset({parent.rpartition(".")[2] or "settings"})):
+            wanted.setdefault((name, leaf), []).append(key.path)
     where: dict[str, str] = {}
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue
-        reads = _Reads(wanted, _module_constants(tree, wanted))
-        reads.visit(tree)
         shown = file
         if relative_to is not None:
             try:
                 shown = file.relative_to(relative_to)
             except ValueError:
                 shown = file
-        for path, line in reads.hits:
-            where.setdefault(path, f"{shown}:{line}")
-        for pattern, line in reads.patterns:
-            for path in wanted:
-                if pattern.fullmatch(path):
-                    where.setdefault(path, f"{shown}:{line}")
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+                continue
+            chain = _chain(node)
+            if len(chain) < 2:
+                continue
+            for path in wanted.get((chain[-2], chain[-1]), ()):
+                where.setdefault(path, f"{shown}:{node.lineno}")
     return where
 
 
@@ -155,7 +132,7 @@ def audit(keys: Sequence[Key] = KEYS, files: Sequence[Path] | None = None) -> li
     """Every declared key with its state."""
     shipped = list(files) if files is not None else shipped_files()
     base = Path(__file__).resolve().parent.parent
-    reads = find_reads(shipped, [k.path for k in keys], relative_to=base)
+    reads = find_reads(shipped, keys, relative_to=base)
     rows: list[KeyAudit] = []
     for key in keys:
         where = reads.get(key.path)

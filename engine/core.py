@@ -56,9 +56,7 @@ class ChronicleCore:
     def __init__(self, db_path: str | os.PathLike[str], config: Config | None = None) -> None:
         self.config = config or Config()
         self.db_path = str(db_path)
-        self.store = SQLiteEventStore(
-            db_path, busy_timeout_ms=int(self.config.get("busy_timeout_ms"))
-        )
+        self.store = SQLiteEventStore(db_path, busy_timeout_ms=self.config.settings.busy_timeout_ms)
         self.types = EventTypeRegistry()
         self.upcasts = UpcastRegistry()
         # The whole vocabulary is known from the start, so any reader (the CLI, an export, a

@@ -7,10 +7,18 @@ import logging
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from chronicle_engine import config as config_module
-from chronicle_engine.config import KEYS, Config, Key
-from chronicle_engine.config_audit import audit, find_reads, format_audit, main, shipped_files
+from chronicle_engine.config import KEYS, ChronicleSettings, Config, Key
+from chronicle_engine.config_audit import (
+    audit,
+    find_reads,
+    format_audit,
+    main,
+    section_names,
+    shipped_files,
+)
 from chronicle_engine.errors import UsageError
 
 
@@ -43,48 +51,52 @@ def test_the_audit_scans_the_shipped_package() -> None:
 def test_the_audit_recognises_each_read_shape_and_nothing_else(tmp_path: Path) -> None:
     source = tmp_path / "module.py"
     source.write_text(
-        "import logging\n"
-        "log = logging.getLogger(__name__)\n"
-        "RETRIES = 'net.retries'\n"
-        "def f(config, cfg, name):\n"
-        "    config.get('net.timeout')\n"
-        "    cfg['net.proxy']\n"
-        "    _read(config, 'net.port', int)\n"
-        "    config.get(RETRIES)\n"
-        "    config.get(f'pool.{name}.size')\n"
-        "    log.warning('net.logged is wrong')\n"
-        "    Key('net.declared', 1, 'doc')\n"
-        "    label = 'net.assigned'\n"
-        "    config.get(f'{name}')\n",
+        "def f(config, net, tuning, cfg):\n"
+        "    config.settings.net.timeout\n"
+        "    net.retries\n"
+        "    tuning.port\n"
+        "    config.settings.db\n"
+        "    net.pool.size\n"
+        "    cfg.proxy\n"
+        "    net.timeout = 3\n"
+        "    other.logged\n"
+        "    print('net.quoted')\n",
         encoding="utf-8",
     )
-    paths = [
-        "net.timeout",
-        "net.proxy",
-        "net.port",
-        "net.retries",
-        "pool.a.size",
-        "pool.b.size",
-        "pool.size",
-        "net.logged",
-        "net.declared",
-        "net.assigned",
+    keys = [
+        Key(path, None, "doc")
+        for path in (
+            "db",
+            "net.timeout",
+            "net.retries",
+            "net.port",
+            "net.pool.size",
+            "net.proxy",
+            "net.logged",
+            "net.quoted",
+        )
     ]
-    reads = find_reads([source], paths)
-    assert set(reads) == {
-        "net.timeout",
-        "net.proxy",
-        "net.port",
-        "net.retries",
-        "pool.a.size",
-        "pool.b.size",
+    sections = {
+        "": frozenset({"settings"}),
+        "net": frozenset({"net", "tuning"}),
+        "net.pool": frozenset({"pool"}),
     }
-    assert reads["net.timeout"].endswith("module.py:5")
+    reads = find_reads([source], keys, sections)
+    assert set(reads) == {"db", "net.timeout", "net.retries", "net.port", "net.pool.size"}
+    assert reads["net.timeout"].endswith("module.py:2")
+
+
+def test_the_audit_knows_each_section_by_its_key_and_its_declared_names() -> None:
+    names = section_names()
+    assert names[""] == {"settings"}
+    assert names["recall"] == {"recall", "tuning", "t"}
+    assert names["recall.embeddings"] == {"embeddings"}
+    assert names["maintenance.schedules"] == {"schedules"}
 
 
 def test_audit_states_and_report(tmp_path: Path) -> None:
     source = tmp_path / "reader.py"
-    source.write_text("def f(config):\n    return config.get('a.read')\n", encoding="utf-8")
+    source.write_text("def f(config):\n    return config.a.read\n", encoding="utf-8")
     keys = (
         Key("a.read", 1, "read"),
         Key("a.later", 2, "not yet", dormant="waits for the embedder"),
@@ -116,7 +128,7 @@ def test_an_unknown_key_logs_a_warning_naming_it(caplog: pytest.LogCaptureFixtur
     caplog.set_level(logging.WARNING, logger="chronicle_engine.config")
     config = Config({"maintenance": {"enabled": False, "budgett_ms": 9}})
     assert config.unknown == ["maintenance.budgett_ms"]
-    assert config.get("maintenance.enabled") is False
+    assert config.settings.maintenance.enabled is False
     messages = [r.getMessage() for r in caplog.records]
     assert any("chronicle.maintenance.budgett_ms" in m for m in messages)
 
@@ -142,14 +154,39 @@ def test_a_removed_key_warns_and_a_removed_security_key_is_an_error(
         Config({"security": {"encrypt_at_rest": True}})
 
 
-def test_an_unusable_scheduler_value_falls_back_with_a_warning_naming_it(
+def test_an_unusable_value_falls_back_to_its_default_with_a_warning_naming_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from chronicle_engine.scheduler.settings import read_settings
 
-    caplog.set_level(logging.WARNING, logger="chronicle_engine.scheduler")
-    settings = read_settings(Config({"queue": {"max_attempts": "many", "shares": {"reaping": -1}}}))
+    caplog.set_level(logging.WARNING, logger="chronicle_engine.config")
+    config = Config(
+        {
+            "queue": {"max_attempts": "many", "shares": {"reaping": -1}},
+            "maintenance": {"enabled": "yes", "budget_ms": True},
+            "recall": {"search_limit": "7", "role_weights": {"tool": "heavy", "person": 2}},
+            "context": {"summarizer": " Endpoint ", "high_watermark_percent": 80},
+        }
+    )
+    settings = read_settings(config.settings)
     assert settings.max_attempts == 5 and settings.shares["reaping"] == 0.2
+    assert settings.enabled is True and settings.budget_ms == 5
+    recall = config.settings.recall
+    assert recall.search_limit == 7  # a number written as text is still that number
+    assert recall.role_weights["person"] == 2.0 and recall.role_weights["tool"] == 0.7
+    assert config.settings.context.summarizer == "endpoint"
+    assert config.settings.context.high_watermark_percent == 0.8
     messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "chronicle.queue.max_attempts" in messages
-    assert "chronicle.queue.shares.reaping" in messages
+    for key in ("queue.max_attempts", "queue.shares.reaping", "maintenance.enabled"):
+        assert f"chronicle.{key}" in messages
+    assert "chronicle.maintenance.budget_ms" in messages
+
+
+def test_settings_are_typed_and_read_once() -> None:
+    config = Config({"recall": {"embeddings": {"url": "http://127.0.0.1:9/v1"}}})
+    assert isinstance(config.settings, ChronicleSettings)
+    assert config.settings.recall.embeddings.url == "http://127.0.0.1:9/v1"
+    with pytest.raises(ValidationError):
+        config.settings.recall.search_limit = 3  # type: ignore[misc]
+    assert config.values()["recall.embeddings.url"] == "http://127.0.0.1:9/v1"
+    assert set(config.values()) == {k.path for k in KEYS}

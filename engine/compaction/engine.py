@@ -473,7 +473,7 @@ class Compaction:
         """The cut (or an Outcome saying there is nothing to fold)."""
         # Another provider's memory context may quote a credential; sections keep it masked.
         memory_context = mask(memory_context)
-        cap = float(self._config.get("context.summarizer_pass_seconds") or 0)
+        cap = self._config.settings.context.summarizer_pass_seconds
         deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
         state = self.lineage_state(session_id, lineage)
         focus = (focus_topic or "").strip() or state.focus or None

@@ -77,6 +77,8 @@ class Policy:
 
 
 def _fraction(value: Any) -> float | None:
+    """A share of the window from the host's own `compression:` values (0.75, or 75 meant as a
+    percentage); None when it is not one."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -110,7 +112,7 @@ def policy_from_config(config: Config, context_length: int | None = None) -> Pol
     if window < _SMALL_WINDOW:
         threshold = max(threshold, _SMALL_WINDOW_FLOOR)
 
-    high = _fraction(config.get("context.high_watermark_percent"))
+    high = config.settings.context.high_watermark_percent
     if high is not None:
         sources["high"] = "chronicle.context.high_watermark_percent"
     elif host_has_threshold:
@@ -122,7 +124,7 @@ def policy_from_config(config: Config, context_length: int | None = None) -> Pol
         high = _FALLBACK_HIGH
         sources["high"] = "default"
 
-    low = _fraction(config.get("context.low_watermark_percent"))
+    low = config.settings.context.low_watermark_percent
     if low is not None:
         sources["low"] = "chronicle.context.low_watermark_percent"
     elif host_has_threshold:
@@ -140,7 +142,7 @@ def policy_from_config(config: Config, context_length: int | None = None) -> Pol
     sources["protect_first_n"] = "compression" if "protect_first_n" in host else "default"
     sources["protect_last_n"] = "compression" if "protect_last_n" in host else "default"
 
-    configured = _count(config.get("context.handoff_max_tokens"), 0)
+    configured = config.settings.context.handoff_max_tokens
     if configured:
         handoff = configured
         sources["handoff"] = "chronicle.context.handoff_max_tokens"

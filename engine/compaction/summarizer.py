@@ -475,17 +475,18 @@ def writer_from_config(
 def _writer_from_config(
     config: Config, store: SQLiteEventStore, types: EventTypeRegistry
 ) -> SectionWriter:
-    kind = str(config.get("context.summarizer") or "extractive").strip().lower()
-    timeout = float(config.get("context.summarizer_timeout_seconds") or 30)
+    context = config.settings.context
+    kind = context.summarizer
+    timeout = context.summarizer_timeout_seconds or 30.0
     if kind == "auxiliary":
         return ModelWriter(
             lambda: auxiliary_model(timeout), store, types, timeout=timeout + 5, name="auxiliary"
         )
     if kind == "endpoint":
-        base_url = str(config.get("context.summarizer_base_url") or "")
-        model_name = str(config.get("context.summarizer_model") or "")
-        env = str(config.get("context.summarizer_api_key_env") or "")
-        allow = bool(config.get("context.summarizer_allow_remote"))
+        base_url = context.summarizer_base_url
+        model_name = context.summarizer_model
+        env = context.summarizer_api_key_env
+        allow = context.summarizer_allow_remote
         try:
             endpoint_model(base_url, model_name, api_key=None, timeout=timeout, allow_remote=allow)
         except UsageError as exc:
@@ -505,9 +506,4 @@ def _writer_from_config(
             timeout=timeout + 5,
             name="endpoint",
         )
-    if kind != "extractive":
-        log.warning(
-            "context.summarizer %r is not one of extractive/auxiliary/endpoint; using extractive",
-            kind,
-        )
-    return ExtractiveWriter()
+    return ExtractiveWriter()  # "extractive" (an unknown name fell back to it, with a warning)

@@ -33,7 +33,6 @@ from .search import (
     rank_beliefs,
     rank_sections,
 )
-from .settings import Tuning
 from .text import content_words, tokens
 from .vectors import Embedder, nearest
 
@@ -55,10 +54,10 @@ class RecallIndex:
         self.store = reader.store
         self.types = reader.types
         self.store.migrate(MIGRATIONS)
-        self.tuning = Tuning.from_config(config)
+        self.tuning = config.settings.recall
         self.fold = RecallFold()
         self.projector = Projector(reader.store, reader, [self.fold])
-        self.embedder = Embedder.from_config(config)
+        self.embedder = Embedder.from_settings(config.settings)
         self._sessions = sessions
         self.identity = capture.identity
         """Who a live session serves, as the memory slot last said (capture keeps it)."""
@@ -166,7 +165,7 @@ class RecallIndex:
         `message_text`)."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
-        limit = max(1, min(int(limit or self.tuning.limit), 100))
+        limit = max(1, min(int(limit or self.tuning.search_limit), 100))
         query = query if isinstance(query, str) else str(query)
         words = content_words(query) or [w for w in tokens(query) if len(w) > 1]
         words = words[:_MAX_QUERY_WORDS]

@@ -111,7 +111,7 @@ def prepare(recall: RecallIndex, query: str, session_id: str) -> str:
         use_vectors=False,
         sections=False,  # a section is a summary, not the person's own words
     )
-    if not t.prefetch_gate:
+    if not t.prefetch_relevance_gate:
         chosen = found[: t.prefetch_limit]
     else:
         chosen = _gate(recall, query, message, found, person_words)

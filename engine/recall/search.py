@@ -31,9 +31,9 @@ from functools import lru_cache
 from typing import Any
 
 from ..capture.secrets import mask
+from ..config import RecallSettings
 from .reach import Reach
 from .schema import message_index
-from .settings import Tuning
 from .text import match_any, quote, tokens
 
 __all__ = [
@@ -148,7 +148,7 @@ def _name_tokens(name: str) -> frozenset[str]:
 class MessageSearch:
     """Ranks one scope's messages for a query. Holds only a cache of document frequencies."""
 
-    def __init__(self, tuning: Tuning) -> None:
+    def __init__(self, tuning: RecallSettings) -> None:
         self.tuning = tuning
         self._df: dict[tuple[str, str], tuple[float, int]] = {}
 

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import ChronicleSettings
+
 __all__ = [
     "endpoint_is_local",
     "Embedder",
@@ -156,15 +158,16 @@ class Embedder:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, config: Any) -> Embedder | None:
-        url = str(config.get("recall.embeddings.url") or "").strip()
+    def from_settings(cls, settings: ChronicleSettings) -> Embedder | None:
+        embeddings = settings.recall.embeddings
+        url = embeddings.url.strip()
         if not url:
             return None
         return cls(
             url,
-            str(config.get("recall.embeddings.model") or ""),
-            allow_remote=bool(config.get("recall.embeddings.allow_remote")),
-            timeout_s=float(config.get("recall.embeddings.timeout_s")),
+            embeddings.model,
+            allow_remote=embeddings.allow_remote,
+            timeout_s=embeddings.timeout_s,
         )
 
     def _warn(self, message: str, *args: Any) -> None:

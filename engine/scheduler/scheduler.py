@@ -109,7 +109,7 @@ class Scheduler:
         self._writer = writer
         self._recall = recall
         self._warned_db = warned
-        self.settings = read_settings(config)
+        self.settings = read_settings(config.settings)
         self.clock: Callable[[], float] = clock or time.time
         self._store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
         self.queue = JobQueue(

@@ -1,24 +1,17 @@
-"""The scheduler's configuration, read once from the declared keys.
+"""The scheduler's view of the typed settings (engine/config.py): what it needs, derived once.
 
-A value of the wrong type falls back to the key's default with one warning naming the key: a hook
-must keep working whatever config.yaml says, and the operator must hear that the value was ignored.
+Validation is the settings' own (a value of the wrong type has already fallen back to its default
+with a warning naming the key); this module only parses cron strings and converts units.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from ..config import Config
+from ..config import ChronicleSettings
 from .cron import Schedule, parse_schedule
 
 __all__ = ["TASKS", "JOB_CLASSES", "Settings", "read_settings"]
-
-log = logging.getLogger("chronicle_engine.scheduler")
-
-T = TypeVar("T")
 
 TASKS: dict[str, str] = {
     # task -> the job class whose share it draws from
@@ -56,65 +49,44 @@ class Settings:
         return self.consolidate_budget if task == "consolidate" else self.row_budget
 
 
-def _read(config: Config, path: str, convert: Callable[[Any], T]) -> T:
-    value = config.get(path)
-    try:
-        if isinstance(value, bool) and convert is not _bool:
-            raise TypeError("a boolean is not a number here")
-        return convert(value)
-    except (TypeError, ValueError) as exc:
-        default = config.declared[path].default
-        log.warning("chronicle.%s = %r is not usable (%s); using %r", path, value, exc, default)
-        return convert(default)
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise TypeError(f"expected true or false, got {type(value).__name__}")
-
-
-def _non_negative(kind: Callable[[Any], T]) -> Callable[[Any], T]:
-    def convert(value: Any) -> T:
-        out = kind(value)
-        if out < 0:  # type: ignore[operator]
-            raise ValueError("it must not be negative")
-        return out
-
-    return convert
-
-
-def _hooks(value: Any) -> frozenset[str]:
-    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise TypeError("expected a list of hook names")
-    return frozenset(value)
-
-
-def read_settings(config: Config) -> Settings:
-    number = _non_negative(float)
-    count = _non_negative(int)
-    schedules = {
-        task: parse_schedule(
-            task, f"maintenance.schedules.{task}", config.get(f"maintenance.schedules.{task}")
-        )
-        for task in TASKS
+def read_settings(settings: ChronicleSettings) -> Settings:
+    """The scheduler's view of the typed settings: cron strings parsed, minutes in seconds,
+    counts that must be positive raised to 1."""
+    maintenance, queue, sweeps = settings.maintenance, settings.queue, settings.sweeps
+    consolidation = settings.consolidation
+    schedules = maintenance.schedules
+    crons = {
+        "consolidate": schedules.consolidate,
+        "reap": schedules.reap,
+        "fts_optimize": schedules.fts_optimize,
+        "belief_sweep": schedules.belief_sweep,
+        "queue_retention": schedules.queue_retention,
+        "wal_checkpoint": schedules.wal_checkpoint,
+        "integrity": schedules.integrity,
     }
-    shares = {c: _read(config, f"queue.shares.{c}", number) for c in JOB_CLASSES}
+    shares = queue.shares
     return Settings(
-        enabled=_read(config, "maintenance.enabled", _bool),
-        budget_ms=_read(config, "maintenance.budget_ms", number),
-        drain_hooks=_read(config, "maintenance.drain_hooks", _hooks),
-        drain_per_hook=_read(config, "maintenance.drain_per_hook", count),
-        drain_budget_ms=_read(config, "maintenance.drain_budget_ms", number),
-        schedules=schedules,
-        lease_seconds=_read(config, "queue.lease_seconds", number),
-        max_attempts=max(1, _read(config, "queue.max_attempts", count)),
-        shares=shares,
-        retention_days=_read(config, "queue.retention.days", number),
-        retention_max_rows=_read(config, "queue.retention.max_rows", count),
-        row_budget=max(1, _read(config, "sweeps.row_budget", count)),
-        consolidate_budget=max(1, _read(config, "sweeps.budgets.consolidate", count)),
-        unit_turns=_read(config, "consolidation.unit_turns", count),
-        idle_gap_seconds=60.0 * _read(config, "consolidation.idle_gap_minutes", number),
-        close_on_session_end=_read(config, "consolidation.close_on_session_end", _bool),
+        enabled=maintenance.enabled,
+        budget_ms=maintenance.budget_ms,
+        drain_hooks=frozenset(maintenance.drain_hooks),
+        drain_per_hook=maintenance.drain_per_hook,
+        drain_budget_ms=maintenance.drain_budget_ms,
+        schedules={
+            task: parse_schedule(task, f"maintenance.schedules.{task}", crons[task])
+            for task in TASKS
+        },
+        lease_seconds=queue.lease_seconds,
+        max_attempts=max(1, queue.max_attempts),
+        shares={
+            "consolidation": shares.consolidation,
+            "reaping": shares.reaping,
+            "maintenance": shares.maintenance,
+        },
+        retention_days=queue.retention.days,
+        retention_max_rows=queue.retention.max_rows,
+        row_budget=max(1, sweeps.row_budget),
+        consolidate_budget=max(1, sweeps.budgets.consolidate),
+        unit_turns=consolidation.unit_turns,
+        idle_gap_seconds=60.0 * consolidation.idle_gap_minutes,
+        close_on_session_end=consolidation.close_on_session_end,
     )

@@ -119,11 +119,10 @@ class Capture(HostRecorder):
     def capturing(self, agent_context: str | None) -> bool:
         """Whether turns of this agent context are recorded (`capture.enabled`,
         `capture.skip_agent_contexts`)."""
-        config = self._config
-        if not config.get("capture.enabled"):
+        capture = self._config.settings.capture
+        if not capture.enabled:
             return False
-        skipped = config.get("capture.skip_agent_contexts") or []
-        return (agent_context or "primary") not in {str(s) for s in skipped}
+        return (agent_context or "primary") not in capture.skip_agent_contexts
 
     def forget(self, session_id: str) -> None:
         """Drop the cached branch of a session; the next capture reloads it from the tree."""

@@ -182,7 +182,8 @@ def _config_checks(s: Session) -> list[Check]:
             else f"{len(rows) - len(dormant_keys)} keys wired, {len(dormant_keys)} declared dormant",
         )
     )
-    dormant = [k.path for k in KEYS if k.dormant and config.values.get(k.path) != k.default]
+    values = config.values()
+    dormant = [k.path for k in KEYS if k.dormant and values.get(k.path) != k.default]
     if dormant:
         out.append(
             Check(
@@ -202,7 +203,7 @@ def _dependency_checks(s: Session) -> list[Check]:
     absent = deps.missing()
     if not absent:
         return [Check("python", "dependencies", "ok", "every dependency imports")]
-    model_summaries = str(s.config.get("context.summarizer") or "extractive") != "extractive"
+    model_summaries = s.config.settings.context.summarizer != "extractive"
     out = []
     for r in absent:
         hard = not r.optional or model_summaries
@@ -322,7 +323,8 @@ def _egress_checks(s: Session) -> list[Check]:
     """Where Chronicle would send conversation text, and which of those sends it refuses."""
     config = s.config
     out: list[Check] = []
-    writer = str(config.get("context.summarizer") or "extractive")
+    context = config.settings.context
+    writer = context.summarizer
     if writer == "extractive":
         out.append(
             Check("egress", "summaries", "ok", "extractive, on this machine: nothing leaves")
@@ -341,13 +343,14 @@ def _egress_checks(s: Session) -> list[Check]:
         out.append(
             _endpoint_check(
                 "summaries",
-                str(config.get("context.summarizer_base_url") or ""),
-                bool(config.get("context.summarizer_allow_remote")),
+                context.summarizer_base_url,
+                context.summarizer_allow_remote,
                 "chronicle.context.summarizer_allow_remote",
                 "folded ranges of the conversation",
             )
         )
-    url = str(config.get("recall.embeddings.url") or "")
+    embeddings = config.settings.recall.embeddings
+    url = embeddings.url
     if not url:
         out.append(Check("egress", "embeddings", "ok", "none configured: full-text recall only"))
     else:
@@ -355,7 +358,7 @@ def _egress_checks(s: Session) -> list[Check]:
             _endpoint_check(
                 "embeddings",
                 url,
-                bool(config.get("recall.embeddings.allow_remote")),
+                embeddings.allow_remote,
                 "chronicle.recall.embeddings.allow_remote",
                 "message excerpts",
             )
