@@ -1,15 +1,18 @@
 """The context engine's tools: expand any section back to its messages, pin, focus, status.
 
-Handlers get the engine's `Compaction` and the slot's context: `session_id` (the engine's current session; everything follows
-its lineage), `messages` (the live list, for pins by text) and `policy` (for status).
+Each tool's arguments are a model (its JSON schema is generated from it). Handlers get the
+engine's `Compaction` and the slot's context: `session_id` (the engine's current session; everything follows its lineage), `messages`
+(the live list, for pins by text) and `policy` (for status).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from ..errors import UsageError
-from ..tools import ToolSpec
+from ..tools import Name, Seq, ToolArgs, ToolSpec, Words
 from .engine import Compaction
 from .messages import content_text
 
@@ -25,31 +28,51 @@ def _session(context: dict[str, Any]) -> str:
     return str(session_id)
 
 
-def _int(args: dict[str, Any], key: str) -> int | None:
-    value = args.get(key)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{key} must be a whole number, got {value!r}") from None
+class ExpandArgs(ToolArgs):
+    blank_is_absent = frozenset({"section_id", "from_seq", "to_seq", "page", "page_size"})
 
-
-def _expand(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return compaction.expand(
-        _session(context),
-        section_id=(str(args["section_id"]).strip() if args.get("section_id") else None),
-        from_seq=_int(args, "from_seq"),
-        to_seq=_int(args, "to_seq"),
-        page=_int(args, "page") or 1,
-        page_size=_int(args, "page_size") or 20,
+    section_id: Name | None = Field(None, description="A section id from the handoff.")
+    from_seq: Seq | None = Field(None, description="First log position of a range.")
+    to_seq: Seq | None = Field(None, description="Last log position of a range.")
+    page: Annotated[int, Field(ge=1, le=1_000_000)] = Field(1, description="Page number, from 1.")
+    page_size: Annotated[int, Field(ge=1, le=200)] = Field(
+        20, description="Messages per page (max 200)."
     )
 
 
-def _pin(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+class PinArgs(ToolArgs):
+    blank_is_absent = frozenset({"from_seq", "to_seq"})
+
+    text: Words = Field("", description="A phrase from the message to keep.")
+    from_seq: Seq | None = None
+    to_seq: Seq | None = None
+    note: Words = Field("", description="Why it matters (shown in status).")
+    unpin: bool = False
+
+
+class FocusArgs(ToolArgs):
+    topic: Words
+
+
+class StatusArgs(ToolArgs):
+    pass
+
+
+def _expand(compaction: Compaction, args: ExpandArgs, **context: Any) -> dict[str, Any]:
+    return compaction.expand(
+        _session(context),
+        section_id=args.section_id.strip() if args.section_id else None,
+        from_seq=args.from_seq,
+        to_seq=args.to_seq,
+        page=args.page,
+        page_size=args.page_size,
+    )
+
+
+def _pin(compaction: Compaction, args: PinArgs, **context: Any) -> dict[str, Any]:
     session_id = _session(context)
-    lo, hi = _int(args, "from_seq"), _int(args, "to_seq")
-    text = str(args.get("text") or "").strip()
+    lo, hi = args.from_seq, args.to_seq
+    text = args.text.strip()
     if lo is None and text:
         messages = list(context.get("messages") or [])
         needle = text.casefold()
@@ -72,18 +95,18 @@ def _pin(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[s
     if lo is None:
         raise UsageError("give text (a phrase from the message to keep) or from_seq/to_seq")
     hi = hi if hi is not None else lo
-    if args.get("unpin"):
+    if args.unpin:
         compaction.unpin(session_id, lo, hi)
         return {"unpinned": {"from_seq": lo, "to_seq": hi}}
-    compaction.pin(session_id, lo, hi, str(args.get("note") or ""))
+    compaction.pin(session_id, lo, hi, args.note)
     return {
         "pinned": {"from_seq": lo, "to_seq": hi},
         "effect": "these messages stay verbatim through every later compaction",
     }
 
 
-def _focus(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    topic = str(args.get("topic") or "").strip()
+def _focus(compaction: Compaction, args: FocusArgs, **context: Any) -> dict[str, Any]:
+    topic = args.topic.strip()
     compaction.set_focus(_session(context), topic)
     return {
         "focus": topic or None,
@@ -91,7 +114,7 @@ def _focus(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict
     }
 
 
-def _status(compaction: Compaction, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+def _status(compaction: Compaction, args: StatusArgs, **context: Any) -> dict[str, Any]:
     return compaction.status(_session(context), context.get("policy"))
 
 
@@ -101,20 +124,7 @@ CONTEXT_TOOLS: tuple[ToolSpec[Compaction], ...] = (
         "Get back the original messages that a compaction folded away, byte for byte. Pass the "
         "section_id the compaction handoff cites (e.g. '12-31' or 'L2:1-90'), or a from_seq/to_seq "
         "range of the log. Results are paged; ask for the next page while 'next' is present.",
-        {
-            "type": "object",
-            "properties": {
-                "section_id": {"type": "string", "description": "A section id from the handoff."},
-                "from_seq": {"type": "integer", "description": "First log position of a range."},
-                "to_seq": {"type": "integer", "description": "Last log position of a range."},
-                "page": {"type": "integer", "description": "Page number, from 1.", "minimum": 1},
-                "page_size": {
-                    "type": "integer",
-                    "description": "Messages per page (max 200).",
-                    "minimum": 1,
-                },
-            },
-        },
+        ExpandArgs,
         _expand,
     ),
     ToolSpec(
@@ -122,34 +132,21 @@ CONTEXT_TOOLS: tuple[ToolSpec[Compaction], ...] = (
         "Keep a message verbatim in context through every later compaction. Identify it by a "
         "phrase it contains (the most recent match is pinned) or by its log position "
         "(from_seq/to_seq). unpin=true releases a pin.",
-        {
-            "type": "object",
-            "properties": {
-                "text": {"type": "string", "description": "A phrase from the message to keep."},
-                "from_seq": {"type": "integer"},
-                "to_seq": {"type": "integer"},
-                "note": {"type": "string", "description": "Why it matters (shown in status)."},
-                "unpin": {"type": "boolean"},
-            },
-        },
+        PinArgs,
         _pin,
     ),
     ToolSpec(
         "chronicle_focus",
         "Set the topic that later compactions must keep in full (exact values, paths, errors, "
         "decisions); an empty topic clears it.",
-        {
-            "type": "object",
-            "properties": {"topic": {"type": "string"}},
-            "required": ["topic"],
-        },
+        FocusArgs,
         _focus,
     ),
     ToolSpec(
         "chronicle_context_status",
         "Show the compaction policy in force, how many compactions this conversation has had, "
         "what the handoff carries (section ids and ranges), tokens saved, pins and focus.",
-        {"type": "object", "properties": {}},
+        StatusArgs,
         _status,
     ),
 )

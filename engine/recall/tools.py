@@ -1,14 +1,16 @@
-"""The memory-provider tools recall exposes. Handlers take `Recall`, the parsed arguments and
-the slot's context (`session_id`, `user_id`, `profile`), and return JSON-ready dicts; errors are
-raised as ChronicleError and turned into {"error": ...} by `tools.dispatch`."""
+"""The memory-provider tools recall exposes. Each tool's arguments are a model (its JSON schema is
+generated from it); handlers take `Recall`, the validated arguments and the slot's context
+(`session_id`, `user_id`, `profile`), and return JSON-ready dicts; errors are raised as
+ChronicleError and turned into {"error": ...} by `tools.dispatch`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from ..errors import UsageError
-from ..tools import ToolSpec
+from pydantic import Field
+
+from ..tools import Name, NonBlank, Text, ToolArgs, ToolSpec, Words
 from .recall import Recall
 
 __all__ = ["RECALL_TOOLS"]
@@ -22,44 +24,54 @@ def _who(context: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _text(args: Mapping[str, Any], name: str) -> str:
-    value = args.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"'{name}' is required and must be non-empty text")
-    return value
+class SearchArgs(ToolArgs):
+    query: Annotated[Words, NonBlank] = Field(description="What to look for, in plain words.")
+    scope: Literal["all", "session", "messages", "beliefs", "sections"] = Field(
+        "all", description="all (default), session (this conversation only), or one kind."
+    )
+    limit: Annotated[int, Field(ge=1, le=100)] | None = None
 
 
-def _search(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    query = _text(args, "query")
-    scope = str(args.get("scope") or "all")
-    limit = args.get("limit")
-    try:
-        limit = int(limit) if limit is not None else None
-    except (TypeError, ValueError):
-        raise UsageError("'limit' must be a whole number") from None
-    results = recall.search(query, scope=scope, limit=limit, **_who(context))
-    return {"query": query, "scope": scope, "count": len(results), "results": results}
+class AnswerArgs(ToolArgs):
+    question: Annotated[Words, NonBlank]
 
 
-def _remember(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return recall.remember(_text(args, "text"), **_who(context))
+class RememberArgs(ToolArgs):
+    text: Annotated[Text, NonBlank] = Field(description="The note, self-contained.")
 
 
-def _forget(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
+class CorrectArgs(ToolArgs):
+    id: Annotated[Name, NonBlank] = Field(description="m<seq>, b<seq>.<n> or s:<chronicle>/<id>")
+    text: Annotated[Text, NonBlank] = Field(description="What is true instead.")
+
+
+class ForgetArgs(ToolArgs):
+    id: Annotated[Name, NonBlank]
+    include_source: bool = False
+    reason: Words = ""
+
+
+def _search(recall: Recall, args: SearchArgs, **context: Any) -> dict[str, Any]:
+    results = recall.search(args.query, scope=args.scope, limit=args.limit, **_who(context))
+    return {"query": args.query, "scope": args.scope, "count": len(results), "results": results}
+
+
+def _remember(recall: Recall, args: RememberArgs, **context: Any) -> dict[str, Any]:
+    return recall.remember(args.text, **_who(context))
+
+
+def _forget(recall: Recall, args: ForgetArgs, **context: Any) -> dict[str, Any]:
     return recall.forget(
-        _text(args, "id"),
-        include_source=bool(args.get("include_source", False)),
-        reason=str(args.get("reason") or ""),
-        **_who(context),
+        args.id, include_source=args.include_source, reason=args.reason, **_who(context)
     )
 
 
-def _correct(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return recall.correct(_text(args, "id"), _text(args, "text"), **_who(context))
+def _correct(recall: Recall, args: CorrectArgs, **context: Any) -> dict[str, Any]:
+    return recall.correct(args.id, args.text, **_who(context))
 
 
-def _answer(recall: Recall, args: dict[str, Any], **context: Any) -> dict[str, Any]:
-    return recall.answer(_text(args, "question"), **_who(context))
+def _answer(recall: Recall, args: AnswerArgs, **context: Any) -> dict[str, Any]:
+    return recall.answer(args.question, **_who(context))
 
 
 RECALL_TOOLS: tuple[ToolSpec[Recall], ...] = (
@@ -68,69 +80,34 @@ RECALL_TOOLS: tuple[ToolSpec[Recall], ...] = (
         "Search long-term memory (earlier messages of every session, remembered facts and "
         "preferences, compacted sections) by words. Each result has an id, its seq, session and "
         "time; pass a section's seq range to chronicle_expand for the original messages.",
-        {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "What to look for, in plain words."},
-                "scope": {
-                    "type": "string",
-                    "enum": ["all", "session", "messages", "beliefs", "sections"],
-                    "description": "all (default), session (this conversation only), or one kind.",
-                },
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-            },
-            "required": ["query"],
-        },
+        SearchArgs,
         _search,
     ),
     ToolSpec(
         "chronicle_answer",
         "Answer a question from memory. Returns the sentence memory holds with its citations, "
         "or abstain: true when the evidence is too weak (then do not guess).",
-        {
-            "type": "object",
-            "properties": {"question": {"type": "string"}},
-            "required": ["question"],
-        },
+        AnswerArgs,
         _answer,
     ),
     ToolSpec(
         "chronicle_remember",
         "Keep a note in long-term memory (a fact, decision or preference worth recalling later).",
-        {
-            "type": "object",
-            "properties": {"text": {"type": "string", "description": "The note, self-contained."}},
-            "required": ["text"],
-        },
+        RememberArgs,
         _remember,
     ),
     ToolSpec(
         "chronicle_correct",
         "Correct what memory holds: the item (an id from chronicle_search) is superseded by the "
         "corrected text; the original stays in the log.",
-        {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string", "description": "m<seq>, b<seq>.<n> or s:<chronicle>/<id>"},
-                "text": {"type": "string", "description": "What is true instead."},
-            },
-            "required": ["id", "text"],
-        },
+        CorrectArgs,
         _correct,
     ),
     ToolSpec(
         "chronicle_forget",
         "Hide an item (an id from chronicle_search) from search, per-turn recall and answers. "
         "With include_source, a belief's source messages are hidden too.",
-        {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "include_source": {"type": "boolean", "default": False},
-                "reason": {"type": "string"},
-            },
-            "required": ["id"],
-        },
+        ForgetArgs,
         _forget,
     ),
 )
