@@ -45,6 +45,7 @@ __all__ = [
     "QueueSettings",
     "SweepSettings",
     "ConsolidationSettings",
+    "EgressSettings",
     "DEFAULT_ROLE_WEIGHTS",
     "load_hermes_config",
     "default_db_path",
@@ -434,6 +435,17 @@ class ConsolidationSettings(_Section):
     )
 
 
+class EgressSettings(_Section):
+    allow_env_proxy: Flag = Field(
+        False,
+        description="Send requests to an endpoint allowed off this network (allow_remote) "
+        "through the proxy named in HTTPS_PROXY/HTTP_PROXY/ALL_PROXY. Off: the environment's "
+        "proxy is never used. Endpoints on this host or its private network never go through "
+        "a proxy.",
+        json_schema_extra=_SECURITY,
+    )
+
+
 class ChronicleSettings(_Section):
     """Everything under `chronicle:`, typed. Built once per core from config.yaml."""
 
@@ -450,6 +462,7 @@ class ChronicleSettings(_Section):
     queue: QueueSettings = Field(default_factory=QueueSettings)
     sweeps: SweepSettings = Field(default_factory=SweepSettings)
     consolidation: ConsolidationSettings = Field(default_factory=ConsolidationSettings)
+    egress: EgressSettings = Field(default_factory=EgressSettings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "ChronicleError",
     "UsageError",
+    "EgressRefused",
     "ChronicleRuntimeError",
     "StoreError",
     "StoreBusy",
@@ -83,3 +84,8 @@ class SummaryFailed(ChronicleRuntimeError):
 
 class FormatError(UsageError, ValueError):
     """An imported file is malformed. The message names the line."""
+
+
+class EgressRefused(UsageError, PermissionError):
+    """An endpoint (or the proxy in front of it) that the settings do not allow. Raised before
+    anything is resolved or sent."""

@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from test_recall_support import open_core, say
 
+from chronicle_engine.egress import endpoint_is_local
 from chronicle_engine.recall.vectors import (
     Embedder,
     cosine,
-    endpoint_is_local,
     nearest,
     pack,
     unit,

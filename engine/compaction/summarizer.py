@@ -24,19 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ipaddress
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlparse
 
 from ..capture.secrets import mask
 from ..config import Config
+from ..egress import host_of, post_json, route
 from ..errors import SummaryFailed, UsageError
 from ..log.events import EventTypeRegistry
 from ..log.store import SQLiteEventStore
@@ -407,50 +405,35 @@ def auxiliary_model(timeout: float) -> FunctionModel:
     return FunctionModel(call, model_name="hermes-auxiliary-compression")
 
 
-def _is_local(host: str) -> bool:
-    if host in {"localhost"} or host.endswith(".localhost"):
-        return True
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    addresses = {info[4][0] for info in infos}
-    if not addresses:
-        return False
-    for address in addresses:
-        ip = ipaddress.ip_address(str(address).split("%")[0])
-        if not (ip.is_loopback or ip.is_private or ip.is_link_local):
-            return False
-    return True
-
-
 def endpoint_model(
-    base_url: str, model_name: str, *, api_key: str | None, timeout: float, allow_remote: bool
+    base_url: str,
+    model_name: str,
+    *,
+    api_key: str | None,
+    timeout: float,
+    allow_remote: bool,
+    allow_env_proxy: bool = False,
 ) -> FunctionModel:
-    """An OpenAI-compatible server's /chat/completions, as a pydantic-ai model (via httpx)."""
-    host = urlparse(base_url).hostname or ""
-    if not base_url or not host:
+    """An OpenAI-compatible server's /chat/completions, as a pydantic-ai model, through the
+    egress client. Refused (EgressRefused, a UsageError) before anything is resolved when the
+    endpoint is off this host's network and `allow_remote` is not set."""
+    if not base_url.strip() or not host_of(base_url):
         raise UsageError("context.summarizer_base_url is empty; set it to the server's /v1 URL")
-    if not allow_remote and not _is_local(host):
-        raise UsageError(
-            f"the summarizer endpoint {host} is off this host's network; summaries carry "
-            "conversation content. Set chronicle.context.summarizer_allow_remote: true to allow it"
-        )
+    route(base_url, allow_remote=allow_remote, setting="context.summarizer_allow_remote")
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
 
     def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        response = httpx.post(
+        answer = post_json(
             base_url.rstrip("/") + "/chat/completions",
-            json={"model": model_name, "messages": _openai_messages(messages, info)},
-            headers=headers,
+            {"model": model_name, "messages": _openai_messages(messages, info)},
+            allow_remote=allow_remote,
+            allow_env_proxy=allow_env_proxy,
+            setting="context.summarizer_allow_remote",
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
             timeout=timeout,
         )
-        response.raise_for_status()
-        return ModelResponse(parts=[TextPart(_text_of_openai_response(response.json()))])
+        return ModelResponse(parts=[TextPart(_text_of_openai_response(answer))])
 
     return FunctionModel(call, model_name=model_name or "endpoint")
 
@@ -487,19 +470,20 @@ def _writer_from_config(
         model_name = context.summarizer_model
         env = context.summarizer_api_key_env
         allow = context.summarizer_allow_remote
+        proxy = config.settings.egress.allow_env_proxy
         try:
             endpoint_model(base_url, model_name, api_key=None, timeout=timeout, allow_remote=allow)
         except UsageError as exc:
             log.warning("%s; compaction uses the extractive summary", exc)
             return ExtractiveWriter()
-        # Checked once above; the per-call factory does not resolve the host again.
         return ModelWriter(
             lambda: endpoint_model(
                 base_url,
                 model_name,
                 api_key=os.environ.get(env) if env else None,
                 timeout=timeout,
-                allow_remote=True,
+                allow_remote=allow,
+                allow_env_proxy=proxy,
             ),
             store,
             types,

@@ -1,8 +1,10 @@
 """Optional vectors from a local OpenAI-compatible embedding server.
 
 Invariants:
-- Memory only leaves this host with permission: an endpoint whose address is not loopback,
-  private or link-local is refused unless `recall.embeddings.allow_remote` is set. A refusal,
+- Memory only leaves this host with permission, through the egress client (engine/egress.py): an
+  endpoint whose literal host is not loopback, private or link-local is refused, unresolved,
+  unless `recall.embeddings.allow_remote` is set; no proxy from the environment and no redirect
+  is followed unless the settings say so. A refusal,
   an unreachable server or a bad reply turns vectors off with one warning; full-text recall goes
   on unchanged and nothing raises.
 - Vectors are a cache beside the log, keyed by what they embed ("m<seq>", "b<seq>.<n>") and the
@@ -14,26 +16,21 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-import ipaddress
-import json
 import logging
 import math
 import operator
-import socket
 import struct
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import ChronicleSettings
+from ..egress import endpoint_is_local, post_json
+from ..errors import EgressRefused
 
 __all__ = [
-    "endpoint_is_local",
     "Embedder",
     "pack",
     "unpack",
@@ -43,53 +40,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("chronicle_engine.recall.vectors")
-
-
-_LOCAL_NETWORKS = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "127.0.0.0/8",  # loopback
-        "10.0.0.0/8",  # RFC 1918
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "169.254.0.0/16",  # link-local
-        "100.64.0.0/10",  # carrier-grade NAT / overlay networks on the user's own machines
-        "::1/128",
-        "fc00::/7",  # unique local
-        "fe80::/10",  # link-local
-    )
-)
-
-
-def _address_is_local(address: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in net for net in _LOCAL_NETWORKS if net.version == ip.version)
-
-
-def endpoint_is_local(url: str) -> bool:
-    """True when every address `url`'s host resolves to is loopback, private or link-local."""
-    host = urllib.parse.urlsplit(url).hostname
-    if not host:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        pass
-    else:
-        return _address_is_local(host)
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    addresses = {str(info[4][0]) for info in infos}
-    return bool(addresses) and all(_address_is_local(a) for a in addresses)
 
 
 def unit(vector: Sequence[float]) -> list[float]:
@@ -146,12 +96,14 @@ class Embedder:
         model: str,
         *,
         allow_remote: bool = False,
+        allow_env_proxy: bool = False,
         timeout_s: float = 1.5,
         retry_after_s: float = 60.0,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.allow_remote = allow_remote
+        self.allow_env_proxy = allow_env_proxy
         self.timeout_s = timeout_s
         self.retry_after_s = retry_after_s
         self._state = _State()
@@ -167,6 +119,7 @@ class Embedder:
             url,
             embeddings.model,
             allow_remote=embeddings.allow_remote,
+            allow_env_proxy=settings.egress.allow_env_proxy,
             timeout_s=embeddings.timeout_s,
         )
 
@@ -211,21 +164,20 @@ class Embedder:
         """One vector per text, or None when vectors are unavailable (refused, down, malformed)."""
         if not texts or not self._permitted():
             return None
-        body = json.dumps({"model": self.model, "input": list(texts)}).encode()
-        request = urllib.request.Request(
-            self.url + "/embeddings",
-            data=body,
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as resp:  # noqa: S310
-                data = json.loads(resp.read().decode("utf-8"))
+            data = post_json(
+                self.url + "/embeddings",
+                {"model": self.model, "input": list(texts)},
+                allow_remote=self.allow_remote,
+                allow_env_proxy=self.allow_env_proxy,
+                setting="recall.embeddings.allow_remote",
+                timeout=timeout_s or self.timeout_s,
+            )
             items = sorted(data["data"], key=lambda d: d.get("index", 0))
             vectors = [[float(x) for x in item["embedding"]] for item in items]
             if len(vectors) != len(texts) or not all(vectors):
                 raise ValueError(f"expected {len(texts)} embeddings, got {len(vectors)}")
-        except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as exc:
+        except (EgressRefused, OSError, ValueError, KeyError, TypeError) as exc:
             self._state.usable = False
             self._state.retry_at = time.monotonic() + self.retry_after_s
             self._warn(

@@ -367,7 +367,7 @@ def _egress_checks(s: Session) -> list[Check]:
 
 
 def _endpoint_check(name: str, url: str, allow_remote: bool, key: str, what: str) -> Check:
-    from ...recall.vectors import endpoint_is_local
+    from ...egress import endpoint_is_local
 
     host = urlparse(url).hostname or ""
     if not host:
