@@ -32,6 +32,12 @@ REQUIREMENTS = (
         "model-written summaries (context.summarizer: auxiliary or endpoint)",
         optional=True,
     ),
+    Requirement(
+        "httpx",
+        "httpx>=0.27",
+        "sending to a summarizer endpoint or an embedding server (engine/egress.py)",
+        optional=True,
+    ),
     Requirement("yaml", "pyyaml>=6.0", "reading config.yaml"),
     Requirement("croniter", "croniter>=2.0", "maintenance schedules"),
     Requirement("rich", "rich>=13", "the `chronicle` command's output"),
