@@ -21,7 +21,7 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .errors import ChronicleRuntimeError, EgressRefused
@@ -160,14 +160,14 @@ def _client(proxy: str | None) -> httpx.Client:
 
 def post_json(
     url: str,
-    body: Any,
+    body: object,
     *,
     allow_remote: bool,
     allow_env_proxy: bool = False,
     setting: str = "allow_remote",
     headers: Mapping[str, str] | None = None,
     timeout: float,
-) -> Any:
+) -> object:
     """POST `body` as JSON and return the decoded JSON answer. Raises EgressRefused before any
     lookup when the route is not allowed, EgressFailed when the exchange fails (a redirect
     included)."""

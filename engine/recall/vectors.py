@@ -165,7 +165,7 @@ class Embedder:
         if not texts or not self._permitted():
             return None
         try:
-            data = post_json(
+            data: Any = post_json(
                 self.url + "/embeddings",
                 {"model": self.model, "input": list(texts)},
                 allow_remote=self.allow_remote,
