@@ -13,6 +13,8 @@ from test_recall_support import open_core, say
 
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.errors import UsageError
+from chronicle_engine.recall.schema import RECALL_MIGRATIONS, message_index
+from chronicle_engine.recall.text import index_text
 from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
@@ -70,6 +72,69 @@ def test_one_session_does_not_take_every_result(core):
     assert sum(r["session"] == "long" for r in found) == 3
     # with no other session to make room for, the long one fills the results
     assert len(core.recall.search("tomatoes", scope="messages", limit=5)) == 5
+
+
+def test_a_one_digit_number_is_searched_for(core):
+    lockers = [
+        say(core, "s1", f"The vault code for locker {n} is written on the blue card.")
+        for n in (1, 461, 456)
+    ]
+    six = say(core, "s1", "The vault code for locker 6 is written on the blue card.")
+    found = ids(core.recall.search("vault code locker 6", scope="messages"))
+    assert found[0] == f"m{six}"
+    assert set(found) >= {f"m{s}" for s in lockers}  # the other lockers rank below it
+
+
+def test_a_single_letter_is_searched_for(core):
+    say(core, "s1", "Plan A: we drive to the coast and camp.")
+    b = say(core, "s1", "Plan B: if it rains we take the train to the museum.")
+    say(core, "s1", "The plan for tomorrow is unclear.")
+    assert ids(core.recall.search("plan B", scope="messages"))[0] == f"m{b}"
+
+
+def test_cjk_text_is_searched_by_its_words(core):
+    say(core, "s1", "我把护照放在书桌的第二个抽屉里。")
+    key = say(core, "s1", "我把钥匙放在第6号柜子里了。")
+    say(core, "s1", "今天下午我们去公园散步。")
+    say(core, "s1", "我的柜子在第16号。")  # shares characters, not the phrase 第6号
+    assert ids(core.recall.search("钥匙放在哪个柜子里?", scope="messages"))[0] == f"m{key}"
+    assert ids(core.recall.search("第6号", scope="messages"))[0] == f"m{key}"
+    # Korean words carry particles; its syllables are searched the same way
+    korean = say(core, "s2", "열쇠는 6번 사물함에 있어요.")
+    assert ids(core.recall.search("사물함 6번", scope="messages"))[0] == f"m{korean}"
+
+
+def test_an_older_index_of_cjk_text_is_indexed_again(tmp_path):
+    core = open_core("file", tmp_path)
+    try:
+        key = say(core, "s1", "我把钥匙放在第6号柜子里了。")
+        core.recall.catch_up()
+        # As the index held it before CJK characters stood apart: the sentence as one word.
+        with core.store.atomic() as conn:
+            (scope,) = conn.execute(
+                "SELECT scope FROM recall_messages WHERE seq = ?", (key,)
+            ).fetchone()
+            table = message_index(scope)
+            name, body, ctx = conn.execute(
+                "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (key,)
+            ).fetchone()
+            conn.execute(
+                f"INSERT INTO {table}({table}, rowid, name, body, ctx)"
+                " VALUES ('delete', ?, ?, ?, ?)",
+                (key, *(index_text(v) for v in (name, body, ctx))),
+            )
+            conn.execute(
+                f"INSERT INTO {table}(rowid, name, body, ctx) VALUES (?, ?, ?, ?)",
+                (key, name, body, ctx),
+            )
+            conn.execute("DELETE FROM migrations WHERE name = 'recall.m004_cjk_words'")
+        assert core.recall.search("柜子", scope="messages") == []
+        core.store.migrate(RECALL_MIGRATIONS)
+        assert ids(core.recall.search("柜子", scope="messages")) == [f"m{key}"]
+        with core.store.reading() as conn:
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
+    finally:
+        core.shutdown()
 
 
 def test_person_words_rank_above_tool_output(core):

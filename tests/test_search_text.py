@@ -8,7 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chronicle_engine.recall.porter import stem
-from chronicle_engine.recall.text import TOKENIZER, content_words, match_any, quote, stems, tokens
+from chronicle_engine.recall.text import (
+    TOKENIZER,
+    content_words,
+    index_text,
+    match_any,
+    query_words,
+    quote,
+    stems,
+    tokens,
+)
 
 _db = sqlite3.connect(":memory:")
 _db.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{TOKENIZER}')")
@@ -36,6 +45,21 @@ def test_tokens_then_stem_agree_with_the_index(text):
 def test_diacritics_fold_as_the_index_folds_them():
     text = "Café naïve résumé Ångström façade"
     assert [stem(w) for w in tokens(text)] == indexed(text)
+
+
+def test_cjk_and_other_scripts_split_as_the_index_splits_them():
+    text = "我把钥匙放在第6号柜子里 열쇠는 6번 사물함에 カギは６番 ﬁle Ångström"
+    assert [stem(w) for w in tokens(text)] == indexed(index_text(text))
+
+
+def test_query_words_keep_one_character_words():
+    assert query_words("vault code locker 6") == ["vault", "code", "locker", "6"]
+    assert query_words("plan B") == ["plan", "b"]
+    assert query_words("plan A, vitamin D") == ["plan", "a", "vitamin", "d"]
+    # a contraction's tail and a lone article are not what anyone asks about
+    assert query_words("A dog I don't know") == ["dog", "know"]
+    assert query_words("第6") == ["第 6"]
+    assert query_words("柜子里") == ["柜 子", "子 里"]
 
 
 def test_inflections_share_a_stem_and_prefixes_do_not():

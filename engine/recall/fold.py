@@ -26,6 +26,7 @@ from ..log.store import StoredEvent
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
 from .schema import create_message_index, message_index
+from .text import index_text
 
 __all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
 
@@ -166,10 +167,11 @@ class RecallFold:
 
     @staticmethod
     def _indexed(conn: sqlite3.Connection, seq: int) -> tuple[str, str, str] | None:
+        """What the index holds for `seq` (a delete must give FTS5 exactly what was inserted)."""
         row = conn.execute(
             "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (seq,)
         ).fetchone()
-        return (row[0], row[1], row[2]) if row else None
+        return (index_text(row[0]), index_text(row[1]), index_text(row[2])) if row else None
 
     def _index(self, conn: sqlite3.Connection, scope: int, seq: int) -> None:
         values = self._indexed(conn, seq)

@@ -33,7 +33,7 @@ from .search import (
     rank_beliefs,
     rank_sections,
 )
-from .text import content_words, tokens
+from .text import query_words, tokens
 from .vectors import Embedder, nearest
 
 __all__ = ["RecallIndex", "SCOPES"]
@@ -167,8 +167,7 @@ class RecallIndex:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
         limit = max(1, min(int(limit or self.tuning.search_limit), 100))
         query = query if isinstance(query, str) else str(query)
-        words = content_words(query) or [w for w in tokens(query) if len(w) > 1]
-        words = words[:_MAX_QUERY_WORDS]
+        words = query_words(query)[:_MAX_QUERY_WORDS]
         if not words:
             return []
         query_tokens = set(tokens(query))

@@ -3,7 +3,12 @@
 Invariants:
 - `tokens(text)` splits and folds text the way the index's tokenizer (`unicode61
   remove_diacritics 2`) does, and `stem` is the index's porter stem, so a word compared in Python
-  matches exactly when FTS5 would match it.
+  matches exactly when FTS5 would match it. Text reaches a message index through `index_text`,
+  which stands every CJK character apart (those scripts put no spaces between words, so the
+  tokenizer alone would make a whole sentence one token); `tokens` splits them the same way.
+- `query_words(text)` keeps what people ask about: one-character words (digits, "plan B"), and
+  CJK text as phrases of two adjacent characters ("第 6", "柜 子"), which the quoted MATCH reads
+  as a phrase of the index's single characters.
 - `match_any(words)` quotes every word before it reaches MATCH: whatever the user typed
   (quotes, operators, column filters, NEAR, parentheses) is searched for as text, never parsed
   as FTS5 syntax.
@@ -18,11 +23,14 @@ from collections.abc import Iterable, Sequence
 from .porter import stem
 
 __all__ = [
+    "CJK_CHARACTERS",
     "STOPWORDS",
     "TOKENIZER",
     "normalize",
     "tokens",
     "content_words",
+    "query_words",
+    "index_text",
     "stems",
     "quote",
     "match_any",
@@ -31,6 +39,15 @@ __all__ = [
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+CJK_CHARACTERS = (  # a character class's body: Han, kana, Hangul, Bopomofo and their extensions
+    "\u2e80-\u2fdf\u3005\u3006\u3040-\u30ff\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf"
+    "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
+)
+_CJK = re.compile(f"[{CJK_CHARACTERS}]")
+_PIECE = re.compile(f"[{CJK_CHARACTERS}]|[^{CJK_CHARACTERS}]+")
+_DIACRITIC = re.compile("[\u0300-\u036f]")
+# A contraction's tail ("it's", "don't", "I'd") is not a word someone asks about.
+_CONTRACTION = re.compile(r"(?<=[^\W_])['\u2019](?:s|t|d|m|ll|ve|re)\b", re.IGNORECASE)
 
 _STOPWORDS = """
     a about above after again against all almost also am an and any anyone anything are aren
@@ -53,24 +70,65 @@ the index keeps every word (phrases still match, and a stopword costs almost not
 
 
 def normalize(text: str) -> str:
-    """Lowercase with diacritics removed, as the tokenizer folds them."""
-    decomposed = unicodedata.normalize("NFKD", text.lower())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    """Lowercase with the Latin diacritics removed, as the tokenizer folds them. No compatibility
+    folding (the tokenizer keeps "６" and "ﬁ" as they are); kana keep their voicing marks and
+    Hangul syllables stay whole."""
+    decomposed = unicodedata.normalize("NFD", text.lower())
+    return unicodedata.normalize("NFC", _DIACRITIC.sub("", decomposed))
+
+
+def index_text(text: str) -> str:
+    """`text` as a message index reads it: every CJK character a word of its own."""
+    return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
 
 
 def tokens(text: str) -> list[str]:
-    """The words of `text`, folded (not stemmed), in order."""
-    return _WORD.findall(normalize(text))
+    """The words of `text`, folded (not stemmed), in order, as the message index holds them."""
+    return _WORD.findall(index_text(normalize(text)))
+
+
+def _pieces(word: str) -> list[str]:
+    """A word of the tokenizer split the way `index_text` splits it: each CJK character alone,
+    the runs of other characters between them kept whole."""
+    return _PIECE.findall(word) if _CJK.search(word) else [word]
 
 
 def content_words(text: str, *, min_len: int = 2) -> list[str]:
-    """Folded words that carry meaning: no stopwords, no single letters; each once, in order."""
+    """Folded words that carry meaning, each once, in order: no stopwords, no words shorter
+    than `min_len`. A run of CJK text gives its pairs of adjacent characters ("柜 子"; a lone
+    character stands alone), so a CJK sentence is compared by its two-character words."""
     seen: dict[str, None] = {}
-    for word in tokens(text):
+    for word in _WORD.findall(normalize(text)):
+        pieces = _pieces(word)
+        if len(pieces) > 1:
+            for pair in zip(pieces, pieces[1:], strict=False):
+                seen.setdefault(" ".join(pair), None)
+            continue
         if len(word) < min_len or word in STOPWORDS:
             continue
         seen.setdefault(word, None)
     return list(seen)
+
+
+def query_words(text: str) -> list[str]:
+    """The words a query searches for: its content words, one-character words included ("locker
+    6", "plan B", "vitamin D"); a lone "a" or "i" counts only as a capital after the first word
+    ("plan A"). A query of stopwords only searches for them. Each is one MATCH string: a CJK
+    pair is a phrase of two index words."""
+    text = _CONTRACTION.sub(" ", text or "")
+    kept: dict[str, None] = {}
+    raw = _WORD.findall(text)
+    for position, original in enumerate(raw):
+        if len(original) == 1 and not _CJK.match(original):
+            if original not in "aAiI" or (original == "A" and position > 0):
+                kept.setdefault(normalize(original), None)
+            continue
+        for word in content_words(original, min_len=1):
+            kept.setdefault(word, None)
+    if not kept:
+        for word in _WORD.findall(normalize(text)):
+            kept.setdefault(word, None)
+    return list(kept)
 
 
 def stems(words: Iterable[str]) -> set[str]:
