@@ -14,7 +14,7 @@ from test_recall_support import open_core, say
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.errors import UsageError
 from chronicle_engine.recall.schema import RECALL_MIGRATIONS, message_index
-from chronicle_engine.recall.text import index_text
+from chronicle_engine.recall.text import index_row
 from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
@@ -104,33 +104,40 @@ def test_cjk_text_is_searched_by_its_words(core):
     assert ids(core.recall.search("사물함 6번", scope="messages"))[0] == f"m{korean}"
 
 
-def test_an_older_index_of_cjk_text_is_indexed_again(tmp_path):
+def test_an_older_index_is_made_again(tmp_path):
     core = open_core("file", tmp_path)
     try:
+        question = say(core, "s1", "Tell me a long story about the sea. Which port do you like?")
         key = say(core, "s1", "我把钥匙放在第6号柜子里了。")
         core.recall.catch_up()
-        # As the index held it before CJK characters stood apart: the sentence as one word.
+        # As the index held it before: the previous turn whole, a CJK sentence as one word.
         with core.store.atomic() as conn:
             (scope,) = conn.execute(
                 "SELECT scope FROM recall_messages WHERE seq = ?", (key,)
             ).fetchone()
             table = message_index(scope)
-            name, body, ctx = conn.execute(
-                "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (key,)
-            ).fetchone()
-            conn.execute(
-                f"INSERT INTO {table}({table}, rowid, name, body, ctx)"
-                " VALUES ('delete', ?, ?, ?, ?)",
-                (key, *(index_text(v) for v in (name, body, ctx))),
-            )
-            conn.execute(
-                f"INSERT INTO {table}(rowid, name, body, ctx) VALUES (?, ?, ?, ?)",
-                (key, name, body, ctx),
-            )
-            conn.execute("DELETE FROM migrations WHERE name = 'recall.m004_cjk_words'")
+            for seq in (question, key):
+                name, body, ctx = conn.execute(
+                    "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (seq,)
+                ).fetchone()
+                conn.execute(
+                    f"INSERT INTO {table}({table}, rowid, name, body, ctx)"
+                    " VALUES ('delete', ?, ?, ?, ?)",
+                    (seq, *index_row(name, body, ctx)),
+                )
+                conn.execute(
+                    f"INSERT INTO {table}(rowid, name, body, ctx) VALUES (?, ?, ?, ?)",
+                    (seq, name, body, ctx),
+                )
+            conn.execute("DELETE FROM migrations WHERE name = 'recall.m004_index_rows'")
         assert core.recall.search("柜子", scope="messages") == []
+        assert f"m{key}" in ids(core.recall.search("story sea", scope="messages"))
         core.store.migrate(RECALL_MIGRATIONS)
-        assert ids(core.recall.search("柜子", scope="messages")) == [f"m{key}"]
+        assert ids(core.recall.search("柜子", scope="messages"))[0] == f"m{key}"
+        # the reply is no longer found by the story its question asked for first
+        found = core.recall.search("story sea", scope="messages")
+        assert ids(found)[0] == f"m{question}"
+        assert all(r["score"] < found[0]["score"] for r in found[1:])
         with core.store.reading() as conn:
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
     finally:

@@ -26,7 +26,7 @@ from ..log.store import StoredEvent
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
 from .schema import create_message_index, message_index
-from .text import index_text
+from .text import index_row
 
 __all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
 
@@ -171,7 +171,7 @@ class RecallFold:
         row = conn.execute(
             "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (seq,)
         ).fetchone()
-        return (index_text(row[0]), index_text(row[1]), index_text(row[2])) if row else None
+        return index_row(row[0], row[1], row[2]) if row else None
 
     def _index(self, conn: sqlite3.Connection, scope: int, seq: int) -> None:
         values = self._indexed(conn, seq)

@@ -18,7 +18,7 @@ import sqlite3
 
 from ..chronicle.store import CHRONICLE_MIGRATIONS
 from ..log.store import Migration, run_script
-from .text import CJK_CHARACTERS, TOKENIZER, index_text
+from .text import TOKENIZER, index_row
 
 __all__ = ["RECALL_MIGRATIONS", "MIGRATIONS", "message_index", "create_message_index"]
 
@@ -154,29 +154,23 @@ def _m003_links(conn: sqlite3.Connection) -> None:
     run_script(conn, _LINKS)
 
 
-# Any CJK character (those `text.index_text` stands apart), as a GLOB pattern.
-_CJK_GLOB = f"*[{CJK_CHARACTERS}]*"
-
-
-def _m004_cjk_words(conn: sqlite3.Connection) -> None:
-    # Messages indexed before CJK characters were stood apart hold a CJK sentence as one word;
-    # index them again the way the fold now does (delete gives FTS5 the values it was given).
-    rows = conn.execute(
-        "SELECT m.scope, t.seq, t.name, t.body, t.ctx FROM recall_message_text t"
-        " JOIN recall_messages m ON m.seq = t.seq"
-        " WHERE (t.body GLOB ?1 OR t.ctx GLOB ?1 OR t.name GLOB ?1)"
-        " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
-        (_CJK_GLOB,),
-    ).fetchall()
-    for scope, seq, name, body, ctx in rows:
+def _m004_index_rows(conn: sqlite3.Connection) -> None:
+    # Message indexes are filled with `text.index_row` now: CJK characters stand apart (an older
+    # index holds a CJK sentence as one word) and the context column holds the last sentence of
+    # the turn before (it held the whole turn). Each index is made again from its messages.
+    for (scope,) in conn.execute("SELECT n FROM recall_scopes").fetchall():
         table = message_index(scope)
-        conn.execute(
-            f"INSERT INTO {table}({table}, rowid, name, body, ctx) VALUES ('delete', ?, ?, ?, ?)",
-            (seq, name, body, ctx),
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        create_message_index(conn, scope)
+        rows = conn.execute(
+            "SELECT t.seq, t.name, t.body, t.ctx FROM recall_message_text t"
+            " JOIN recall_messages m ON m.seq = t.seq WHERE m.scope = ?"
+            " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
+            (scope,),
         )
-        conn.execute(
+        conn.executemany(
             f"INSERT INTO {table}(rowid, name, body, ctx) VALUES (?, ?, ?, ?)",
-            (seq, index_text(name), index_text(body), index_text(ctx)),
+            ((seq, *index_row(name, body, ctx)) for seq, name, body, ctx in rows),
         )
 
 
@@ -184,7 +178,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m001_tables", _m001_recall),
     Migration("recall.m002_sections_index", _m002_sections_index),
     Migration("recall.m003_links", _m003_links),
-    Migration("recall.m004_cjk_words", _m004_cjk_words),
+    Migration("recall.m004_index_rows", _m004_index_rows),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

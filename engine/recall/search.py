@@ -271,33 +271,29 @@ class MessageSearch:
         ).fetchone()
         newest_ts = float(newest[0]) if newest else 0.0
         half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
-        # The multipliers below (role, recency, speaker) move an item by a bounded factor, so
-        # only the best-related items can reach the top: rows are read for those alone, a
-        # chunk at a time, until enough of them pass `keep`.
+        # Every candidate is scored (their rows are read without text, one query per 500):
+        # sessions are judged by all of their candidates, not by the few best.
         ordered = sorted(relevance, key=lambda s: -relevance[s])
-        chunk = max(limit * 8, 80)
+        rows = message_rows(conn, ordered, text=text)
         scored: list[tuple[float, MessageRow]] = []
-        for start in range(0, len(ordered), chunk):
-            rows = message_rows(conn, ordered[start : start + chunk], text=text)
-            for seq in ordered[start : start + chunk]:
-                row = rows.get(seq)
-                if row is None:
-                    continue
-                if reach is not None and not reach.admits(row.seq, row.session):
-                    continue  # a neighbour the candidate query did not vet
-                if keep is not None and not keep(row):
-                    continue
-                score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
-                if t.recency_weight and row.ts and newest_ts:
-                    age = max(newest_ts - row.ts, 0.0)
-                    score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
-                if row.name and query_tokens and query_tokens & _name_tokens(row.name):
-                    score *= t.speaker_boost
-                scored.append((score, row))
-            if len(scored) >= limit * 2:
-                break
+        for seq in ordered:
+            row = rows.get(seq)
+            if row is None:
+                continue
+            if reach is not None and not reach.admits(row.seq, row.session):
+                continue  # a neighbour the candidate query did not vet
+            if keep is not None and not keep(row):
+                continue
+            score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
+            if t.recency_weight and row.ts and newest_ts:
+                age = max(newest_ts - row.ts, 0.0)
+                score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
+            if row.name and query_tokens and query_tokens & _name_tokens(row.name):
+                score *= t.speaker_boost
+            scored.append((score, row))
         scored.sort(key=lambda x: (-x[0], -x[1].seq))
-        chosen = _spread(scored, limit, t.session_share)
+        scored = pool(scored, k=t.rrf_k)
+        chosen = _spread(scored, limit, t.session_share, reserved=limit // 2)
         corrections = _corrections(conn, [r.seq for _, r in chosen])
         _with_text(conn, [row for _, row in chosen])
         return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
@@ -342,22 +338,68 @@ def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]
     return out
 
 
-def _spread(
-    scored: list[tuple[float, MessageRow]], limit: int, share: float
+_POOLED = 3
+"""A session's evidence is the sum of its best three candidates: one strong turn makes a
+session relevant, a few agreeing turns make it more so, and a long session's many weak matches
+do not outweigh them."""
+
+
+def pool(
+    scored: list[tuple[float, MessageRow]],
+    *,
+    k: int,
 ) -> list[tuple[float, MessageRow]]:
-    """The best `limit`, with no session taking more than `share` of them while others have
-    hits; what a session could not place waits for leftover room, in score order."""
+    """Reciprocal rank fusion of three views of the same candidates (each ranked best first):
+    every turn; the person's own turns (what the person said is the evidence about them; on a
+    chat where every turn is a person's the two lists agree); and the turn's session, ranked by
+    its pooled evidence, so a turn of a session with several matches rises above a lone match
+    elsewhere. Returns the candidates with fused scores, best first."""
+    sessions: dict[str | None, list[float]] = defaultdict(list)
+    for score, row in scored:
+        if len(sessions[row.session]) < _POOLED:
+            sessions[row.session].append(score)  # `scored` is best first
+    session_rank = {
+        session: rank
+        for rank, session in enumerate(sorted(sessions, key=lambda s: -sum(sessions[s])), start=1)
+    }
+    fused: list[tuple[float, MessageRow]] = []
+    person = 0
+    for rank, (_, row) in enumerate(scored, start=1):
+        score = 1.0 / (k + rank) + 1.0 / (k + session_rank[row.session])
+        if row.speaker == "person":
+            person += 1
+            score += 1.0 / (k + person)
+        fused.append((score, row))
+    fused.sort(key=lambda x: (-x[0], -x[1].seq))
+    return fused
+
+
+def _spread(
+    scored: list[tuple[float, MessageRow]], limit: int, share: float, *, reserved: int = 0
+) -> list[tuple[float, MessageRow]]:
+    """The best `limit`, covering several sessions: the first `reserved` places go to the best
+    turn of each of that many sessions (in the order of their best turns), then the rest in
+    score order with no session taking more than `share` of them while others have hits; what a
+    session could not place waits for leftover room, in score order."""
     cap = max(1, int(limit * share + 0.999)) if share < 1 else limit
     taken: dict[str | None, int] = defaultdict(int)
     head: list[tuple[float, MessageRow]] = []
-    waiting: list[tuple[float, MessageRow]] = []
+    rest: list[tuple[float, MessageRow]] = []
     for item in scored:
+        session = item[1].session
+        if len(head) < min(reserved, limit) and not taken[session]:
+            taken[session] += 1
+            head.append(item)
+        else:
+            rest.append(item)
+    waiting: list[tuple[float, MessageRow]] = []
+    for item in rest:
+        if len(head) == limit:
+            break
         session = item[1].session
         if taken[session] < cap:
             taken[session] += 1
             head.append(item)
-            if len(head) == limit:
-                return head
         else:
             waiting.append(item)
     return sorted(head + waiting[: limit - len(head)], key=lambda x: (-x[0], -x[1].seq))

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Sequence
 from .porter import stem
 
 __all__ = [
-    "CJK_CHARACTERS",
     "STOPWORDS",
     "TOKENIZER",
     "normalize",
@@ -31,6 +30,7 @@ __all__ = [
     "content_words",
     "query_words",
     "index_text",
+    "index_row",
     "stems",
     "quote",
     "match_any",
@@ -39,12 +39,12 @@ __all__ = [
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-CJK_CHARACTERS = (  # a character class's body: Han, kana, Hangul, Bopomofo and their extensions
+_CJK_CHARACTERS = (  # a character class's body: Han, kana, Hangul, Bopomofo and their extensions
     "\u2e80-\u2fdf\u3005\u3006\u3040-\u30ff\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
-_CJK = re.compile(f"[{CJK_CHARACTERS}]")
-_PIECE = re.compile(f"[{CJK_CHARACTERS}]|[^{CJK_CHARACTERS}]+")
+_CJK = re.compile(f"[{_CJK_CHARACTERS}]")
+_PIECE = re.compile(f"[{_CJK_CHARACTERS}]|[^{_CJK_CHARACTERS}]+")
 _DIACRITIC = re.compile("[\u0300-\u036f]")
 # A contraction's tail ("it's", "don't", "I'd") is not a word someone asks about.
 _CONTRACTION = re.compile(r"(?<=[^\W_])['\u2019](?:s|t|d|m|ll|ve|re)\b", re.IGNORECASE)
@@ -80,6 +80,17 @@ def normalize(text: str) -> str:
 def index_text(text: str) -> str:
     """`text` as a message index reads it: every CJK character a word of its own."""
     return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
+
+
+_LAST_SENTENCE = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s*(?=\S)")
+
+
+def index_row(name: str, body: str, before: str) -> tuple[str, str, str]:
+    """A message index's columns for one message: the speaker's name, the text, and the last
+    sentence of the turn before it (an answer is found by the question it answers; the rest of
+    a long reply before it would only add its words)."""
+    tail = _LAST_SENTENCE.split(before.strip())[-1] if before else ""
+    return index_text(name), index_text(body), index_text(tail)
 
 
 def tokens(text: str) -> list[str]:
