@@ -56,7 +56,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import chronicle_engine.capture.capture as capture_module  # noqa: E402
+import chronicle_engine.sessions.capture as capture_module  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.recall.text import content_words, quote  # noqa: E402
 from chronicle_engine.tools import dispatch  # noqa: E402
