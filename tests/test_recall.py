@@ -144,6 +144,39 @@ def test_an_older_index_is_made_again(tmp_path):
         core.shutdown()
 
 
+def test_results_cover_several_sessions_and_a_session_gives_its_best_turns(core):
+    for i in range(8):
+        say(core, "trip", f"aquarium note {i}: the big tank has neon tetras and fish food")
+    small = say(core, "home", "The small aquarium at home has three goldfish.")
+    found = core.recall.search("how many fish in my aquarium tanks", scope="messages")
+    assert {r["session"] for r in found} == {"trip", "home"}
+    assert f"m{small}" in ids(found)
+    args = {"query": "aquarium fish", "session": "trip", "limit": 5}
+    answer = json.loads(dispatch(RECALL_TOOLS, core, "chronicle_search", args))
+    assert answer["count"] == 5 and {r["session"] for r in answer["results"]} == {"trip"}
+    bad = json.loads(dispatch(RECALL_TOOLS, core, "chronicle_search", {"query": "x", "session": 3}))
+    assert "error" in bad
+
+
+def test_a_big_capture_is_indexed_on_capture_not_on_the_first_read(core):
+    def folded() -> int:
+        with core.store.reading() as conn:
+            row = conn.execute(
+                "SELECT position FROM fold_positions WHERE fold = 'recall'"
+            ).fetchone()
+            return int(row[0]) if row else 0
+
+    core.recall.catch_up()
+    history = [
+        {"role": "user", "content": f"imported note {i} about the harbour"} for i in range(200)
+    ]
+    seqs = core.capture.capture_messages("imported", history)
+    assert folded() >= max(s for s in seqs if s is not None)  # before any search
+    small = say(core, "live", "one more note about the harbour")
+    assert folded() < small  # a turn's capture stays cheap: the next read folds it
+    assert f"m{small}" in ids(core.recall.search("harbour note", scope="messages", limit=100))
+
+
 def test_person_words_rank_above_tool_output(core):
     tool = say(core, "s1", "kayak rental price list: kayak 20 euro", role="tool")
     person = say(core, "s1", "I want to rent a kayak on saturday")
@@ -435,6 +468,31 @@ def test_prefetch_brings_back_an_earlier_conversation(core):
         "Can you remind me which restaurant table I booked for the anniversary?", session_id="today"
     )
     assert f"m{seq}" in block and "Lucca" in block
+
+
+def test_prefetch_does_not_inject_an_item_still_in_the_context(core):
+    seq = say(core, "monday", "I booked a table at Lucca for our anniversary dinner.")
+    say(core, "today", "hello again")
+    question = "Which restaurant table did I book for the anniversary?"
+    assert f"m{seq}" in core.recall.prefetch(question, session_id="today")
+    turn = say(core, "today", question)  # the turn that carried the block
+    say(core, "today", "At Lucca.", role="assistant")
+    again = "And the anniversary dinner table at Lucca, what time was it?"
+    assert f"m{seq}" not in core.recall.prefetch(again, session_id="today")
+    # another conversation has not seen it
+    assert f"m{seq}" in core.recall.prefetch(again, session_id="elsewhere")
+    # once a compaction folded that turn out, it may come back when relevant again
+    tail = say(core, "today", "Let us plan the flowers now.")
+    core.sessions.record_compaction(
+        "today",
+        section_ids=[],
+        first_kept_seq=tail,
+        head_seqs=[],
+        tokens_before=9000,
+        tokens_after=3000,
+    )
+    assert turn < tail
+    assert f"m{seq}" in core.recall.prefetch(again, session_id="today")
 
 
 def test_prefetch_gate_needs_real_overlap(core):

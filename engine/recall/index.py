@@ -21,6 +21,7 @@ from ..log.store import sqlite_errors
 from ..sessions.capture import Capture
 from ..sessions.tree import SessionTree
 from .fold import RecallFold, scope_number
+from .injected import Injected
 from .reach import Reach, Window
 from .schema import MIGRATIONS
 from .search import (
@@ -42,6 +43,7 @@ log = logging.getLogger("chronicle_engine.recall")
 
 SCOPES = ("all", "session", "messages", "beliefs", "sections")
 _MAX_QUERY_WORDS = 24
+_FOLD_ON_CAPTURE = 64
 
 
 class RecallIndex:
@@ -64,6 +66,9 @@ class RecallIndex:
         self._messages = MessageSearch(self.tuning)
         self._fold_lock = threading.Lock()
         self._warned: set[str] = set()
+        self.injected = Injected()
+        """What per-turn memory already gave each conversation (prefetch.py)."""
+        capture.on_stored(self._stored)
 
     # -- keeping up with the log ---------------------------------------------------------------
 
@@ -76,6 +81,13 @@ class RecallIndex:
         except (StoreBusy, StoreReadOnly) as exc:
             log.debug("chronicle recall: searching what is already indexed (%s)", exc)
             return 0
+
+    def _stored(self, count: int) -> None:
+        """Capture stored `count` messages: a big capture is folded now, on the capturing
+        thread, so no read pays for it; a few messages are left to the next read (or to
+        queue_prefetch, which Hermes calls after each turn), keeping a turn's capture cheap."""
+        if count >= _FOLD_ON_CAPTURE:
+            self.catch_up()
 
     def rebuild(self) -> int:
         """Drop recall's projection and fold the whole log again (same rows, same ids)."""
@@ -159,6 +171,7 @@ class RecallIndex:
         belief_origins: Sequence[str] | None = None,
         use_vectors: bool = True,
         sections: bool = True,
+        in_session: str | None = None,
     ) -> list[Hit]:
         """Ranked hits. Narrowing (scope "session", a window to leave `outside`) is done in the
         candidate queries; `keep_message` then judges each candidate row (with its text when
@@ -184,6 +197,9 @@ class RecallIndex:
                 reach = Reach(lineage, _span(conn, lineage), reach.outside)
                 name = self.chronicle_name(session_id or "") if session_id else None
                 chronicles = {name} if name else set()
+            if in_session:
+                reach = Reach((in_session,), _span(conn, (in_session,)), reach.outside)
+                chronicles = set()
 
             lists: list[tuple[float, Sequence[Hit]]] = []
             if scope in ("all", "session", "messages") and (

@@ -12,6 +12,9 @@ Invariants:
 - A scheduled job's turn gets nothing (`recall.prefetch_automation` lets it).
 - Every item passes the gate (`gate.py`); a single shared word needs a vector to vouch for it.
 - The block is masked (`capture.secrets.mask`) and bounded in items and characters.
+- An item is not injected twice while it is still in the context (`injected.Injected`): it
+  comes back only once a compaction has folded the turn that carried it out, and it is relevant
+  again.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def prepare(recall: RecallIndex, query: str, session_id: str) -> str:
     if not message:
         return ""
     person_words: dict[int, set[str]] = {}
+    seen = window(recall, session_id)
 
     def keep_message(row: MessageRow) -> bool:
         # The row comes with its text (read with the candidates), already outside the window.
@@ -106,16 +110,25 @@ def prepare(recall: RecallIndex, query: str, session_id: str) -> str:
         limit=t.prefetch_limit * 4,
         keep_message=keep_message,
         message_text=True,
-        outside=window(recall, session_id),
+        outside=seen,
         belief_origins=("person", "correction"),
         use_vectors=False,
         sections=False,  # a section is a summary, not the person's own words
     )
+    conversation = seen.sessions[0] if seen is not None and seen.sessions else ""
+    if conversation:
+        found = [h for h in found if not recall.injected.still_in_context(conversation, h.id, seen)]
     if not t.prefetch_relevance_gate:
         chosen = found[: t.prefetch_limit]
     else:
         chosen = _gate(recall, query, message, found, person_words)
-    return _format(recall, chosen)
+    block = _format(recall, chosen)
+    if block and conversation:
+        # The block rides with the turn that follows: past every seq the log holds now.
+        recall.injected.note(
+            conversation, [h.id for h in chosen if f"[{h.id}" in block], recall.store.last_seq() + 1
+        )
+    return block
 
 
 def _gate(

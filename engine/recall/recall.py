@@ -109,9 +109,10 @@ class Recall:
         user_id: str | None = None,
         profile: str | None = None,
         limit: int | None = None,
+        in_session: str | None = None,
     ) -> list[dict[str, Any]]:
         """chronicle_search: ranked results as JSON-ready dicts, each citing its seq (and section
-        id), session and time."""
+        id), session and time. `in_session`: the best turns of that one session."""
         return [
             h.as_dict()
             for h in self.index.hits(
@@ -121,6 +122,7 @@ class Recall:
                 user_id=user_id,
                 profile=profile,
                 limit=limit,
+                in_session=in_session,
             )
         ]
 

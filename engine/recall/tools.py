@@ -30,6 +30,9 @@ class SearchArgs(ToolArgs):
         "all", description="all (default), session (this conversation only), or one kind."
     )
     limit: Annotated[int, Field(ge=1, le=100)] | None = None
+    session: Annotated[Name, NonBlank] | None = Field(
+        None, description="A session id from a result: that session's best turns."
+    )
 
 
 class AnswerArgs(ToolArgs):
@@ -52,7 +55,9 @@ class ForgetArgs(ToolArgs):
 
 
 def _search(recall: Recall, args: SearchArgs, **context: Any) -> dict[str, Any]:
-    results = recall.search(args.query, scope=args.scope, limit=args.limit, **_who(context))
+    results = recall.search(
+        args.query, scope=args.scope, limit=args.limit, in_session=args.session, **_who(context)
+    )
     return {"query": args.query, "scope": args.scope, "count": len(results), "results": results}
 
 
@@ -79,7 +84,9 @@ RECALL_TOOLS: tuple[ToolSpec[Recall], ...] = (
         "chronicle_search",
         "Search long-term memory (earlier messages of every session, remembered facts and "
         "preferences, compacted sections) by words. Each result has an id, its seq, session and "
-        "time; pass a section's seq range to chronicle_expand for the original messages.",
+        "time (when it was said); results cover several sessions. Pass a result's session to get "
+        "that session's best turns; pass a section's seq range to chronicle_expand for the "
+        "original messages.",
         SearchArgs,
         _search,
     ),

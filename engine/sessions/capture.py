@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from ..capture.hooks import HostRecorder
@@ -80,6 +80,8 @@ class Capture(HostRecorder):
         # context engine captures mid-turn without knowing, and event ids do not depend on it,
         # so a message it stores first must already carry the right user, profile and context.
         self._identities: dict[str, dict[str, str | None]] = {}
+        self._listeners: list[Callable[[int], None]] = []
+        self._listener_failures: set[str] = set()
 
     def _lock(self, session: str) -> threading.Lock:
         with self._locks_guard:
@@ -234,7 +236,24 @@ class Capture(HostRecorder):
                 self._paths[session] = plan.path  # most recently used last
                 while len(self._paths) > _CACHED_SESSIONS:
                     self._paths.pop(next(iter(self._paths)))
+        if stored:
+            self._tell_stored(stored)
         return result, stored
+
+    def on_stored(self, listener: Callable[[int], None]) -> None:
+        """Call `listener(count)` after each capture that stored messages (after its commit, on
+        the capturing thread): a reader's index can catch up with a big capture there instead
+        of on its first read. A listener's failure is logged once, never raised."""
+        self._listeners.append(listener)
+
+    def _tell_stored(self, count: int) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(count)
+            except Exception as exc:  # a reader's index must never fail a capture
+                if type(exc).__name__ not in self._listener_failures:
+                    self._listener_failures.add(type(exc).__name__)
+                    log.warning("chronicle capture: a listener failed (%s)", exc)
 
     def _keep_aside(
         self, exc: StoreError, session: str, items: Sequence[object], context: Context
