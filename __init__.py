@@ -108,6 +108,15 @@ def register(ctx: Any) -> None:  # type: ignore[explicit-any]
                 ctx.register_context_engine(engine())
         except Exception:
             log.exception("chronicle: registering the context engine failed")
+    if hasattr(ctx, "register_middleware"):
+        try:
+            from chronicle_engine.recall.host_search import session_search_middleware
+
+            # Hermes answers session_search itself; a tool-execution middleware lets Chronicle
+            # serve its discovery shape (everything else goes on to Hermes).
+            ctx.register_middleware("tool_execution", session_search_middleware)
+        except Exception:
+            log.exception("chronicle: serving session_search failed to register")
     if hasattr(ctx, "register_cli_command"):
         try:
             _register_cli(ctx)

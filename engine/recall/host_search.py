@@ -1,0 +1,115 @@
+"""Chronicle as the backend of Hermes' own `session_search` tool.
+
+Hermes 0.19.0 answers `session_search` itself, from its state database (an FTS index over the
+messages it saved, demoting nothing but cron rows), and gives plugins no provider slot for it.
+It does let a plugin wrap any tool's execution (`ctx.register_middleware("tool_execution", ...)`,
+`hermes_cli.middleware`). Chronicle uses that for the discovery shape only: a call with a query
+and no session id is answered from Chronicle's memory (ranked turns grouped by session, with
+their times and ids); every other shape (reading or scrolling a session, browsing recent ones,
+another profile) goes on to Hermes, as does a query Chronicle cannot answer.
+
+Invariants:
+- Never raises into the host and never loses the host's answer: any failure, an empty result or
+  no open Chronicle store for this Hermes home means `next_call(args)`, the built-in search.
+- Reads only the memory of the user the calling session belongs to (recall's scoping).
+- The session ids returned are Hermes' own (capture keys sessions by them), so the model's
+  follow-up `session_search(session_id=...)` reads the session from Hermes' database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["session_search_middleware", "serve_session_search"]
+
+log = logging.getLogger("chronicle_engine.recall")
+
+_warned: set[str] = set()
+
+
+def serve_session_search(core: Any, args: dict[str, Any], session_id: str) -> str | None:
+    """The discovery answer from Chronicle's memory as session_search's JSON, or None when the
+    call is not a discovery or Chronicle has nothing for it."""
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return None
+    if args.get("session_id") or args.get("profile") or args.get("around_message_id"):
+        return None
+    try:
+        sessions = max(1, min(int(args.get("limit") or 3), 10))
+    except (TypeError, ValueError):
+        sessions = 3
+    hits = core.recall.hits(
+        query.strip(), session_id=session_id or None, scope="messages", limit=max(10, sessions * 3)
+    )
+    grouped: dict[str, list[Any]] = {}
+    for hit in hits:
+        if hit.session and (hit.session in grouped or len(grouped) < sessions):
+            grouped.setdefault(hit.session, []).append(hit)
+    if not grouped:
+        return None
+    results = [
+        {
+            "session_id": sid,
+            "when": found[0].time,
+            "messages": [
+                {
+                    "id": hit.id,
+                    "role": hit.extra.get("role", ""),
+                    "time": hit.time,
+                    "content": hit.text,
+                }
+                for hit in found
+            ],
+        }
+        for sid, found in grouped.items()
+    ]
+    return json.dumps(
+        {
+            "success": True,
+            "mode": "discover",
+            "query": query,
+            "source": "chronicle",
+            "results": results,
+            "count": len(results),
+            "note": "Ranked by Chronicle's memory. session_search(session_id=...) reads a whole "
+            "session; chronicle_search with a session gives its best turns for a query.",
+        },
+        ensure_ascii=False,
+    )
+
+
+def _open_core() -> Any | None:
+    """The Chronicle store this process already opened for its Hermes home (the memory
+    provider's), or None: the middleware never opens a database of its own."""
+    from ..config import load_hermes_config
+    from ..core import ChronicleCore
+
+    wanted = ChronicleCore._key(load_hermes_config(None).db_path())
+    return next((c for c in ChronicleCore.open_cores() if c.db_path == wanted), None)
+
+
+def session_search_middleware(
+    *,
+    tool_name: str = "",
+    args: Any = None,
+    next_call: Callable[..., Any],
+    session_id: str = "",
+    **_: Any,
+) -> Any:
+    """Hermes' tool-execution middleware: serve session_search's discovery shape from Chronicle,
+    pass everything else on unchanged."""
+    if tool_name != "session_search" or not isinstance(args, dict):
+        return next_call(args)
+    try:
+        core = _open_core()
+        answer = serve_session_search(core, args, session_id) if core is not None else None
+    except Exception as exc:  # the host's own search is always there to fall back on
+        if type(exc).__name__ not in _warned:
+            _warned.add(type(exc).__name__)
+            log.warning("chronicle: session_search falls back to Hermes' own search (%s)", exc)
+        answer = None
+    return answer if answer is not None else next_call(args)
