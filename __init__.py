@@ -92,6 +92,16 @@ def _register_cli(ctx: Any) -> None:  # type: ignore[explicit-any]
     )
 
 
+def _open_core() -> Any:
+    """The store this process already opened for its Hermes home (the memory provider's), or
+    None: serving session_search never opens a database of its own."""
+    from chronicle_engine.config import load_hermes_config
+    from chronicle_engine.core import ChronicleCore
+
+    wanted = ChronicleCore._key(load_hermes_config(None).db_path())
+    return next((c for c in ChronicleCore.open_cores() if c.db_path == wanted), None)
+
+
 def register(ctx: Any) -> None:  # type: ignore[explicit-any]
     """Register whatever this loader's context accepts. Never raises into the host."""
     if hasattr(ctx, "register_memory_provider"):
@@ -114,7 +124,7 @@ def register(ctx: Any) -> None:  # type: ignore[explicit-any]
 
             # Hermes answers session_search itself; a tool-execution middleware lets Chronicle
             # serve its discovery shape (everything else goes on to Hermes).
-            ctx.register_middleware("tool_execution", session_search_middleware)
+            ctx.register_middleware("tool_execution", session_search_middleware(_open_core))
         except Exception:
             log.exception("chronicle: serving session_search failed to register")
     if hasattr(ctx, "register_cli_command"):

@@ -8,10 +8,21 @@ import json
 import pytest
 from hermes_cli import middleware
 from hermes_cli.plugins import get_plugin_manager
+from test_compaction_support import load_plugin
 from test_recall_support import say
 
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.host_search import session_search_middleware
+
+
+class _Context:
+    """What the general plugin loader's context offers for this: register_middleware."""
+
+    def __init__(self) -> None:
+        self.middleware: list[tuple[str, object]] = []
+
+    def register_middleware(self, kind: str, callback: object) -> None:
+        self.middleware.append((kind, callback))
 
 
 @pytest.fixture
@@ -24,8 +35,12 @@ def core(tmp_path, monkeypatch):
 
 @pytest.fixture
 def chain():
+    context = _Context()
+    load_plugin().register(context)
+    ((kind, serve),) = context.middleware
+    assert kind == "tool_execution"
     callbacks = get_plugin_manager()._middleware.setdefault("tool_execution", [])
-    callbacks.append(session_search_middleware)
+    callbacks.append(serve)
     calls: list[dict] = []
 
     def run(args: dict, session_id: str = "") -> dict:
@@ -40,7 +55,7 @@ def chain():
         )
 
     yield run, calls
-    callbacks.remove(session_search_middleware)
+    callbacks.remove(serve)
 
 
 def test_a_query_is_answered_from_chronicle_grouped_by_session(core, chain):
@@ -80,9 +95,23 @@ def test_without_an_open_store_or_with_a_failing_one_hermes_answers(tmp_path, mo
     assert len(calls) == 2
 
 
-def test_other_tools_pass_through_untouched(chain):
-    seen = []
-    result = session_search_middleware(
+def test_other_tools_pass_through_untouched():
+    def broken() -> None:
+        raise AssertionError("no store is looked for on another tool's call")
+
+    seen: list[dict] = []
+    result = session_search_middleware(broken)(
         tool_name="read_file", args={"path": "x"}, next_call=lambda a: seen.append(a) or "ok"
     )
     assert result == "ok" and seen == [{"path": "x"}]
+
+
+def test_a_failing_store_is_logged_once_and_hermes_answers(caplog):
+    def failing() -> None:
+        raise RuntimeError("disk gone")
+
+    serve = session_search_middleware(failing)
+    for _ in range(2):
+        out = serve(tool_name="session_search", args={"query": "x"}, next_call=lambda a: "host")
+        assert out == "host"
+    assert sum("falls back" in r.getMessage() for r in caplog.records) <= 1

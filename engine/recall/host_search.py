@@ -82,34 +82,30 @@ def serve_session_search(core: Any, args: dict[str, Any], session_id: str) -> st
     )
 
 
-def _open_core() -> Any | None:
-    """The Chronicle store this process already opened for its Hermes home (the memory
-    provider's), or None: the middleware never opens a database of its own."""
-    from ..config import load_hermes_config
-    from ..core import ChronicleCore
+def session_search_middleware(find_core: Callable[[], Any | None]) -> Callable[..., Any]:
+    """Hermes' tool-execution middleware: serve session_search's discovery shape from the core
+    `find_core()` returns (None: nothing open, let Hermes answer), pass everything else on
+    unchanged."""
 
-    wanted = ChronicleCore._key(load_hermes_config(None).db_path())
-    return next((c for c in ChronicleCore.open_cores() if c.db_path == wanted), None)
+    def serve(
+        *,
+        tool_name: str = "",
+        args: Any = None,
+        next_call: Callable[..., Any],
+        session_id: str = "",
+        **_: Any,
+    ) -> Any:
+        if tool_name != "session_search" or not isinstance(args, dict):
+            return next_call(args)
+        try:
+            core = find_core()
+            answer = serve_session_search(core, args, session_id) if core is not None else None
+        except Exception as exc:  # the host's own search is always there to fall back on
+            if type(exc).__name__ not in _warned:
+                _warned.add(type(exc).__name__)
+                log.warning("chronicle: session_search falls back to Hermes' own search (%s)", exc)
+            answer = None
+        return answer if answer is not None else next_call(args)
 
-
-def session_search_middleware(
-    *,
-    tool_name: str = "",
-    args: Any = None,
-    next_call: Callable[..., Any],
-    session_id: str = "",
-    **_: Any,
-) -> Any:
-    """Hermes' tool-execution middleware: serve session_search's discovery shape from Chronicle,
-    pass everything else on unchanged."""
-    if tool_name != "session_search" or not isinstance(args, dict):
-        return next_call(args)
-    try:
-        core = _open_core()
-        answer = serve_session_search(core, args, session_id) if core is not None else None
-    except Exception as exc:  # the host's own search is always there to fall back on
-        if type(exc).__name__ not in _warned:
-            _warned.add(type(exc).__name__)
-            log.warning("chronicle: session_search falls back to Hermes' own search (%s)", exc)
-        answer = None
-    return answer if answer is not None else next_call(args)
+    serve.__name__ = "chronicle_session_search"
+    return serve
