@@ -92,14 +92,15 @@ def _register_cli(ctx: Any) -> None:  # type: ignore[explicit-any]
     )
 
 
-def _open_core() -> Any:
-    """The store this process already opened for its Hermes home (the memory provider's), or
-    None: serving session_search never opens a database of its own."""
+def _open_recall() -> Any:
+    """The memory of the store this process already opened for its Hermes home (the memory
+    provider's), or None: serving session_search never opens a database of its own."""
     from chronicle_engine.config import load_hermes_config
     from chronicle_engine.core import ChronicleCore
 
     wanted = ChronicleCore._key(load_hermes_config(None).db_path())
-    return next((c for c in ChronicleCore.open_cores() if c.db_path == wanted), None)
+    core = next((c for c in ChronicleCore.open_cores() if c.db_path == wanted), None)
+    return core.recall if core is not None else None
 
 
 def register(ctx: Any) -> None:  # type: ignore[explicit-any]
@@ -124,7 +125,7 @@ def register(ctx: Any) -> None:  # type: ignore[explicit-any]
 
             # Hermes answers session_search itself; a tool-execution middleware lets Chronicle
             # serve its discovery shape (everything else goes on to Hermes).
-            ctx.register_middleware("tool_execution", session_search_middleware(_open_core))
+            ctx.register_middleware("tool_execution", session_search_middleware(_open_recall))
         except Exception:
             log.exception("chronicle: serving session_search failed to register")
     if hasattr(ctx, "register_cli_command"):

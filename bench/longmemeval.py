@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT))
 import chronicle_engine.sessions.capture as capture_module  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.recall.text import content_words, quote  # noqa: E402
+from chronicle_engine.recall.tools import RECALL_TOOLS  # noqa: E402
 from chronicle_engine.tools import dispatch  # noqa: E402
 from provider import ChronicleMemoryProvider  # noqa: E402
 
@@ -252,7 +253,7 @@ def run_protocol(q: Question, db_dir: Path) -> tuple[list[str], float]:
         turn_of = turn_map(core, q)
         args = {"query": q.text, "limit": K}
         t0 = time.perf_counter()
-        answer = json.loads(dispatch(core.recall.TOOLS, core, "chronicle_search", args))
+        answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args))
         elapsed = time.perf_counter() - t0
     finally:
         core.shutdown()

@@ -152,9 +152,11 @@ def test_results_cover_several_sessions_and_a_session_gives_its_best_turns(core)
     assert {r["session"] for r in found} == {"trip", "home"}
     assert f"m{small}" in ids(found)
     args = {"query": "aquarium fish", "session": "trip", "limit": 5}
-    answer = json.loads(dispatch(RECALL_TOOLS, core, "chronicle_search", args))
+    answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args))
     assert answer["count"] == 5 and {r["session"] for r in answer["results"]} == {"trip"}
-    bad = json.loads(dispatch(RECALL_TOOLS, core, "chronicle_search", {"query": "x", "session": 3}))
+    bad = json.loads(
+        dispatch(RECALL_TOOLS, core.recall, "chronicle_search", {"query": "x", "session": 3})
+    )
     assert "error" in bad
 
 

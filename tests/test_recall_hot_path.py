@@ -119,11 +119,13 @@ def test_statements_per_read_do_not_grow_with_the_candidates(kind, tmp_path):
         try:
             _memory_with(core, n)
             question = "which caravan tyre brand did we pick?"
-            for _ in range(2):  # the second call counts: the first folds and fills caches
+            # The second call counts: the first folds and fills caches. Its prefetch asks for
+            # another conversation: the live one is not given an item twice while it holds it.
+            for session in ("warm-up", "live"):
                 with statements(core) as searched:
                     found = core.recall.search(question, session_id="live", limit=30)
                 with statements(core) as prefetched:
-                    block = core.recall.prefetch(question, session_id="live")
+                    block = core.recall.prefetch(question, session_id=session)
             kinds = {r["kind"] for r in found}
             assert kinds == {"message", "belief", "section"}  # every kind had candidates
             assert "Michelin" in block
@@ -144,9 +146,11 @@ def test_prefetch_reads_no_more_rows_as_the_live_conversation_grows(kind, tmp_pa
             older = say(core, "earlier", "The caravan tyres are from 2016 and need replacing.")
             capture(core, "live", [f"note {w}: packing list and maps" for w in _WORDS[:n]])
             question = "should we replace the caravan tyres?"
-            for _ in range(2):  # the second call counts: the first folds and fills caches
+            # The second call counts: the first folds and fills caches. It asks for another
+            # conversation: the live one is not given an item twice while it is in its window.
+            for session in ("warm-up", "live"):
                 with vm_steps(core) as count:
-                    block = core.recall.prefetch(question, session_id="live")
+                    block = core.recall.prefetch(question, session_id=session)
             assert f"m{older}" in block
             steps.append(count[0])
         finally:

@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .recall import Recall
 
 __all__ = ["session_search_middleware", "serve_session_search"]
 
@@ -30,7 +33,7 @@ log = logging.getLogger("chronicle_engine.recall")
 _warned: set[str] = set()
 
 
-def serve_session_search(core: Any, args: dict[str, Any], session_id: str) -> str | None:
+def serve_session_search(recall: Recall, args: dict[str, Any], session_id: str) -> str | None:
     """The discovery answer from Chronicle's memory as session_search's JSON, or None when the
     call is not a discovery or Chronicle has nothing for it."""
     query = args.get("query")
@@ -42,7 +45,7 @@ def serve_session_search(core: Any, args: dict[str, Any], session_id: str) -> st
         sessions = max(1, min(int(args.get("limit") or 3), 10))
     except (TypeError, ValueError):
         sessions = 3
-    hits = core.recall.hits(
+    hits = recall.index.hits(
         query.strip(), session_id=session_id or None, scope="messages", limit=max(10, sessions * 3)
     )
     grouped: dict[str, list[Any]] = {}
@@ -82,10 +85,10 @@ def serve_session_search(core: Any, args: dict[str, Any], session_id: str) -> st
     )
 
 
-def session_search_middleware(find_core: Callable[[], Any | None]) -> Callable[..., Any]:
-    """Hermes' tool-execution middleware: serve session_search's discovery shape from the core
-    `find_core()` returns (None: nothing open, let Hermes answer), pass everything else on
-    unchanged."""
+def session_search_middleware(find_recall: Callable[[], Recall | None]) -> Callable[..., Any]:
+    """Hermes' tool-execution middleware: serve session_search's discovery shape from the
+    memory `find_recall()` returns (None: no store open, let Hermes answer), pass everything
+    else on unchanged."""
 
     def serve(
         *,
@@ -98,8 +101,8 @@ def session_search_middleware(find_core: Callable[[], Any | None]) -> Callable[.
         if tool_name != "session_search" or not isinstance(args, dict):
             return next_call(args)
         try:
-            core = find_core()
-            answer = serve_session_search(core, args, session_id) if core is not None else None
+            recall = find_recall()
+            answer = serve_session_search(recall, args, session_id) if recall is not None else None
         except Exception as exc:  # the host's own search is always there to fall back on
             if type(exc).__name__ not in _warned:
                 _warned.add(type(exc).__name__)

@@ -29,7 +29,8 @@ class Injected:
 
     def still_in_context(self, conversation: str, item: str, seen: Window | None) -> bool:
         with self._lock:
-            at = self._by_conversation.get(conversation, {}).get(item)
+            items = self._by_conversation.get(conversation)
+            at = items.get(item) if items is not None else None
         return at is not None and (seen is None or at >= seen.start)
 
     def note(self, conversation: str, items: list[str], at: int) -> None:
