@@ -24,7 +24,10 @@ import sys
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chronicle_engine.recall.recall import Recall
 
 __version__ = "0.1.0"
 
@@ -92,7 +95,7 @@ def _register_cli(ctx: Any) -> None:  # type: ignore[explicit-any]
     )
 
 
-def _open_recall() -> Any:
+def _open_recall() -> Recall | None:
     """The memory of the store this process already opened for its Hermes home (the memory
     provider's), or None: serving session_search never opens a database of its own."""
     from chronicle_engine.config import load_hermes_config

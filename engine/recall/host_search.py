@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from .search import Hit
 
 if TYPE_CHECKING:
     from .recall import Recall
 
-__all__ = ["session_search_middleware", "serve_session_search"]
+__all__ = ["Middleware", "session_search_middleware", "serve_session_search"]
 
 log = logging.getLogger("chronicle_engine.recall")
 
 _warned: set[str] = set()
 
 
-def serve_session_search(recall: Recall, args: dict[str, Any], session_id: str) -> str | None:
+def serve_session_search(recall: Recall, args: Mapping[str, object], session_id: str) -> str | None:
     """The discovery answer from Chronicle's memory as session_search's JSON, or None when the
     call is not a discovery or Chronicle has nothing for it."""
     query = args.get("query")
@@ -41,14 +43,15 @@ def serve_session_search(recall: Recall, args: dict[str, Any], session_id: str) 
         return None
     if args.get("session_id") or args.get("profile") or args.get("around_message_id"):
         return None
+    limit = args.get("limit")
     try:
-        sessions = max(1, min(int(args.get("limit") or 3), 10))
-    except (TypeError, ValueError):
+        sessions = max(1, min(int(limit), 10)) if isinstance(limit, int | float | str) else 3
+    except ValueError:
         sessions = 3
     hits = recall.index.hits(
         query.strip(), session_id=session_id or None, scope="messages", limit=max(10, sessions * 3)
     )
-    grouped: dict[str, list[Any]] = {}
+    grouped: dict[str, list[Hit]] = {}
     for hit in hits:
         if hit.session and (hit.session in grouped or len(grouped) < sessions):
             grouped.setdefault(hit.session, []).append(hit)
@@ -85,7 +88,21 @@ def serve_session_search(recall: Recall, args: dict[str, Any], session_id: str) 
     )
 
 
-def session_search_middleware(find_recall: Callable[[], Recall | None]) -> Callable[..., Any]:
+class Middleware(Protocol):
+    """Hermes' tool-execution middleware callback (hermes_cli.middleware), keywords only."""
+
+    def __call__(
+        self,
+        *,
+        tool_name: str = "",
+        args: object = None,
+        next_call: Callable[[object], object],
+        session_id: str = "",
+        **rest: object,
+    ) -> object: ...
+
+
+def session_search_middleware(find_recall: Callable[[], Recall | None]) -> Middleware:
     """Hermes' tool-execution middleware: serve session_search's discovery shape from the
     memory `find_recall()` returns (None: no store open, let Hermes answer), pass everything
     else on unchanged."""
@@ -93,11 +110,11 @@ def session_search_middleware(find_recall: Callable[[], Recall | None]) -> Calla
     def serve(
         *,
         tool_name: str = "",
-        args: Any = None,
-        next_call: Callable[..., Any],
+        args: object = None,
+        next_call: Callable[[object], object],
         session_id: str = "",
-        **_: Any,
-    ) -> Any:
+        **rest: object,
+    ) -> object:
         if tool_name != "session_search" or not isinstance(args, dict):
             return next_call(args)
         try:
