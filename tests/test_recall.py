@@ -155,7 +155,7 @@ def test_results_cover_several_sessions_and_a_session_gives_its_best_turns(core)
     answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args))
     assert answer["count"] == 5 and {r["session"] for r in answer["results"]} == {"trip"}
     bad = json.loads(
-        dispatch(RECALL_TOOLS, core.recall, "chronicle_search", {"query": "x", "session": 3})
+        dispatch(RECALL_TOOLS, core.recall, "chronicle_search", {"query": "x", "session": ["trip"]})
     )
     assert "error" in bad
 
