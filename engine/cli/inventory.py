@@ -33,11 +33,7 @@ def has_table(store: SQLiteEventStore, name: str) -> bool:
 
 
 def event_counts(store: SQLiteEventStore) -> list[dict[str, Any]]:
-    with sqlite_errors("counting events"), store.reading() as conn:
-        rows = conn.execute(
-            "SELECT namespace, type, COUNT(*), MIN(seq), MAX(seq) FROM events"
-            " GROUP BY namespace, type ORDER BY namespace, type"
-        ).fetchall()
+    rows = store.type_counts()
     return [
         {"namespace": ns, "type": t, "count": n, "first_seq": lo, "last_seq": hi}
         for ns, t, n, lo, hi in rows
@@ -46,16 +42,7 @@ def event_counts(store: SQLiteEventStore) -> list[dict[str, Any]]:
 
 def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[dict[str, Any]]:
     """Sessions seen in the log, most recent first."""
-    sql = (
-        "SELECT session, COUNT(*), MIN(seq), MAX(seq), MIN(created_at), MAX(created_at)"
-        " FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(seq) DESC"
-    )
-    params: tuple[Any, ...] = ()
-    if limit is not None:
-        sql += " LIMIT ?"
-        params = (limit,)
-    with sqlite_errors("listing sessions"), store.reading() as conn:
-        rows = conn.execute(sql, params).fetchall()
+    rows = store.session_counts(limit)
     return [
         {
             "session": s,

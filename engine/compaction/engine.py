@@ -67,12 +67,6 @@ from .view import Condensed, level_name, rebase
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
 
-# The end of the mask mark ("«masked:"), no GLOB wildcard in it: `_marked` has SQLite look for
-# it (GLOB skips to its first letter, a rare one, with strcspn: ~1.9 ms over the 1k bench's 2 MB
-# of payloads, where instr on the whole mark takes ~3.3 ms) and checks the few rows it returns
-# for the whole mark.
-_MASK_GLOB = "*" + MASK_MARK[-4:] + "*"
-
 log = logging.getLogger("chronicle_engine.compaction")
 
 
@@ -284,16 +278,10 @@ class Compaction:
         """Seqs in [lo, hi] whose captured text had a credential masked. Capture masks every
         message it records, so the others need no second scan before a summariser reads them."""
         try:
-            with self._store.reading() as conn:
-                rows = conn.execute(
-                    "SELECT seq, payload FROM events WHERE seq BETWEEN ? AND ? AND namespace = ?"
-                    " AND payload GLOB ?",
-                    (lo, hi, CHAT_NAMESPACE, _MASK_GLOB),
-                ).fetchall()
+            return set(self._store.seqs_containing(lo, hi, CHAT_NAMESPACE, MASK_MARK))
         except Exception:  # unreadable: every message is masked again, as if none were known
             log.warning("could not read which folded messages hold credentials", exc_info=True)
             return set(range(lo, hi + 1))
-        return {int(seq) for seq, payload in rows if MASK_MARK in payload}
 
     def _previous_view(
         self, names: Sequence[str], messages: Sequence[Any]

@@ -7,19 +7,20 @@ older version, step by step. Stored rows are never rewritten: an upcast happens 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import UnknownEventType, UsageError
-from .store import PendingEvent, SQLiteEventStore, StoredEvent
+from .store import Envelope, PendingEvent, SQLiteEventStore, StoredEvent
 
 __all__ = [
     "DomainEvent",
     "EventTypeRegistry",
     "UpcastRegistry",
     "EventReader",
+    "Decoded",
 ]
 
 E = TypeVar("E", bound="DomainEvent")
@@ -30,6 +31,17 @@ class DomainEvent(BaseModel):
     """Base of every event the log holds. Subclass with `frozen=True`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Decoded(NamedTuple, Generic[E]):
+    """A stored event decoded into its class (payload upcast first): where it sits, and what."""
+
+    envelope: Envelope
+    event: E
+
+    @property
+    def seq(self) -> int:
+        return self.envelope.seq
 
 
 class EventTypeRegistry:
@@ -195,3 +207,17 @@ class EventReader:
     def decode(self, event: StoredEvent) -> DomainEvent:
         cls, _ = self.types.class_of(event.envelope.namespace, event.envelope.type)
         return cls.model_validate(self.current(event).payload)
+
+    # -- named questions, answered upcast --------------------------------------------------
+
+    def get_many(self, seqs: Iterable[int]) -> dict[int, StoredEvent]:
+        """The events at `seqs` the log holds, by seq, payloads at their current version."""
+        return {seq: self.current(e) for seq, e in self.store.get_many(seqs).items()}
+
+    def latest(self, cls: type[E], *, sessions: Sequence[str]) -> Decoded[E] | None:
+        """The last event of class `cls` written in any of `sessions`, decoded."""
+        namespace, type_, _ = self.types.key_of(cls)
+        found = self.store.latest(namespace, type_, sessions=sessions)
+        if found is None:
+            return None
+        return Decoded(found.envelope, cls.model_validate(self.current(found).payload))

@@ -47,6 +47,7 @@ SYNCHRONOUS = "NORMAL"
 may lose the last transactions committed since the previous checkpoint, never corrupt the file."""
 
 _PAGE = 2000
+_CHUNK = 500  # ids or seqs per `IN (...)` list: under SQLite's default variable limit
 # Pages of WAL before SQLite checkpoints on its own (default 1000). A checkpoint fsyncs the database
 # file, so a larger interval keeps appends fast; maintenance and shutdown checkpoint explicitly.
 WAL_AUTOCHECKPOINT_PAGES = 10_000
@@ -520,6 +521,105 @@ class SQLiteEventStore:
         with sqlite_errors("counting events"), self.reading() as conn:
             return int(conn.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
+    # -- named questions the rooms above ask (the only SQL on `events` outside this class's
+    # -- append/read is here; tests/test_log_queries.py checks each plan) ----------------------
+
+    def get_many(self, seqs: Iterable[int]) -> dict[int, StoredEvent]:
+        """The events at `seqs` (the ones the log holds), by seq."""
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq IN ({{}})"
+        with sqlite_errors("reading events"), self.reading() as conn:
+            return {int(row[0]): row_to_event(row) for row in _chunked(conn, sql, list(seqs))}
+
+    def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
+        """The seq of each event id the log holds (ids it does not hold are left out)."""
+        sql = "SELECT id, seq FROM events WHERE id IN ({})"
+        with sqlite_errors("looking events up by id"), self.reading() as conn:
+            return {str(i): int(seq) for i, seq in _chunked(conn, sql, list(ids))}
+
+    def holds(self, seqs: Iterable[int]) -> set[int]:
+        """Which of `seqs` the log holds."""
+        sql = "SELECT seq FROM events WHERE seq IN ({})"
+        with sqlite_errors("looking events up by seq"), self.reading() as conn:
+            return {int(seq) for (seq,) in _chunked(conn, sql, list(dict.fromkeys(seqs)))}
+
+    def any_after(
+        self,
+        after: int,
+        *,
+        namespaces: Sequence[str] | None = None,
+        session: str | None = None,
+    ) -> bool:
+        """Whether the log holds an event past `after` (of those namespaces; of that session)."""
+        where = ["seq > ?"]
+        params: list[Any] = [after]
+        if session is not None:
+            where.append("session = ?")  # the session's index, from `after` on
+            params.append(session)
+        if namespaces is not None:
+            if not namespaces:
+                return False
+            # `+namespace`: walk the short seq range past `after`, not the namespace index.
+            where.append(f"+namespace IN ({','.join('?' * len(namespaces))})")
+            params.extend(namespaces)
+        with sqlite_errors("reading the log's end"), self.reading() as conn:
+            row = conn.execute(
+                f"SELECT 1 FROM events WHERE {' AND '.join(where)} LIMIT 1", params
+            ).fetchone()
+        return row is not None
+
+    def latest(self, namespace: str, type_: str, *, sessions: Sequence[str]) -> StoredEvent | None:
+        """The last event of (namespace, type) written in any of `sessions`."""
+        if not sessions:
+            return None
+        with sqlite_errors("reading the latest event"), self.reading() as conn:
+            row = conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE namespace = ? AND type = ?"
+                f" AND session IN ({','.join('?' * len(sessions))}) ORDER BY seq DESC LIMIT 1",
+                (namespace, type_, *sessions),
+            ).fetchone()
+        return row_to_event(row) if row else None
+
+    def seqs_containing(self, lo: int, hi: int, namespace: str, text: str) -> list[int]:
+        """Seqs in [lo, hi] of `namespace` whose stored payload (its JSON text) contains `text`.
+        Reads the rows of that seq range only, by rowid, however long the log is (`+namespace`
+        keeps SQLite off the (namespace, type) index, which would walk every event of the
+        namespace ever stored)."""
+        # SQLite looks for the end of `text` with GLOB (it skips to the pattern's first letter
+        # with strcspn: ~1.9 ms over 2 MB of payloads, where instr on a whole mark takes ~3.3
+        # ms); the few rows it returns are checked for the whole text here.
+        tail = text[-4:]
+        pattern = "*" + "".join(f"[{c}]" if c in "*?[" else c for c in tail) + "*"
+        with sqlite_errors("searching stored payloads"), self.reading() as conn:
+            rows = conn.execute(
+                "SELECT seq, payload FROM events WHERE seq BETWEEN ? AND ? AND +namespace = ?"
+                " AND payload GLOB ? ORDER BY seq",
+                (lo, hi, namespace, pattern),
+            ).fetchall()
+        return [int(seq) for seq, payload in rows if text in payload]
+
+    def type_counts(self) -> list[tuple[str, str, int, int, int]]:
+        """(namespace, type, count, first seq, last seq) of every event type the log holds."""
+        with sqlite_errors("counting events"), self.reading() as conn:
+            rows = conn.execute(
+                "SELECT namespace, type, COUNT(*), MIN(seq), MAX(seq) FROM events"
+                " GROUP BY namespace, type ORDER BY namespace, type"
+            ).fetchall()
+        return [(str(ns), str(t), int(n), int(lo), int(hi)) for ns, t, n, lo, hi in rows]
+
+    def session_counts(self, limit: int | None = None) -> list[tuple[Any, ...]]:
+        """(session, events, first seq, last seq, first created_at, last created_at) of every
+        session the log holds events of, most recent first."""
+        sql = (
+            "SELECT session, COUNT(*), MIN(seq), MAX(seq), MIN(created_at), MAX(created_at)"
+            " FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(seq) DESC"
+        )
+        params: tuple[Any, ...] = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            params = (limit,)
+        with sqlite_errors("listing sessions"), self.reading() as conn:
+            return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+
     # -- fold positions ---------------------------------------------------------------------
 
     def position(self, fold: str, conn: sqlite3.Connection | None = None) -> int:
@@ -576,6 +676,13 @@ class SQLiteEventStore:
 
 EVENT_COLUMNS = "seq, id, namespace, type, version, created_at, session, payload"
 """The columns of `events`, in the order `row_to_event` reads them."""
+
+
+def _chunked(conn: sqlite3.Connection, sql: str, values: list[Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of `sql` (its `{}` an `IN` list) over `values`, a chunk of them at a time."""
+    for start in range(0, len(values), _CHUNK):
+        part = values[start : start + _CHUNK]
+        yield from conn.execute(sql.format(",".join("?" * len(part))), part).fetchall()
 
 
 def row_to_event(row: tuple[Any, ...]) -> StoredEvent:

@@ -19,11 +19,10 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import time
 
 from ..capture.secrets import mask
-from ..sessions.events import NAMESPACE as SESSION_NAMESPACE
+from ..sessions.events import CompactionRecorded
 from .gate import gate_words, passes
 from .index import RecallIndex
 from .reach import Window
@@ -45,27 +44,13 @@ def window(recall: RecallIndex, session_id: str) -> Window | None:
     if not session_id:
         return None
     sessions = tuple(recall.lineage(session_id))
-    marks = ",".join("?" * len(sessions))
-    with recall.store.reading() as conn:
-        latest = conn.execute(
-            f"SELECT seq, payload FROM events WHERE namespace = ? AND type = ?"
-            f" AND session IN ({marks}) ORDER BY seq DESC LIMIT 1",
-            (SESSION_NAMESPACE, "CompactionRecorded", *sessions),
-        ).fetchone()
-        if latest is None:
-            return Window(sessions)
-        record = json.loads(latest[1])
-        first_kept = record.get("first_kept_seq")
-        start = int(first_kept) if isinstance(first_kept, int) else int(latest[0])
-        heads = [str(h) for h in record.get("head_entries") or ()]
-        seqs = (
-            conn.execute(
-                f"SELECT seq FROM events WHERE id IN ({','.join('?' * len(heads))})", heads
-            ).fetchall()
-            if heads
-            else []
-        )
-    return Window(sessions, start, frozenset(int(seq) for (seq,) in seqs))
+    latest = recall.reader.latest(CompactionRecorded, sessions=sessions)
+    if latest is None:
+        return Window(sessions)
+    record = latest.event
+    start = record.first_kept_seq if record.first_kept_seq is not None else latest.seq
+    heads = recall.store.seqs_of(record.head_entries) if record.head_entries else {}
+    return Window(sessions, start, frozenset(heads.values()))
 
 
 def automated(recall: RecallIndex, session_id: str) -> bool:

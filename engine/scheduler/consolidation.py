@@ -308,11 +308,7 @@ class Consolidator:
                 unit = OpenUnit(*row)
                 # Anything of the session after the unit's last event (new talk the fold has not
                 # read yet, or our own earlier decision) means this is not the moment to reap.
-                later = conn.execute(
-                    "SELECT 1 FROM events WHERE session = ? AND seq > ? LIMIT 1",
-                    (unit.session, unit.last_seq),
-                ).fetchone()
-                if later is not None:
+                if self.store.any_after(unit.last_seq, session=unit.session):
                     continue
                 pending.append(
                     self.types.pending(

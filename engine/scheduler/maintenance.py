@@ -136,8 +136,8 @@ def wal_checkpoint(ctx: TaskContext) -> SweepReport:
 def integrity(ctx: TaskContext) -> SweepReport:
     start = ctx.sweeps.load("integrity").cursor
     problems: list[dict[str, Any]] = []
+    last_seq = ctx.store.last_seq()
     with sqlite_errors("checking chronicle integrity"), ctx.store.reading() as conn:
-        last_seq = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
         rows = conn.execute(
             "SELECT s.written, s.chronicle, s.section_id, s.from_seq, s.to_seq FROM sections s"
             f" WHERE s.written > ? AND {_CURRENT.format(t='s')} ORDER BY s.written LIMIT ?",
@@ -147,10 +147,7 @@ def integrity(ctx: TaskContext) -> SweepReport:
         for written, chronicle, section_id, lo, hi in rows:
             cursor = written
             ends = {lo, hi}
-            present = conn.execute(
-                f"SELECT COUNT(*) FROM events WHERE seq IN ({','.join('?' * len(ends))})",
-                tuple(ends),
-            ).fetchone()[0]
+            present = len(ctx.store.holds(ends))
             if lo < 1 or hi > last_seq or present != len(ends):
                 problems.append(
                     {

@@ -12,19 +12,14 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
-from ..log.store import (
-    EVENT_COLUMNS,
-    Migration,
-    SQLiteEventStore,
-    StoredEvent,
-    row_to_event,
-    run_script,
-)
+from ..log.events import EventReader
+from ..log.store import Migration, StoredEvent, run_script
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
 
@@ -276,17 +271,18 @@ def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | No
     return (kind, None, None, target if isinstance(target, str) else None)
 
 
-def fold_pending(store: SQLiteEventStore, conn: sqlite3.Connection) -> tuple[int, int]:
+def fold_pending(
+    reader: EventReader, conn: sqlite3.Connection, *, batch_size: int = 2000
+) -> tuple[int, int]:
     """Fold every event not yet folded, inside the caller's write transaction. Returns (the
-    fold's position before, the log's end now): nobody else appends while the caller writes."""
+    fold's position before, the log's end now): nobody else appends while the caller writes.
+    The backlog streams through in batches of `batch_size` (a store bulk-built or imported
+    far ahead of the fold is never held in memory at once)."""
+    store = reader.store
     position = store.position(FOLD_NAME, conn)
-    end = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+    end = store.last_seq()
     if end > position:
-        placeholders = ",".join("?" * len(NAMESPACES))
-        rows = conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events"
-            f" WHERE seq > ? AND seq <= ? AND +namespace IN ({placeholders}) ORDER BY seq",
-            (position, end, *NAMESPACES),
-        ).fetchall()  # `+namespace`: walk the seq range, not the (namespace, type) index
-        apply_events(conn, [row_to_event(row) for row in rows])
+        events = reader.read(after=position, upto=end, namespaces=NAMESPACES, by_seq=True)
+        while batch := list(itertools.islice(events, batch_size)):
+            apply_events(conn, batch)
     return position, end

@@ -15,7 +15,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sqlite3
 import threading
@@ -27,7 +26,6 @@ from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.events import EventReader
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
-from .events import NAMESPACE as SESSION_NAMESPACE
 from .events import (
     SWITCH_REASONS,
     BranchSummarized,
@@ -79,15 +77,7 @@ class TreeWriter:
         event whose id was already in the log gets the stored event's seq."""
         if not events:
             return []
-        existing: dict[str, int] = {}
-        ids = [e.id for e in events]
-        for chunk in range(0, len(ids), 500):
-            part = ids[chunk : chunk + 500]
-            existing.update(
-                self.conn.execute(
-                    f"SELECT id, seq FROM events WHERE id IN ({','.join('?' * len(part))})", part
-                ).fetchall()
-            )
+        existing = self.tree.store.seqs_of(e.id for e in events)
         fresh: list[PendingEvent] = []
         for e in events:
             if e.id not in existing:
@@ -124,7 +114,7 @@ class SessionTree:
         with contextlib.ExitStack() as stack:
             claim: Claim | None = None
             with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
-                position, end = fold_pending(self.store, conn)
+                position, end = fold_pending(self.reader, conn)
                 writer = TreeWriter(self, conn, end)
                 if self.spill is not None and self.store.depth == 1 and self.spill.waiting():
                     claim = self._replay(stack, writer)
@@ -186,15 +176,8 @@ class SessionTree:
         session event past the fold's position needs the write lock: the turn, compaction and
         recall events appended every turn change nothing the tree reads (the next capture
         moves the position past them)."""
-        placeholders = ",".join("?" * len(FOLDED_NAMESPACES))
-        with self.store.reading() as conn:
-            position = self.store.position(FOLD_NAME, conn)
-            # `+namespace`: walk the short seq range past the position, not a namespace index.
-            pending = conn.execute(
-                f"SELECT 1 FROM events WHERE seq > ? AND +namespace IN ({placeholders}) LIMIT 1",
-                (position, *FOLDED_NAMESPACES),
-            ).fetchone()
-        if pending is not None:
+        position = self.store.position(FOLD_NAME)
+        if self.store.any_after(position, namespaces=FOLDED_NAMESPACES):
             try:
                 with self._refresh_lock, self.writing():
                     pass
@@ -226,18 +209,12 @@ class SessionTree:
             with self.writing() as w:
                 # Both slots hear a compression rotation (and may hear other switches): the
                 # second report of the switch the session last made is the same switch.
-                last = w.conn.execute(
-                    "SELECT seq, payload FROM events WHERE namespace = ? AND type = ?"
-                    " AND session = ? ORDER BY seq DESC LIMIT 1",
-                    (SESSION_NAMESPACE, "SessionSwitched", session),
-                ).fetchone()
-                if last is not None:
-                    before = json.loads(last[1])
-                    if (
-                        before.get("parent_session", "") == parent
-                        and before.get("reason") == reason
-                    ):
-                        return int(last[0])
+                last = self.reader.latest(SessionSwitched, sessions=[session])
+                if last is not None and (last.event.parent_session, last.event.reason) == (
+                    parent,
+                    reason,
+                ):
+                    return last.seq
                 return w.append(pending)[0]
         except (StoreBusy, StoreReadOnly) as exc:
             raise self.keep_aside(exc, pending)[0] from exc
@@ -363,17 +340,7 @@ class SessionTree:
 
     def payloads(self, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Stored payloads by seq (the entries' data lives in the log, not in the fold)."""
-        out: dict[int, dict[str, Any]] = {}
-        wanted = list(seqs)
-        with sqlite_errors("reading entries"), self.store.reading() as conn:
-            for chunk in range(0, len(wanted), 500):
-                part = wanted[chunk : chunk + 500]
-                rows = conn.execute(
-                    f"SELECT seq, payload FROM events WHERE seq IN ({','.join('?' * len(part))})",
-                    part,
-                ).fetchall()
-                out.update((int(seq), json.loads(payload)) for seq, payload in rows)
-        return out
+        return {seq: e.payload for seq, e in self.reader.get_many(seqs).items()}
 
     # -- the projection -------------------------------------------------------------------------
 

@@ -1,0 +1,219 @@
+"""The log owns the events table: its named questions answer right, read only what they need
+(each plan checked with EXPLAIN QUERY PLAN), and no module outside engine/log/ runs SQL on it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
+from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
+from chronicle_engine.tree.events import SessionSwitched, register_session_events
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_ROOM = ROOT / "engine" / "log"
+
+# SQL that names the events table itself: `events` as a whole word after a clause keyword.
+# `events_fts`, `events_by_type` and other names that only start with "events" are other tables
+# or indexes (`\b` does not end a word at `_`), and lower-case prose ("reads events from") is not
+# SQL: the project writes its SQL keywords in capitals.
+_EVENTS_SQL = re.compile(
+    r"\b(?:FROM|JOIN|INTO|UPDATE|TABLE(?:\s+IF\s+NOT\s+EXISTS)?|ON)\s+[\"`\[]?events\b(?![\"`\]]?_)"
+)
+
+
+def _sql_texts(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """Every string literal of a module, f-strings with their holes left as `?`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+        elif isinstance(node, ast.JoinedStr):
+            parts = [
+                v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "?"
+                for v in node.values
+            ]
+            yield node.lineno, "".join(parts)
+
+
+def _product_sources() -> list[Path]:
+    files = sorted((ROOT / "engine").rglob("*.py"))
+    files += [ROOT / name for name in ("provider.py", "context.py", "__init__.py")]
+    files += sorted((ROOT / "dashboard").rglob("*.py")) if (ROOT / "dashboard").exists() else []
+    return [f for f in files if f.exists()]
+
+
+def test_the_pattern_tells_the_events_table_from_its_neighbours() -> None:
+    hits = [
+        "SELECT seq FROM events WHERE id = ?",
+        'SELECT 1 FROM "events" LIMIT 1',
+        "INSERT INTO events(id) VALUES (?)",
+        "UPDATE events SET payload = '{}'",
+        "CREATE TABLE IF NOT EXISTS events (",
+        "CREATE TRIGGER t AFTER INSERT ON events BEGIN SELECT 1; END",
+        "SELECT m.seq FROM recall_messages m JOIN events e ON e.seq = m.seq",
+    ]
+    misses = [
+        "SELECT rowid FROM events_fts WHERE events_fts MATCH ?",
+        "CREATE INDEX IF NOT EXISTS events_by_type ON events_archive(namespace)",
+        "reads the events from the log",
+        "SELECT 1 FROM recall_messages WHERE events > 0",
+    ]
+    assert all(_EVENTS_SQL.search(text) for text in hits)
+    assert not any(_EVENTS_SQL.search(text) for text in misses)
+
+
+def test_no_module_outside_the_log_runs_sql_on_the_events_table() -> None:
+    offenders: list[str] = []
+    sources = _product_sources()
+    assert len(sources) > 50  # the scan really reads the product's modules
+    for path in sources:
+        if LOG_ROOM in path.parents:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for lineno, text in _sql_texts(tree):
+            if _EVENTS_SQL.search(text):
+                offenders.append(f"{path.relative_to(ROOT)}:{lineno}: {text.strip()[:80]}")
+    assert not offenders, (
+        "SQL on the events table outside engine/log/ (ask the log a named question instead):\n"
+        + "\n".join(offenders)
+    )
+
+
+# -- the named questions, on a log shaped like a lived-in one -------------------------------
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLiteEventStore]:
+    s = SQLiteEventStore(":memory:" if request.param == "memory" else tmp_path / "log.db")
+    rows: list[PendingEvent] = []
+    for i in range(1, 3001):
+        namespace = ("chronicle.chat", "chronicle.turn", "chronicle.session")[i % 3]
+        text = f"message {i}" + (" «masked:api_key»" if i % 500 == 0 else "")
+        rows.append(
+            PendingEvent(namespace, "Thing", 1, {"text": text}, session=f"s{i % 7}", id=f"id{i}")
+        )
+    s.append(rows)
+    with s.atomic() as conn:
+        conn.execute("ANALYZE")  # plans must hold with statistics too, as a maintained store has
+    yield s
+    s.close()
+
+
+def _plans(store: SQLiteEventStore, call: Callable[[], Any]) -> list[str]:
+    """The query plan (detail lines joined) of each statement on `events` that `call` runs."""
+    statements: list[str] = []
+    conn = store.connection
+    conn.set_trace_callback(statements.append)
+    try:
+        call()
+    finally:
+        conn.set_trace_callback(None)
+    plans = []
+    for sql in statements:
+        if not _EVENTS_SQL.search(sql):
+            continue
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+        plans.append(" | ".join(str(r[-1]) for r in rows))
+    assert plans, "the call ran no statement on events"
+    return plans
+
+
+_BY_ROWID = re.compile(r"SEARCH events USING INTEGER PRIMARY KEY \(rowid[<>=]")
+
+
+def test_seqs_containing_reads_only_the_seq_range(store: SQLiteEventStore) -> None:
+    assert store.seqs_containing(1, 3000, "chronicle.chat", "«masked:") == [1500, 3000]
+    assert store.seqs_containing(1, 1499, "chronicle.chat", "«masked:") == []
+    assert store.seqs_containing(1, 3000, "chronicle.turn", "«masked:") == [1000, 2500]
+    (plan,) = _plans(store, lambda: store.seqs_containing(2000, 2100, "chronicle.chat", "«x"))
+    # by rowid over [lo, hi], never the (namespace, type) index over every chat event stored
+    assert _BY_ROWID.search(plan) and "events_by_type" not in plan, plan
+
+
+def test_any_after_walks_the_tail_or_the_sessions_index(store: SQLiteEventStore) -> None:
+    assert store.any_after(2999, namespaces=["chronicle.chat"])  # 3000 % 3 == 0
+    assert not store.any_after(3000, namespaces=["chronicle.chat"])
+    assert not store.any_after(2999, namespaces=["chronicle.turn"])
+    assert store.any_after(2990, session="s0") and not store.any_after(2996, session="s0")
+    (plan,) = _plans(store, lambda: store.any_after(2990, namespaces=["chronicle.chat"]))
+    assert _BY_ROWID.search(plan), plan
+    (plan,) = _plans(store, lambda: store.any_after(2990, session="s1"))
+    assert "USING COVERING INDEX events_by_session (session=? AND seq>?)" in plan, plan
+
+
+def test_lookups_by_id_and_seq_use_their_keys(store: SQLiteEventStore) -> None:
+    assert store.seqs_of(["id7", "id2999", "nope"]) == {"id7": 7, "id2999": 2999}
+    assert store.holds([1, 3000, 3001, 3000]) == {1, 3000}
+    assert sorted(store.get_many([5, 6, 9999])) == [5, 6]
+    (plan,) = _plans(store, lambda: store.seqs_of(["id7", "id8"]))
+    assert "USING COVERING INDEX sqlite_autoindex_events_1 (id=?)" in plan, plan
+    for call in (lambda: store.holds([5, 6]), lambda: store.get_many([5, 6])):
+        (plan,) = _plans(store, call)
+        assert "USING INTEGER PRIMARY KEY (rowid=?)" in plan, plan
+
+
+def test_latest_of_a_type_seeks_its_index_from_the_end(store: SQLiteEventStore) -> None:
+    found = store.latest("chronicle.session", "Thing", sessions=["s3", "s4"])
+    assert found is not None and found.seq == 2999 and found.envelope.session == "s3"
+    assert store.latest("chronicle.session", "Other", sessions=["s3"]) is None
+    assert store.latest("chronicle.session", "Thing", sessions=[]) is None
+    (plan,) = _plans(store, lambda: store.latest("chronicle.session", "Thing", sessions=["s3"]))
+    assert "USING INDEX events_by_" in plan and "SCAN events" not in plan, plan
+
+
+def test_a_fold_catching_up_walks_the_seq_range(store: SQLiteEventStore) -> None:
+    read = lambda: list(  # noqa: E731
+        store.read(after=100, upto=2000, namespaces=["chronicle.chat"], by_seq=True)
+    )
+    assert len(read()) == 633  # the multiples of 3 in 101..2000
+    (plan,) = _plans(store, read)
+    assert _BY_ROWID.search(plan) and "events_by_type" not in plan, plan
+
+
+def test_inventory_counts(store: SQLiteEventStore) -> None:
+    counts = store.type_counts()
+    assert [(ns, n) for ns, _, n, _, _ in counts] == [
+        ("chronicle.chat", 1000),
+        ("chronicle.session", 1000),
+        ("chronicle.turn", 1000),
+    ]
+    sessions = store.session_counts(limit=2)
+    assert [row[:2] for row in sessions] == [("s4", 429), ("s3", 429)]
+
+
+def test_reader_answers_upcast_and_typed(tmp_path: Path) -> None:
+    types, upcasts = EventTypeRegistry(), UpcastRegistry()
+    register_session_events(types)
+    types.register("chronicle.session", "SessionSwitched", SessionSwitched, version=2)
+    upcasts.register(
+        "chronicle.session",
+        "SessionSwitched",
+        1,
+        lambda p: {"parent_session": p.pop("parent"), "reason": p["reason"]},
+    )
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        store.append(
+            [
+                PendingEvent(
+                    "chronicle.session",
+                    "SessionSwitched",
+                    1,
+                    {"parent": "a", "reason": "compression"},
+                    session="b",
+                )
+            ]
+        )
+        reader = EventReader(store, upcasts, types)
+        latest = reader.latest(SessionSwitched, sessions=["b"])
+        assert latest is not None and latest.seq == 1
+        assert latest.event == SessionSwitched(parent_session="a", reason="compression")
+        assert reader.get_many([1])[1].payload == {
+            "parent_session": "a",
+            "reason": "compression",
+        }
+        assert reader.latest(SessionSwitched, sessions=["a"]) is None
