@@ -325,3 +325,49 @@ def test_namespaces_must_be_a_collection_of_names() -> None:
     fold.namespaces = "t"  # type: ignore[assignment]
     with pytest.raises(UsageError, match="not one string"):
         Projector(store, reader, [fold])
+
+
+class Batches(WordCount):
+    """WordCount that also records how many events each apply was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+        self.sizes.append(len(events))
+        super().apply(conn, events, prepared)
+
+
+@settings(max_examples=25, deadline=None)
+@given(speeches, st.integers(1, 9), st.integers(0, 20))
+def test_folding_within_a_transaction_equals_catching_up(said, batch_size, start) -> None:
+    whole, types, reader = setup(":memory:")
+    whole.append([types.pending(Said(who=w, words=n)) for w, n in said])
+    Projector(whole, reader, [WordCount()]).catch_up()
+
+    inside, types2, reader2 = setup(":memory:")
+    inside.append([types2.pending(Said(who=w, words=n)) for w, n in said])
+    fold = Batches()
+    projector = Projector(inside, reader2, [fold], batch_size=batch_size)
+    end = inside.last_seq()
+    cut = min(start, end)
+    with inside.atomic() as conn:  # in two steps, as two writers would
+        assert projector.fold_within(conn, after=0, upto=cut) == cut
+        assert projector.fold_within(conn, after=cut, upto=end) == end - cut
+    assert state(inside) == state(whole)
+    assert all(size <= batch_size for size in fold.sizes)  # never the whole backlog at once
+    assert inside.position("words") == 0  # the caller writes the position, not fold_within
+
+
+def test_fold_within_refuses_a_generative_fold() -> None:
+    store, types, reader = setup(":memory:")
+
+    class Drawn(WordCount):
+        generative = True
+
+        def prepare(self, events: Sequence[StoredEvent]) -> Any:
+            return None
+
+    with store.atomic() as conn, pytest.raises(UsageError, match="catch_up"):
+        Projector(store, reader, [Drawn()]).fold_within(conn, after=0, upto=1)

@@ -6,6 +6,8 @@ Invariants:
 - A generative fold draws (calls a model) in `prepare`, before the write transaction opens; `apply`
   only writes what was prepared. A slow model therefore never holds the write lock.
 - A failed batch writes nothing and moves no position.
+- Catch-up streams: a batch of at most `batch_size` events is in memory at a time, however far
+  behind a fold is (`fold_within` too, for a writer folding inside its own transaction).
 - A fold that declares `namespaces` is given only events of those namespaces, read filtered in
   SQL (the other payloads are never decoded); its position still moves over the whole range the
   batch covered, so a later catch-up never reads the skipped events again, and the fold's state
@@ -18,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import inspect
+import itertools
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -165,6 +168,28 @@ class Projector:
                     prepared[f.name] = await value if inspect.isawaitable(value) else value
             self._apply(pending, positions, prepared, end)
             total += len(batch)
+
+    def fold_within(self, conn: sqlite3.Connection, *, after: int, upto: int) -> int:
+        """Fold the events in (after, upto] into every fold, inside the caller's open write
+        transaction, a batch at a time (memory bounded by `batch_size`, however far behind).
+        For a writer whose folds must be caught up before it appends in the same transaction
+        (the session tree); it writes the positions itself, in that transaction. The events
+        each fold is given are those `catch_up` would give it. Returns the events read."""
+        for fold in self.folds:
+            if is_generative(fold):
+                raise UsageError(
+                    f"{fold.name!r} is generative: its draws must not run inside a write "
+                    "transaction; fold it with catch_up()"
+                )
+        events = self.reader.read(after=after, upto=upto, namespaces=self._wanted, by_seq=True)
+        total = 0
+        while batch := list(itertools.islice(events, self.batch_size)):
+            for fold in self.folds:
+                pending = self._pending(fold, batch, {fold.name: after})
+                if pending:
+                    fold.apply(conn, pending, None)
+            total += len(batch)
+        return total
 
     def _next_batch(self, upto: int | None) -> tuple[list[StoredEvent], dict[str, int], int | None]:
         """The next batch, the positions it was read from, and the end of the log range it

@@ -12,13 +12,12 @@ Invariants:
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
-from ..log.events import EventReader
+from ..log.projector import Projector
 from ..log.store import Migration, StoredEvent, run_script
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
@@ -271,18 +270,14 @@ def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | No
     return (kind, None, None, target if isinstance(target, str) else None)
 
 
-def fold_pending(
-    reader: EventReader, conn: sqlite3.Connection, *, batch_size: int = 2000
-) -> tuple[int, int]:
+def fold_pending(projector: Projector, conn: sqlite3.Connection) -> tuple[int, int]:
     """Fold every event not yet folded, inside the caller's write transaction. Returns (the
     fold's position before, the log's end now): nobody else appends while the caller writes.
-    The backlog streams through in batches of `batch_size` (a store bulk-built or imported
-    far ahead of the fold is never held in memory at once)."""
-    store = reader.store
+    `projector` drives the one SessionFold; the backlog streams through it in batches (a
+    store bulk-built or imported far ahead of the fold is never held in memory at once)."""
+    store = projector.store
     position = store.position(FOLD_NAME, conn)
     end = store.last_seq()
     if end > position:
-        events = reader.read(after=position, upto=end, namespaces=NAMESPACES, by_seq=True)
-        while batch := list(itertools.islice(events, batch_size)):
-            apply_events(conn, batch)
+        projector.fold_within(conn, after=position, upto=end)
     return position, end

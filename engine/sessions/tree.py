@@ -25,6 +25,7 @@ from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.events import EventReader
+from ..log.projector import Projector
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
 from .events import (
     SWITCH_REASONS,
@@ -37,7 +38,7 @@ from .events import (
     SessionSwitched,
     UsageRecorded,
 )
-from .fold import FOLD_NAME, MIGRATIONS, apply_events, fold_pending
+from .fold import FOLD_NAME, MIGRATIONS, SessionFold, apply_events, fold_pending
 from .fold import NAMESPACES as FOLDED_NAMESPACES
 from .paths import PathEntry, read_leaf, read_path, walk_since
 from .projection import project
@@ -99,6 +100,7 @@ class SessionTree:
         self.store = reader.store
         self.types = reader.types
         self.store.migrate(MIGRATIONS)
+        self._catch_up = Projector(self.store, reader, [SessionFold()], batch_size=2000)
         self._refresh_lock = threading.Lock()
         self.spill = Spill.beside(self.store.path)
         self._replay_listeners: list[Callable[[set[str]], None]] = []
@@ -114,7 +116,7 @@ class SessionTree:
         with contextlib.ExitStack() as stack:
             claim: Claim | None = None
             with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
-                position, end = fold_pending(self.reader, conn)
+                position, end = fold_pending(self._catch_up, conn)
                 writer = TreeWriter(self, conn, end)
                 if self.spill is not None and self.store.depth == 1 and self.spill.waiting():
                     claim = self._replay(stack, writer)
