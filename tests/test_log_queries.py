@@ -217,3 +217,33 @@ def test_reader_answers_upcast_and_typed(tmp_path: Path) -> None:
             "reason": "compression",
         }
         assert reader.latest(SessionSwitched, sessions=["a"]) is None
+
+
+def test_one_adapter_per_namespace_decodes_every_type_of_it(tmp_path: Path) -> None:
+    from chronicle_engine.errors import UnknownEventType
+    from chronicle_engine.tree.events import CompactionRecorded, LeafMoved
+
+    types = EventTypeRegistry()
+    register_session_events(types)
+    adapter = types.adapter("chronicle.session")
+    assert types.adapter("chronicle.session") is adapter  # built once
+    out = adapter.validate_python({"type": "LeafMoved", "event": {"target": "e1"}})
+    assert out["event"] == LeafMoved(target="e1")
+    with pytest.raises(ValueError):  # a payload of another type of the namespace
+        adapter.validate_python({"type": "LeafMoved", "event": {"section_ids": []}})
+    with pytest.raises(UnknownEventType):
+        types.adapter("nobody.registered")
+
+    class Later(LeafMoved, frozen=True):
+        pass
+
+    types.register("chronicle.session", "Later", Later)
+    assert types.adapter("chronicle.session") is not adapter  # rebuilt with the new member
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        (stored,) = store.append(
+            [types.pending(CompactionRecorded(section_ids=["1-3"]), session="s")]
+        )
+        reader = EventReader(store, UpcastRegistry(), types)
+        assert reader.decode(stored) == CompactionRecorded(section_ids=["1-3"])
+        decoded = list(reader.typed(namespaces=["chronicle.session"]))
+        assert [(d.seq, type(d.event)) for d in decoded] == [(1, CompactionRecorded)]

@@ -37,7 +37,7 @@ from ..chronicle.sections import Anchor, Section, section_id_for
 from ..chronicle.store import SQLiteChronicleStore
 from ..config import Config
 from ..errors import ChronicleFork, UsageError
-from ..log.events import EventReader
+from ..log.events import Decoded, DomainEvent, EventReader
 from ..log.store import StoredEvent
 from ..sessions.capture import Capture
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
@@ -94,7 +94,7 @@ class _Lineage:
 
     pins: dict[tuple[int, int], str] = field(default_factory=dict)
     focus: str = ""
-    passes: list[dict[str, Any]] = field(default_factory=list)
+    passes: list[Decoded[ContextCompacted]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -142,6 +142,7 @@ class Compaction:
         capture: Capture,
         forgotten: Callable[[Sequence[int]], set[int]],
     ) -> None:
+        self._reader = reader
         self._store = reader.store
         self._types = reader.types
         self._config = config
@@ -155,7 +156,7 @@ class Compaction:
         self._writer: SectionWriter | None = None
         # Context events of every conversation, read once and then incrementally by seq.
         self._events_through = 0
-        self._events_by_session: dict[str, list[StoredEvent]] = {}
+        self._events_by_session: dict[str, list[Decoded[DomainEvent]]] = {}
         self._events_lock = threading.Lock()
         self._expanded: tuple[Any, list[StoredEvent]] | None = None  # the last range expanded
 
@@ -186,32 +187,34 @@ class Compaction:
 
     def _refresh_events(self) -> None:
         with self._events_lock:
-            for event in self._store.read(after=self._events_through, namespaces=[NAMESPACE]):
-                self._events_by_session.setdefault(event.envelope.session or "", []).append(event)
+            reader = self._reader
+            for event in reader.read(after=self._events_through, namespaces=[NAMESPACE]):
                 self._events_through = event.seq
+                env = event.envelope
+                if reader.types.knows(env.namespace, env.type):  # decoded once, kept
+                    decoded = Decoded(env, reader.decode(event))
+                    self._events_by_session.setdefault(env.session or "", []).append(decoded)
 
     def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
         """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
         self._refresh_events()
         sessions = list(lineage) or self._sessions.lineage(session_id) or [session_id]
-        events: list[StoredEvent] = []
+        events: list[Decoded[DomainEvent]] = []
         with self._events_lock:
             for sid in dict.fromkeys(sessions):
                 events.extend(self._events_by_session.get(sid, ()))
         events.sort(key=lambda e: e.seq)
         state = _Lineage()
         for event in events:
-            kind, payload = event.envelope.type, event.payload
-            if kind == "ContextPinned":
-                state.pins[(int(payload["from_seq"]), int(payload["to_seq"]))] = str(
-                    payload.get("note") or ""
-                )
-            elif kind == "ContextUnpinned":
-                state.pins.pop((int(payload["from_seq"]), int(payload["to_seq"])), None)
-            elif kind == "ContextFocused":
-                state.focus = str(payload.get("topic") or "")
-            elif kind == "ContextCompacted":
-                state.passes.append(dict(payload, seq=event.seq, session=event.envelope.session))
+            match event.event:
+                case ContextPinned(from_seq=lo, to_seq=hi, note=note):
+                    state.pins[(lo, hi)] = note
+                case ContextUnpinned(from_seq=lo, to_seq=hi):
+                    state.pins.pop((lo, hi), None)
+                case ContextFocused(topic=topic):
+                    state.focus = topic
+                case ContextCompacted() as compacted:
+                    state.passes.append(Decoded(event.envelope, compacted))
         return state
 
     def _record(self, session_id: str, event: Any) -> StoredEvent:
@@ -777,14 +780,12 @@ class Compaction:
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, Any]:
         state = self.lineage_state(session_id)
         passes = state.passes
-        last = passes[-1] if passes else None
-        saved = sum(
-            max(0, int(p.get("tokens_before", 0)) - int(p.get("tokens_after", 0))) for p in passes
-        )
+        last = passes[-1].event if passes else None
+        saved = sum(max(0, p.event.tokens_before - p.event.tokens_after) for p in passes)
         carries: list[dict[str, Any]] = []
         if last is not None:
             names = self._sessions.chronicle_names(session_id)
-            for label in last.get("view", []):
+            for label in last.view:
                 found = self.resolve(names, label)
                 if found is not None:
                     carries.append(
@@ -804,28 +805,30 @@ class Compaction:
             "tokens_saved": saved,
             "last_pass": (
                 {
-                    k: last.get(k)
-                    for k in (
-                        "tokens_before",
-                        "tokens_after",
-                        "messages_before",
-                        "messages_after",
-                        "written",
-                        "reused",
-                        "rebased",
-                        "model_calls",
-                        "fell_back",
-                        "handoff_tokens",
-                        "duration_ms",
-                        "session",
-                    )
+                    **{
+                        k: getattr(last, k)
+                        for k in (
+                            "tokens_before",
+                            "tokens_after",
+                            "messages_before",
+                            "messages_after",
+                            "written",
+                            "reused",
+                            "rebased",
+                            "model_calls",
+                            "fell_back",
+                            "handoff_tokens",
+                            "duration_ms",
+                        )
+                    },
+                    "session": passes[-1].envelope.session,
                 }
                 if last
                 else None
             ),
             "handoff": {
                 "sections": carries,
-                "tokens": last.get("handoff_tokens") if last else 0,
+                "tokens": last.handoff_tokens if last else 0,
             },
             "pins": [
                 {"from_seq": lo, "to_seq": hi, "note": note}
