@@ -13,7 +13,7 @@ from rich.tree import Tree
 
 from ...capture.events import NAMESPACE as CHAT
 from ...chronicle.sections import Section
-from ...log.store import SQLiteEventStore
+from ...log.events import EventReader
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 from ..inventory import chronicle_rows, session_rows
 
@@ -290,7 +290,7 @@ def tree(s: Session) -> Outcome:
         lineage = list(tree_api.lineage(sid))
         placed.update(lineage)
         lineages.append(lineage)
-    marks = _session_marks(core.store, {sid for lin in lineages for sid in lin})
+    marks = _session_marks(core.reader, {sid for lin in lineages for sid in lin})
     data: dict[str, list[dict[str, Any]]] = {
         "lineages": [
             {
@@ -328,26 +328,28 @@ def tree(s: Session) -> Outcome:
     return Outcome(data, draw)
 
 
-def _session_marks(store: SQLiteEventStore, sessions: set[str]) -> dict[str, dict[str, Any]]:
+def _session_marks(reader: EventReader, sessions: set[str]) -> dict[str, dict[str, Any]]:
     """Per session: how it started (switch reason, parent) and its compaction points."""
     from ...sessions.events import NAMESPACE as SESSION_NS
+    from ...sessions.events import CompactionRecorded, SessionSwitched
 
     marks: dict[str, dict[str, Any]] = {sid: {"compactions": []} for sid in sessions}
     if not sessions:
         return marks
-    for e in store.read(sessions=sorted(sessions), namespaces=[SESSION_NS]):
+    for e in reader.typed(sessions=sorted(sessions), namespaces=[SESSION_NS]):
         mark = marks[e.envelope.session or ""]
-        if e.envelope.type == "SessionSwitched" and e.payload.get("parent_session"):
-            mark["reason"] = e.payload.get("reason")
-            mark["parent"] = e.payload.get("parent_session")
-        elif e.envelope.type == "CompactionRecorded":
-            mark["compactions"].append(
-                {
-                    "seq": e.seq,
-                    "sections": list(e.payload.get("section_ids") or []),
-                    "tokens_before": int(e.payload.get("tokens_before") or 0),
-                    "tokens_after": int(e.payload.get("tokens_after") or 0),
-                    "first_kept_seq": e.payload.get("first_kept_seq"),
-                }
-            )
+        match e.event:
+            case SessionSwitched(parent_session=parent, reason=reason) if parent:
+                mark["reason"] = reason
+                mark["parent"] = parent
+            case CompactionRecorded() as compaction:
+                mark["compactions"].append(
+                    {
+                        "seq": e.seq,
+                        "sections": list(compaction.section_ids),
+                        "tokens_before": compaction.tokens_before,
+                        "tokens_after": compaction.tokens_after,
+                        "first_kept_seq": compaction.first_kept_seq,
+                    }
+                )
     return marks
