@@ -247,3 +247,14 @@ def test_one_adapter_per_namespace_decodes_every_type_of_it(tmp_path: Path) -> N
         assert reader.decode(stored) == CompactionRecorded(section_ids=["1-3"])
         decoded = list(reader.typed(namespaces=["chronicle.session"]))
         assert [(d.seq, type(d.event)) for d in decoded] == [(1, CompactionRecorded)]
+
+
+def test_the_logs_own_reads_use_their_indexes(store: SQLiteEventStore) -> None:
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: store.get(42), "INTEGER PRIMARY KEY (rowid=?)"),
+        (lambda: store.get_by_id("id42"), "sqlite_autoindex_events_1 (id=?)"),
+        (lambda: store.last_seq(), "SEARCH events"),  # the max rowid, not a scan
+    ]
+    for call, expected in cases:
+        plans = _plans(store, call)
+        assert all(expected in plan and "SCAN events" not in plan for plan in plans), plans
