@@ -258,3 +258,23 @@ def test_the_logs_own_reads_use_their_indexes(store: SQLiteEventStore) -> None:
     for call, expected in cases:
         plans = _plans(store, call)
         assert all(expected in plan and "SCAN events" not in plan for plan in plans), plans
+
+
+def test_decoding_ignores_fields_a_newer_build_added_but_not_wrong_ones(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from chronicle_engine.tree.events import LeafMoved
+
+    types = EventTypeRegistry()
+    register_session_events(types)
+    with SQLiteEventStore(tmp_path / "log.db") as store:
+        newer, wrong = store.append(
+            [
+                PendingEvent("chronicle.session", "LeafMoved", 1, {"target": "e1", "why": "x"}),
+                PendingEvent("chronicle.session", "LeafMoved", 1, {"target": 5, "why": "x"}),
+            ]
+        )
+        reader = EventReader(store, UpcastRegistry(), types)
+        assert reader.decode(newer) == LeafMoved(target="e1")
+        with pytest.raises(ValidationError):
+            reader.decode(wrong)

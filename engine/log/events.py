@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from ..errors import UnknownEventType, UsageError
@@ -235,10 +235,18 @@ class EventReader:
         """The event as an instance of its registered class, upcast first (through the
         namespace's adapter; UnknownEventType for a type this build does not know)."""
         env = event.envelope
-        self.types.class_of(env.namespace, env.type)  # a clear error for an unknown type
-        validated = self.types.adapter(env.namespace).validate_python(
-            {"type": env.type, "event": self.current(event).payload}
-        )
+        cls, _ = self.types.class_of(env.namespace, env.type)  # a clear error for an unknown type
+        payload = self.current(event).payload
+        adapter = self.types.adapter(env.namespace)
+        try:
+            validated = adapter.validate_python({"type": env.type, "event": payload})
+        except ValidationError:
+            # A newer build may have added fields: read what this build knows, as a reader of
+            # plain payloads would. A payload that is wrong in the fields it knows still fails.
+            known = {k: v for k, v in payload.items() if k in cls.model_fields}
+            if len(known) == len(payload):
+                raise
+            validated = adapter.validate_python({"type": env.type, "event": known})
         decoded: DomainEvent = validated["event"]
         return decoded
 
