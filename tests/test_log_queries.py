@@ -13,7 +13,7 @@ import pytest
 
 from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
-from chronicle_engine.tree.events import SessionSwitched, register_session_events
+from chronicle_engine.sessions.events import SessionSwitched, register_session_events
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_ROOM = ROOT / "engine" / "log"
@@ -221,7 +221,7 @@ def test_reader_answers_upcast_and_typed(tmp_path: Path) -> None:
 
 def test_one_adapter_per_namespace_decodes_every_type_of_it(tmp_path: Path) -> None:
     from chronicle_engine.errors import UnknownEventType
-    from chronicle_engine.tree.events import CompactionRecorded, LeafMoved
+    from chronicle_engine.sessions.events import CompactionRecorded, LeafMoved
 
     types = EventTypeRegistry()
     register_session_events(types)
@@ -263,7 +263,7 @@ def test_the_logs_own_reads_use_their_indexes(store: SQLiteEventStore) -> None:
 def test_decoding_ignores_fields_a_newer_build_added_but_not_wrong_ones(tmp_path: Path) -> None:
     from pydantic import ValidationError
 
-    from chronicle_engine.tree.events import LeafMoved
+    from chronicle_engine.sessions.events import LeafMoved
 
     types = EventTypeRegistry()
     register_session_events(types)
