@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import warnings
 
 import pytest
@@ -11,6 +12,21 @@ from pydantic_ai import models
 
 # A real model call from a test is a bug: scripted calls use FunctionModel / TestModel.
 models.ALLOW_MODEL_REQUESTS = False
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="run the long version of the fault suite (tests/faults/) and print its figures",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--soak"):
+        # Read by tests/faults/faults_support.py when the test modules are imported.
+        os.environ["CHRONICLE_SOAK"] = "1"
 
 
 @pytest.fixture(autouse=True)

@@ -17,11 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["fingerprint", "align", "embed", "RUN", "WINDOW", "wire_message", "IDENTITY_KEYS"]
+from ..storable import escape_surrogates, has_surrogate
+
+__all__ = [
+    "fingerprint",
+    "align",
+    "embed",
+    "RUN",
+    "WINDOW",
+    "wire_message",
+    "EscapedWire",
+    "UNREPRESENTABLE",
+    "IDENTITY_KEYS",
+]
 
 RUN = 8
 """How many equal fingerprints in a row prove an alignment when the run reaches neither start."""
@@ -52,7 +65,10 @@ def _json_default(value: Any) -> Any:
 
 def plain_json(value: Any, depth: int = 0) -> bool:
     """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
-    if value is None or isinstance(value, (str, bool, int)):
+    if isinstance(value, str):
+        # isascii() is O(1); only other text is searched for a lone surrogate (UTF-8 has none).
+        return not has_surrogate(value)
+    if value is None or isinstance(value, (bool, int)):
         return True
     if isinstance(value, float):
         return value == value and value not in (float("inf"), float("-inf"))
@@ -61,7 +77,10 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     if isinstance(value, list):
         return all(plain_json(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and plain_json(v, depth + 1) for k, v in value.items())
+        return all(
+            isinstance(k, str) and not has_surrogate(k) and plain_json(v, depth + 1)
+            for k, v in value.items()
+        )
     return False
 
 
@@ -76,25 +95,114 @@ def wire_message(message: Any) -> dict[str, Any]:
         wire = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
         if plain_json(wire):
             return wire
+        if _shape_fault(wire) is not None:
+            wire = _repaired(wire)
+        try:
+            text = json.dumps(
+                {str(k): v for k, v in wire.items()}, ensure_ascii=False, default=_json_default
+            )
+        except (ValueError, TypeError, RecursionError):  # an object's attributes hold a cycle
+            wire = {
+                str(k): v if plain_json(v) else _unrepresentable(v, "an object that holds itself")
+                for k, v in wire.items()
+            }
+            text = json.dumps(wire, ensure_ascii=False)
+        if has_surrogate(text):
+            return _escaped(text)
         if all(isinstance(k, str) for k in wire):
             try:
                 json.dumps(wire, ensure_ascii=False)
                 return wire
             except (TypeError, ValueError):
                 pass
-        text = json.dumps(
-            {str(k): v for k, v in wire.items()}, ensure_ascii=False, default=_json_default
-        )
         loaded = json.loads(text)
         return loaded if isinstance(loaded, dict) else {"role": "unknown", "content": text}
     if message is None:
         return {"role": "unknown", "content": None}
     if isinstance(message, str):
-        return {"role": "unknown", "content": message}
+        return wire_message({"role": "unknown", "content": message})
     converted = _json_default(message)
     if isinstance(converted, dict):
         return wire_message(converted)
     return {"role": "unknown", "content": str(converted)}
+
+
+UNREPRESENTABLE = "[Chronicle could not store this part of the message"
+"""How the marker begins that stands, in a stored message, for a part with no JSON form (a
+container inside itself, nesting beyond MAX_DEPTH)."""
+
+_preview = reprlib.Repr()
+_preview.maxlevel, _preview.maxstring, _preview.maxother = 4, 200, 200
+
+
+class EscapedWire(dict[str, Any]):
+    """A wire message whose text had lone surrogates, each written as the six characters of its
+    escape (`caf\\udce9`), so it can be stored and indexed. `original` is the message as
+    received, as ASCII JSON: `json.loads(original)` gives it back, surrogates included."""
+
+    original: str = ""
+
+
+def _escaped(text: str) -> EscapedWire:
+    """The wire message whose (non-ASCII) JSON is `text`, its lone surrogates escaped."""
+
+    loaded = json.loads(text)
+    body = (
+        escape_surrogates(loaded)
+        if isinstance(loaded, dict)
+        else {"role": "unknown", "content": text}
+    )
+    wire = EscapedWire(body)
+    wire.original = json.dumps(loaded, ensure_ascii=True, separators=(",", ":"))
+    return wire
+
+
+MAX_DEPTH = 100
+"""Deeper nesting than this has no JSON form here (the encoders recurse; real messages nest a
+few levels)."""
+
+
+def _shape_fault(value: Any, depth: int = 0, ancestors: set[int] | None = None) -> str | None:
+    """Why `value` has no JSON form (a container inside itself, nesting beyond MAX_DEPTH), or
+    None. Recursion is bounded by MAX_DEPTH."""
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return None
+    if depth > MAX_DEPTH:
+        return f"nested more than {MAX_DEPTH} levels deep"
+    ancestors = set() if ancestors is None else ancestors
+    if id(value) in ancestors:
+        return "a circular reference"
+    ancestors.add(id(value))
+    for child in value.values() if isinstance(value, dict) else value:
+        found = _shape_fault(child, depth + 1, ancestors)
+        if found is not None:
+            return found
+    ancestors.discard(id(value))
+    return None
+
+
+def _repaired(value: Any, depth: int = 0, ancestors: tuple[int, ...] = ()) -> Any:
+    """A copy of `value` with each node that has no JSON form (a container inside itself, one
+    nested beyond MAX_DEPTH) replaced by a visible marker; everything else kept as it was."""
+    if not isinstance(value, (dict, list, tuple, set, frozenset)):
+        return value
+    if id(value) in ancestors:
+        return _unrepresentable(value, "a circular reference")
+    if depth >= MAX_DEPTH:
+        return _unrepresentable(value, f"nested more than {MAX_DEPTH} levels deep")
+    inner = (*ancestors, id(value))
+    if isinstance(value, dict):
+        return {k: _repaired(v, depth + 1, inner) for k, v in value.items()}
+    return [_repaired(v, depth + 1, inner) for v in value]
+
+
+def _unrepresentable(value: Any, reason: str) -> str:
+    """The visible marker that stands for `value`: why, and a bounded preview."""
+    try:
+        preview = _preview.repr(value)
+    except RecursionError:
+        preview = "(none)"
+    return f"{UNREPRESENTABLE}: {reason}. A preview: {escape_surrogates(preview)}]"
 
 
 # json.dumps with these options builds a new encoder on every call; the fingerprint's bytes are
@@ -104,7 +212,7 @@ _identity_json = json.JSONEncoder(
 ).encode
 
 
-def fingerprint(message: Any) -> str:
+def fingerprint(message: Any, *, _stored_form: bool = False) -> str:
     """A short, stable digest of the message's identity keys. The same for a message and its
     `wire_message`, so it can be taken from the host's dict without copying it."""
     if not isinstance(message, dict):
@@ -114,7 +222,12 @@ def fingerprint(message: Any) -> str:
         # Hermes drops a tool result's `name` when it reloads a session from its own database
         # (keeping `tool_name`); the tool_call_id already says which call the result answers.
         ident[IDENTITY_KEYS.index("name")] = None
-    return hashlib.blake2b(_identity_json(ident).encode("utf-8"), digest_size=12).hexdigest()
+    if not _stored_form and not plain_json(ident):
+        # A lone surrogate, a cycle, nesting too deep, a foreign object: the fingerprint is the
+        # one of the form wire_message stores, so a message and its wire form keep one.
+        return fingerprint(wire_message(message), _stored_form=True)
+    data = _identity_json(ident).encode("utf-8")
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
 
 
 def _run(live: Sequence[str], path: Sequence[str], p: int, q: int, cap: int) -> int:

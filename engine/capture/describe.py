@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from .align import plain_json
+from .align import EscapedWire, plain_json
 from .events import MessageCaptured, message_text
 from .secrets import mask
 from .speaker import attribute
@@ -132,6 +132,7 @@ def describe_payload(
         "tool_name": _text_or_none(tool_name),
         "tool_call_ids": call_ids,
         "parent": _text_or_none(parent),
+        "original": wire.original if isinstance(wire, EscapedWire) else None,
     }
 
 

@@ -59,6 +59,9 @@ class MessageCaptured(DomainEvent, frozen=True):
     # The session-tree entry this message follows: an entry id, "" for a root, or None for "the
     # session's leaf when the tree folds it" (events written without a parent still chain).
     parent: str | None = None
+    # The message as received, as ASCII JSON, when `message` is an escaped copy of it (a lone
+    # surrogate has no UTF-8 form): json.loads(original) gives it back exactly.
+    original: str | None = None
 
 
 class TurnStarted(DomainEvent, frozen=True):

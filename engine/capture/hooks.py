@@ -8,11 +8,13 @@ a subagent's result or a mirrored memory write for something the person said.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.events import DomainEvent, EventReader
 from ..log.store import PendingEvent, StoredEvent
+from ..storable import escape_surrogates
 from .events import (
     HOST_NAMESPACE,
     CompressionAhead,
@@ -34,19 +36,34 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _text(value: object) -> str:
+    """What the host passed, as storable text: a foreign object by its str(), one too deep to
+    print by a bounded repr, a lone surrogate escaped."""
+    if value is None:
+        return ""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except (RecursionError, ValueError):
+        text = reprlib.repr(value)
+    return str(escape_surrogates(text))
+
+
 def _safe(value: Mapping[str, object]) -> dict[str, object]:
-    """Metadata as JSON data with every string masked."""
-    data = json.loads(json.dumps(dict(value), ensure_ascii=False, default=str))
+    """Metadata as JSON data with every string masked (a part with no JSON form as text)."""
+    try:
+        data = json.loads(json.dumps(dict(value), ensure_ascii=False, default=str))
+    except (ValueError, RecursionError):
+        return {"metadata": _mask_strings(_text(value))}
     return {str(k): _mask_strings(v) for k, v in data.items()}
 
 
 def _mask_strings(value: object) -> object:
     if isinstance(value, str):
-        return mask(value)
+        return mask(_text(value))
     if isinstance(value, list):
         return [_mask_strings(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _mask_strings(v) for k, v in value.items()}
+        return {_text(k): _mask_strings(v) for k, v in value.items()}
     return value
 
 
@@ -73,12 +90,12 @@ class HostRecorder:
         model: str | None = None,
         platform: str | None = None,
     ) -> int:
-        preview = mask(_clip(str(message or ""), 200))
+        preview = mask(_clip(_text(message), 200))
         event = TurnStarted(
             turn=int(turn or 0),
             preview=preview,
-            model=str(model) if model else None,
-            platform=str(platform) if platform else None,
+            model=_text(model) if model else None,
+            platform=_text(platform) if platform else None,
         )
         return self._record(session_id, event)
 
@@ -97,9 +114,9 @@ class HostRecorder:
         metadata: Mapping[str, object] | None = None,
     ) -> int:
         event = MemoryWritten(
-            action=str(action),
-            target=str(target),
-            content=mask(str(content or "")),
+            action=_text(action),
+            target=_text(target),
+            content=mask(_text(content)),
             metadata=_safe(metadata or {}),
         )
         return self._record(session_id, event)
@@ -108,9 +125,9 @@ class HostRecorder:
         self, session_id: str, task: str, result: str, child_session_id: str = ""
     ) -> int:
         event = DelegationObserved(
-            task=mask(str(task or "")),
-            result=mask(str(result or "")),
-            child_session_id=str(child_session_id or ""),
+            task=mask(_text(task)),
+            result=mask(_text(result)),
+            child_session_id=_text(child_session_id),
         )
         return self._record(session_id, event)
 

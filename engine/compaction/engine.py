@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..capture import shortened
+from ..capture.align import plain_json, wire_message
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.secrets import MASK_MARK, mask
 from ..chronicle.sections import Anchor, Section, section_id_for
@@ -41,6 +42,7 @@ from ..log.events import Decoded, DomainEvent, EventReader
 from ..log.store import StoredEvent
 from ..sessions.capture import Capture
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
+from ..storable import escape_surrogates
 from .assemble import assemble
 from .contract import violations
 from .events import (
@@ -369,6 +371,17 @@ class Compaction:
                     log.info("compaction of %s raced consolidation (%s)", session_id, raced)
                     if attempt == 2:
                         outcome = Outcome(None, f"raced background consolidation: {raced}")
+                except (ValueError, TypeError, RecursionError):
+                    # A message the planner cannot read (a lone surrogate, a cycle, nesting
+                    # too deep): fold the list as the log holds it, that message escaped or
+                    # marked (`wire_message`), rather than not at all.
+                    stored = [m if plain_json(m) else wire_message(m) for m in messages]
+                    if attempt == 2 or all(a is b for a, b in zip(stored, messages, strict=True)):
+                        raise
+                    log.info(
+                        "compaction of %s folds the stored form of unreadable messages", session_id
+                    )
+                    messages = stored
         outcome.duration_ms = (time.perf_counter() - started) * 1000
         outcome.capture_ms = (captured - started) * 1000
         return outcome
@@ -463,7 +476,8 @@ class Compaction:
     ) -> _Pass | Outcome:
         """The cut (or an Outcome saying there is nothing to fold)."""
         # Another provider's memory context may quote a credential; sections keep it masked.
-        memory_context = mask(memory_context)
+        memory_context = mask(escape_surrogates(memory_context))
+        focus_topic = escape_surrogates(focus_topic)
         cap = self._config.settings.context.summarizer_pass_seconds
         deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
         state = self.lineage_state(session_id, lineage)
@@ -533,7 +547,8 @@ class Compaction:
                     ]
                 if not pairs:
                     continue
-                members = [m for _, m in pairs]
+                # As the log holds them: a lone surrogate escaped, a cycle marked (`wire_message`).
+                members = [m if plain_json(m) else wire_message(m) for _, m in pairs]
                 clean = frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked)
                 section_id = section_id_for(g_lo, g_hi)
                 drawn = self.writer.summarize(

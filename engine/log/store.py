@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..errors import AppendOnlyViolation, StoreBusy, StoreError, StoreReadOnly
+from ..storable import escape_surrogates, has_surrogate
 
 __all__ = [
     "Envelope",
@@ -377,17 +379,10 @@ class SQLiteEventStore:
         """Append events in one transaction and return them as stored, in order."""
         if not events:
             return []
+        events, texts = _storable(events)
         rows = [
-            (
-                e.id,
-                e.namespace,
-                e.type,
-                e.version,
-                e.created_at,
-                e.session,
-                _encode(e.payload),
-            )
-            for e in events
+            (e.id, e.namespace, e.type, e.version, e.created_at, e.session, text)
+            for e, text in zip(events, texts, strict=True)
         ]
         with sqlite_errors("appending events"), self.atomic() as conn:
             conn.executemany(
@@ -411,20 +406,13 @@ class SQLiteEventStore:
         if not events:
             return []
         stored: list[StoredEvent] = []
+        events, texts = _storable(events)
         with sqlite_errors("appending events"), self.atomic() as conn:
-            for e in events:
+            for e, text in zip(events, texts, strict=True):
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO events(id, namespace, type, version, created_at, session, payload)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        e.id,
-                        e.namespace,
-                        e.type,
-                        e.version,
-                        e.created_at,
-                        e.session,
-                        _encode(e.payload),
-                    ),
+                    (e.id, e.namespace, e.type, e.version, e.created_at, e.session, text),
                 )
                 if cur.rowcount == 1:
                     seq = cur.lastrowid
@@ -672,6 +660,27 @@ class SQLiteEventStore:
 
     def __repr__(self) -> str:
         return f"SQLiteEventStore({self.path!r})"
+
+
+def _storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], list[str]]:
+    """The events as they are stored, and their payloads' JSON. A lone surrogate (no UTF-8
+    form, see `storable.py`) in a payload or a session id is escaped, so one bad string never
+    stops a write; capture has already escaped a message's and kept its original."""
+    texts = [_encode(e.payload) for e in events]
+    if all(
+        not has_surrogate(t) and not has_surrogate(e.session or "")
+        for e, t in zip(events, texts, strict=True)
+    ):
+        return events, texts
+    events = [
+        dataclasses.replace(
+            e,
+            payload=escape_surrogates(e.payload),
+            session=None if e.session is None else escape_surrogates(e.session),
+        )
+        for e in events
+    ]
+    return events, [_encode(e.payload) for e in events]
 
 
 EVENT_COLUMNS = "seq, id, namespace, type, version, created_at, session, payload"

@@ -1,0 +1,37 @@
+"""Text the store can hold: UTF-8 has no form for a lone surrogate.
+
+Python decodes bytes that are not UTF-8 (a file name, a tool's raw output) to lone surrogates
+(`caf\\udce9`); SQLite, and any JSON written as UTF-8, refuses them. Nothing Chronicle stores may
+carry one, and nothing it is handed may stop it storing the rest: a surrogate is written as the
+six characters of its escape, visibly, and capture keeps the original beside it
+(`MessageCaptured.original`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["SURROGATE", "has_surrogate", "escape_surrogates"]
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_surrogate(text: str) -> bool:
+    """Whether `text` has a code point UTF-8 cannot encode. O(1) for ASCII text."""
+    return not text.isascii() and SURROGATE.search(text) is not None
+
+
+def escape_surrogates(value: Any) -> Any:
+    """`value` (JSON data) with every lone surrogate in its strings and keys escaped
+    (`\\udce9` as six characters); anything else is returned as it is, the same object when
+    nothing changed."""
+    if isinstance(value, str):
+        if not has_surrogate(value):
+            return value
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [escape_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {escape_surrogates(k): escape_surrogates(v) for k, v in value.items()}
+    return value
