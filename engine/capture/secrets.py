@@ -244,11 +244,14 @@ _KEY_WORDS = (
     r"private[_\-]?key|token"
 )
 # From a key word onwards: the rest of the name, then `=` or `:` (matched on lower-cased text).
-_KEY_WORD_TAIL = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*[\"']?[ \t]*[=:]")
+# A quote may come escaped, once or more (`\\"password\\": \\"...\\"`): JSON inside a JSON string, as a
+# tool call's arguments carry a `curl -d '{"password": ...}'`.
+_KEY_WORD_TAIL = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*\\*[\"']?[ \t]*[=:]")
 _ASSIGNMENT = re.compile(
-    r"(?i)([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))[\"']?"
+    r"(?i)([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))\\*[\"']?"
     r"[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*"
-    r"(?:\"([^\"\n]{1,512})\"|'([^'\n]{1,512})'|`([^`\n]{1,512})`|([^\s\"'`,;)}\]]{1,512}))"
+    r"(?:(\\+)\"([^\n]{1,512}?)\2\"|\"([^\"\n]{1,512})\"|'([^'\n]{1,512})'|`([^`\n]{1,512})`"
+    r"|([^\s\"'`,;)}\]\\]{1,512}))"
 )
 
 # Values that are code, types or placeholders rather than a credential.
@@ -327,12 +330,12 @@ def _assignment_at(text: str, start: int, found: list[Finding]) -> int:
     if match is None:
         return start
     key = match.group(1)
-    for group in (2, 3, 4, 5):
+    for group in (3, 4, 5, 6, 7):  # (2 is the escape of an escaped quote)
         if match.group(group) is not None:
             break
     value = match.group(group)
     following = text[match.end(group) : match.end(group) + 1]
-    if _assignment_value_is_secret(key, value, group != 5, following):
+    if _assignment_value_is_secret(key, value, group != 7, following):
         found.append(Finding(_assignment_kind(key), match.start(group), match.end(group)))
     return match.end()
 
@@ -451,7 +454,7 @@ _LABEL_HINTS = ("pass", "pwd", "secret", "token", "key", "pin")
 # words "is"/"was", `=` or `:`. A superset of what `_SAID` and `_KEY_WORD_TAIL` accept, tested in
 # C, so the many "token"s and "key"s of ordinary text cost almost nothing.
 _LABEL_FOLLOWS = re.compile(
-    r"[a-z0-9_\-]*+(?:[ \t]++[^\s=:]++){0,5}?(?:[ \t]+(?:is|was)(?![a-z])|[\"']?[ \t]*[=:])"
+    r"[a-z0-9_\-]*+(?:[ \t]++[^\s=:]++){0,5}?(?:[ \t]+(?:is|was)(?![a-z])|\\*[\"']?[ \t]*[=:])"
 )
 
 
