@@ -5,12 +5,15 @@ Invariants:
   version and its kind ("events" or "sections"); every later line is one record. An import reads
   the header first and refuses anything else with a `FormatError` that names the line.
 - Importing events is idempotent: each keeps its id, session and timestamp, and an event whose id
-  is already in the log is skipped (`append_new`). New seqs are assigned in the file's order, so a
+  is already in the log is skipped (`append_new`). It is all or nothing: one transaction, so a
+  malformed line (not UTF-8, a NUL byte, not JSON, an event this build could not read back) stops
+  the import with a `FormatError` naming the line, and nothing of the file is committed. New seqs are assigned in the file's order, so a
   whole-log export imported into an empty database reproduces the same seqs.
 - Carrying a chronicle loads its sections as they were written, superseded ones included; the
   chronicle store's own checks refuse a carry that would fork it. Sections cite seq ranges of the
   log they were written from: carry them to a database holding that same log (a backup, a
   replica, another backend), not into an unrelated one.
+- An export or a backup never writes through a symlink (a dangling one would create its target).
 - A backup uses SQLite's online backup API from a reading connection: safe against a running
   writer, and it folds in the WAL. Copying a live WAL database file with `cp` is not.
 """
@@ -91,10 +94,30 @@ def write_events(
     return written
 
 
-def _records(lines: Iterable[str], kind: str, source: str) -> Iterator[tuple[int, dict[str, Any]]]:
+def _text(line: str | bytes, number: int, source: str) -> str:
+    """A line as text: UTF-8 without NUL bytes, or a FormatError that names it."""
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(
+                f"{source}, line {number}: not UTF-8 (byte {exc.start + 1} of the line is "
+                f"{line[exc.start : exc.start + 1]!r})"
+            ) from None
+    if "\x00" in line:
+        raise FormatError(
+            f"{source}, line {number}: holds a NUL byte (at character {line.index(chr(0)) + 1})"
+        )
+    return line
+
+
+def _records(
+    lines: Iterable[str | bytes], kind: str, source: str
+) -> Iterator[tuple[int, dict[str, Any]]]:
     number = 0
     header_seen = False
-    for number, line in enumerate(lines, start=1):  # noqa: B007 - reported after the loop
+    for number, raw in enumerate(lines, start=1):  # noqa: B007 - reported after the loop
+        line = _text(raw, number, source)
         if not line.strip():
             continue
         try:
@@ -125,11 +148,18 @@ def _records(lines: Iterable[str], kind: str, source: str) -> Iterator[tuple[int
         raise FormatError(f"{source}: empty file, no Chronicle export header")
 
 
-def read_events(lines: Iterable[str], *, source: str = "input") -> Iterator[PendingEvent]:
-    """Parse an events export back into pending events that keep their ids and sessions."""
+def read_events(
+    lines: Iterable[str | bytes],
+    *,
+    source: str = "input",
+    refusal: Callable[[PendingEvent], str | None] | None = None,
+) -> Iterator[PendingEvent]:
+    """Parse an events export back into pending events that keep their ids and sessions.
+    `refusal` (`EventReader.refusal`) says why the log could not read an event back; such an
+    event is a FormatError naming its line."""
     for number, r in _records(lines, "events", source):
         try:
-            yield PendingEvent(
+            event = PendingEvent(
                 namespace=str(r["namespace"]),
                 type=str(r["type"]),
                 version=int(r["version"]),
@@ -140,6 +170,10 @@ def read_events(lines: Iterable[str], *, source: str = "input") -> Iterator[Pend
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{source}, line {number}: malformed event ({exc!r})") from None
+        why = refusal(event) if refusal is not None else None
+        if why is not None:
+            raise FormatError(f"{source}, line {number}: {why}; nothing was imported")
+        yield event
 
 
 def import_events(
@@ -148,7 +182,8 @@ def import_events(
     *,
     progress: Progress | None = None,
 ) -> tuple[int, int]:
-    """Append the events the log does not hold yet. Returns (read, newly stored)."""
+    """Append the events the log does not hold yet, all in one transaction (a FormatError
+    from `events` midway commits nothing). Returns (read, newly stored)."""
     seen = stored = 0
     batch: list[PendingEvent] = []
 
@@ -159,13 +194,14 @@ def import_events(
             progress(len(batch))
         batch.clear()
 
-    for event in events:
-        seen += 1
-        batch.append(event)
-        if len(batch) >= _BATCH:
+    with store.atomic():
+        for event in events:
+            seen += 1
+            batch.append(event)
+            if len(batch) >= _BATCH:
+                flush()
+        if batch:
             flush()
-    if batch:
-        flush()
     return seen, stored
 
 
@@ -191,7 +227,7 @@ def write_sections(chronicle: SQLiteChronicleStore, out: IO[str]) -> int:
     return len(sections)
 
 
-def read_sections(lines: Iterable[str], *, source: str = "input") -> list[Section]:
+def read_sections(lines: Iterable[str | bytes], *, source: str = "input") -> list[Section]:
     sections: list[Section] = []
     for number, r in _records(lines, "sections", source):
         try:
@@ -219,12 +255,13 @@ def read_sections(lines: Iterable[str], *, source: str = "input") -> list[Sectio
 
 def header_of(path: Path) -> dict[str, Any]:
     """The header line of an export file (to tell events from sections before importing)."""
-    with path.open(encoding="utf-8") as fh:
+    with path.open("rb") as fh:
         return header_of_lines(fh, str(path))
 
 
-def header_of_lines(lines: Iterable[str], source: str = "input") -> dict[str, Any]:
-    for number, line in enumerate(lines, start=1):
+def header_of_lines(lines: Iterable[str | bytes], source: str = "input") -> dict[str, Any]:
+    for number, raw in enumerate(lines, start=1):
+        line = _text(raw, number, source)
         if line.strip():
             try:
                 record = json.loads(line)
@@ -253,7 +290,7 @@ def backup(
     if store.in_memory:
         raise UsageError("an in-memory store has no file to back up")
     dest = Path(dest)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():
         raise UsageError(f"{dest} already exists; choose a new file name (backups never overwrite)")
     dest.parent.mkdir(parents=True, exist_ok=True)
 

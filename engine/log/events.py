@@ -231,6 +231,28 @@ class EventReader:
         payload = self.upcasts.upcast(env.namespace, env.type, env.version, known[1], event.payload)
         return StoredEvent(env, payload)
 
+    def refusal(self, event: PendingEvent) -> str | None:
+        """Why this reader could not read `event` back once it is in the log (a type nobody
+        registered, a version newer than this build's, an older one with no upcaster, a payload
+        its model refuses), or None. The log is append-only: what goes in must come out."""
+        known = self.types._by_key.get((event.namespace, event.type))
+        if known is None:
+            return f"unknown event type {event.namespace}.{event.type}"
+        cls, current = known
+        if event.version > current:
+            return (
+                f"{event.namespace}.{event.type} version {event.version} is newer than this "
+                f"Chronicle reads (version {current}); upgrade Chronicle to import it"
+            )
+        try:
+            payload = self.upcasts.upcast(
+                event.namespace, event.type, event.version, current, event.payload
+            )
+            cls.model_validate(payload)
+        except (UnknownEventType, ValueError) as exc:
+            return f"{event.namespace}.{event.type} v{event.version} cannot be read: {exc}"
+        return None
+
     def decode(self, event: StoredEvent) -> DomainEvent:
         """The event as an instance of its registered class, upcast first (through the
         namespace's adapter; UnknownEventType for a type this build does not know)."""

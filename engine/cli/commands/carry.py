@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,9 +71,13 @@ def _open_out(path: str | None) -> Iterator[IO[str]]:
         yield sys.stdout
         return
     target = Path(path)
-    if target.exists():
-        raise CommandFailed(f"{target} already exists; choose a new file name", Exit.USAGE)
-    with target.open("w", encoding="utf-8") as fh:
+    if target.exists() or target.is_symlink():
+        raise CommandFailed(
+            f"{target} already exists (or is a symlink); choose a new file name", Exit.USAGE
+        )
+    # O_EXCL refuses a file or symlink that appeared since; nothing is written through a link.
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as fh:
         yield fh
 
 
@@ -122,15 +127,20 @@ def import_(s: Session) -> Outcome:
     core = s.core(create=True)
     source = "stdin" if a.file == "-" else a.file
     if a.file == "-":
-        lines = list(sys.stdin)
-        header = transfer.header_of_lines(lines, source)
+        lines: list[bytes] | None = list(sys.stdin.buffer)
+        header = transfer.header_of_lines(lines or [], source)
     else:
         header = transfer.header_of(Path(a.file))
         lines = None
     kind = "session" if header.get("format") == SESSION_FORMAT else header.get("kind")
     if kind == "session":
         tree = core.sessions
-        text = "".join(lines) if lines is not None else Path(a.file).read_text(encoding="utf-8")
+        raw = b"".join(lines) if lines is not None else Path(a.file).read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise CommandFailed(f"{source}, line {line}: not UTF-8", Exit.USAGE) from None
         stored = import_jsonl(tree, text)
         data = {"kind": "session", "session": header.get("session"), "stored": stored}
     elif kind == "sections":
@@ -144,7 +154,7 @@ def import_(s: Session) -> Outcome:
             task = bar.add_task("importing events", total=None)
             seen, stored = transfer.import_events(
                 core.store,
-                transfer.read_events(it, source=source),
+                transfer.read_events(it, source=source, refusal=core.reader.refusal),
                 progress=lambda n: bar.advance(task, n),
             )
         data = {"kind": "events", "read": seen, "stored": stored, "skipped": seen - stored}
@@ -165,9 +175,9 @@ def import_(s: Session) -> Outcome:
 
 
 @contextlib.contextmanager
-def _lines(path: str, lines: list[str] | None) -> Iterator[list[str] | IO[str]]:
+def _lines(path: str, lines: list[bytes] | None) -> Iterator[list[bytes] | IO[bytes]]:
     if lines is not None:
         yield lines
         return
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         yield fh
