@@ -28,6 +28,7 @@ from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.host import HostGuard, fenced
+from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
 from chronicle_engine.tools import dispatch, schemas
 
 try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)
@@ -241,18 +242,20 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error = None
-        self._tick("compress")
-        outcome = self.core.compaction.compress(
-            self._session(),
-            messages,
-            policy=self.policy,
-            current_tokens=current_tokens or (self._real_tokens if self._real_known else None),
-            focus_topic=focus_topic,
-            force=force,
-            memory_context=memory_context or "",
-            user_id=self._user_id,
-            platform=self._platform,
-        )
+        # On Hermes' main thread: a lock held elsewhere costs a short wait, then no compaction.
+        with self.core.store.patience(MAIN_THREAD_PATIENCE_MS):
+            self._tick("compress")
+            outcome = self.core.compaction.compress(
+                self._session(),
+                messages,
+                policy=self.policy,
+                current_tokens=current_tokens or (self._real_tokens if self._real_known else None),
+                focus_topic=focus_topic,
+                force=force,
+                memory_context=memory_context or "",
+                user_id=self._user_id,
+                platform=self._platform,
+            )
         if outcome.messages is None:
             log.info("chronicle: no compaction (%s)", outcome.reason)
             return messages
@@ -365,7 +368,7 @@ class ChronicleContextEngine(_Base):
         except Exception as exc:
             log.exception("chronicle context engine: no core for tool %s", name)
             return json.dumps({"error": f"Chronicle is unavailable: {type(exc).__name__}"})
-        with _users.borrowing(core):
+        with _users.borrowing(core), core.store.patience(MAIN_THREAD_PATIENCE_MS):
             self._tick("tool")
             return dispatch(
                 CONTEXT_TOOLS,

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,13 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 # The plugin's __init__ has made `chronicle_engine` importable (installed, or loaded from
 # ./engine under that one name), so both Hermes loaders share its modules and cores.
 from chronicle_engine import users as _users
+from chronicle_engine.capture.waiting import WaitingTurns
 from chronicle_engine.config import Config, default_db_path, load_hermes_config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.errors import StoreError
 from chronicle_engine.host import HostGuard, fenced
+from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+from chronicle_engine.opening import open_core
 
 __all__ = ["ChronicleMemoryProvider"]
 
@@ -66,6 +71,29 @@ def _no_tools(*_: Any, **__: Any) -> list[dict[str, Any]]:
     return []
 
 
+RETRY_MAX_S = 30.0
+"""The longest wait between two attempts to open a store that would not open."""
+
+
+class _Reopening:
+    """A store initialize() could not open: its settings, and when to try again (backoff)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.attempts = 0
+        self.next_at = 0.0
+        self.waiting = WaitingTurns.beside(str(config.db_path()))
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def failed(self) -> float:
+        self.attempts += 1
+        delay = min(RETRY_MAX_S, 0.25 * 2 ** min(self.attempts, 16))
+        self.next_at = time.monotonic() + delay
+        return delay
+
+
 class ChronicleMemoryProvider(_ProviderBase):
     """Chronicle as Hermes' memory provider: capture everything, recall what is relevant."""
 
@@ -79,6 +107,8 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._hermes_home: str | None = None
         self._guard = HostGuard(log)
         self._lock = threading.Lock()
+        # Set from initialize() until a store opens: what to open, and when to try again.
+        self._reopening: _Reopening | None = None
         # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
         self._pairs: dict[str, list[dict[str, Any]]] = {}
 
@@ -111,22 +141,43 @@ class ChronicleMemoryProvider(_ProviderBase):
     @fenced(None)
     def initialize(self, session_id: str, **kwargs: Any) -> None:
         hermes_home = kwargs.get("hermes_home")
-        config = load_hermes_config(hermes_home)
-        core = ChronicleCore.get(config.db_path(), config=config)
-        with self._lock:
-            if self._core is not core:
-                if self._core is not None and _users.release(self._core):
-                    self._core.shutdown()
-                _users.acquire(core)
-                self._core = core
+        # Who this provider serves is set before the store opens: a turn kept while it cannot
+        # open, and every later call (tools included), acts for this identity and no other.
         self._hermes_home = str(hermes_home) if hermes_home else None
         self._session_id = str(session_id or "")
         self._platform = kwargs.get("platform")
         self._agent_context = str(kwargs.get("agent_context") or "primary")
         self._user_id = kwargs.get("user_id")
         self._profile = kwargs.get("agent_identity")
-        self._remember(self._session_id)
+        self._reopening = _Reopening(load_hermes_config(hermes_home))
+        self._open(patient=True)
         self._tick("initialize")
+
+    def _open(self, *, patient: bool) -> ChronicleCore:
+        """Open the store initialize() named (retried with backoff until it opens); raises
+        StoreError saying where turns wait meanwhile."""
+        reopening = self._reopening
+        assert reopening is not None
+        config = reopening.config
+        try:
+            core = open_core(config.db_path(), config, patient=patient)
+        except (StoreError, OSError) as exc:
+            delay = reopening.failed()
+            where = reopening.waiting.places() if reopening.waiting else "nowhere"
+            raise StoreError(
+                f"the database {config.db_path()} could not be opened ({exc}); nothing is "
+                f"lost: turns wait in {where} and are written when it opens (next attempt in "
+                f"{delay:.2f}s)"
+            ) from exc
+        with self._lock:
+            if self._core is not core:
+                if self._core is not None and _users.release(self._core):
+                    self._core.shutdown()
+                _users.acquire(core)
+                self._core = core
+            self._reopening = None
+        self._remember(self._session_id)
+        return core
 
     @fenced(None)
     def shutdown(self) -> None:
@@ -141,13 +192,52 @@ class ChronicleMemoryProvider(_ProviderBase):
     def core(self) -> ChronicleCore:
         core = self._core
         if core is None:
-            raise RuntimeError("the Chronicle memory provider was not initialised")
+            reopening = self._reopening
+            if reopening is None:
+                raise RuntimeError("the Chronicle memory provider was not initialised")
+            if not reopening.due():
+                raise StoreError(
+                    f"the database {reopening.config.db_path()} is not open yet "
+                    f"(attempt {reopening.attempts + 1} in "
+                    f"{max(0.0, reopening.next_at - time.monotonic()):.2f}s)"
+                )
+            core = self._open(patient=False)
         return core
+
+    def _closed_store(self) -> _Reopening | None:
+        """The pending reopening when the store is not open (None when it is)."""
+        if self._core is not None:
+            return None
+        reopening = self._reopening
+        if reopening is None:
+            return None
+        try:
+            _ = self.core  # retries the open when its backoff is over
+        except StoreError:
+            return self._reopening
+        return None
+
+    def _keep_waiting(self, session: str, messages: Any) -> None:
+        """The store is not open: keep the live list on disk until it is (capture/waiting.py)."""
+        reopening = self._reopening
+        if reopening is None or reopening.waiting is None or not messages:
+            return
+        config = reopening.config
+        skipped = {str(s) for s in config.get("capture.skip_agent_contexts") or []}
+        if not config.get("capture.enabled") or self._agent_context in skipped:
+            return
+        try:
+            reopening.waiting.keep_capture(session, messages, self._live())
+        except OSError as exc:
+            log.error("chronicle: a turn of %s is lost: %s", session, exc)
 
     def _tool_core(self) -> ChronicleCore:
         """The core for a tool call. Hermes indexes memory tools when the provider is added,
         before initialize(), so a tool may arrive first: open the core HERMES_HOME names, as
-        initialize() would."""
+        initialize() would. After initialize() the tool acts for initialize()'s identity: a
+        store that did not open is retried, never opened for nobody."""
+        if self._reopening is not None:
+            return self.core
         with self._lock:
             if self._core is None:
                 config = load_hermes_config(None)
@@ -245,6 +335,9 @@ class ChronicleMemoryProvider(_ProviderBase):
                 {"role": "assistant", "content": assistant_content},
             ]
             messages = pairs
+        if self._closed_store() is not None:
+            self._keep_waiting(session, messages)
+            return
         self._remember(session)
         self._capture(session, messages)
         self._tick("sync_turn")
@@ -254,6 +347,9 @@ class ChronicleMemoryProvider(_ProviderBase):
     @fenced(None)
     def on_session_end(self, messages: list[dict[str, Any]]) -> None:
         # May run before the last sync_turn did: capture the final list here as well.
+        if self._closed_store() is not None:
+            self._keep_waiting(self._session_id, messages)
+            return
         new = self._capture(self._session_id, messages)
         self.core.capture.record_session_end(self._session_id, len(messages or ()), new)
         self._tick("on_session_end")
@@ -275,7 +371,18 @@ class ChronicleMemoryProvider(_ProviderBase):
             reason = "new" if reset or not parent_session_id else "resume"
         # The host has switched whether or not the switch can be recorded (a busy store keeps
         # the record aside): the next hooks belong to the new session.
+        old_session = self._session_id
         self._session_id = str(new_session_id)
+        reopening = self._closed_store()
+        if reopening is not None:
+            if reopening.waiting is not None and reason in ("compression", "branch"):
+                try:
+                    reopening.waiting.keep_switch(
+                        self._session_id, str(parent_session_id or old_session), reason
+                    )
+                except OSError as exc:
+                    log.error("chronicle: a session switch is lost: %s", exc)
+            return
         self._remember(self._session_id)
         if reason == "rewound":
             self.core.capture.forget(new_session_id)
@@ -289,6 +396,9 @@ class ChronicleMemoryProvider(_ProviderBase):
         """Capture everything about to be compressed, then give the host's compression prompt a
         short note of what memory holds (nothing when Chronicle is the context engine too: it
         compacts with the whole log at hand, and the note would be summarised twice)."""
+        if self._closed_store() is not None:
+            self._keep_waiting(self._session_id, messages)
+            return ""
         new = self._capture(self._session_id, messages)
         self.core.capture.record_compression_ahead(self._session_id, len(messages or ()), new)
         self._tick("on_pre_compress")
@@ -363,7 +473,10 @@ class ChronicleMemoryProvider(_ProviderBase):
 
         # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
         context = {"session_id": self._session_id, **self._live(), **kwargs}
-        result = dispatch(RECALL_TOOLS, self._tool_core().recall, tool_name, args, **context)
+        core = self._tool_core()
+        # On Hermes' main thread: a lock held elsewhere costs a short wait, then a clear error.
+        with core.store.patience(MAIN_THREAD_PATIENCE_MS):
+            result = dispatch(RECALL_TOOLS, core.recall, tool_name, args, **context)
         self._tick("handle_tool_call")
         return result
 

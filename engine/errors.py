@@ -16,6 +16,8 @@ __all__ = [
     "StoreError",
     "StoreBusy",
     "StoreReadOnly",
+    "StoreFull",
+    "StoreCorrupt",
     "AppendOnlyViolation",
     "UnknownEventType",
     "SectionCollision",
@@ -49,6 +51,17 @@ class StoreBusy(StoreError):
 
 class StoreReadOnly(StoreError, PermissionError):
     """The database file (or its directory) is not writable."""
+
+
+class StoreFull(StoreReadOnly):
+    """The disk (or a size limit) refused the write. Handled as a store that takes no writes:
+    what was to be written waits in the spill, which says where it is."""
+
+
+class StoreCorrupt(StoreReadOnly):
+    """The database file is damaged (not a database, a malformed page). Writes wait in the
+    spill like a read-only store's; when a core opens it, the file is moved aside and a fresh
+    one started, and `chronicle doctor --salvage` reads what it can from the old one."""
 
 
 class AppendOnlyViolation(StoreError):

@@ -8,8 +8,9 @@ the session tree's writer (`TreeWriter.append`), which skips every id the log al
 
 Guarantees:
 - `keep()` returns only when every event is on disk (written and fsynced), one JSON line each,
-  beside the database (`<db>.spill.jsonl`), or, if that directory refuses writes, in a private
-  directory under the system's temp directory. It raises OSError when neither place takes them.
+  beside the database (`<db>.spill.jsonl`), or, if that directory refuses writes (read-only, a
+  full disk), in a private directory under the system's temp directory. It raises OSError when
+  neither place takes them. Each file holds at most `LIMIT_BYTES`.
 - A claim hands the events back in the order they were kept, and the file is removed only when
   the claim was settled, which the caller does after the transaction that wrote them committed.
   A failed or interrupted replay leaves the file as it was. Writing is idempotent by event id,
@@ -24,8 +25,6 @@ Does not guarantee:
   they did (a message's place in the session tree is the parent entry it names, not its seq).
   If a session went on elsewhere from the same point before the replay, the replayed messages
   form a branch there.
-- A bounded size: while the database stays read-only every new captured event is kept (each
-  once per process).
 - Exclusion between processes where `fcntl` does not exist (Windows): threads only there.
 - Anything if the file is edited or deleted by hand, or the disk itself fails.
 """
@@ -52,12 +51,15 @@ try:  # POSIX: exclusion between processes
 except ImportError:  # pragma: no cover - Windows keeps the in-process lock only
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Spill", "Claim", "database_file", "kept_aside"]
+__all__ = ["Spill", "Claim", "database_file", "kept_aside", "open_locked", "append_synced"]
 
 log = logging.getLogger("chronicle_engine.capture.spill")
 
 SUFFIX = ".spill.jsonl"
 _FORMAT = 1
+LIMIT_BYTES = 256 * 1024 * 1024
+"""How large one spill file may grow; past it, the next place is tried (and a write that no
+place takes is logged as lost). Bounds a long read-only or full-disk spell."""
 
 
 def database_file(db_path: str) -> Path | None:
@@ -110,7 +112,7 @@ def _same_file(fd: int, path: Path) -> bool:
         return False
 
 
-def _open_locked(path: Path, flags: int) -> int | None:
+def open_locked(path: Path, flags: int) -> int | None:
     """`path` opened and exclusively locked, the file the path names right now (a claim may
     have removed the one we waited on). None when it does not exist and `flags` cannot create."""
     for _ in range(16):
@@ -197,25 +199,7 @@ class Spill:
 
     @staticmethod
     def _append(path: Path, data: bytes) -> None:
-        created = not path.exists()
-        if created:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = _open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        assert fd is not None
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            with contextlib.suppress(OSError):
-                dir_fd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+        append_synced(path, data)
 
     @contextlib.contextmanager
     def claim(self) -> Iterator[Claim]:
@@ -228,7 +212,7 @@ class Spill:
                 events: list[PendingEvent] = []
                 unreadable = 0
                 for path in self.paths:
-                    fd = _open_locked(path, os.O_RDWR)
+                    fd = open_locked(path, os.O_RDWR)
                     if fd is None:
                         continue
                     held.append((path, fd))
@@ -242,6 +226,39 @@ class Spill:
             finally:
                 for _, fd in held:
                     os.close(fd)
+
+
+def append_synced(path: Path, data: bytes, limit_bytes: int = LIMIT_BYTES) -> None:
+    """Append `data` (whole lines) to `path` under its lock and fsync it, and its directory when
+    the file is new. A write cut short (a full disk) is cut back, so the file still ends on a
+    whole line. OSError when the file would grow past `limit_bytes`."""
+    created = not path.exists()
+    if not created and path.stat().st_size + len(data) > limit_bytes:
+        raise OSError(f"{path} holds {limit_bytes:,} bytes already (the bound)")
+    if created:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    assert fd is not None
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, end)
+            raise
+    finally:
+        os.close(fd)
+    if created:
+        with contextlib.suppress(OSError):
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
 
 def _read(fd: int, into: list[PendingEvent]) -> int:

@@ -27,10 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import AppendOnlyViolation, StoreBusy, StoreError, StoreReadOnly
+from ..errors import (
+    AppendOnlyViolation,
+    StoreBusy,
+    StoreCorrupt,
+    StoreError,
+    StoreFull,
+    StoreReadOnly,
+)
 from ..storable import escape_surrogates, has_surrogate
 
 __all__ = [
+    "MAIN_THREAD_PATIENCE_MS",
     "Envelope",
     "StoredEvent",
     "PendingEvent",
@@ -47,6 +55,11 @@ __all__ = [
 SYNCHRONOUS = "NORMAL"
 """WAL + synchronous=NORMAL: a commit survives a crash of the process; a power loss or OS crash
 may lose the last transactions committed since the previous checkpoint, never corrupt the file."""
+
+MAIN_THREAD_PATIENCE_MS = 400
+"""How long a call on Hermes' main thread (compress, a tool) waits for a lock before it degrades:
+compress returns its input, a tool says the store is busy. The busy timeout is for background
+hooks, which may wait."""
 
 _PAGE = 2000
 _CHUNK = 500  # ids or seqs per `IN (...)` list: under SQLite's default variable limit
@@ -178,6 +191,11 @@ def sqlite_errors(what: str) -> Iterator[None]:
             raise StoreBusy(
                 f"{what}: the database stayed locked by another writer; retry later"
             ) from exc
+        if "disk is full" in message or "disk I/O error" in message:
+            raise StoreFull(
+                f"{what}: the disk refused the write ({message}); free space where "
+                "chronicle.db_path points"
+            ) from exc
         if "readonly" in message or "read-only" in message or "unable to open" in message:
             raise StoreReadOnly(
                 f"{what}: the database is not writable ({message}); make the file and its "
@@ -189,6 +207,8 @@ def sqlite_errors(what: str) -> Iterator[None]:
             raise AppendOnlyViolation(f"{what}: {exc}") from exc
         raise StoreError(f"{what}: {exc}") from exc
     except sqlite3.DatabaseError as exc:
+        if "malformed" in str(exc) or "not a database" in str(exc):
+            raise StoreCorrupt(f"{what}: the database file is damaged ({exc})") from exc
         raise StoreError(f"{what}: {exc}") from exc
 
 
@@ -269,9 +289,46 @@ class SQLiteEventStore:
             yield self.connection
 
     @contextlib.contextmanager
+    def patience(self, budget_ms: int) -> Iterator[None]:
+        """Within the block, this thread waits at most `budget_ms` for a lock, SQLite's or this
+        process's write lock, then gets StoreBusy: for calls on Hermes' main thread (compress,
+        tools), which must degrade quickly rather than hold the turn for the busy timeout."""
+        previous = getattr(self._local, "budget_ms", None)
+        budget = int(budget_ms if previous is None else min(previous, budget_ms))
+        self._local.budget_ms = budget
+        conn = None if self.in_memory else self.connection
+        if conn is not None:
+            conn.execute(f"PRAGMA busy_timeout = {budget}")
+        try:
+            yield
+        finally:
+            self._local.budget_ms = previous
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA busy_timeout = {previous or self.busy_timeout_ms}")
+
+    def _wait_ms(self) -> int:
+        budget = getattr(self._local, "budget_ms", None)
+        return self.busy_timeout_ms if budget is None else budget
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The process's write lock, waited for as long as this thread's patience allows."""
+        budget = getattr(self._local, "budget_ms", None)
+        if not self._write_lock.acquire(timeout=-1 if budget is None else budget / 1000):
+            raise StoreBusy(
+                f"another thread of this process held {self.path}'s write lock for more than "
+                f"{budget} ms; retry later"
+            )
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    @contextlib.contextmanager
     def atomic(self) -> Iterator[sqlite3.Connection]:
         """One transaction; nested calls become savepoints. The only way anything writes."""
-        with self._write_lock:
+        with self._locked():
             conn = self.connection
             if self._depth == 0:
                 self._begin(conn)
@@ -316,7 +373,7 @@ class SQLiteEventStore:
     def _begin(self, conn: sqlite3.Connection) -> None:
         # busy_timeout already waits inside SQLite; this loop covers the cases where SQLite gives
         # up early (a deadlock-avoidance SQLITE_BUSY on BEGIN IMMEDIATE returns at once).
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        deadline = time.monotonic() + self._wait_ms() / 1000
         delay = 0.002
         while True:
             try:

@@ -1,13 +1,105 @@
-"""Shared set-up for the fault suite: how hard to try (`--soak` makes every test try more)."""
+"""Shared set-up for the fault suite: how hard to try (`--soak` makes every test try more),
+the figures each test reports, and the file systems some tests mount.
+
+Mounting: a small tmpfs (a full disk) and a read-only one need root and a kernel that lets the
+test mount (a container run as root usually does). Without them those tests are skipped, with
+the reason; every other test runs anywhere.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 SOAK = os.environ.get("CHRONICLE_SOAK") == "1"
 """Set by the `--soak` option (tests/conftest.py): the long version of every fault test."""
+
+FIGURES = os.environ.get("CHRONICLE_FAULT_FIGURES", "")
+"""A file each test appends its figures to (one JSON line), when set."""
 
 
 def examples(fast: int, soak_factor: int = 20) -> int:
     """How many examples a property test tries: `fast` in CI, `fast * soak_factor` under --soak."""
     return fast * soak_factor if SOAK else fast
+
+
+def report(test: str, **figures: Any) -> None:
+    """Print a test's figures (visible with -s, and in --soak's summary) and keep them."""
+    line = json.dumps({"test": test, "soak": SOAK, **figures})
+    print(f"\nFIGURES {line}")
+    if FIGURES:
+        with open(FIGURES, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+
+_mountable: bool | None = None
+
+
+def can_mount() -> bool:
+    """Whether this process may mount a tmpfs (tried once)."""
+    global _mountable
+    if _mountable is None:
+        _mountable = False
+        if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("mount"):
+            import tempfile
+
+            probe = Path(tempfile.mkdtemp(prefix="chronicle-mount-probe-"))
+            try:
+                done = subprocess.run(
+                    ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
+                    capture_output=True,
+                    timeout=10,
+                )
+                if done.returncode == 0:
+                    _mountable = True
+                    subprocess.run(["umount", str(probe)], capture_output=True, timeout=10)
+            finally:
+                with contextlib.suppress(OSError):
+                    probe.rmdir()
+    return _mountable
+
+
+class Mount:
+    def __init__(self, path: Path, size: str) -> None:
+        self.path = path
+        self.size = size
+
+    def _run(self, *options: str) -> None:
+        subprocess.run(
+            ["mount", "-o", ",".join(("remount", *options)), str(self.path)],
+            check=True,
+            capture_output=True,
+            timeout=10,
+        )
+
+    def remount(self, *, read_only: bool) -> None:
+        self._run("ro" if read_only else "rw")
+
+    def resize(self, size: str) -> None:
+        self._run(f"size={size}")
+        self.size = size
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, *, size: str, read_only: bool = False) -> Iterator[Mount]:
+    """A tmpfs of `size` at `path` for the block (read-only if asked), unmounted after."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
+    mount = Mount(path, size)
+    try:
+        if read_only:
+            mount.remount(read_only=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ...config import KEYS
 from ...log.store import sqlite_errors
-from ..app import Exit, Outcome, Session, add_common_options
+from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 from ..inventory import chronicle_rows, has_table
 
 MIN_CONTEXT = 64_000
@@ -35,11 +35,19 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="check integrity, chronicle forks, the Hermes config, and what egress is refused",
     )
     p.add_argument("--full", action="store_true", help="run SQLite's full integrity_check (slower)")
+    p.add_argument(
+        "--salvage",
+        metavar="DAMAGED_DB",
+        help="copy the events still readable in a damaged database (one Chronicle moved aside "
+        "as *.corrupt-*) into this one; the damaged file is only read",
+    )
     add_common_options(p)
     p.set_defaults(run=run)
 
 
 def run(s: Session) -> Outcome:
+    if s.args.salvage:
+        return _salvage(s, Path(s.args.salvage).expanduser())
     checks: list[Check] = []
     checks += _dependency_checks(s)
     checks += _hermes_checks(s)
@@ -389,3 +397,21 @@ def _endpoint_check(name: str, url: str, allow_remote: bool, key: str, what: str
         f"REFUSED: {host} is off this host and its private network, so {what} are not sent "
         f"there; set {key}: true to allow it",
     )
+
+
+def _salvage(s: Session, damaged: Path) -> Outcome:
+    from ...salvage import salvage
+
+    if not damaged.is_file():
+        raise CommandFailed(f"{damaged} is not a file", Exit.NOT_FOUND)
+    core = s.core(create=True)
+    found = salvage(damaged, core.store, core.reader.refusal)
+    data = {"salvaged_from": str(damaged), "into": str(s.db_path), **asdict(found)}
+
+    def draw(console: Console) -> None:
+        console.print(
+            f"salvaged {found.read} events from {damaged} ({found.stored} new to {s.db_path}); "
+            f"{found.unreadable} rows could not be read, {found.refused} events refused"
+        )
+
+    return Outcome(data, draw)
