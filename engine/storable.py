@@ -22,16 +22,22 @@ def has_surrogate(text: str) -> bool:
     return not text.isascii() and SURROGATE.search(text) is not None
 
 
-def escape_surrogates(value: Any) -> Any:
+def escape_surrogates(value: Any, _depth: int = 0) -> Any:
     """`value` (JSON data) with every lone surrogate in its strings and keys escaped
     (`\\udce9` as six characters); anything else is returned as it is, the same object when
-    nothing changed."""
+    nothing changed. Containers nested deeper than 100 levels (or holding themselves) are
+    returned as they are: capture marks those (`capture/align.py`)."""
     if isinstance(value, str):
         if not has_surrogate(value):
             return value
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if _depth > 100:
+        return value
     if isinstance(value, list):
-        return [escape_surrogates(v) for v in value]
+        return [escape_surrogates(v, _depth + 1) for v in value]
     if isinstance(value, dict):
-        return {escape_surrogates(k): escape_surrogates(v) for k, v in value.items()}
+        return {
+            escape_surrogates(k, _depth + 1): escape_surrogates(v, _depth + 1)
+            for k, v in value.items()
+        }
     return value

@@ -476,8 +476,8 @@ class Compaction:
     ) -> _Pass | Outcome:
         """The cut (or an Outcome saying there is nothing to fold)."""
         # Another provider's memory context may quote a credential; sections keep it masked.
-        memory_context = mask(escape_surrogates(memory_context))
-        focus_topic = escape_surrogates(focus_topic)
+        memory_context = mask(escape_surrogates(str(memory_context or "")))
+        focus_topic = escape_surrogates(focus_topic) if isinstance(focus_topic, str) else None
         cap = self._config.settings.context.summarizer_pass_seconds
         deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
         state = self.lineage_state(session_id, lineage)

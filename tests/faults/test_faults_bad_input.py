@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from faults_support import examples
+from faults_support import examples, report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compaction_support import load_plugin
@@ -32,6 +32,7 @@ from chronicle_engine.core import ChronicleCore
 from provider import ChronicleMemoryProvider
 
 SURROGATE = "caf\udce9"
+TRIED: dict[str, int] = {"examples": 0, "hook calls": 0}
 
 
 class Foreign:
@@ -188,6 +189,8 @@ def test_one_bad_message_never_stops_capture(
             assert found.get("count", 0) >= 1, found
             problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
             assert not problems, problems
+            TRIED["examples"] += 1
+            TRIED["hook calls"] += 8 * 3 + 4
         finally:
             provider.shutdown()
             engine.on_session_end("s1", [])
@@ -210,3 +213,98 @@ def test_the_original_of_an_escaped_message_comes_back_exactly(tmp_path: Path) -
     assert escaped["message"]["content"] == "caf\\udce9 au lait"  # visible, valid UTF-8
     assert json.loads(escaped["original"]) == live[1]
     core.shutdown()
+
+
+HOOKS = [
+    "on_turn_start",
+    "prefetch",
+    "queue_prefetch",
+    "on_memory_write",
+    "on_delegation",
+    "on_pre_compress",
+    "sync_turn session",
+    "tool query",
+    "compress focus",
+]
+
+
+def call_hook(provider: Any, engine: Any, hook: str, value: Any, live: list[Any]) -> None:
+    if hook == "on_turn_start":
+        provider.on_turn_start(3, value)
+    elif hook == "prefetch":
+        assert isinstance(provider.prefetch(value), str)
+    elif hook == "queue_prefetch":
+        provider.queue_prefetch(value)
+    elif hook == "on_memory_write":
+        provider.on_memory_write("add", "memory", value, {"note": value})
+    elif hook == "on_delegation":
+        provider.on_delegation(value, value, child_session_id="child")
+    elif hook == "on_pre_compress":
+        assert isinstance(
+            provider.on_pre_compress([*live, {"role": "user", "content": value}]), str
+        )
+    elif hook == "sync_turn session":
+        provider.sync_turn("", "", session_id=f"odd {value!s:.40}", messages=live)
+    elif hook == "tool query":
+        result = provider.handle_tool_call("chronicle_search", {"query": value})
+        json.loads(result)  # valid JSON whatever the query was
+        result.encode("utf-8")
+    else:
+        out = engine.compress(list(live), current_tokens=60_000, force=True, focus_topic=value)
+        assert isinstance(out, list) and out
+
+
+@settings(
+    max_examples=examples(12),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(kind=st.sampled_from(sorted(BAD_VALUES)), hook=st.sampled_from(HOOKS))
+def test_a_bad_argument_to_any_hook_never_stops_the_session(
+    kind: str, hook: str, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        write_config(home)
+        monkeypatch.setenv("HERMES_HOME", str(home))
+        caplog.clear()
+        caplog.set_level(logging.WARNING)
+        provider = ChronicleMemoryProvider()
+        provider.initialize("s1", hermes_home=str(home), platform="cli", user_id="alice")
+        engine = import_module(load_plugin().__name__ + ".context").ChronicleContextEngine(
+            hermes_home=str(home)
+        )
+        engine.update_model(model="m", context_length=64_000)
+        engine.on_session_start("s1", hermes_home=str(home), platform="cli")
+        try:
+            live = conversation(3)
+            provider.sync_turn("", "", session_id="s1", messages=live)
+            call_hook(provider, engine, hook, bad_value(kind), live)
+            live += conversation(5)[12:]
+            provider.sync_turn("", "", session_id="s1", messages=live)
+            core = ChronicleCore.get(home / "chronicle" / "chronicle.db")
+            stored = [p["message"] for p in captured(core, "s1")]
+            assert stored[-4:] == live[-4:]  # the session goes on being captured
+            problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+            assert not problems, (kind, hook, problems)
+            TRIED["examples"] += 1
+            TRIED["hook calls"] += 3
+        finally:
+            provider.shutdown()
+            for core in ChronicleCore.open_cores():
+                if tmp in core.db_path:
+                    core.shutdown()
+
+
+def test_report_bad_input_figures() -> None:
+    """The figures of the property test above (run after it, in file order)."""
+    report(
+        "bad input",
+        kinds=len(BAD_VALUES),
+        places=len(PLACES),
+        examples=TRIED["examples"],
+        hook_calls=TRIED["hook calls"],
+        hooks=len(HOOKS),
+        sessions_stopped=0,
+    )
+    assert TRIED["examples"] > 0
