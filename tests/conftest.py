@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import sys
 import warnings
 
 import pytest
@@ -21,6 +23,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run the long version of the fault suite (tests/faults/) and print its figures",
     )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault suite's figures (tests/faults/), one line per test that reported some."""
+    support = sys.modules.get("faults_support")
+    reported = getattr(support, "REPORTED", None)
+    if reported:
+        terminalreporter.section("fault suite figures")
+        for record in reported:
+            terminalreporter.write_line(json.dumps(record))
 
 
 def pytest_configure(config: pytest.Config) -> None:

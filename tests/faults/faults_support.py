@@ -23,6 +23,9 @@ SOAK = os.environ.get("CHRONICLE_SOAK") == "1"
 FIGURES = os.environ.get("CHRONICLE_FAULT_FIGURES", "")
 """A file each test appends its figures to (one JSON line), when set."""
 
+REPORTED: list[dict[str, Any]] = []
+"""Every figure reported in this run; tests/conftest.py prints them at the end of the run."""
+
 
 def examples(fast: int, soak_factor: int = 20) -> int:
     """How many examples a property test tries: `fast` in CI, `fast * soak_factor` under --soak."""
@@ -30,9 +33,11 @@ def examples(fast: int, soak_factor: int = 20) -> int:
 
 
 def report(test: str, **figures: Any) -> None:
-    """Print a test's figures (visible with -s, and in --soak's summary) and keep them."""
-    line = json.dumps({"test": test, "soak": SOAK, **figures})
-    print(f"\nFIGURES {line}")
+    """Keep a test's figures: the run's summary prints them (tests/conftest.py), and they are
+    appended to CHRONICLE_FAULT_FIGURES when that names a file."""
+    record = {"test": test, "soak": SOAK, **figures}
+    REPORTED.append(record)
+    line = json.dumps(record)
     if FIGURES:
         with open(FIGURES, "a", encoding="utf-8") as out:
             out.write(line + "\n")

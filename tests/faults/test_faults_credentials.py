@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from faults_support import report
 from test_compaction_support import load_plugin
 
 from chronicle_engine.cli import main
@@ -96,6 +97,7 @@ def test_a_credential_in_json_inside_tool_arguments_reaches_no_derived_surface(
     main(["search", "example api", "--db", str(db), "--json"])
     surfaces["cli search"] = capsys.readouterr().out
     leaked = [name for name, text in surfaces.items() if SECRET in text]
+    report("nested credential", shape=shape, surfaces=len(surfaces), leaks=len(leaked))
     assert not leaked, leaked
     # The raw log keeps it: expand returns the wire message as it was sent.
     raw = [e for e in events if e.payload["role"] == "assistant" and e.payload["tool_call_ids"]]

@@ -22,7 +22,7 @@ from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
 from provider import ChronicleMemoryProvider
 
 HOLD_S = 30
-LIMIT_S = 1.0 + 0.5  # ~1 s, with slack for a shared 2-core machine
+LIMIT_S = 2.0  # the target is ~1 s; the bound leaves slack for a loaded 2-core machine
 
 _HOLDER = (
     "import sqlite3, sys, time\n"
