@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .capture.spill import database_file
 from .capture.waiting import WaitingTurns
@@ -96,7 +96,7 @@ def replay_waiting(core: ChronicleCore) -> int:
     if waiting is None or not waiting.waiting():
         return 0
 
-    def capture(session: str, messages: list[Any], identity: dict[str, Any]) -> None:
+    def capture(session: str, messages: list[object], identity: dict[str, str | None]) -> None:
         core.capture.capture_messages(
             session,
             messages,

@@ -15,7 +15,6 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .log.store import PendingEvent, SQLiteEventStore
 
@@ -56,7 +55,8 @@ def salvage(
                         rows.append(row)
                 cursor += _CHUNK
             elif rows:
-                cursor = rows[-1][0]
+                last_read = rows[-1][0]
+                cursor = last_read if isinstance(last_read, int) else cursor + _CHUNK
             else:
                 break
             misses = 0 if rows else misses + _CHUNK
@@ -87,7 +87,7 @@ def _last_seq(conn: sqlite3.Connection) -> int | None:
     return int(row[0] or 0)
 
 
-def _chunk(conn: sqlite3.Connection, after: int) -> list[tuple[Any, ...]] | None:
+def _chunk(conn: sqlite3.Connection, after: int) -> list[tuple[object, ...]] | None:
     try:
         return conn.execute(
             f"{_SELECT} WHERE seq > ? ORDER BY seq LIMIT ?", (after, _CHUNK)
@@ -96,7 +96,7 @@ def _chunk(conn: sqlite3.Connection, after: int) -> list[tuple[Any, ...]] | None
         return None
 
 
-def _row(conn: sqlite3.Connection, seq: int, result: Salvaged) -> tuple[Any, ...] | None:
+def _row(conn: sqlite3.Connection, seq: int, result: Salvaged) -> tuple[object, ...] | None:
     try:
         return conn.execute(f"{_SELECT} WHERE seq = ?", (seq,)).fetchone()
     except sqlite3.DatabaseError:
@@ -104,9 +104,11 @@ def _row(conn: sqlite3.Connection, seq: int, result: Salvaged) -> tuple[Any, ...
         return None
 
 
-def _event(row: tuple[Any, ...], result: Salvaged) -> PendingEvent | None:
+def _event(row: tuple[object, ...], result: Salvaged) -> PendingEvent | None:
     try:
         _, event_id, namespace, type_, version, created_at, session, payload = row
+        if not isinstance(payload, str) or not isinstance(version, int):
+            raise ValueError("not an event row")
         data = json.loads(payload)
         if not isinstance(data, dict):
             raise ValueError("payload is not an object")

@@ -10,9 +10,8 @@ six characters of its escape, visibly, and capture keeps the original beside it
 from __future__ import annotations
 
 import re
-from typing import Any
 
-__all__ = ["SURROGATE", "has_surrogate", "escape_surrogates"]
+__all__ = ["SURROGATE", "has_surrogate", "escape_text", "escape_surrogates"]
 
 SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -22,15 +21,20 @@ def has_surrogate(text: str) -> bool:
     return not text.isascii() and SURROGATE.search(text) is not None
 
 
-def escape_surrogates(value: Any, _depth: int = 0) -> Any:
+def escape_text(text: str) -> str:
+    """`text` with each lone surrogate written as the six characters of its escape."""
+    if not has_surrogate(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def escape_surrogates(value: object, _depth: int = 0) -> object:
     """`value` (JSON data) with every lone surrogate in its strings and keys escaped
     (`\\udce9` as six characters); anything else is returned as it is, the same object when
     nothing changed. Containers nested deeper than 100 levels (or holding themselves) are
     returned as they are: capture marks those (`capture/align.py`)."""
     if isinstance(value, str):
-        if not has_surrogate(value):
-            return value
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return escape_text(value)
     if _depth > 100:
         return value
     if isinstance(value, list):

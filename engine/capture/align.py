@@ -147,12 +147,8 @@ def _escaped(text: str) -> EscapedWire:
     """The wire message whose (non-ASCII) JSON is `text`, its lone surrogates escaped."""
 
     loaded = json.loads(text)
-    body = (
-        escape_surrogates(loaded)
-        if isinstance(loaded, dict)
-        else {"role": "unknown", "content": text}
-    )
-    wire = EscapedWire(body)
+    body = escape_surrogates(loaded)
+    wire = EscapedWire(body if isinstance(body, dict) else {"role": "unknown", "content": text})
     wire.original = json.dumps(loaded, ensure_ascii=True, separators=(",", ":"))
     return wire
 

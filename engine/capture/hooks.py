@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.events import DomainEvent, EventReader
 from ..log.store import PendingEvent, StoredEvent
-from ..storable import escape_surrogates
+from ..storable import escape_text
 from .events import (
     HOST_NAMESPACE,
     CompressionAhead,
@@ -45,7 +45,7 @@ def _text(value: object) -> str:
         text = value if isinstance(value, str) else str(value)
     except (RecursionError, ValueError):
         text = reprlib.repr(value)
-    return str(escape_surrogates(text))
+    return escape_text(text)
 
 
 def _safe(value: Mapping[str, object]) -> dict[str, object]:

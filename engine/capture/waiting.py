@@ -34,7 +34,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from .align import wire_message
 from .spill import LIMIT_BYTES, append_synced, database_file, open_locked
@@ -69,7 +68,7 @@ class WaitingTurns:
         self.limit_bytes = limit_bytes
         self._lock = threading.Lock()
         # session -> the live dicts kept so far (by identity), to keep only what a list adds
-        self._kept: dict[str, list[Any]] = {}
+        self._kept: dict[str, list[object]] = {}
 
     @classmethod
     def beside(cls, db_path: str, limit_bytes: int = LIMIT_BYTES) -> WaitingTurns | None:
@@ -85,7 +84,9 @@ class WaitingTurns:
 
     # -- keeping ---------------------------------------------------------------------------
 
-    def keep_capture(self, session: str, messages: Sequence[Any], identity: dict[str, Any]) -> Path:
+    def keep_capture(
+        self, session: str, messages: Sequence[object], identity: dict[str, object]
+    ) -> Path:
         """Keep a live list the slot could not capture; returns where it is."""
         items = list(messages)
         with self._lock:
@@ -121,7 +122,7 @@ class WaitingTurns:
         with self._lock:
             return self._append(record)
 
-    def _append(self, record: dict[str, Any]) -> Path:
+    def _append(self, record: dict[str, object]) -> Path:
         data = (json.dumps(record, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
         failures: list[str] = []
         for path in self.paths:
@@ -137,31 +138,40 @@ class WaitingTurns:
 
     def replay(
         self,
-        capture: Callable[[str, list[Any], dict[str, Any]], object],
+        capture: Callable[[str, list[object], dict[str, str | None]], object],
         switch: Callable[[str, str, str], object],
     ) -> int:
         """Capture every kept list, in order (`capture(session, messages, identity)`), and
         record every kept switch; remove the files once all went through. Returns the records
         replayed (0 when another process holds or already replayed them)."""
         with self._lock, self._claimed() as records:
-            lists: dict[str, list[Any]] = {}
+            lists: dict[str, list[object]] = {}
             for record in records:
                 session = str(record.get("session") or "")
                 if record.get("kind") == "switch":
                     switch(session, str(record.get("parent") or ""), str(record.get("reason")))
                     continue
-                start = int(record.get("from") or 0)
-                messages = lists.get(session, [])[:start] + list(record.get("messages") or [])
+                start = _number(record.get("from"))
+                kept = record.get("messages")
+                messages = lists.get(session, [])[:start] + (kept if isinstance(kept, list) else [])
                 lists[session] = messages
-                capture(session, messages, dict(record.get("identity") or {}))
+                identity = record.get("identity")
+                capture(
+                    session,
+                    messages,
+                    {
+                        str(k): None if v is None else str(v)
+                        for k, v in (identity.items() if isinstance(identity, dict) else ())
+                    },
+                )
             self._kept.clear()
             return len(records)
 
     @contextlib.contextmanager
-    def _claimed(self) -> Iterator[list[dict[str, Any]]]:
+    def _claimed(self) -> Iterator[list[dict[str, object]]]:
         held: list[tuple[Path, int]] = []
         try:
-            records: list[dict[str, Any]] = []
+            records: list[dict[str, object]] = []
             for path in self.paths:
                 try:
                     fd = open_locked(path, os.O_RDWR)
@@ -171,7 +181,7 @@ class WaitingTurns:
                     continue
                 held.append((path, fd))
                 records += _read(fd, path)
-            records.sort(key=lambda r: int(r.get("at") or 0))  # stable: a file's own order
+            records.sort(key=lambda r: _number(r.get("at")))  # stable: a file's own order
             yield records
             for path, _ in held:
                 with contextlib.suppress(FileNotFoundError):
@@ -181,12 +191,16 @@ class WaitingTurns:
                 os.close(fd)
 
 
-def _read(fd: int, path: Path) -> list[dict[str, Any]]:
+def _number(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _read(fd: int, path: Path) -> list[dict[str, object]]:
     os.lseek(fd, 0, os.SEEK_SET)
     chunks: list[bytes] = []
     while chunk := os.read(fd, 1 << 20):
         chunks.append(chunk)
-    records: list[dict[str, Any]] = []
+    records: list[dict[str, object]] = []
     for number, line in enumerate(b"".join(chunks).splitlines(), 1):
         if not line.strip():
             continue

@@ -42,7 +42,7 @@ from ..log.events import Decoded, DomainEvent, EventReader
 from ..log.store import StoredEvent
 from ..sessions.capture import Capture
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
-from ..storable import escape_surrogates
+from ..storable import escape_text
 from .assemble import assemble
 from .contract import violations
 from .events import (
@@ -476,8 +476,8 @@ class Compaction:
     ) -> _Pass | Outcome:
         """The cut (or an Outcome saying there is nothing to fold)."""
         # Another provider's memory context may quote a credential; sections keep it masked.
-        memory_context = mask(escape_surrogates(str(memory_context or "")))
-        focus_topic = escape_surrogates(focus_topic) if isinstance(focus_topic, str) else None
+        memory_context = mask(escape_text(str(memory_context or "")))
+        focus_topic = escape_text(focus_topic) if isinstance(focus_topic, str) else None
         cap = self._config.settings.context.summarizer_pass_seconds
         deadline = time.monotonic() + cap if cap > 0 else None  # for model calls, this pass
         state = self.lineage_state(session_id, lineage)

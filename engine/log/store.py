@@ -35,7 +35,7 @@ from ..errors import (
     StoreFull,
     StoreReadOnly,
 )
-from ..storable import escape_surrogates, has_surrogate
+from ..storable import escape_surrogates, escape_text, has_surrogate
 
 __all__ = [
     "MAIN_THREAD_PATIENCE_MS",
@@ -732,8 +732,8 @@ def _storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], l
     events = [
         dataclasses.replace(
             e,
-            payload=escape_surrogates(e.payload),
-            session=None if e.session is None else escape_surrogates(e.session),
+            payload={escape_text(k): escape_surrogates(v) for k, v in e.payload.items()},
+            session=None if e.session is None else escape_text(e.session),
         )
         for e in events
     ]
