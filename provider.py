@@ -223,8 +223,8 @@ class ChronicleMemoryProvider(_ProviderBase):
         if reopening is None or reopening.waiting is None or not messages:
             return
         config = reopening.config
-        skipped = {str(s) for s in config.get("capture.skip_agent_contexts") or []}
-        if not config.get("capture.enabled") or self._agent_context in skipped:
+        capture = config.settings.capture
+        if not capture.enabled or self._agent_context in capture.skip_agent_contexts:
             return
         try:
             reopening.waiting.keep_capture(session, messages, self._live())

@@ -42,7 +42,7 @@ def open_core(
     now; the caller retries later."""
     from .core import ChronicleCore
 
-    budget = max(0.0, float(config.get("busy_timeout_ms") or 0) / 1000) if patient else 0.0
+    budget = max(0.0, config.settings.busy_timeout_ms / 1000) if patient else 0.0
     deadline = time.monotonic() + budget
     delay = 0.01
     moved = False

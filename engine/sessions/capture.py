@@ -36,6 +36,7 @@ from ..capture.plan import Context, Plan, Planner
 from ..config import Config
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.store import PendingEvent, sqlite_errors, utc_now
+from ..storable import escape_text
 from .events import BranchSummarized, LeafMoved
 from .paths import read_leaf, read_path
 from .summary import abandoned_summary
@@ -184,7 +185,8 @@ class Capture(HostRecorder):
         platform: str | None = None,
     ) -> tuple[list[int | None], int]:
         """Both of the above: the seqs, and how many messages were stored by this call."""
-        session = str(session_id or "")
+        # A session id with a lone surrogate is stored escaped (storable.py); read it the same way.
+        session = escape_text(str(session_id or ""))
         known = self.identity(session)
         if known:
             user_id = user_id if user_id is not None else known.get("user_id")

@@ -244,7 +244,8 @@ def call_hook(provider: Any, engine: Any, hook: str, value: Any, live: list[Any]
             provider.on_pre_compress([*live, {"role": "user", "content": value}]), str
         )
     elif hook == "sync_turn session":
-        provider.sync_turn("", "", session_id=f"odd {value!s:.40}", messages=live)
+        odd = value if isinstance(value, str) else type(value).__name__
+        provider.sync_turn("", "", session_id=f"odd {odd}", messages=live)
     elif hook == "tool query":
         result = provider.handle_tool_call("chronicle_search", {"query": value})
         json.loads(result)  # valid JSON whatever the query was
