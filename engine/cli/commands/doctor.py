@@ -400,7 +400,7 @@ def _endpoint_check(name: str, url: str, allow_remote: bool, key: str, what: str
 
 
 def _salvage(s: Session, damaged: Path) -> Outcome:
-    from ...salvage import salvage
+    from ...log.salvage import salvage
 
     if not damaged.is_file():
         raise CommandFailed(f"{damaged} is not a file", Exit.NOT_FOUND)

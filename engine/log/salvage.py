@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .log.store import PendingEvent, SQLiteEventStore
+from .store import PendingEvent, SQLiteEventStore
 
 __all__ = ["Salvaged", "salvage"]
 
