@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 from chronicle_engine import users as _users
+from chronicle_engine.compaction.limits import ThrashGuard, host_overhead
 from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
@@ -107,6 +108,8 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error: str | None = None
+        self._calls = 0  # model calls seen (update_from_response): the guard's clock
+        self._thrash = ThrashGuard()
 
     # -- the shared core ---------------------------------------------------------------------
 
@@ -182,6 +185,7 @@ class ChronicleContextEngine(_Base):
         self.last_prompt_tokens = prompt
         self.last_completion_tokens = completion
         self.last_total_tokens = int(usage.get("total_tokens") or prompt + completion)
+        self._calls += 1
         if prompt > 0:
             self._real_tokens = prompt
             self._real_known = True
@@ -191,16 +195,32 @@ class ChronicleContextEngine(_Base):
     @fenced(False)
     def should_compress(self, prompt_tokens: int | None = None) -> bool:
         """From the provider's real count once there is one; the host's cheap estimate only
-        before the first response (and when it says the request would not fit at all)."""
-        high = self.policy.high_tokens
+        before the first response (and when it says the request would not fit at all). A
+        conversation whose passes cannot get under the threshold is held by the anti-thrash
+        guard (`should_compress_info` says why)."""
+        return self._due(prompt_tokens)[0]
+
+    @fenced((False, None))
+    def should_compress_info(self, prompt_tokens: int | None = None) -> tuple[bool, str | None]:
+        """Newer hosts: (due, why not) so a held pass is reported instead of silently skipped."""
+        return self._due(prompt_tokens)
+
+    def _due(self, prompt_tokens: int | None) -> tuple[bool, str | None]:
+        policy = self.policy
+        high = policy.high_tokens
         estimate = int(prompt_tokens or 0)
         if self._real_known:
             tokens = self._real_tokens
-            if estimate >= self.policy.context_length:
+            if estimate >= policy.context_length:
                 tokens = max(tokens, estimate)
         else:
             tokens = estimate or max(self.last_prompt_tokens, 0)
-        return tokens >= high
+        if tokens < high:
+            return False, None
+        held = self._thrash.hold(
+            call=self._calls, tokens=tokens, high=high, window=policy.context_length
+        )
+        return held is None, held
 
     @fenced(False)
     def should_defer_preflight_to_real_usage(self, rough_tokens: int) -> bool:
@@ -223,6 +243,7 @@ class ChronicleContextEngine(_Base):
     ) -> None:
         self.context_length = int(context_length or 0)
         self._apply_policy(policy_from_config(self.core.config, self.context_length or None))
+        self._thrash = ThrashGuard()  # the old window's stalls say nothing about the new one
         # The counts were the old model's; the new one's first response sets them again.
         self._real_known = False
         self._real_tokens = 0
@@ -242,31 +263,45 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error = None
+        policy = self.policy
+        counted = current_tokens or (self._real_tokens if self._real_known else None)
         # On Hermes' main thread: a lock held elsewhere costs a short wait, then no compaction.
         with self.core.store.patience(MAIN_THREAD_PATIENCE_MS):
             self._tick("compress")
             outcome = self.core.compaction.compress(
                 self._session(),
                 messages,
-                policy=self.policy,
-                current_tokens=current_tokens or (self._real_tokens if self._real_known else None),
+                policy=policy,
+                current_tokens=counted,
                 focus_topic=focus_topic,
                 force=force,
                 memory_context=memory_context or "",
                 user_id=self._user_id,
                 platform=self._platform,
             )
+        overhead = host_overhead(counted, outcome.tokens_before, policy.context_length)
         if outcome.messages is None:
             log.info("chronicle: no compaction (%s)", outcome.reason)
+            if not force and (counted or 0) >= policy.high_tokens:
+                self._warn(
+                    self._thrash.failed(call=self._calls, tokens=counted or 0, why=outcome.reason)
+                )
             return messages
         self.compression_count += 1
         self._last_compression_made_progress = True
         if outcome.fell_back:
             self._last_summary_error = None  # the extractive prose stood in; nothing was lost
-        overhead = max(0, (current_tokens or 0) - outcome.tokens_before)
         self._real_tokens = overhead + outcome.tokens_after
         self._real_known = True
+        self._warn(
+            self._thrash.passed(call=self._calls, after=self._real_tokens, high=policy.high_tokens)
+        )
         return outcome.messages
+
+    def _warn(self, reason: str | None) -> None:
+        # Once per stall (the guard says when): the host's log is where an operator looks.
+        if reason:
+            log.warning("chronicle: %s. Compaction is held until new content arrives.", reason)
 
     @fenced(True)
     def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:
@@ -290,6 +325,8 @@ class ChronicleContextEngine(_Base):
         old = kwargs.get("old_session_id") or ""
         reason = kwargs.get("boundary_reason") or ""
         if session_id:
+            if reason != "compression" and str(session_id) != self._session_id:
+                self._thrash = ThrashGuard()  # another conversation: its own stalls
             self._bind(str(session_id))
         core = self.core  # bound now, so the session's end never opens a core of its own
         # Only a compression continues the same conversation; an unlabelled start with an old
@@ -313,6 +350,8 @@ class ChronicleContextEngine(_Base):
         """Hermes' rebind on /new, /resume and /branch (no on_session_start runs on those
         paths): later compress calls, tools and the session's end follow the new session."""
         if session_id:
+            if str(session_id) != self._session_id:
+                self._thrash = ThrashGuard()
             self._bind(str(session_id))
 
     @fenced(None)
@@ -348,6 +387,7 @@ class ChronicleContextEngine(_Base):
         self.compression_count = 0
         self._real_known = False
         self._real_tokens = 0
+        self._thrash = ThrashGuard()
         # /new and /reset name the new session in the environment before resetting. Only a
         # change counts: in a gateway the variable may name another agent's session.
         current = os.environ.get("HERMES_SESSION_ID", "")

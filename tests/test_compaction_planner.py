@@ -217,18 +217,21 @@ def test_units_are_kept_whole_and_protected_ones_kept(s: dict[str, Any]) -> None
 def test_budget_holds_unless_the_protected_part_is_shortened(s: dict[str, Any]) -> None:
     facts, p = _plan(s)
     kept_cost = sum(facts[i].tokens for i in (*p.head, *p.keep)) + s["reserve"]
+    # The head is never shortened (it stays byte-identical), so it is paid for whole.
+    head_cost = sum(facts[i].tokens for i in p.head)
     if not p.allowances:
         assert p.tokens_after == kept_cost
-        # Over budget with nothing shortened only by messages already at a stub's size.
-        stubs = sum(facts[i].tokens for i in (*p.head, *p.keep) if facts[i].tokens <= STUB_TOKENS)
-        assert kept_cost <= max(s["budget"], s["reserve"]) + stubs
+        # Over budget with nothing shortened only by the head and messages already at a
+        # stub's size.
+        stubs = sum(facts[i].tokens for i in p.keep if facts[i].tokens <= STUB_TOKENS)
+        assert kept_cost <= max(s["budget"], s["reserve"]) + stubs + head_cost
     for i, allowance in p.allowances.items():
         assert STUB_TOKENS <= allowance < facts[i].tokens
-        assert i in p.head or i in p.keep
+        assert i in p.keep and i not in p.head
     if p.allowances:
-        # Shortened, the kept part fits the budget unless even its stubs do not.
-        stubs = sum(min(facts[i].tokens, STUB_TOKENS) for i in (*p.head, *p.keep))
-        assert p.tokens_after <= max(s["budget"], s["reserve"] + stubs)
+        # Shortened, the kept part fits the budget unless even its stubs (and the head) do not.
+        stubs = sum(min(facts[i].tokens, STUB_TOKENS) for i in p.keep)
+        assert p.tokens_after <= max(s["budget"], s["reserve"] + stubs + head_cost)
 
 
 @_settings
@@ -290,14 +293,16 @@ def test_overflowing_protected_part_is_shortened_newest_first_and_says_how_to_re
     ]
     seqs = [1, 2, 3, 4]
     facts = message_facts(messages, seqs, through=0)
-    p = plan(facts, protect_first_n=1, protect_last_n=4, budget=12_000, reserve=1_000)
+    p = plan(facts, protect_first_n=1, protect_last_n=4, budget=22_000, reserve=1_000)
     assert 3 not in p.allowances  # the newest turn wins
-    assert 2 in p.allowances and 0 in p.allowances
+    assert 2 in p.allowances
+    assert 0 not in p.allowances and p.head == (0,)  # the head stays byte-identical
     out, rewritten = assemble(messages, p, {"role": "assistant", "content": HEADER}, seqs)
     assert out[-1]["content"] == messages[3]["content"]
     # Every message with an allowance was cut to about it, and says how to restore it.
     source = [*p.head, None, *p.keep]  # output position -> input index (None: the handoff)
-    assert sorted(source[i] for i in rewritten) == sorted(p.allowances) == [0, 1, 2]
+    assert sorted(source[i] for i in rewritten) == sorted(p.allowances) == [1, 2]
+    assert out[0] == messages[0]
     for position in rewritten:
         index = source[position]
         assert index is not None

@@ -53,6 +53,7 @@ from .events import (
     ContextUnpinned,
 )
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
+from .limits import host_overhead, message_budget
 from .messages import (
     content_text,
     estimate_tokens,
@@ -414,14 +415,14 @@ class Compaction:
         force: bool,
     ) -> Plan:
         before = sum(f.tokens for f in facts)
-        # The prompt also holds the system prompt and tool schemas; what the host counted beyond
-        # the messages is that overhead (bounded, since the count may be stale).
-        overhead = max(0, min((current_tokens or 0) - before, policy.low_tokens // 2))
+        # The prompt also holds the system prompt and tool schemas: the host's count says how
+        # much, and a pass folds to the low watermark counting all of it (`limits`).
+        overhead = host_overhead(current_tokens, before, policy.context_length)
         return plan(
             facts,
             protect_first_n=policy.protect_first_n,
             protect_last_n=policy.protect_last_n,
-            budget=policy.low_tokens - overhead,
+            budget=message_budget(policy.low_tokens, policy.high_tokens, overhead),
             reserve=reserve,
             force=force,
             max_kept=policy.max_kept_messages,

@@ -15,7 +15,8 @@ Laws (tests/test_compaction_planner.py):
 - Every message that is neither kept nor already folded is in `fold`: nothing leaves the context
   without landing in a section.
 - If the kept part does not fit, allowances shorten it in this order of precedence: the newest
-  turn, the newest request, protected messages newest first, the tail newest first, the head.
+  turn, the newest request, protected messages newest first, the tail newest first. The head is
+  never shortened: it stays byte-identical.
 """
 
 from __future__ import annotations
@@ -222,14 +223,15 @@ def plan(
                 order.append(unit)
         order += [u for u in reversed(protected) if u not in order]
         order += [u for u in reversed(kept_units) if u not in order]
-        order += [u for u in reversed(head_kept) if u not in order]
         # Every kept message may shrink to a stub; what the budget has beyond the stubs goes to
         # the units in order of precedence, so the protected part fits whenever its stubs do.
         floor = {
             u.start: sum(min(facts[i].tokens, STUB_TOKENS) for i in u.indices()) for u in order
         }
-        remaining = budget - reserve - sum(floor.values())
-        total = reserve
+        # The head is kept byte for byte (the host's prompt cache starts with it): it is paid
+        # for first and never shortened.
+        remaining = budget - reserve - head_cost - sum(floor.values())
+        total = reserve + head_cost
         for unit in order:
             cost = _cost(facts, unit)
             extra = max(0, min(cost - floor[unit.start], remaining))

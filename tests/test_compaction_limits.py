@@ -1,0 +1,160 @@
+"""Compaction at the limits: the host's overhead is honoured, and a stall is reported once and
+never re-fired every turn (the anti-thrash guard)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from importlib import import_module
+from typing import Any
+
+import pytest
+from test_compaction_engine import turn
+from test_compaction_support import core_for, load_plugin
+
+from chronicle_engine.compaction.limits import ThrashGuard, host_overhead, message_budget
+from chronicle_engine.compaction.messages import estimate_list_tokens, is_own_handoff
+from chronicle_engine.compaction.policy import policy_from_config
+from chronicle_engine.config import Config
+from chronicle_engine.core import ChronicleCore
+
+HERMES_DEFAULTS = {
+    "threshold": 0.5,
+    "target_ratio": 0.2,
+    "protect_first_n": 3,
+    "protect_last_n": 20,
+}
+
+
+@pytest.fixture
+def core() -> Iterator[ChronicleCore]:
+    c = core_for(":memory:", Config(compression=HERMES_DEFAULTS))
+    yield c
+    c.shutdown()
+
+
+@pytest.fixture
+def engine(core: ChronicleCore) -> Any:
+    module = import_module(load_plugin().__name__ + ".context")
+    e = module.ChronicleContextEngine(core=core)
+    e.update_model(model="m", context_length=64_000)
+    e.on_session_start("s1", platform="cli")
+    return e
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    return [m for n in range(turns) for m in turn(n)]
+
+
+def test_the_overhead_is_the_hosts_count_less_the_messages() -> None:
+    assert host_overhead(None, 10_000, 64_000) == 0
+    assert host_overhead(60_000, 16_000, 64_000) == 44_000
+    assert host_overhead(90_000, 16_000, 64_000) == 48_000  # no prompt is larger than the window
+    assert host_overhead(5_000, 16_000, 64_000) == 0
+    assert message_budget(19_200, 48_000, 10_000) == 9_200
+    assert message_budget(19_200, 48_000, 40_000) == 4_000  # half the room under the threshold
+    assert message_budget(19_200, 48_000, 50_000) == 0  # the protected tail alone
+
+
+@pytest.mark.parametrize("current", [60_000, 63_000])
+def test_a_64k_window_with_heavy_overhead_still_compacts(engine: Any, current: int) -> None:
+    """~16k tokens of messages, the host counting 60k or 63k: the pass must fold (the engine
+    used to cap the overhead it believed at half its low mark and return the list unchanged)."""
+    messages = chat(30)
+    before = estimate_list_tokens(messages)
+    assert 14_000 < before < 18_000
+    out = engine.compress(messages, current_tokens=current)
+    assert out != messages and any(is_own_handoff(m) for m in out)
+    after = estimate_list_tokens(out)
+    overhead = current - before
+    # Tail-only: the low mark is out of reach, so the messages shrink to the protected tail.
+    assert after < 2_500
+    assert engine._real_tokens == overhead + after
+    assert out[-4]["content"] == messages[-4]["content"]  # the newest request stays
+
+
+def test_a_pass_ends_at_the_low_mark_counting_the_overhead(core: ChronicleCore) -> None:
+    policy = policy_from_config(
+        Config(compression={**HERMES_DEFAULTS, "protect_last_n": 6}), 16_000
+    )
+    messages = chat(16)
+    before = estimate_list_tokens(messages)
+    for overhead in (0, 1_500, 3_000):
+        outcome = core.compaction.compress(
+            f"s{overhead}", messages, policy=policy, current_tokens=before + overhead
+        )
+        assert outcome.messages is not None
+        assert outcome.tokens_after + overhead <= policy.low_tokens + 50, overhead
+
+
+def test_a_stall_is_reported_once_and_not_refired_every_turn(
+    engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    messages = chat(30)
+    caplog.set_level(logging.WARNING, logger="chronicle.context")
+    out = engine.compress(messages, current_tokens=63_000)
+    assert out != messages  # progress: folded down to the tail ...
+    assert engine._real_tokens >= engine.threshold_tokens  # ... yet still over the threshold
+    due, why = engine.should_compress_info(engine._real_tokens)
+    assert not due and why and "over the threshold" in why
+    assert not engine.should_compress(engine._real_tokens)
+    # The next turns add little: the guard holds, and the warning is not repeated.
+    stalled = engine._real_tokens
+    for k in range(5):
+        engine.update_from_response({"prompt_tokens": stalled + 100 * k, "completion_tokens": 5})
+        assert not engine.should_compress(0)
+    again = engine.compress(out, current_tokens=stalled + 400)
+    assert again is not None
+    warnings = [r for r in caplog.records if "still over the threshold" in r.getMessage()]
+    assert len(warnings) == 1
+    # New content re-opens it: a step of growth after enough model calls.
+    engine.update_from_response({"prompt_tokens": stalled + 20_000, "completion_tokens": 5})
+    assert engine.should_compress(0)
+
+
+def test_the_guard_backs_off_by_calls_and_waits_for_growth() -> None:
+    guard = ThrashGuard()
+    high, window = 48_000, 64_000
+    assert guard.hold(call=0, tokens=50_000, high=high, window=window) is None  # no pass yet
+    warning = guard.passed(call=1, after=49_000, high=high)
+    assert warning and "still over the threshold" in warning
+    assert guard.backoff == 2
+    # Growth without the calls, the calls without growth: both held.
+    assert guard.hold(call=2, tokens=54_000, high=high, window=window)
+    assert guard.hold(call=10, tokens=49_500, high=high, window=window)
+    assert guard.hold(call=3, tokens=54_000, high=high, window=window) is None
+    assert guard.passed(call=3, after=49_200, high=high) is None  # reported once per stall
+    assert guard.backoff == 4  # the frequency dimension: each futile pass doubles the wait
+    assert guard.hold(call=6, tokens=54_000, high=high, window=window)
+    assert guard.hold(call=7, tokens=54_000, high=high, window=window) is None
+    # Near the window growth alone re-opens it.
+    assert guard.hold(call=4, tokens=61_000, high=high, window=window) is None
+    # A pass that made room clears the stall; a fresh stall warns again.
+    assert guard.passed(call=8, after=30_000, high=high) is None
+    assert not guard.stalled and guard.backoff == 0
+    assert guard.hold(call=9, tokens=49_000, high=high, window=window)  # floor_calls between passes
+    assert guard.hold(call=10, tokens=49_000, high=high, window=window) is None
+    assert guard.passed(call=10, after=49_000, high=high)
+
+
+def test_a_pass_that_cannot_fold_is_reported_once(
+    engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="chronicle.context")
+    messages = chat(1)[:3]  # nothing to fold: the head holds it all
+    for _ in range(3):
+        assert engine.compress(messages, current_tokens=60_000) == messages
+    due, why = engine.should_compress_info(60_000)
+    assert not due and why and "could not fold" in why
+    assert len([r for r in caplog.records if "could not fold" in r.getMessage()]) == 1
+
+
+def test_a_compression_rotation_keeps_the_guard_and_a_new_conversation_resets_it(
+    engine: Any,
+) -> None:
+    engine.compress(chat(30), current_tokens=63_000)
+    assert engine._thrash.stalled
+    engine.on_session_start("s2", old_session_id="s1", boundary_reason="compression")
+    assert engine._thrash.stalled
+    engine.on_session_start("s3")
+    assert not engine._thrash.stalled
