@@ -147,12 +147,20 @@ class ContextSettings(_Section):
         None,
         description="Compact when the prompt passes this share of the window. Default: the "
         "host's compression.threshold (raised to 0.75 under 512K windows, as Hermes does), "
-        "else 0.75.",
+        "else Hermes' own default threshold.",
     )
     low_watermark_percent: Share = Field(
         None,
         description="What a compaction folds the prompt down to. Default: 2 x threshold x "
-        "compression.target_ratio, else 0.55; always below the high watermark.",
+        "compression.target_ratio (each Hermes' own default when config.yaml leaves it out); "
+        "always below the high watermark.",
+    )
+    standing_share_percent: Share = Field(
+        0.10,
+        description="Share of the window for what is kept whatever its age: the standing "
+        "instructions the handoff carries, and pinned messages (each within this share; past "
+        "it the oldest instructions are condensed to one cited line, the oldest pins fold like "
+        "any turn).",
     )
     handoff_max_tokens: Count = Field(
         0,

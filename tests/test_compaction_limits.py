@@ -12,8 +12,25 @@ import pytest
 from test_compaction_engine import turn
 from test_compaction_support import core_for, load_plugin
 
-from chronicle_engine.compaction.limits import ThrashGuard, host_overhead, message_budget
-from chronicle_engine.compaction.messages import estimate_list_tokens, is_own_handoff
+from chronicle_engine.compaction.handoff import cited
+from chronicle_engine.compaction.instructions import (
+    INSTRUCTIONS_HEADING,
+    Carried,
+    render_instructions,
+)
+from chronicle_engine.compaction.limits import (
+    ThrashGuard,
+    bound_pins,
+    host_overhead,
+    message_budget,
+)
+from chronicle_engine.compaction.messages import (
+    content_text,
+    estimate_list_tokens,
+    estimate_tokens,
+    is_own_handoff,
+)
+from chronicle_engine.compaction.planner import MessageFacts
 from chronicle_engine.compaction.policy import policy_from_config
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
@@ -158,3 +175,83 @@ def test_a_compression_rotation_keeps_the_guard_and_a_new_conversation_resets_it
     assert engine._thrash.stalled
     engine.on_session_start("s3")
     assert not engine._thrash.stalled
+
+
+# -- what is kept whatever its age has a budget --------------------------------------------------
+
+
+def test_standing_instructions_stay_within_their_budget_newest_verbatim() -> None:
+    items = [
+        (10 * k + 1, f"From now on always run linter rule R{k} before committing.")
+        for k in range(400)
+    ]
+    text, carried = render_instructions(items, 1_200)
+    assert estimate_tokens({"role": "user", "content": text}) <= 1_200
+    lines = text.splitlines()
+    assert lines[0] == INSTRUCTIONS_HEADING
+    assert lines[-1] == f"- [seq {items[-1][0]}] {items[-1][1]}"  # the newest, verbatim
+    assert carried.older > 0 and f"{carried.older} older instruction(s)" in text
+    assert carried.older + len(carried.shown) == len(items)
+    assert carried.older_from == 1 and carried.older_to < min(carried.shown)
+    # The next pass carries on from the record, and never grows past the budget.
+    again, later = render_instructions(
+        [*((s, t) for s, t in items if s in carried.shown), (9_001, "Never deploy on Fridays.")],
+        1_200,
+        Carried.from_record((), carried.as_record()),
+    )
+    assert estimate_tokens({"role": "user", "content": again}) <= 1_200
+    assert again.splitlines()[-1] == "- [seq 9001] Never deploy on Fridays."
+    assert later.older >= carried.older
+    assert later.older + len(later.shown) == len(items) + 1  # every one shown or counted
+    assert cited(again) == []  # never read as a section block
+    # A repeated instruction is shown once, at its newest seq.
+    same, kept = render_instructions(
+        [(5, "Always answer in French."), (9, "always answer in  French.")], 500
+    )
+    assert kept.shown == (9,) and same.count("French") == 1
+
+
+def test_pins_keep_messages_only_within_their_budget() -> None:
+    facts = [MessageFacts(tokens=100, role="user", protected=True, pinned=True) for _ in range(10)]
+    bounded = bound_pins(facts, 350)
+    assert [f.protected for f in bounded] == [False] * 7 + [True] * 3  # newest first
+    held = MessageFacts(tokens=100, role="user", protected=True)  # not a pin: untouched
+    assert bound_pins([held], 0) == [held]
+
+
+def test_instruction_turns_keep_the_request_not_the_tool_traffic(core: ChronicleCore) -> None:
+    """Every 7th request a standing instruction, 20 passes: the kept part stays bounded and each
+    instruction stays in view (verbatim or condensed), citing its seq."""
+    policy = policy_from_config(core.config, 64_000)
+    messages: list[dict[str, Any]] = []
+    session, passes, n = "i0", 0, 0
+    said: list[str] = []
+    while passes < 20 and n < 3_000:
+        instruction = None
+        if n % 7 == 6:
+            instruction = f"From now on always run linter rule R{n} before you commit."
+            said.append(instruction)
+        messages.extend(turn(n, instruction=instruction))
+        n += 1
+        core.capture.capture_messages(session, messages)
+        if estimate_list_tokens(messages) >= policy.high_tokens:
+            outcome = core.compaction.compress(session, messages, policy=policy)
+            assert outcome.messages is not None
+            messages = outcome.messages
+            passes += 1
+            core.sessions.switch(f"i{passes}", parent_session_id=session, reason="compression")
+            session = f"i{passes}"
+            assert outcome.tokens_after <= policy.low_tokens + policy.standing_tokens // 4
+    assert passes == 20
+    handoff = content_text(next(m for m in messages if is_own_handoff(m)))
+    assert said[-1] in handoff or any(said[-1] == content_text(m) for m in messages)
+    standing = handoff[handoff.index(INSTRUCTIONS_HEADING) :]
+    assert estimate_tokens({"role": "user", "content": standing}) <= policy.standing_tokens
+
+
+def test_the_head_is_byte_identical_after_a_pass(core: ChronicleCore) -> None:
+    policy = policy_from_config(core.config, 16_000)
+    messages = chat(30)
+    outcome = core.compaction.compress("h1", messages, policy=policy, current_tokens=15_000)
+    assert outcome.messages is not None
+    assert outcome.messages[:3] == messages[:3]  # protect_first_n = 3: user, call, its result

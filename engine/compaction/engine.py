@@ -53,7 +53,8 @@ from .events import (
     ContextUnpinned,
 )
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
-from .limits import host_overhead, message_budget
+from .instructions import Carried, render_instructions
+from .limits import bound_pins, host_overhead, message_budget
 from .messages import (
     content_text,
     estimate_tokens,
@@ -116,6 +117,8 @@ class _Pass:
     memory_context: str  # masked
     deadline: float | None  # for model calls
     tokens_before: int
+    instructions: list[int] = field(default_factory=list)  # indices of standing instructions
+    standing_before: Carried = field(default_factory=Carried)  # what the last pass carried
 
 
 @dataclass(slots=True)
@@ -132,6 +135,7 @@ class _Drawn:
     reach: tuple[int, int] | None = None  # the range whose sections the plan read
     model_calls: int = 0
     fell_back: bool = False
+    carried: Carried = field(default_factory=Carried)  # the standing instructions shown
 
 
 class Compaction:
@@ -162,6 +166,7 @@ class Compaction:
         self._events_by_session: dict[str, list[Decoded[DomainEvent]]] = {}
         self._events_lock = threading.Lock()
         self._expanded: tuple[Any, list[StoredEvent]] | None = None  # the last range expanded
+        self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -387,6 +392,28 @@ class Compaction:
         outcome.capture_ms = (captured - started) * 1000
         return outcome
 
+    def _standing(
+        self, before: Carried, policy: Policy, folded: Sequence[tuple[int | None, str]]
+    ) -> tuple[str, Carried]:
+        """The standing-instructions part of the handoff: those the last pass carried
+        (`before`), and `folded` ((seq, text) of instruction turns this pass lets go)."""
+        items = {seq: text for seq, text in folded if seq is not None}
+        for seq in before.shown:
+            if seq not in items:
+                found = self._instruction_texts.get(seq)
+                if found is None:
+                    event = self._store.get(seq)
+                    message = event.payload.get("message") if event is not None else None
+                    found = content_text(message) if isinstance(message, dict) else ""
+                    self._instruction_texts[seq] = found
+                if found:
+                    items[seq] = found
+        return render_instructions(
+            list(items.items()),
+            policy.standing_tokens,
+            Carried((), before.older, before.older_from, before.older_to),
+        )
+
     def _original(self, seq: int, message: Any) -> Any:
         """What a section summarises: the logged original of a copy an earlier pass cut."""
         if shortened.origin(message) != seq:
@@ -487,9 +514,22 @@ class Compaction:
         previous, _, through = self._previous_view(names, messages)
         covered = [(v.from_seq, v.to_seq) for v in previous]
         facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
+        facts = bound_pins(facts, policy.standing_tokens)
         tokens_before = sum(f.tokens for f in facts)
         previous_tokens = handoff_tokens(render(previous))
         reserve = min(policy.handoff_tokens, previous_tokens + policy.section_tokens)
+        # Room for the standing instructions the handoff may carry (at most their budget).
+        instructions = [i for i, f in enumerate(facts) if f.instruction and seqs[i] is not None]
+        last = state.passes[-1].event if state.passes else None
+        before = (
+            Carried.from_record(last.instructions, last.instructions_older)
+            if last is not None
+            else Carried()
+        )
+        most, _ = self._standing(
+            before, policy, [(seqs[i], content_text(messages[i])) for i in instructions]
+        )
+        reserve += handoff_tokens(most) if most else 0
         the_plan = self.plan_for(
             facts, policy=policy, current_tokens=current_tokens, reserve=reserve, force=force
         )
@@ -510,6 +550,8 @@ class Compaction:
             memory_context,
             deadline,
             tokens_before,
+            instructions,
+            before,
         )
 
     def _draw_pass(self, p: _Pass) -> _Drawn:
@@ -605,6 +647,14 @@ class Compaction:
             d.fell_back = d.fell_back or any(c.drawn.fell_back for c in d.condensed)
             d.text = render(d.view)
 
+        dropped = set(p.plan.drop)
+        standing, d.carried = self._standing(
+            p.standing_before,
+            policy,
+            [(p.seqs[i], content_text(p.messages[i])) for i in p.instructions if i in dropped],
+        )
+        if standing:
+            d.text += "\n\n" + standing  # after the settled prefix, like the memory below
         memory = p.memory_context.strip()
         if memory and not any(
             v.section.meta.get("memory_context") == memory for v in d.new_sections
@@ -650,6 +700,8 @@ class Compaction:
             writer=self.writer.name,
             focus=p.focus or "",
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            instructions=list(d.carried.shown),
+            instructions_older=d.carried.as_record(),
         )
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
         # live list from it); the head and the protected copies kept before the tail count as
@@ -900,14 +952,11 @@ def message_facts(
         pinned = seq is not None and bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
         folded = seq is not None and seq <= through and inside(seq)
         stranded = seq is not None and seq <= through and not folded
-        protected = (
-            pinned
-            or stranded
-            or kind == "foreign"
-            or (seq is None and not own)
-            # (is_standing_instruction, without asking is_real_user again)
-            or (real_user and states_a_rule(content_text(message)))
-        )
+        held = stranded or kind == "foreign" or (seq is None and not own)
+        # (is_standing_instruction, without asking is_real_user again). An instruction is not
+        # kept in place (its tool traffic would stay with it): once folded, the handoff
+        # carries it (`instructions`).
+        instruction = real_user and seq is not None and states_a_rule(content_text(message))
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(
             MessageFacts(
@@ -915,10 +964,12 @@ def message_facts(
                 role=role,
                 folded=folded,
                 handoff=own,
-                protected=protected,
+                protected=pinned or held,
                 real_user=real_user,
                 call_ids=tool_call_ids(message) if role == "assistant" else (),
                 result_id=str(result_id) if result_id is not None else None,
+                pinned=pinned and not held,
+                instruction=instruction,
             )
         )
     return out

@@ -58,6 +58,8 @@ class ContextCompacted(DomainEvent, frozen=True):  # type: ignore[misc]  # pydan
     writer: str = "extractive"
     focus: str = ""
     duration_ms: float = 0.0
+    instructions: list[int] = []  # seqs of the standing instructions the handoff shows
+    instructions_older: list[int] = []  # [count, from_seq, to_seq] of those counted only
 
 
 def register_context_events(types: EventTypeRegistry) -> None:

@@ -14,15 +14,19 @@ Invariants:
   content AND a number of model calls has passed that doubles with each futile pass (the
   frequency dimension): a stalled conversation is compacted at most once per step, never on
   every turn. Near the window, growth alone re-opens the guard.
+- Pins keep messages in place only within their budget (`bound_pins`), newest first.
 - A pass that made room resets the guard; the least number of model calls between two automatic
   passes that both made room is `floor_calls` unless the prompt is near the window.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["host_overhead", "message_budget", "ThrashGuard", "NEAR_WINDOW"]
+from .planner import MessageFacts
+
+__all__ = ["host_overhead", "message_budget", "bound_pins", "ThrashGuard", "NEAR_WINDOW"]
 
 NEAR_WINDOW = 0.95
 """The share of the window past which a request may no longer fit: the guard never holds on
@@ -47,6 +51,21 @@ def message_budget(low_tokens: int, high_tokens: int, overhead: int) -> int:
     if budget > 0:
         return budget
     return max(0, (high_tokens - overhead) // 2)
+
+
+def bound_pins(facts: Sequence[MessageFacts], budget_tokens: int) -> list[MessageFacts]:
+    """Pins keep their messages in place within `budget_tokens`, newest first; older pinned
+    messages past it fold like any other turn (the pin stays recorded, expand returns them)."""
+    out = list(facts)
+    used = 0
+    for i in range(len(out) - 1, -1, -1):
+        f = out[i]
+        if not f.pinned:
+            continue
+        used += f.tokens
+        if used > budget_tokens:
+            out[i] = f._replace(protected=False, pinned=False)
+    return out
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ Laws (tests/test_compaction_planner.py):
   whose results are missing) is never kept, so the output can hold no orphan.
 - Kept verbatim: the head (the first `protect_first_n` messages, or everything before an earlier
   handoff); the newest turn; the person's newest request, however long the tool loop after it;
-  every protected message (pins, standing instructions, what the log does not hold); the last
+  every protected message (pins within their budget, what the log does not hold); the last
   `protect_last_n` messages; then as much of the recent tail as the budget allows.
 - Every message that is neither kept nor already folded is in `fold`: nothing leaves the context
   without landing in a section.
@@ -46,6 +46,8 @@ class MessageFacts(NamedTuple):
     real_user: bool = False  # the person's own request
     call_ids: tuple[str, ...] = ()  # an assistant's tool calls
     result_id: str | None = None  # a tool result's call id
+    pinned: bool = False  # protected only because a pin covers it (`limits.bound_pins`)
+    instruction: bool = False  # a standing instruction: carried by the handoff when folded
 
 
 class Unit(NamedTuple):
@@ -179,6 +181,7 @@ def plan(
 
     total, count = kept_cost(cut)
     total += head_cost + reserve
+    least = position  # the tail may not start after body[least] (protect_last_n)
     if not force:
         while position > 0:
             unit = body[position - 1]
@@ -199,6 +202,16 @@ def plan(
     head_kept = [u for u in head_units if u.well_formed]
     handoff_role = _handoff_role(facts, head_kept)
     bridges = _bridges(facts, body, kept_units, handoff_role)
+    # A bridge the budget has no room for costs the oldest optional tail unit instead (a few
+    # more folded messages rather than shortened ones), while the tail has such units.
+    while bridges and total + sum(_cost(facts, u) for u in bridges) > budget and position < least:
+        unit = body[position]
+        if unit.well_formed and unit.start not in mandatory:
+            total -= _cost(facts, unit)
+        position += 1
+        cut = body[position].start if position < len(body) else len(facts)
+        kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
+        bridges = _bridges(facts, body, kept_units, handoff_role)
     if bridges:
         for unit in bridges:
             mandatory[unit.start] = unit

@@ -1,7 +1,10 @@
 """When to compact and how far: the user's `compression:` settings, applied to the live window.
 
 Hermes does not hand its `compression:` settings to a plugin engine, so they are read from
-`$HERMES_HOME/config.yaml` (through `Config.compression`). Chronicle's own
+`$HERMES_HOME/config.yaml` (through `Config.compression`). A setting the file does not give is
+Hermes' own default, read from the installed host (`hermes_cli.config.DEFAULT_CONFIG`), so
+Chronicle folds as deep as the built-in compressor out of the box; Hermes' documented values
+stand in only when the host is not importable. Chronicle's own
 `context.high_watermark_percent` / `context.low_watermark_percent` win when set. Every number in
 force says where it came from, so `chronicle_context_status` can show it.
 
@@ -11,22 +14,31 @@ watermark; a `Policy` is immutable (a model switch builds a new one).
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config
 from .messages import chars_for_tokens
 
-__all__ = ["Policy", "policy_from_config", "DEFAULT_CONTEXT_LENGTH"]
+__all__ = ["Policy", "policy_from_config", "host_compression_defaults", "DEFAULT_CONTEXT_LENGTH"]
 
 DEFAULT_CONTEXT_LENGTH = 128_000
 _SMALL_WINDOW = 512_000  # Hermes raises a low threshold to 0.75 below this window
 _SMALL_WINDOW_FLOOR = 0.75
-_FALLBACK_HIGH = 0.75
-_FALLBACK_LOW = 0.55
-_HOST_THRESHOLD_DEFAULT = 0.50
-_HOST_TARGET_RATIO_DEFAULT = 0.20
+# Hermes' documented `compression:` defaults: used only when the host is not importable.
+_DOCUMENTED_DEFAULTS: Mapping[str, Any] = {
+    "threshold": 0.50,
+    "target_ratio": 0.20,
+    "protect_first_n": 3,
+    "protect_last_n": 20,
+    "hygiene_hard_message_limit": 5000,
+}
 _HANDOFF_SHARE = 0.05
+_STANDING_SHARE = 0.10
 _HANDOFF_MIN = 2_000
 _HANDOFF_MAX = 12_000
 _HYGIENE_DEFAULT = 5_000
@@ -41,6 +53,7 @@ class Policy:
     protect_last_n: int
     handoff_tokens: int
     max_kept_messages: int | None = None
+    standing_tokens: int = 0  # standing instructions carried, and pins kept (each)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -71,6 +84,7 @@ class Policy:
             "protect_first_n": self.protect_first_n,
             "protect_last_n": self.protect_last_n,
             "handoff_budget_tokens": self.handoff_tokens,
+            "standing_budget_tokens": self.standing_tokens,
             "max_kept_messages": self.max_kept_messages,
             "sources": dict(self.sources),
         }
@@ -96,51 +110,75 @@ def _count(value: Any, default: int) -> int:
     return max(0, number)
 
 
+@functools.cache
+def _host_defaults() -> tuple[tuple[tuple[str, Any], ...], str]:
+    try:
+        # The host's own defaults, not a copy (already imported inside Hermes).
+        module = sys.modules.get("hermes_cli.config") or importlib.import_module(
+            "hermes_cli.config"
+        )
+        found = module.DEFAULT_CONFIG.get("compression")
+        if isinstance(found, Mapping) and found:
+            return tuple(found.items()), "Hermes' default"
+    except Exception:  # Hermes not installed (the CLI, tests without the host)
+        pass
+    return tuple(_DOCUMENTED_DEFAULTS.items()), "Hermes' documented default"
+
+
+def host_compression_defaults() -> tuple[dict[str, Any], str]:
+    """Hermes' `compression:` defaults and where they came from: the installed host's
+    `DEFAULT_CONFIG`, or its documented values when Hermes is not importable."""
+    items, origin = _host_defaults()
+    return dict(items), origin
+
+
 def policy_from_config(config: Config, context_length: int | None = None) -> Policy:
     """The policy for a window of `context_length` tokens under the user's settings."""
     window = int(context_length or 0) or DEFAULT_CONTEXT_LENGTH
     host = config.compression or {}
+    defaults, origin = host_compression_defaults()
     sources: dict[str, str] = {}
 
-    threshold = _fraction(host.get("threshold"))
-    ratio = _fraction(host.get("target_ratio"))
-    host_has_threshold = threshold is not None
+    def setting(key: str) -> tuple[Any, str]:
+        if key in host:
+            return host[key], "compression." + key
+        return defaults.get(key, _DOCUMENTED_DEFAULTS.get(key)), f"{origin} compression.{key}"
+
+    raw_threshold, threshold_from = setting("threshold")
+    threshold = _fraction(raw_threshold)
     if threshold is None:
-        threshold = _HOST_THRESHOLD_DEFAULT
+        threshold, threshold_from = _DOCUMENTED_DEFAULTS["threshold"], "documented default"
+    raw_ratio, ratio_from = setting("target_ratio")
+    ratio = _fraction(raw_ratio)
     if ratio is None:
-        ratio = _HOST_TARGET_RATIO_DEFAULT
+        ratio, ratio_from = _DOCUMENTED_DEFAULTS["target_ratio"], "documented default"
+    floored = window < _SMALL_WINDOW and threshold < _SMALL_WINDOW_FLOOR
     if window < _SMALL_WINDOW:
         threshold = max(threshold, _SMALL_WINDOW_FLOOR)
 
     high = config.settings.context.high_watermark_percent
     if high is not None:
         sources["high"] = "chronicle.context.high_watermark_percent"
-    elif host_has_threshold:
-        high = threshold
-        sources["high"] = "compression.threshold" + (
-            " (floored at 0.75 below a 512K window)" if window < _SMALL_WINDOW else ""
-        )
     else:
-        high = _FALLBACK_HIGH
-        sources["high"] = "default"
+        high = threshold
+        sources["high"] = threshold_from + (
+            " (floored at 0.75 below a 512K window)" if floored else ""
+        )
 
     low = config.settings.context.low_watermark_percent
     if low is not None:
         sources["low"] = "chronicle.context.low_watermark_percent"
-    elif host_has_threshold:
-        low = 2 * threshold * ratio
-        sources["low"] = "2 x compression.threshold x compression.target_ratio"
     else:
-        low = _FALLBACK_LOW
-        sources["low"] = "default"
+        low = 2 * threshold * ratio
+        sources["low"] = f"2 x threshold x target_ratio ({ratio_from})"
     if low >= high:
         low = high * 0.8
         sources["low"] += " (lowered below the high watermark)"
 
-    first_n = _count(host.get("protect_first_n"), 3)
-    last_n = _count(host.get("protect_last_n"), 20)
-    sources["protect_first_n"] = "compression" if "protect_first_n" in host else "default"
-    sources["protect_last_n"] = "compression" if "protect_last_n" in host else "default"
+    raw_first, sources["protect_first_n"] = setting("protect_first_n")
+    raw_last, sources["protect_last_n"] = setting("protect_last_n")
+    first_n = _count(raw_first, 3)
+    last_n = _count(raw_last, 20)
 
     configured = config.settings.context.handoff_max_tokens
     if configured:
@@ -151,9 +189,15 @@ def policy_from_config(config: Config, context_length: int | None = None) -> Pol
         sources["handoff"] = "5% of the window"
     handoff = max(200, min(handoff, int(window * low) // 2))
 
+    share = _fraction(config.settings.context.standing_share_percent) or _STANDING_SHARE
+    sources["standing"] = f"chronicle.context.standing_share_percent ({share:g})"
+    standing = int(window * share)
+    # Within the low watermark, or a pass could never end under it.
+    standing = max(200, min(standing, int(window * low) // 3))
+
     # The gateway compacts on message count past this limit; fold to half of it so one pass ends
     # its loop.
-    hygiene = _count(host.get("hygiene_hard_message_limit"), _HYGIENE_DEFAULT)
+    hygiene = _count(setting("hygiene_hard_message_limit")[0], _HYGIENE_DEFAULT)
     max_kept = hygiene // 2 if hygiene else None
 
     return Policy(
@@ -164,5 +208,6 @@ def policy_from_config(config: Config, context_length: int | None = None) -> Pol
         protect_last_n=last_n,
         handoff_tokens=handoff,
         max_kept_messages=max_kept,
+        standing_tokens=standing,
         sources=sources,
     )
