@@ -26,6 +26,7 @@ from chronicle_engine import users as _users
 from chronicle_engine.compaction.limits import ThrashGuard, host_overhead
 from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
+from chronicle_engine.compaction.prune import prune_tool_results
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.host import HostGuard, fenced
@@ -108,6 +109,7 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error: str | None = None
+        self._model = ("", "")  # (model, provider) of the last update_model
         self._calls = 0  # model calls seen (update_from_response): the guard's clock
         self._thrash = ThrashGuard()
 
@@ -160,7 +162,19 @@ class ChronicleContextEngine(_Base):
     @property
     def policy(self) -> Policy:
         if self._policy is None:
-            self._apply_policy(policy_from_config(self.core.config, self.context_length or None))
+            model, provider = self._model
+            # Newer hosts assign `model_thresholds` (compression.model_thresholds, resolved)
+            # before the first update_model; without it, config.yaml's map applies.
+            thresholds = getattr(self, "model_thresholds", None)
+            self._apply_policy(
+                policy_from_config(
+                    self.core.config,
+                    self.context_length or None,
+                    model=model,
+                    provider=provider,
+                    model_thresholds=thresholds if isinstance(thresholds, dict) else None,
+                )
+            )
         assert self._policy is not None
         return self._policy
 
@@ -242,7 +256,9 @@ class ChronicleContextEngine(_Base):
         **_: Any,
     ) -> None:
         self.context_length = int(context_length or 0)
-        self._apply_policy(policy_from_config(self.core.config, self.context_length or None))
+        self._model = (str(model or ""), str(provider or ""))
+        self._policy = None
+        self._apply_policy(self.policy)
         self._thrash = ThrashGuard()  # the old window's stalls say nothing about the new one
         # The counts were the old model's; the new one's first response sets them again.
         self._real_known = False
@@ -293,15 +309,56 @@ class ChronicleContextEngine(_Base):
             self._last_summary_error = None  # the extractive prose stood in; nothing was lost
         self._real_tokens = overhead + outcome.tokens_after
         self._real_known = True
-        self._warn(
-            self._thrash.passed(call=self._calls, after=self._real_tokens, high=policy.high_tokens)
-        )
+        if not force:  # the guard paces automatic passes; a /compress is the person's call
+            self._warn(
+                self._thrash.passed(
+                    call=self._calls, after=self._real_tokens, high=policy.high_tokens
+                )
+            )
         return outcome.messages
 
     def _warn(self, reason: str | None) -> None:
         # Once per stall (the guard says when): the host's log is where an operator looks.
         if reason:
             log.warning("chronicle: %s. Compaction is held until new content arrives.", reason)
+
+    @fenced(lambda self, messages, *_, **__: (messages, 0))
+    def prune_tool_results_only(
+        self, messages: list[dict[str, Any]], current_tokens: int | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Newer hosts: trim old tool output without a model call (the shortening a pass
+        does, on tool results only). Everything is captured first, so each cut result stays
+        one chronicle_expand away; the head and the protected tail are left as they are."""
+        capture = self.core.capture
+        session = self._session()
+        if not messages or not capture.capturing(capture.identity(session).get("agent_context")):
+            return messages, 0
+        seqs = list(
+            capture.capture_messages(
+                session, messages, user_id=self._user_id, platform=self._platform
+            )
+        )
+        policy = self.policy
+        out, pruned = prune_tool_results(
+            messages,
+            seqs,
+            protect_first_n=policy.protect_first_n,
+            protect_last_n=policy.protect_last_n,
+        )
+        return (out, pruned) if pruned else (messages, 0)
+
+    @fenced(None)
+    def on_turn_complete(
+        self, messages: list[dict[str, Any]], usage: dict[str, Any] | None = None, **_: Any
+    ) -> None:
+        """Newer hosts: a finished turn. Only lets the scheduler schedule (the memory slot
+        captures the turn; the list is the host's and is never changed here)."""
+        self._tick("on_turn_complete")
+
+    def clone_for_agent(self) -> ChronicleContextEngine:
+        """Newer hosts: the engine for one more agent. Shares the core (store, connections,
+        locks) and copies the per-agent budget state: the same as the deep copy 0.19.0 makes."""
+        return copy.deepcopy(self)
 
     @fenced(True)
     def has_content_to_compress(self, messages: list[dict[str, Any]]) -> bool:

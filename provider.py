@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -41,14 +42,74 @@ from chronicle_engine import users as _users
 from chronicle_engine.capture.waiting import WaitingTurns
 from chronicle_engine.config import Config, default_db_path, load_hermes_config
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.errors import StoreError
+from chronicle_engine.errors import ChronicleError, StoreError, UsageError
 from chronicle_engine.host import HostGuard, fenced
 from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
 from chronicle_engine.opening import open_core
 
-__all__ = ["ChronicleMemoryProvider"]
+__all__ = ["ChronicleMemoryProvider", "CheckpointFailed", "is_trivial_prompt"]
 
 log = logging.getLogger("chronicle.provider")
+
+try:  # newer hosts: the indicator's shape and the host's own trivial-prompt test
+    from agent.memory_provider import RecallStatus as _RecallStatus
+    from agent.memory_provider import is_trivial_prompt as _host_trivial
+except Exception:  # noqa: BLE001 - Hermes 0.19.0 has neither
+    _host_trivial = None
+
+    @dataclasses.dataclass(frozen=True)
+    class _RecallStatus:  # type: ignore[no-redef]
+        provider_label: str
+        count: int
+        glyph: str = "🧠"
+
+
+_ACKNOWLEDGEMENTS = frozenset(
+    [
+        "ok",
+        "okay",
+        "k",
+        "y",
+        "n",
+        "yes",
+        "no",
+        "yep",
+        "nope",
+        "yeah",
+        "nah",
+        "sure",
+        "thanks",
+        "thx",
+        "ty",
+        "hi",
+        "hey",
+        "hello",
+        "yo",
+        "cool",
+        "nice",
+        "great",
+        "done",
+        "next",
+        "continue",
+        "proceed",
+        "lgtm",
+    ]
+) | {"thank you", "go ahead", "do it", "got it"}
+
+
+def is_trivial_prompt(text: str | None) -> bool:
+    """A prompt with nothing to recall for: empty, a slash command, a bare greeting or
+    acknowledgement. Newer hosts' own test when they have one, so the two never disagree."""
+    if _host_trivial is not None:
+        return bool(_host_trivial(text))
+    stripped = (text or "").strip()
+    if not stripped or stripped.startswith("/"):
+        return True
+    return stripped.lower().strip(" \t!?.,:;~'\"()") in _ACKNOWLEDGEMENTS
+
+
+class CheckpointFailed(ChronicleError, RuntimeError):
+    """The messages could not be made durable before a compression that required it."""
 
 
 _SWITCH_REASONS = {
@@ -109,6 +170,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._lock = threading.Lock()
         # Set from initialize() until a store opens: what to open, and when to try again.
         self._reopening: _Reopening | None = None
+        self._recalled: int | None = None  # memories the last prefetch injected
         # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
         self._pairs: dict[str, list[dict[str, Any]]] = {}
 
@@ -304,15 +366,30 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @fenced("")
     def prefetch(self, query: str, *, session_id: str = "") -> str:
-        return str(
+        self._recalled = None  # recall_status reflects this prefetch only
+        if is_trivial_prompt(query):
+            return ""
+        found = str(
             self.core.recall.prefetch(
                 query, session_id=session_id or self._session_id, **self._live()
             )
             or ""
         )
+        if found.strip():
+            self._recalled = sum(1 for line in found.splitlines() if line.startswith("- ["))
+        return found
+
+    @fenced(None)
+    def recall_status(self) -> Any:
+        """Newer hosts: what the last prefetch injected (None: nothing), for the indicator."""
+        if self._recalled is None:
+            return None
+        return _RecallStatus(provider_label="Chronicle", count=self._recalled)
 
     @fenced(None)
     def queue_prefetch(self, query: str, *, session_id: str = "") -> None:
+        if is_trivial_prompt(query):
+            return
         self.core.recall.queue_prefetch(
             query, session_id=session_id or self._session_id, **self._live()
         )
@@ -391,8 +468,31 @@ class ChronicleMemoryProvider(_ProviderBase):
         )
         self._tick("on_session_switch")
 
-    @fenced("")
-    def on_pre_compress(self, messages: list[dict[str, Any]]) -> str:
+    # Newer hosts: every successful on_pre_compress is a durable checkpoint (the append-only
+    # log holds each message before the host compresses), and a failure raises when the host
+    # requires one, so it keeps the uncompressed transcript.
+    pre_compress_checkpoint_api_version = 2
+
+    def on_pre_compress(
+        self, messages: list[dict[str, Any]], *, require_checkpoint: bool = False, **_: Any
+    ) -> str:
+        try:
+            if require_checkpoint and messages and not self._capturing():
+                raise UsageError(
+                    "capture is off for this agent (capture.enabled, capture.skip_agent_contexts)"
+                )
+            with self.fence_scope():
+                return self._pre_compress(messages)
+        except Exception as exc:  # noqa: BLE001 - fenced unless the host requires the checkpoint
+            if require_checkpoint:
+                raise CheckpointFailed(
+                    f"Chronicle could not record the messages before compression ({exc}); "
+                    "keep the transcript uncompressed"
+                ) from exc
+            self.guard.failed("on_pre_compress", exc, self.fence_core())
+            return ""
+
+    def _pre_compress(self, messages: list[dict[str, Any]]) -> str:
         """Capture everything about to be compressed, then give the host's compression prompt a
         short note of what memory holds (nothing when Chronicle is the context engine too: it
         compacts with the whole log at hand, and the note would be summarised twice)."""

@@ -24,7 +24,13 @@ from typing import Any
 from ..config import Config
 from .messages import chars_for_tokens
 
-__all__ = ["Policy", "policy_from_config", "host_compression_defaults", "DEFAULT_CONTEXT_LENGTH"]
+__all__ = [
+    "Policy",
+    "policy_from_config",
+    "host_compression_defaults",
+    "model_threshold",
+    "DEFAULT_CONTEXT_LENGTH",
+]
 
 DEFAULT_CONTEXT_LENGTH = 128_000
 _SMALL_WINDOW = 512_000  # Hermes raises a low threshold to 0.75 below this window
@@ -132,8 +138,41 @@ def host_compression_defaults() -> tuple[dict[str, Any], str]:
     return dict(items), origin
 
 
-def policy_from_config(config: Config, context_length: int | None = None) -> Policy:
-    """The policy for a window of `context_length` tokens under the user's settings."""
+def model_threshold(
+    model: str, thresholds: Mapping[str, Any] | None, provider: str = ""
+) -> tuple[float, str] | None:
+    """The per-model threshold of `compression.model_thresholds` (newer Hermes): the longest
+    key that is a substring of the model name wins; a "provider:substring" key applies only on
+    that provider and outranks a bare key of the same length. None when no key matches."""
+    if not thresholds or not model or not isinstance(thresholds, Mapping):
+        return None
+    route = (provider or "").strip().lower()
+    best: tuple[tuple[int, int], str] | None = None
+    for key in thresholds:
+        scope, sep, part = str(key).partition(":")
+        if not sep:
+            rank = (len(key), 0) if key in model else None
+        else:
+            rank = (len(part), 1) if scope.strip().lower() == route and part in model else None
+        if rank is not None and (best is None or rank > best[0]):
+            best = (rank, str(key))
+    if best is None:
+        return None
+    value = _fraction(thresholds[best[1]])
+    return (value, best[1]) if value is not None else None
+
+
+def policy_from_config(
+    config: Config,
+    context_length: int | None = None,
+    *,
+    model: str = "",
+    provider: str = "",
+    model_thresholds: Mapping[str, Any] | None = None,
+) -> Policy:
+    """The policy for a window of `context_length` tokens under the user's settings.
+    `model_thresholds`: the map a newer host assigns to the engine (default: the one in
+    config.yaml); a key matching `model` sets the threshold for that model."""
     window = int(context_length or 0) or DEFAULT_CONTEXT_LENGTH
     host = config.compression or {}
     defaults, origin = host_compression_defaults()
@@ -152,6 +191,13 @@ def policy_from_config(config: Config, context_length: int | None = None) -> Pol
     ratio = _fraction(raw_ratio)
     if ratio is None:
         ratio, ratio_from = _DOCUMENTED_DEFAULTS["target_ratio"], "documented default"
+    per_model = model_threshold(
+        model,
+        model_thresholds if model_thresholds is not None else host.get("model_thresholds"),
+        provider,
+    )
+    if per_model is not None:
+        threshold, threshold_from = per_model[0], f"compression.model_thresholds[{per_model[1]}]"
     floored = window < _SMALL_WINDOW and threshold < _SMALL_WINDOW_FLOOR
     if window < _SMALL_WINDOW:
         threshold = max(threshold, _SMALL_WINDOW_FLOOR)
