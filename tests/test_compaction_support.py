@@ -41,6 +41,25 @@ def load_plugin() -> Any:
     return module
 
 
+def tool_step(call: str, command: str, output: str) -> list[dict[str, Any]]:
+    """An assistant's terminal call `call` running `command`, and its result."""
+    arguments = json.dumps({"command": command})
+    return [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call,
+                    "type": "function",
+                    "function": {"name": "terminal", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call, "content": output},
+    ]
+
+
 def conversation(
     turns: int, *, tool_every: int = 2, size: int = 400, instructions: dict[int, str] | None = None
 ) -> list[dict[str, Any]]:

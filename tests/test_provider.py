@@ -13,6 +13,7 @@ import pytest
 import yaml
 from agent.memory_manager import MemoryManager
 from agent.memory_provider import MemoryProvider
+from test_compaction_support import tool_step
 
 from chronicle_engine import users
 from chronicle_engine.capture.events import HANDOFF_MARKER
@@ -43,20 +44,8 @@ def captured(core: ChronicleCore, sessions: list[str] | None = None) -> list[tup
 
 
 def tool_turn(rng: random.Random, agent: str, n: int) -> list[dict]:
-    call = f"{agent}_call_{n}"
     return [
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": call,
-                    "type": "function",
-                    "function": {"name": "terminal", "arguments": "{}"},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": call, "content": "output " * rng.randint(1, 50)},
+        *tool_step(f"{agent}_call_{n}", "true", "output " * rng.randint(1, 50)),
         {"role": "assistant", "content": "Done." if rng.random() < 0.5 else f"answer {n}"},
     ]
 
