@@ -1,6 +1,6 @@
 """Chronicle against Hermes' built-in ContextCompressor on the same long scripted conversation.
 
-    .venv/bin/python bench/vs_builtin.py [--turns 600] [--window 128000]
+    .venv/bin/python bench/vs_builtin.py [--turns 600] [--window 128000] [--out-of-the-box]
 
 One conversation (requests, tool calls with outputs, answers; a planted fact every few turns, in
 a request, a tool output or an answer) is played through three engines under the same
@@ -11,6 +11,9 @@ a request, a tool output or an answer) is played through three engines under the
   opening, every decision line, the previous summary first) and drops what does not fit;
 - Chronicle with its extractive summariser (no model);
 - Chronicle with the same scripted model behind its pinned model port.
+
+With `--out-of-the-box` Chronicle gets no `compression:` section at all (the built-in compressor
+still gets Hermes' defaults): what a user who never configured anything sees.
 
 It prints model calls, compression time, the tokens left after the last pass, and how many
 planted facts are still recoverable: in the final context, or (Chronicle) through the tools, by
@@ -257,11 +260,17 @@ def run_builtin(
 
 
 def run_chronicle(
-    turns: list[list[dict[str, Any]]], facts: dict[str, str], window: int, *, with_model: bool
+    turns: list[list[dict[str, Any]]],
+    facts: dict[str, str],
+    window: int,
+    *,
+    with_model: bool,
+    configured: bool = True,
 ) -> dict[str, Any]:
     module = __import__(load_plugin().__name__ + ".context", fromlist=["ChronicleContextEngine"])
     with tempfile.TemporaryDirectory() as tmp:
-        core = core_for(Path(tmp) / "chronicle.db", Config(compression=SETTINGS))
+        settings = SETTINGS if configured else None  # None: Hermes' own defaults apply
+        core = core_for(Path(tmp) / "chronicle.db", Config(compression=settings))
         counter = [0]
         if with_model:
             core.compaction.writer = ModelWriter(
@@ -324,6 +333,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=600)
     parser.add_argument("--every", type=int, default=6, help="plant a fact every N turns")
     parser.add_argument("--window", type=int, default=128_000)
+    parser.add_argument(
+        "--out-of-the-box",
+        action="store_true",
+        help="Chronicle without a compression: section (Hermes' defaults read from the host)",
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the engines' own progress lines are not the result
     turns, facts = conversation(args.turns, args.every)
@@ -332,11 +346,13 @@ def main() -> None:
     print(
         f"conversation: {args.turns} turns, {4 * args.turns} messages, ~{total:,} tokens, "
         f"{len(facts)} planted facts; window {args.window:,}; compression: {SETTINGS}"
+        + (" (Chronicle: no compression: section)" if args.out_of_the_box else "")
     )
+    configured = not args.out_of_the_box
     rows = [
         run_builtin(turns, facts, args.window),
-        run_chronicle(turns, facts, args.window, with_model=False),
-        run_chronicle(turns, facts, args.window, with_model=True),
+        run_chronicle(turns, facts, args.window, with_model=False, configured=configured),
+        run_chronicle(turns, facts, args.window, with_model=True, configured=configured),
     ]
     print()
     print(
