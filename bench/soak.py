@@ -245,10 +245,9 @@ def soak(shape: Shape, turns: int, *, max_seconds: float = 1800.0) -> Result:
                     new[0]["content"], new[-1]["content"], session_id=session, messages=messages
                 )
                 result.turns = t + 1
-            status = json.loads(engine.handle_tool_call("chronicle_context_status", {}))
             result.model_calls = sum(
-                int(p.get("model_calls") or 0) for p in _passes(engine, session)
-            ) or int((status.get("last_pass") or {}).get("model_calls") or 0)
+                p.event.model_calls for p in engine.core.compaction.lineage_state(session).passes
+            )
             result.originals = len(everything)
             result.restorable = _restorable(engine, messages, everything)
         finally:
@@ -261,10 +260,6 @@ def soak(shape: Shape, turns: int, *, max_seconds: float = 1800.0) -> Result:
     result.seconds = time.perf_counter() - started
     result.warnings = counter.count
     return result
-
-
-def _passes(engine: Any, session: str) -> list[dict[str, Any]]:
-    return list(engine.core.compaction.lineage_state(session).passes)
 
 
 def _key(message: dict[str, Any]) -> str:
