@@ -100,6 +100,8 @@ _ACKNOWLEDGEMENTS = frozenset(
 def is_trivial_prompt(text: str | None) -> bool:
     """A prompt with nothing to recall for: empty, a slash command, a bare greeting or
     acknowledgement. Newer hosts' own test when they have one, so the two never disagree."""
+    if text is not None and not isinstance(text, str):
+        return False  # not a prompt at all: recall's own input handling decides
     if _host_trivial is not None:
         return bool(_host_trivial(text))
     stripped = (text or "").strip()
