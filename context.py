@@ -24,13 +24,13 @@ from typing import Any
 
 from chronicle_engine import users as _users
 from chronicle_engine.compaction.limits import ThrashGuard, host_overhead
-from chronicle_engine.compaction.messages import estimate_list_tokens
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.prune import prune_tool_results
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.host import HostGuard, fenced
 from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+from chronicle_engine.messages import estimate_list_tokens
 from chronicle_engine.tools import dispatch, schemas
 
 try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)

@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_compaction_support import core_for  # noqa: E402
 
-from chronicle_engine.compaction.messages import estimate_list_tokens  # noqa: E402
 from chronicle_engine.compaction.policy import policy_from_config  # noqa: E402
 from chronicle_engine.config import Config  # noqa: E402
+from chronicle_engine.messages import estimate_list_tokens  # noqa: E402
 
 _WORDS = [
     "deploy",

@@ -50,7 +50,7 @@ from agent.model_metadata import estimate_messages_tokens_rough  # noqa: E402
 from test_compaction_support import load_plugin, tool_step  # noqa: E402
 
 from chronicle_engine.compaction.handoff import cited, label_of  # noqa: E402
-from chronicle_engine.compaction.messages import content_text, is_own_handoff  # noqa: E402
+from chronicle_engine.messages import content_text, is_own_handoff  # noqa: E402
 
 __all__ = ["SHAPES", "Shape", "soak", "main"]
 

@@ -44,10 +44,10 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart  # noqa: 
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from test_compaction_support import core_for, load_plugin  # noqa: E402
 
+from chronicle_engine.chronicle.writers import ModelWriter  # noqa: E402
 from chronicle_engine.compaction.handoff import cited, label_of  # noqa: E402
-from chronicle_engine.compaction.messages import content_text, is_own_handoff  # noqa: E402
-from chronicle_engine.compaction.summarizer import ModelWriter  # noqa: E402
 from chronicle_engine.config import Config  # noqa: E402
+from chronicle_engine.messages import content_text, is_own_handoff  # noqa: E402
 
 SETTINGS = {"threshold": 0.5, "target_ratio": 0.2, "protect_first_n": 3, "protect_last_n": 20}
 NOUNS = ("vault", "staging", "billing", "mirror", "ledger", "router", "archive", "gateway")

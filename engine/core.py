@@ -184,14 +184,19 @@ class ChronicleCore:
     ) -> Scheduler:
         """A scheduler over this database's parts (`scheduler` is the one the slots tick; tests
         and benchmarks build their own with a clock or a summariser of their choosing)."""
+        from .chronicle.write import WriterSummarizer
+        from .compaction.policy import policy_from_config
         from .scheduler.scheduler import Scheduler
-        from .scheduler.summaries import WriterSummarizer
 
         return Scheduler(
             self.reader,
             self.config,
             sessions=lambda: self.sessions,
-            writer=lambda: WriterSummarizer.for_compaction(self.compaction, self.config),
+            # The context engine's writer (read at each draw), and the prose budget a
+            # compaction of the default window gives one section.
+            writer=lambda: WriterSummarizer(
+                lambda: self.compaction.writer, policy_from_config(self.config).section_chars
+            ),
             recall=lambda: self.recall,
             warned=self.warned,
             clock=clock,

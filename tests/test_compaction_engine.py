@@ -22,13 +22,13 @@ from test_compaction_support import conversation, core_for, wire
 
 from chronicle_engine.capture import shortened
 from chronicle_engine.chronicle.sections import Anchor, Section
+from chronicle_engine.chronicle.writers import ExtractiveWriter, ModelWriter
 from chronicle_engine.compaction.handoff import HEADER, cited
-from chronicle_engine.compaction.messages import content_text, estimate_list_tokens, is_own_handoff
 from chronicle_engine.compaction.policy import Policy, policy_from_config
-from chronicle_engine.compaction.summarizer import ExtractiveWriter, ModelWriter
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.bookkeeping import BOOKKEEPING_NAMESPACE
+from chronicle_engine.messages import content_text, estimate_list_tokens, is_own_handoff
 
 
 @pytest.fixture(params=["memory", "file"])

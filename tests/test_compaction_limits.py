@@ -24,16 +24,16 @@ from chronicle_engine.compaction.limits import (
     host_overhead,
     message_budget,
 )
-from chronicle_engine.compaction.messages import (
+from chronicle_engine.compaction.planner import MessageFacts
+from chronicle_engine.compaction.policy import policy_from_config
+from chronicle_engine.config import Config
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.messages import (
     content_text,
     estimate_list_tokens,
     estimate_tokens,
     is_own_handoff,
 )
-from chronicle_engine.compaction.planner import MessageFacts
-from chronicle_engine.compaction.policy import policy_from_config
-from chronicle_engine.config import Config
-from chronicle_engine.core import ChronicleCore
 
 HERMES_DEFAULTS = {
     "threshold": 0.5,

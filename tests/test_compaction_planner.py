@@ -17,7 +17,8 @@ from chronicle_engine.compaction.assemble import assemble
 from chronicle_engine.compaction.contract import violations
 from chronicle_engine.compaction.engine import message_facts
 from chronicle_engine.compaction.handoff import HEADER
-from chronicle_engine.compaction.messages import (
+from chronicle_engine.compaction.planner import STUB_TOKENS, MessageFacts, plan, units_of
+from chronicle_engine.messages import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD,
     chars_for_tokens,
@@ -26,7 +27,6 @@ from chronicle_engine.compaction.messages import (
     estimate_tokens,
     is_real_user,
 )
-from chronicle_engine.compaction.planner import STUB_TOKENS, MessageFacts, plan, units_of
 
 _block = st.one_of(
     st.tuples(st.just("user"), st.integers(1, 3000)),

@@ -15,8 +15,8 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_compaction_support import core_for
 
-from chronicle_engine.compaction.extractive import condense_prose, summarize_messages
-from chronicle_engine.compaction.summarizer import (
+from chronicle_engine.chronicle.extractive import condense_prose, summarize_messages
+from chronicle_engine.chronicle.writers import (
     ExtractiveWriter,
     FoldInput,
     ModelWriter,
@@ -211,7 +211,7 @@ def _fold(n: int, deadline: float | None = None) -> FoldInput:
 def test_hung_draws_hold_a_bounded_pool_not_a_thread_each(
     core: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import chronicle_engine.compaction.summarizer as summarizer
+    import chronicle_engine.chronicle.writers as summarizer
 
     release = threading.Event()
     started: list[int] = []
@@ -280,7 +280,7 @@ def test_no_model_is_asked_past_the_callers_deadline(core: Any) -> None:
 def test_facts_when_the_better_tiers_fill_the_limit_exactly():
     """The tiers above the last fill the limit to the fact: the rest is left out, no division
     by the room that is not there (this used to raise and fail the whole summary)."""
-    from chronicle_engine.compaction.extractive import _facts
+    from chronicle_engine.chronicle.extractive import _facts
 
     once = [f"build-{n}x" for n in range(4)]  # seen once, letters and digits: the top tier
     texts = [(" ".join(once), 1), ("port 80 and port 80 again", 1)]

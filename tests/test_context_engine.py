@@ -12,9 +12,9 @@ import yaml
 from test_compaction_engine import turn
 from test_compaction_support import core_for, load_plugin
 
-from chronicle_engine.compaction.messages import is_own_handoff
 from chronicle_engine.config import load_hermes_config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.messages import is_own_handoff
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chronicle_engine.compaction.summarizer import ExtractiveWriter, FoldInput, writer_from_config
+from chronicle_engine.chronicle.writers import ExtractiveWriter, FoldInput, writer_from_config
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.egress import (

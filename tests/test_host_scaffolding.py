@@ -12,7 +12,7 @@ import pytest
 
 from chronicle_engine.capture.events import HANDOFF_MARKER, message_text
 from chronicle_engine.capture.speaker import attribute, is_person_request
-from chronicle_engine.compaction.messages import is_real_user
+from chronicle_engine.messages import is_real_user
 
 HOST: list[dict[str, Any]] = [
     {"role": "user", "content": "[System: Your previous response was truncated by the output cap]"},

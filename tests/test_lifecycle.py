@@ -16,8 +16,8 @@ from test_compaction_support import load_plugin
 
 from chronicle_engine import users
 from chronicle_engine.compaction.handoff import cited
-from chronicle_engine.compaction.messages import content_text, is_own_handoff
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.messages import content_text, is_own_handoff
 from chronicle_engine.sessions.fold import FOLD_NAME
 from provider import ChronicleMemoryProvider
 

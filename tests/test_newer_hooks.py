@@ -15,10 +15,10 @@ import yaml
 from test_compaction_engine import turn
 from test_compaction_support import core_for, load_plugin
 
-from chronicle_engine.compaction.messages import content_text, estimate_tokens
 from chronicle_engine.compaction.policy import model_threshold, policy_from_config
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.messages import content_text, estimate_tokens
 
 HERMES_DEFAULTS = {
     "threshold": 0.5,

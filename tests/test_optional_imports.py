@@ -119,7 +119,7 @@ def test_a_model_summarizer_without_pydantic_ai_falls_back_to_extractive(tmp_pat
     out = _run(
         f"""
         import json
-        from chronicle_engine.compaction.summarizer import writer_from_config
+        from chronicle_engine.chronicle.writers import writer_from_config
         from chronicle_engine.config import Config
         from chronicle_engine.core import ChronicleCore
         core = ChronicleCore.get({str(tmp_path / "c.db")!r})

@@ -17,9 +17,9 @@ from test_scheduler_support import FakeClock, open_core
 
 from chronicle_engine.capture.secrets import mask
 from chronicle_engine.chronicle.sections import Consolidation
-from chronicle_engine.compaction.messages import content_text
-from chronicle_engine.compaction.summarizer import FoldInput, ModelWriter
+from chronicle_engine.chronicle.writers import FoldInput, ModelWriter
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.messages import content_text
 
 OPENAI = "sk-proj-Q7xW2mZ9kL4pR8tV1nB6cY3hJ5gF0dS"
 GITHUB = "ghp_R4nd0mT0k3nV4lu3Xy9Zq8Wp7Lm6Kj5Hg4Fd"
@@ -262,7 +262,7 @@ def test_only_messages_capture_found_a_credential_in_are_masked_again(
 ) -> None:
     """Capture masks every message it records, so a fold re-masks only the messages whose
     captured text carries a mask; the prose is as clean as when every message is re-masked."""
-    import chronicle_engine.compaction.messages as messages_module
+    import chronicle_engine.messages as messages_module
 
     masked: list[str] = []
     real_view = messages_module.masked_view
@@ -271,7 +271,7 @@ def test_only_messages_capture_found_a_credential_in_are_masked_again(
         masked.append(content_text(message))
         return real_view(message)
 
-    monkeypatch.setattr("chronicle_engine.compaction.extractive.masked_view", counting_view)
+    monkeypatch.setattr("chronicle_engine.chronicle.extractive.masked_view", counting_view)
     host, before, seqs = fold_a_leak(core)
     leaky = [s for m, s in zip(before, seqs, strict=True) if s is not None and m in leaky_turn()]
     lo, hi = min(s for s in seqs if s is not None), max(s for s in seqs if s is not None)

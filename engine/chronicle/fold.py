@@ -1,36 +1,65 @@
 """The chronicle fold: each closed unit of the log becomes one section.
 
-It is the one generative fold. What it derives from the log alone (which sections exist, their
-ranges, boundaries, order) replays exactly; the prose is the summariser's and is identical on a
-rebuild only where its pinned calls still hit. The draw happens in `prepare`, before the projector
-opens the write transaction; `apply` only writes what was prepared. The fold builds no pin key:
-the summariser draws through a PinnedModel, which keys the whole request, prompt included.
+It is the one generative fold. What it derives from the log alone (which units close, the range
+each section cites, their order) replays exactly; the prose is the summariser's and is identical
+on a rebuild only where its pinned calls still hit. The draw happens in `prepare`, before the
+projector opens the write transaction; `apply` only writes what was prepared, with the units'
+own state (if they keep any) in the same transaction as the fold's position. The fold builds no
+pin key: the summariser draws through a PinnedModel, which keys the whole request, prompt
+included.
+
+What a unit is belongs to the application (`Units`): `BoundaryUnits` closes one at every event a
+`UnitBoundary` names, in one chronicle; background consolidation closes each conversation's
+units in that conversation's chronicle (`scheduler.consolidation.ConversationUnits`).
 """
 
 from __future__ import annotations
 
 import inspect
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 from ..log.events import EventReader
 from ..log.store import StoredEvent
 from .sections import (
-    Anchor,
     AsyncSummarizer,
-    Consolidation,
     Section,
     Summarizer,
     UnitBoundary,
     is_async_summarizer,
-    section_id_for,
 )
 from .store import SQLiteChronicleStore
+from .write import masked, section_from
 
-__all__ = ["FOLD_NAME", "ChronicleFold", "units_in", "section_from"]
+__all__ = ["FOLD_NAME", "ChronicleFold", "Unit", "Units", "BoundaryUnits", "units_in"]
 
 FOLD_NAME = "chronicle"
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A closed unit: the chronicle its section goes to (None: the fold's own), the range the
+    section cites, the events the summariser reads, and what the section's meta records."""
+
+    chronicle: str | None
+    from_seq: int
+    to_seq: int
+    events: Sequence[StoredEvent]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Units(Protocol):
+    """Where units close. `plan` is a pure function of the log and the state `save` kept."""
+
+    def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], Any]:
+        """The units `events` close, and the state to save with the fold's position."""
+        ...
+
+    def save(self, conn: sqlite3.Connection, state: Any) -> None: ...
+
+    def reset(self, conn: sqlite3.Connection) -> None: ...
 
 
 def units_in(
@@ -47,21 +76,48 @@ def units_in(
     return units
 
 
-def section_from(lo: int, hi: int, consolidation: Consolidation) -> Section:
-    if not isinstance(consolidation, Consolidation):
-        raise TypeError(
-            f"a summarizer must return a Consolidation, got {type(consolidation).__name__}"
-        )
-    return Section(
-        Anchor(section_id_for(lo, hi), lo, hi, unit=hi),
-        consolidation.prose,
-        tuple(consolidation.pins),
-        meta=dict(consolidation.meta),
-    )
+class BoundaryUnits:
+    """The simple case: a unit closes at every event `boundary` names; it runs from the end of
+    the chronicle's consolidated past, and its section reads every event of it (or those
+    `admit` accepts)."""
+
+    def __init__(
+        self,
+        chronicle: SQLiteChronicleStore,
+        reader: EventReader,
+        boundary: UnitBoundary,
+        admit: Callable[[StoredEvent], bool] | None = None,
+    ) -> None:
+        self.chronicle = chronicle
+        self.reader = reader
+        self.boundary = boundary
+        self.admit = admit
+
+    def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], None]:
+        start = self.chronicle.consolidated_through() + 1
+        units = []
+        for lo, hi in units_in(events, self.boundary, start):
+            read = list(self.reader.read(after=lo - 1, upto=hi))
+            admitted = [e for e in read if self.admit(e)] if self.admit else read
+            units.append(Unit(None, lo, hi, admitted))
+        return units, None
+
+    def save(self, conn: sqlite3.Connection, state: Any) -> None:
+        return None
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        self.chronicle.reset(conn)
+
+
+@dataclass(slots=True)
+class Prepared:
+    sections: list[tuple[str | None, Section]]
+    state: Any
 
 
 class ChronicleFold:
-    """Consolidates every closed unit into a section of `chronicle`."""
+    """Consolidates every closed unit into a section. Give `boundary` (and `admit`) for units
+    that close at named events in `chronicle`, or `units` for your own."""
 
     generative: ClassVar[bool] = True
 
@@ -70,33 +126,44 @@ class ChronicleFold:
         chronicle: SQLiteChronicleStore,
         reader: EventReader,
         *,
-        boundary: UnitBoundary,
         summarize: Summarizer | AsyncSummarizer,
+        boundary: UnitBoundary | None = None,
+        units: Units | None = None,
         name: str = FOLD_NAME,
         admit: Callable[[StoredEvent], bool] | None = None,
     ) -> None:
+        if units is None:
+            if boundary is None:
+                raise TypeError("ChronicleFold needs a boundary or units")
+            units = BoundaryUnits(chronicle, reader, boundary, admit)
         self.chronicle = chronicle
         self.reader = reader
-        self.boundary = boundary
+        self.units = units
         self.summarize = summarize
         self.name = name
-        self.admit = admit
+        self._named: dict[str, SQLiteChronicleStore] = {}
 
     @property
     def prepares_async(self) -> bool:
         return is_async_summarizer(self.summarize)
 
-    def _units(self, events: Sequence[StoredEvent]) -> list[tuple[int, int]]:
-        return units_in(events, self.boundary, self.chronicle.consolidated_through() + 1)
+    def chronicle_named(self, name: str | None) -> SQLiteChronicleStore:
+        if name is None or name == self.chronicle.name:
+            return self.chronicle
+        found = self._named.get(name)
+        if found is None:
+            found = self._named[name] = self.chronicle.named(name)
+        return found
 
-    def _range(self, lo: int, hi: int) -> list[StoredEvent]:
-        events = list(self.reader.read(after=lo - 1, upto=hi))
-        return [e for e in events if self.admit(e)] if self.admit else events
+    @staticmethod
+    def _section(unit: Unit, result: object) -> Section:
+        return section_from(unit.from_seq, unit.to_seq, masked(result), meta=unit.meta)
 
-    def prepare(self, events: Sequence[StoredEvent]) -> list[Section]:
-        prepared: list[Section] = []
-        for lo, hi in self._units(events):
-            result: Any = self.summarize(self._range(lo, hi))
+    def prepare(self, events: Sequence[StoredEvent]) -> Prepared:
+        units, state = self.units.plan(events)
+        prepared = Prepared([], state)
+        for unit in units:
+            result: Any = self.summarize(unit.events)
             if inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if callable(close):
@@ -105,21 +172,25 @@ class ChronicleFold:
                     f"{self.name!r} has an async summarizer: write it as an async def and drive "
                     "the projector with catch_up_async()"
                 )
-            prepared.append(section_from(lo, hi, result))
+            prepared.sections.append((unit.chronicle, self._section(unit, result)))
         return prepared
 
-    async def prepare_async(self, events: Sequence[StoredEvent]) -> list[Section]:
-        prepared: list[Section] = []
-        for lo, hi in self._units(events):
-            result: Any = self.summarize(self._range(lo, hi))
+    async def prepare_async(self, events: Sequence[StoredEvent]) -> Prepared:
+        units, state = self.units.plan(events)
+        prepared = Prepared([], state)
+        for unit in units:
+            result: Any = self.summarize(unit.events)
             if inspect.isawaitable(result):
                 result = await result
-            prepared.append(section_from(lo, hi, result))
+            prepared.sections.append((unit.chronicle, self._section(unit, result)))
         return prepared
 
     def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
-        for section in prepared or ():
-            self.chronicle.append(section, conn)
+        if not isinstance(prepared, Prepared):
+            return
+        for name, section in prepared.sections:
+            self.chronicle_named(name).append(section, conn)
+        self.units.save(conn, prepared.state)
 
     def reset(self, conn: sqlite3.Connection) -> None:
-        self.chronicle.reset(conn)
+        self.units.reset(conn)

@@ -20,13 +20,12 @@ from ..log.store import StoredEvent
 from .sections import (
     Anchor,
     AsyncSummarizer,
-    Consolidation,
     Section,
     Summarizer,
     is_async_summarizer,
-    section_id_for,
 )
 from .store import SQLiteChronicleStore
+from .write import masked, section_from
 
 __all__ = ["reconsolidate", "reconsolidate_async"]
 
@@ -52,17 +51,12 @@ def _events(
     return [e for e in events if admit(e)] if admit else events
 
 
-def _write(chronicle: SQLiteChronicleStore, old: Section, consolidation: Consolidation) -> Section:
+def _write(chronicle: SQLiteChronicleStore, old: Section, consolidation: object) -> Section:
     a = old.anchor
-    new_id = section_id_for(a.from_seq, a.to_seq, a.generation + 1)
     section = chronicle.append_new(
-        Section(
-            Anchor(new_id, a.from_seq, a.to_seq, a.unit, supersedes=a.section_id),
-            consolidation.prose,
-            tuple(consolidation.pins),
-            meta=dict(consolidation.meta),
-        )
+        section_from(a.from_seq, a.to_seq, masked(consolidation), supersedes=old)
     )
+    new_id = section.anchor.section_id
     log.warning(
         "re-consolidated %s as %s (seq %d..%d): runs that read the old prose will diverge on "
         "replay, and a rebuild of the chronicle discards the new section",

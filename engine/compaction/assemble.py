@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..capture.shortened import ARGUMENTS_KEY, arguments_note, note, strip_note
-from .messages import MESSAGE_OVERHEAD, chars_for_tokens, content_text, fresh_copy
+from ..messages import MESSAGE_OVERHEAD, chars_for_tokens, content_text, fresh_copy
 from .planner import Plan
 
 __all__ = ["assemble", "shorten"]

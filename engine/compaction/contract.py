@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .messages import content_text, is_real_user, tool_call_ids
+from ..messages import content_text, is_real_user, tool_call_ids
 
 __all__ = ["violations"]
 

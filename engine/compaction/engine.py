@@ -34,12 +34,23 @@ from ..capture import shortened
 from ..capture.align import plain_json, wire_message
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.secrets import MASK_MARK, mask
-from ..chronicle.sections import Anchor, Section, section_id_for
+from ..chronicle.sections import Section
 from ..chronicle.store import SQLiteChronicleStore
+from ..chronicle.write import draw
+from ..chronicle.writers import SectionWriter, writer_from_config
 from ..config import Config
 from ..errors import ChronicleFork, UsageError
 from ..log.events import Decoded, DomainEvent, EventReader
 from ..log.store import StoredEvent
+from ..messages import (
+    content_text,
+    estimate_tokens,
+    handoff_kind,
+    is_own_handoff,
+    is_real_user,
+    states_a_rule,
+    tool_call_ids,
+)
 from ..sessions.capture import Capture
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
 from ..storable import escape_text
@@ -55,18 +66,8 @@ from .events import (
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
 from .limits import bound_pins, host_overhead, message_budget
-from .messages import (
-    content_text,
-    estimate_tokens,
-    handoff_kind,
-    is_own_handoff,
-    is_real_user,
-    states_a_rule,
-    tool_call_ids,
-)
 from .planner import MessageFacts, Plan, plan
 from .policy import Policy
-from .summarizer import FoldInput, SectionWriter, writer_from_config
 from .view import Condensed, level_name, rebase
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
@@ -592,38 +593,25 @@ class Compaction:
                     continue
                 # As the log holds them: a lone surrogate escaped, a cycle marked (`wire_message`).
                 members = [m if plain_json(m) else wire_message(m) for _, m in pairs]
-                clean = frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked)
-                section_id = section_id_for(g_lo, g_hi)
-                drawn = self.writer.summarize(
-                    FoldInput(
-                        members,
-                        section_id,
-                        focus,
-                        policy.section_chars,
-                        p.deadline,
-                        clean,
-                    )
+                extra = (
+                    {"memory_context": p.memory_context.strip()}
+                    if p.memory_context.strip() and index == len(gaps) - 1
+                    else None
+                )
+                section, drawn = draw(
+                    self.writer,
+                    g_lo,
+                    g_hi,
+                    members,
+                    budget_chars=policy.section_chars,
+                    focus=focus,
+                    deadline=p.deadline,
+                    clean=frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked),
+                    meta=extra,
                 )
                 d.model_calls += drawn.model_calls
                 d.fell_back = d.fell_back or drawn.fell_back
-                meta: dict[str, Any] = {"messages": len(members), "writer": drawn.writer}
-                if focus:
-                    meta["focus"] = focus
-                if p.memory_context.strip() and index == len(gaps) - 1:
-                    meta["memory_context"] = p.memory_context.strip()
-                if drawn.fell_back:
-                    meta["fell_back"] = drawn.error or True
-                d.new_sections.append(
-                    ViewSection(
-                        1,
-                        Section(
-                            Anchor(section_id, g_lo, g_hi, unit=g_hi),
-                            drawn.prose,
-                            drawn.pins,
-                            meta=meta,
-                        ),
-                    )
-                )
+                d.new_sections.append(ViewSection(1, section))
 
         d.shown = {v.label for v in p.previous}
         added = sorted(

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ..capture.events import HANDOFF_MARKER
 from ..capture.secrets import mask
 from ..chronicle.sections import Section
-from .messages import HANDOFF_SIGNATURE, content_text, estimate_tokens
+from ..messages import HANDOFF_SIGNATURE, content_text, estimate_tokens
 
 __all__ = [
     "ViewSection",

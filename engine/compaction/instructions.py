@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..capture.secrets import mask
-from .messages import estimate_tokens
+from ..messages import estimate_tokens
 
 __all__ = ["Carried", "render_instructions", "INSTRUCTIONS_HEADING"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config
-from .messages import chars_for_tokens
+from ..messages import chars_for_tokens
 
 __all__ = [
     "Policy",

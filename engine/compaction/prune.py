@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..messages import estimate_tokens, is_own_handoff
 from .assemble import shorten
-from .messages import estimate_tokens, is_own_handoff
 
 __all__ = ["prune_tool_results", "PRUNED_RESULT_TOKENS"]
 

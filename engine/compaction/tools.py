@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from ..errors import UsageError
+from ..messages import content_text
 from ..tools import Name, Seq, ToolArgs, ToolSpec, Words
 from .engine import Compaction
-from .messages import content_text
 
 __all__ = ["CONTEXT_TOOLS"]
 

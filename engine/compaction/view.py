@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..chronicle.sections import Anchor, Section, section_id_for
+from ..chronicle.sections import Section, section_id_for
+from ..chronicle.write import draw_condensed
+from ..chronicle.writers import Drawn, SectionWriter
 from .handoff import ViewSection, handoff_tokens, label_of, render
-from .summarizer import Drawn, SectionWriter
 
 __all__ = ["level_name", "Condensed", "rebase", "messages_in"]
 
@@ -59,13 +60,6 @@ def _condense(
     found = existing(level, section_id)
     if found is not None:  # written by an earlier, interrupted or replayed rebase
         return Condensed(ViewSection(level, found), Drawn(found.prose, writer="reused"))
-    drawn = writer.condense(
-        [(v.label, v.section.prose) for v in run],
-        label=label,
-        focus=focus,
-        budget_chars=budget_chars,
-        deadline=deadline,
-    )
     memory = next(
         (
             v.section.meta.get("memory_context")
@@ -78,13 +72,18 @@ def _condense(
         "children": [v.label for v in run],
         "children_count": len(run),
         "messages": messages_in(run),
-        "writer": drawn.writer,
     }
     if memory:
         meta["memory_context"] = memory
-    if focus:
-        meta["focus"] = focus
-    section = Section(Anchor(section_id, lo, hi, unit=hi), drawn.prose, drawn.pins, meta=meta)
+    section, drawn = draw_condensed(
+        writer,
+        [(v.label, v.section) for v in run],
+        label=label,
+        budget_chars=budget_chars,
+        focus=focus,
+        deadline=deadline,
+        meta=meta,
+    )
     return Condensed(ViewSection(level, section), drawn)
 
 

@@ -1,8 +1,10 @@
 """Background consolidation: each closed unit of a conversation becomes a section of its chronicle.
 
-The fold runs on its own projector, so a slow summary never delays the folds that keep search and
-beliefs current. It is generative: the summariser draws in `prepare`, before the projector opens
-the write transaction, and `apply` only writes.
+The chronicle's own fold (`ChronicleFold`, the path every section of the log's units is written
+by) with this project's units: each conversation's (`ConversationUnits`). It runs on its own
+projector, so a slow summary never delays the folds that keep search and beliefs current. It is
+generative: the summariser draws in `prepare`, before the projector opens the write transaction,
+and `apply` only writes.
 
 Invariants:
 - Which units close, and the range each section cites, are functions of the log (see `units`),
@@ -17,23 +19,14 @@ Invariants:
 
 from __future__ import annotations
 
-import inspect
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
-from ..capture.secrets import mask
-from ..chronicle.sections import (
-    Anchor,
-    AsyncSummarizer,
-    Consolidation,
-    Section,
-    Summarizer,
-    is_async_summarizer,
-    section_id_for,
-)
+from ..chronicle.fold import ChronicleFold, Unit
+from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS, SQLiteChronicleStore
 from ..errors import ChronicleFork
 from ..log.bookkeeping import is_bookkeeping
@@ -46,7 +39,7 @@ from .schema import SCHEDULER_MIGRATIONS
 from .sweeps import SweepReport
 from .units import ClosedUnit, OpenUnit, UnitRules, advance
 
-__all__ = ["FOLD_NAME", "Conversations", "ConsolidationFold", "Consolidator"]
+__all__ = ["FOLD_NAME", "Conversations", "ConversationUnits", "Consolidator"]
 
 FOLD_NAME = "scheduler.consolidation"
 
@@ -60,49 +53,31 @@ class Conversations(Protocol):
 
 
 @dataclass(slots=True)
-class Prepared:
-    sections: list[tuple[str, Section]] = field(default_factory=list)
+class _Planned:
     units: dict[str, OpenUnit] = field(default_factory=dict)
-    closed: list[ClosedUnit] = field(default_factory=list)
 
 
 _UNIT_COLUMNS = "chronicle, session, open_from, last_seq, last_at, turns, closed_through"
 
 
-class ConsolidationFold:
-    """Closed units of every conversation, drawn into sections of that conversation's chronicle."""
-
-    generative: ClassVar[bool] = True
+class ConversationUnits:
+    """The units of every conversation (see `units`), each consolidated into that
+    conversation's chronicle; the open units are kept in `consolidation_units`."""
 
     def __init__(
         self,
         store: SQLiteEventStore,
+        chronicles: SQLiteChronicleStore,
         *,
         conversations: Conversations,
-        summarize: Summarizer | AsyncSummarizer,
         rules: UnitRules,
-        name: str = FOLD_NAME,
     ) -> None:
         self.store = store
+        self.chronicles = chronicles
         self.conversations = conversations
-        self.summarize = summarize
         self.rules = rules
-        self.name = name
-        self._chronicles: dict[str, SQLiteChronicleStore] = {}
 
-    @property
-    def prepares_async(self) -> bool:
-        return is_async_summarizer(self.summarize)
-
-    def chronicle(self, name: str) -> SQLiteChronicleStore:
-        found = self._chronicles.get(name)
-        if found is None:
-            found = self._chronicles[name] = SQLiteChronicleStore(self.store, name)
-        return found
-
-    # -- planning (deterministic) ----------------------------------------------------------
-
-    def _plan(self, events: Sequence[StoredEvent]) -> tuple[dict[str, OpenUnit], list[ClosedUnit]]:
+    def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], _Planned]:
         names: dict[str, str] = {}
         for e in events:
             session = e.envelope.session
@@ -110,7 +85,7 @@ class ConsolidationFold:
                 names[session] = self.conversations.chronicle_name(session)
         units = self.load_units(set(names.values()))
         closed = advance(units, events, self.rules, names.__getitem__)
-        return units, closed
+        return self._targets(closed), _Planned(units)
 
     def load_units(self, chronicles: Iterable[str]) -> dict[str, OpenUnit]:
         wanted = sorted(set(chronicles))
@@ -127,77 +102,33 @@ class ConsolidationFold:
                     units[row[0]] = OpenUnit(*row)
         return units
 
-    def _targets(self, closed: list[ClosedUnit]) -> list[tuple[ClosedUnit, list[StoredEvent]]]:
+    def _targets(self, closed: list[ClosedUnit]) -> list[Unit]:
         """Each closed unit clipped to what its chronicle does not hold yet, with its messages."""
         ends: dict[str, int] = {}
-        out: list[tuple[ClosedUnit, list[StoredEvent]]] = []
+        out: list[Unit] = []
         for unit in closed:
             end = ends.get(unit.chronicle)
             if end is None:
-                end = self.chronicle(unit.chronicle).consolidated_through()
+                end = self.chronicles.named(unit.chronicle).consolidated_through()
             lo = max(unit.from_seq, end + 1)
             if lo > unit.to_seq:
                 continue  # the context engine already folded this stretch
             messages = self.conversations.message_events(unit.session, lo, unit.to_seq)
             if not messages:
                 continue
-            out.append((unit, messages))
+            meta = {
+                "source": "consolidation",
+                "boundary": unit.boundary,
+                "session": unit.session,
+                "messages": len(messages),
+            }
+            out.append(Unit(unit.chronicle, messages[0].seq, unit.to_seq, messages, meta))
             ends[unit.chronicle] = unit.to_seq
         return out
 
-    @staticmethod
-    def _section(unit: ClosedUnit, messages: list[StoredEvent], result: object) -> Section:
-        if not isinstance(result, Consolidation):
-            raise TypeError(
-                f"a summarizer must return a Consolidation, got {type(result).__name__}"
-            )
-        lo = messages[0].seq
-        meta = {
-            **dict(result.meta),
-            "source": "consolidation",
-            "boundary": unit.boundary,
-            "session": unit.session,
-            "messages": len(messages),
-        }
-        return Section(
-            Anchor(section_id_for(lo, unit.to_seq), lo, unit.to_seq, unit=unit.to_seq),
-            mask(result.prose),  # whatever summariser wrote it, no credential is kept
-            tuple(result.pins),
-            meta=meta,
-        )
-
-    # -- the fold ----------------------------------------------------------------------------
-
-    def prepare(self, events: Sequence[StoredEvent]) -> Prepared:
-        units, closed = self._plan(events)
-        prepared = Prepared(units=units, closed=closed)
-        for unit, messages in self._targets(closed):
-            result: Any = self.summarize(messages)
-            if inspect.isawaitable(result):
-                close = getattr(result, "close", None)
-                if callable(close):
-                    close()
-                raise TypeError(
-                    f"{self.name!r} has an async summarizer: drive it with catch_up_async()"
-                )
-            prepared.sections.append((unit.chronicle, self._section(unit, messages, result)))
-        return prepared
-
-    async def prepare_async(self, events: Sequence[StoredEvent]) -> Prepared:
-        units, closed = self._plan(events)
-        prepared = Prepared(units=units, closed=closed)
-        for unit, messages in self._targets(closed):
-            result: Any = self.summarize(messages)
-            if inspect.isawaitable(result):
-                result = await result
-            prepared.sections.append((unit.chronicle, self._section(unit, messages, result)))
-        return prepared
-
-    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
-        if not isinstance(prepared, Prepared):
+    def save(self, conn: sqlite3.Connection, state: Any) -> None:
+        if not isinstance(state, _Planned):
             return
-        for name, section in prepared.sections:
-            self.chronicle(name).append(section, conn)
         conn.executemany(
             f"INSERT INTO consolidation_units({_UNIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(chronicle) DO UPDATE SET session = excluded.session,"
@@ -214,7 +145,7 @@ class ConsolidationFold:
                     u.turns,
                     u.closed_through,
                 )
-                for u in prepared.units.values()
+                for u in state.units.values()
             ],
         )
 
@@ -242,8 +173,15 @@ class Consolidator:
         self.store = store
         self.types = types
         self.rules = rules
-        self.fold = ConsolidationFold(
-            store, conversations=conversations, summarize=summarize, rules=rules
+        self.units = ConversationUnits(
+            store, SQLiteChronicleStore(store), conversations=conversations, rules=rules
+        )
+        self.fold = ChronicleFold(
+            self.units.chronicles,
+            reader,
+            units=self.units,
+            summarize=summarize,
+            name=FOLD_NAME,
         )
         self.projector = Projector(store, reader, [self.fold])
 

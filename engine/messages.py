@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..capture.events import HANDOFF_MARKER, text_parts
-from ..capture.secrets import mask
-from ..capture.speaker import is_person_request
+from .capture.events import HANDOFF_MARKER, text_parts
+from .capture.secrets import mask
+from .capture.speaker import is_person_request
 
 __all__ = [
     "CHARS_PER_TOKEN",

@@ -38,8 +38,8 @@ from ..egress import host_of, post_json, route
 from ..errors import SummaryFailed, UsageError
 from ..log.events import EventTypeRegistry
 from ..log.store import SQLiteEventStore
+from ..messages import content_text, masked_view, tool_calls
 from .extractive import condense_prose, summarize_messages
-from .messages import content_text, masked_view, tool_calls
 
 if TYPE_CHECKING:  # pydantic-ai is imported only where a model is called (it costs ~0.7 s)
     from pydantic_ai.messages import ModelMessage, ModelResponse
@@ -57,7 +57,7 @@ __all__ = [
     "writer_from_config",
 ]
 
-log = logging.getLogger("chronicle_engine.compaction.summarizer")
+log = logging.getLogger("chronicle_engine.chronicle.writers")
 
 _MODEL_INPUT_CHARS = 120_000
 COOLDOWN_SECONDS = 60.0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..capture.secrets import MASK_MARK
-from .messages import content_text, is_real_user, masked_view, tool_calls
+from ..messages import content_text, is_real_user, masked_view, tool_calls
 
 __all__ = ["summarize_messages", "condense_prose", "focus_terms", "facts_in"]
 
