@@ -153,7 +153,17 @@ class ChronicleCore:
         from .recall.recall import Recall
 
         return self._subsystem(
-            "recall", lambda core: Recall(core.reader, core.config, core.sessions, core.capture)
+            "recall",
+            lambda core: Recall(
+                core.reader,
+                core.config,
+                core.sessions,
+                core.capture,
+                # forgetting redraws the sections that held what it hid (compaction's writer)
+                redraw=lambda seqs: [
+                    f"{r.old} -> {r.new}" for r in core.compaction.forget_messages(seqs)
+                ],
+            ),
         )
 
     @property

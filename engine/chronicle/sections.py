@@ -24,6 +24,8 @@ __all__ = [
     "AsyncSummarizer",
     "section_id_for",
     "split_section_id",
+    "level_name",
+    "level_of",
     "is_async_summarizer",
 ]
 
@@ -31,6 +33,20 @@ __all__ = [
 def section_id_for(from_seq: int, to_seq: int, generation: int = 1) -> str:
     base = f"{from_seq}-{to_seq}"
     return base if generation == 1 else f"{base}#{generation}"
+
+
+def level_name(name: str, level: int) -> str:
+    """The chronicle holding a conversation's sections of `level` (1 is the conversation's own;
+    a condensed level, whose sections each cover a run of the level below, is its own chronicle)."""
+    return name if level <= 1 else f"{name}/L{level}"
+
+
+def level_of(chronicle: str) -> tuple[str, int]:
+    """'conversation:s/L2' -> ('conversation:s', 2): the inverse of `level_name`."""
+    base, sep, level = chronicle.rpartition("/L")
+    if sep and level.isdigit() and base:
+        return base, int(level)
+    return chronicle, 1
 
 
 def split_section_id(section_id: str) -> tuple[int, int, int]:

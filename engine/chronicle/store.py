@@ -5,7 +5,9 @@ Invariants (checked on every write, through `append`, `append_new` and `load`):
 - a superseding section covers exactly the range of the section it supersedes, and only the
   current section of a range can be superseded, so no consolidated range is ever left uncovered.
 A write that would break either raises `ChronicleFork`. `reset` is the one bulk removal, for a
-rebuild that was acknowledged (`discard_generated=True`).
+rebuild that was acknowledged (`discard_generated=True`). `purge` is the one change a row may
+take: forgetting blanks a superseded generation's prose once a new generation that leaves the
+forgotten messages out has replaced it (a trigger refuses any other update).
 
 One database holds many chronicles, told apart by name (one per conversation lineage, plus the
 condensed levels), each with its own invariants.
@@ -47,11 +49,35 @@ BEGIN SELECT RAISE(ABORT, 'chronicle: sections are never updated; supersede inst
 """
 
 
+# Forgetting is the one change a stored section may take: a superseded generation's prose is
+# blanked (its meta then says why), and nothing else of the row moves.
+_PURGE = """
+DROP TRIGGER IF EXISTS sections_never_update;
+CREATE TRIGGER sections_never_update BEFORE UPDATE ON sections
+WHEN NOT (
+    new.prose = '' AND new.written = old.written AND new.chronicle = old.chronicle
+    AND new.section_id = old.section_id AND new.from_seq = old.from_seq
+    AND new.to_seq = old.to_seq AND new.unit = old.unit AND new.supersedes IS old.supersedes
+    AND new.pins = old.pins AND new.created_at = old.created_at
+    AND EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = old.chronicle
+                AND nx.supersedes = old.section_id)
+)
+BEGIN SELECT RAISE(ABORT, 'chronicle: sections are never updated; supersede instead'); END;
+"""
+
+
 def _m001_sections(conn: sqlite3.Connection) -> None:
     run_script(conn, _SCHEMA)
 
 
-CHRONICLE_MIGRATIONS = (Migration("chronicle.m001_sections", _m001_sections),)
+def _m002_purge(conn: sqlite3.Connection) -> None:
+    run_script(conn, _PURGE)
+
+
+CHRONICLE_MIGRATIONS = (
+    Migration("chronicle.m001_sections", _m001_sections),
+    Migration("chronicle.m002_purge", _m002_purge),
+)
 
 _COLUMNS = "section_id, from_seq, to_seq, unit, supersedes, prose, pins, created_at, meta"
 _CURRENT = (
@@ -201,6 +227,19 @@ class SQLiteChronicleStore:
                 self._insert(c, section)
                 written += 1
         return written
+
+    def purge(self, section_id: str, reason: str, conn: sqlite3.Connection | None = None) -> bool:
+        """Blank the prose (and meta) of a superseded section: forgetting reached it. Its anchor
+        stays, so the range and the supersession chain still read the same. Returns whether
+        there was prose to blank. Only a superseded section can be purged (the current one is
+        what the chronicle says; supersede it first)."""
+        with self._writing(conn) as c:
+            cur = c.execute(
+                "UPDATE sections SET prose = '', meta = ? WHERE chronicle = ? AND section_id = ?"
+                " AND prose != ''",
+                (json.dumps({"purged": reason}), self.name, section_id),
+            )
+            return cur.rowcount > 0
 
     def reset(self, conn: sqlite3.Connection | None = None) -> None:
         """Remove every section of this chronicle: only for an acknowledged rebuild."""

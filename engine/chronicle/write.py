@@ -104,6 +104,7 @@ def draw_condensed(
     focus: str | None = None,
     deadline: float | None = None,
     meta: Mapping[str, Any] | None = None,
+    supersedes: Section | None = None,
 ) -> tuple[Section, Drawn]:
     """One section over the whole range of consecutive `children` ((label, section) pairs),
     drawn from their prose; `label` names it in the handoff (its level and id)."""
@@ -117,7 +118,7 @@ def draw_condensed(
         deadline=deadline,
     )
     consolidation = Consolidation(drawn.prose, tuple(drawn.pins), _meta(drawn, focus))
-    return section_from(lo, hi, consolidation, meta=meta), drawn
+    return section_from(lo, hi, consolidation, meta=meta, supersedes=supersedes), drawn
 
 
 class WriterSummarizer:

@@ -26,7 +26,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from ..capture import shortened
 from ..capture.align import plain_json, wire_message
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.secrets import MASK_MARK, mask
+from ..chronicle.forget import Rederived, rederive
 from ..chronicle.sections import Section
 from ..chronicle.store import SQLiteChronicleStore
 from ..chronicle.write import draw
@@ -67,7 +68,7 @@ from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_
 from .instructions import Carried, render_instructions
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
-from .policy import Policy
+from .policy import Policy, policy_from_config
 from .view import Condensed, level_name, rebase
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
@@ -754,6 +755,18 @@ class Compaction:
             model_calls=d.model_calls,
             fell_back=d.fell_back,
         )
+
+    def forget_messages(self, seqs: Collection[int]) -> list[Rederived]:
+        """Forgetting hid these message seqs: redraw every section holding one without them,
+        with this engine's writer, and purge the older generations' words."""
+
+        def messages(name: str, lo: int, hi: int) -> list[StoredEvent]:
+            root = name.removeprefix(CHRONICLE_PREFIX)
+            latest = (self._sessions.lineage(root) or [root])[-1]
+            return list(self._sessions.message_events(latest, lo, hi))
+
+        budget = policy_from_config(self._config).section_chars
+        return rederive(self._store, self.writer, set(seqs), messages, budget_chars=budget)
 
     # -- reading back ------------------------------------------------------------------------
 

@@ -16,17 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..chronicle.sections import Section, section_id_for
+from ..chronicle.sections import Section, level_name, section_id_for
 from ..chronicle.write import draw_condensed
 from ..chronicle.writers import Drawn, SectionWriter
 from .handoff import ViewSection, handoff_tokens, label_of, render
 
 __all__ = ["level_name", "Condensed", "rebase", "messages_in"]
-
-
-def level_name(name: str, level: int) -> str:
-    """The chronicle holding a conversation's sections of `level` (1 is the conversation's own)."""
-    return name if level <= 1 else f"{name}/L{level}"
 
 
 @dataclass(frozen=True, slots=True)

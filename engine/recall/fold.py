@@ -206,6 +206,9 @@ class RecallFold:
         conn.execute(
             "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)", (f"m{seq}", by)
         )
+        # Unindexed above with its words; now the words go too (the log keeps the event).
+        conn.execute("UPDATE recall_messages SET body = '', person = '' WHERE seq = ?", (seq,))
+        conn.execute("DELETE FROM recall_vectors WHERE target = ?", (f"m{seq}",))
         for nxt in following:
             if not _hidden(conn, f"m{nxt}"):
                 self._index(conn, scope, nxt)

@@ -110,7 +110,20 @@ def forget(
         ),
         session_id,
     )
-    return {"forgotten": target.strip(), "include_source": bool(include_source), "seq": seq}
+    with recall.store.reading() as conn:
+        hidden = sorted(
+            int(t[1:])
+            for (t,) in conn.execute(
+                "SELECT target FROM recall_hidden WHERE by_seq = ? AND target GLOB 'm[0-9]*'",
+                (seq,),
+            )
+        )
+    return {
+        "forgotten": target.strip(),
+        "include_source": bool(include_source),
+        "seq": seq,
+        "messages": hidden,  # the message seqs this call hid (sections holding them are redrawn)
+    }
 
 
 def correct(

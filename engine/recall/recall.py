@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..capture.secrets import mask
@@ -45,9 +45,17 @@ class Recall:
     """Search, per-turn memory, answers and the memory tools for one core."""
 
     def __init__(
-        self, reader: EventReader, config: Config, sessions: SessionTree, capture: Capture
+        self,
+        reader: EventReader,
+        config: Config,
+        sessions: SessionTree,
+        capture: Capture,
+        redraw: Callable[[Sequence[int]], list[str]] | None = None,
     ) -> None:
+        """`redraw`: what forgetting asks of the chronicle once messages are hidden (redraw
+        every section that held one without it; the ids it wrote), handed in by the wiring."""
         self.index = RecallIndex(reader, config, sessions, capture)
+        self._redraw = redraw
         self.tuning = self.index.tuning
         self.embedder = self.index.embedder
         self._store = reader.store
@@ -261,9 +269,9 @@ class Recall:
         user_id: str | None = None,
         profile: str | None = None,
     ) -> dict[str, Any]:
-        """chronicle_forget: hide an item of this user's memory from every read path."""
-
-        return memory.forget(
+        """chronicle_forget: hide an item of this user's memory from every read path, and
+        have every section that held a forgotten message drawn again without it."""
+        result = memory.forget(
             self.index,
             target,
             include_source=include_source,
@@ -272,6 +280,9 @@ class Recall:
             user_id=user_id,
             profile=profile,
         )
+        if result["messages"] and self._redraw is not None:
+            result["sections_redrawn"] = self._redraw(result["messages"])
+        return result
 
     def correct(
         self,
@@ -323,6 +334,17 @@ class Recall:
                     )
                 )
         return out
+
+    def forgotten_messages(self) -> set[int]:
+        """Every message seq that was forgotten (an export leaves their words out)."""
+        self.catch_up()
+        with self._store.reading() as conn:
+            return {
+                int(t[1:])
+                for (t,) in conn.execute(
+                    "SELECT target FROM recall_hidden WHERE target GLOB 'm[0-9]*'"
+                )
+            }
 
     def beliefs(
         self,

@@ -5,7 +5,9 @@ with the `sections` table by triggers).
 Invariants:
 - `recall_messages` and `recall_beliefs` are append-only: triggers refuse UPDATE, and rows are
   only deleted all at once by a rebuild's reset. A superseded belief stays; the newer row names
-  it in `supersedes`. A forgotten item is listed in `recall_hidden` and dropped from its index.
+  it in `supersedes`. A forgotten item is listed in `recall_hidden` and dropped from its index;
+  a forgotten message's text is blanked (the one update the trigger allows) and its vector
+  deleted, so its words are in no table recall derives.
 - Full-text indexes use external content: the text lives once, in the table the index points at.
   Messages are indexed per scope (one FTS5 table per user and profile, `recall_fts_<n>`), so a
   query physically cannot match another user's messages, and its cost depends on that user's
@@ -140,6 +142,31 @@ CREATE INDEX IF NOT EXISTS recall_messages_links ON recall_messages(seq, prev);
 """
 
 
+# Forgetting takes the words out, not only the index entries: a forgotten message's stored text is
+# blanked (the only update recall_messages takes, and only for a hidden message), a purged
+# section's index entry follows its blanked prose, and a forgotten message's vector goes.
+_FORGET = """
+DROP TRIGGER IF EXISTS recall_messages_never_update;
+CREATE TRIGGER recall_messages_never_update BEFORE UPDATE ON recall_messages
+WHEN NOT (
+    new.body = '' AND new.person = '' AND new.seq = old.seq AND new.scope = old.scope
+    AND new.session IS old.session AND new.role = old.role AND new.speaker = old.speaker
+    AND new.name = old.name AND new.agent_context = old.agent_context AND new.at = old.at
+    AND new.ts = old.ts AND new.prev IS old.prev
+    AND EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || old.seq)
+)
+BEGIN SELECT RAISE(ABORT, 'chronicle: recall_messages is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS recall_sections_au AFTER UPDATE OF prose ON sections BEGIN
+    INSERT INTO recall_sections_fts(recall_sections_fts, rowid, prose)
+    VALUES ('delete', old.written, old.prose);
+    INSERT INTO recall_sections_fts(rowid, prose) VALUES (new.written, new.prose);
+END;
+UPDATE recall_messages SET body = '', person = ''
+WHERE 'm' || seq IN (SELECT target FROM recall_hidden) AND (body != '' OR person != '');
+DELETE FROM recall_vectors WHERE target IN (SELECT target FROM recall_hidden);
+"""
+
+
 def _m001_recall(conn: sqlite3.Connection) -> None:
     run_script(conn, _SCHEMA)
 
@@ -174,11 +201,16 @@ def _m004_index_rows(conn: sqlite3.Connection) -> None:
         )
 
 
+def _m005_forget(conn: sqlite3.Connection) -> None:
+    run_script(conn, _FORGET)
+
+
 RECALL_MIGRATIONS = (
     Migration("recall.m001_tables", _m001_recall),
     Migration("recall.m002_sections_index", _m002_sections_index),
     Migration("recall.m003_links", _m003_links),
     Migration("recall.m004_index_rows", _m004_index_rows),
+    Migration("recall.m005_forget", _m005_forget),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

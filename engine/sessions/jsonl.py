@@ -33,6 +33,7 @@ from ..errors import FormatError, UnknownEventType
 from ..log.store import PendingEvent
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
+from .redact import Forgotten, redacted
 from .tree import SessionTree
 
 __all__ = [
@@ -59,7 +60,7 @@ def _kind(namespace: str, type_: str) -> str | None:
     return None
 
 
-def export_session(tree: SessionTree, session_id: str) -> str:
+def export_session(tree: SessionTree, session_id: str, forgotten: Forgotten | None = None) -> str:
     conversation = tree.conversation(session_id)
     with tree.store.reading() as conn:
         sessions = [
@@ -85,7 +86,8 @@ def export_session(tree: SessionTree, session_id: str) -> str:
         "exportedAt": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     lines = [json.dumps(header, ensure_ascii=False)]
-    for event in tree.store.read(sessions=sessions, namespaces=[CHAT_NAMESPACE, SESSION_NAMESPACE]):
+    events = tree.store.read(sessions=sessions, namespaces=[CHAT_NAMESPACE, SESSION_NAMESPACE])
+    for event in redacted(events, forgotten or Forgotten()):
         env = event.envelope
         kind = _kind(env.namespace, env.type)
         if env.namespace == CHAT_NAMESPACE and kind is None:
@@ -254,10 +256,15 @@ def import_session(tree: SessionTree, text: str) -> int:
     return sum(1 for s in seqs if s > before)
 
 
-def export_jsonl(tree: SessionTree, session_id: str, path: str | Path | None = None) -> str:
+def export_jsonl(
+    tree: SessionTree,
+    session_id: str,
+    path: str | Path | None = None,
+    forgotten: Forgotten | None = None,
+) -> str:
     """The session's whole conversation tree as versioned JSONL (returned, and written to
-    `path` when given)."""
-    text = export_session(tree, str(session_id))
+    `path` when given), without the words of the `forgotten` messages."""
+    text = export_session(tree, str(session_id), forgotten)
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
     return text

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,6 +17,7 @@ from ... import transfer
 from ...capture.events import NAMESPACE as CHAT
 from ...sessions.jsonl import FORMAT as SESSION_FORMAT
 from ...sessions.jsonl import export_jsonl, import_jsonl
+from ...sessions.redact import Forgotten, redacted
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
 
 
@@ -81,6 +82,12 @@ def _open_out(path: str | None) -> Iterator[IO[str]]:
         yield fh
 
 
+def _forgotten(core: Any) -> Forgotten:
+    """What an export leaves out: the words of every message the user had forgotten (the log
+    keeps them; a file that leaves this store does not)."""
+    return Forgotten.read(core.store, core.recall.forgotten_messages())
+
+
 def export(s: Session) -> Outcome:
     a = s.args
     core = s.core()
@@ -92,7 +99,7 @@ def export(s: Session) -> Outcome:
         data = {"kind": "sections", "chronicle": a.chronicle, "written": count, "out": a.out or "-"}
     elif a.session:
         tree = core.sessions
-        text = export_jsonl(tree, a.session)
+        text = export_jsonl(tree, a.session, forgotten=_forgotten(core))
         with _open_out(a.out) as fh:
             fh.write(text)
         lines = max(0, len([line for line in text.splitlines() if line.strip()]) - 1)
@@ -103,7 +110,7 @@ def export(s: Session) -> Outcome:
         with _open_out(a.out) as fh, _progress(stderr, not s.json and not to_stdout) as bar:
             task = bar.add_task("exporting events", total=total)
             count = transfer.write_events(
-                core.store.read(namespaces=namespaces),
+                redacted(core.store.read(namespaces=namespaces), _forgotten(core)),
                 fh,
                 progress=lambda n: bar.advance(task, n),
             )
