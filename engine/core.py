@@ -179,8 +179,18 @@ class ChronicleCore:
                 core.sessions,
                 core.capture,
                 lambda seqs: core.recall.hidden_seqs(seqs),
+                forgotten_between=core._forgotten_between,
             ),
         )
+
+    def _forgotten_between(self, lo: int, hi: int) -> set[int]:
+        """The forgotten message seqs in lo..hi, when recall runs in this process (it does
+        whenever Chronicle is the memory provider: forgetting happens through its tools). A pass
+        of a core without recall asks nothing and builds nothing."""
+        recall = self._subsystems.get("recall")
+        if recall is None:
+            return set()
+        return {s for s in recall.forgotten_messages(current=False) if lo <= s <= hi}
 
     @property
     def scheduler(self) -> Scheduler:

@@ -10,6 +10,7 @@ import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from test_scheduler_support import START, message, open_core, session_end
 
 from chronicle_engine.chronicle.fold import FOLD_NAME, ChronicleFold
 from chronicle_engine.chronicle.read import Brief
@@ -17,12 +18,17 @@ from chronicle_engine.chronicle.reconsolidate import reconsolidate
 from chronicle_engine.chronicle.retriever import substring_retriever
 from chronicle_engine.chronicle.sections import Anchor, Consolidation, EventTypes
 from chronicle_engine.chronicle.store import SQLiteChronicleStore
+from chronicle_engine.chronicle.write import WriterSummarizer
+from chronicle_engine.chronicle.writers import ModelWriter
 from chronicle_engine.errors import ChronicleFork, GenerativeRebuild
 from chronicle_engine.log.bookkeeping import is_bookkeeping, register_builtin_events
 from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.pins import PinLedger, PinnedModel, ReplayPins
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
+from chronicle_engine.scheduler.consolidation import FOLD_NAME as CONSOLIDATION_FOLD
+from chronicle_engine.scheduler.consolidation import Consolidator
+from chronicle_engine.scheduler.units import UnitRules
 
 
 class OfferMade(DomainEvent, frozen=True):
@@ -233,3 +239,99 @@ def test_sync_catch_up_refuses_async_summarizer(store: SQLiteEventStore) -> None
     assert store.position(FOLD_NAME) == 0
     assert len(chronicle) == 0
     assert ledger.live_draws == 0
+
+
+def test_howto_on_the_production_path(tmp_path, caplog) -> None:
+    """The how-to's steps on the path production writes sections by: the conversation's own units
+    (a session end closes one), the section writer drawing through a pinned model (the writer
+    `context.summarizer` configures), the same ChronicleFold, store, carry and re-consolidation.
+    Production sections cite the conversation's messages, so a unit ends at its last message
+    rather than at its boundary event."""
+    core = open_core(tmp_path / "howto.db")
+    writers = []
+
+    def writer(text: str) -> ModelWriter:
+        made = ModelWriter(
+            lambda: FunctionModel(fixed(text)), core.store, core.types, timeout=30, name="model"
+        )
+        writers.append(made)
+        return made
+
+    round_one = writer(ROUND_ONE)
+    consolidate = Consolidator(
+        core.store,
+        core.reader,
+        core.types,
+        conversations=core.sessions,
+        summarize=WriterSummarizer(lambda: round_one, 2_000),
+        rules=UnitRules(),
+    )
+    t = START
+    core.store.append(
+        [
+            message(core, "talks", "user", "UK: A 12% cut to the mackerel quota.", t),
+            message(core, "talks", "assistant", "Norway: No more than 5%.", t + 1),
+            message(core, "talks", "user", "UK: noted.", t + 2),
+            session_end(core, "talks", t + 3),
+            message(core, "talks", "user", "UK: We could move to 10%.", t + 4),
+        ]
+    )
+    consolidate.run(budget=100)
+    chronicle = core.chronicle(core.sessions.chronicle_name("talks"))
+    brief = Brief(chronicle, core.reader, admit=lambda e: not is_bookkeeping(e))
+    through = brief.anchors.consolidated_through()
+    assert through == 3
+    (section,) = brief.depth()
+    assert (section.anchor.section_id, section.prose) == ("1-3", ROUND_ONE)
+    assert len(section.pins) == 1 and section.pins[0].startswith("p1:model_call:")
+    assert section.meta["writer"] == "model" and section.meta["boundary"] == "session_end"
+    recent = [e.payload.get("text") for e in brief.tail(since_seq=through).events]
+    assert recent[-1] == "UK: We could move to 10%."
+    assert [s.anchor.section_id for s in substring_retriever(brief.depth(), "norway")] == ["1-3"]
+
+    new_store = SQLiteEventStore(tmp_path / "new-backend.db")
+    carried = SQLiteChronicleStore(new_store, chronicle.name)
+    assert carried.load(chronicle.export()) == 1
+    assert carried.load(chronicle.export()) == 0
+    new_store.close()
+
+    with pytest.raises(GenerativeRebuild, match="'scheduler.consolidation' is a generative fold"):
+        consolidate.projector.rebuild(CONSOLIDATION_FOLD)
+
+    round_two = writer(ROUND_TWO)
+    consolidate.fold.summarize = WriterSummarizer(lambda: round_two, 2_000)
+    core.store.append(
+        [
+            message(core, "talks", "assistant", "Norway: We could go to 8%.", t + 5),
+            session_end(core, "talks", t + 6),
+        ]
+    )
+    consolidate.run(budget=100)
+    (second,) = [s for s in brief.depth() if s.anchor.section_id != "1-3"]
+    assert second.prose == ROUND_TWO and second.anchor.from_seq == 5
+
+    # A revised prompt (here: a focus) is a new pin key; the same prompt would replay round one.
+    revise = writer(REVISED)
+    revised_summary = WriterSummarizer(lambda: revise, 2_000, focus="the stock")
+    with caplog.at_level(logging.WARNING, logger="chronicle_engine.chronicle.reconsolidation"):
+        revised = reconsolidate(
+            chronicle,
+            core.reader,
+            "1-3",
+            revised_summary,
+            admit=lambda e: e.envelope.type == "MessageCaptured",
+        )
+    assert revised.anchor == Anchor("1-3#2", 1, 3, 3, supersedes="1-3")
+    assert "re-consolidated 1-3 as 1-3#2 (seq 1..3)" in caplog.text
+    assert [(s.anchor.section_id, s.prose) for s in brief.depth()] == [
+        ("1-3#2", REVISED),
+        (second.anchor.section_id, ROUND_TWO),
+    ]
+    still = brief.prose.section("1-3")
+    assert still is not None and still.prose == ROUND_ONE
+    with pytest.raises(ChronicleFork) as refused:
+        reconsolidate(chronicle, core.reader, "1-3", revised_summary)
+    assert str(refused.value) == "section '1-3' is already superseded; the current one is '1-3#2'"
+    for made in writers:
+        made.close()
+    core.shutdown()

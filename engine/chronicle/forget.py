@@ -24,10 +24,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..log.events import EventReader
 from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
-from .sections import Consolidation, Section, level_name, level_of
+from .reconsolidate import announce, next_generation
+from .sections import Section, level_name, level_of
 from .store import SQLiteChronicleStore
-from .write import draw, draw_condensed, section_from
+from .write import WriterSummarizer, draw_condensed
 from .writers import SectionWriter
 
 __all__ = ["Rederived", "covering", "rederive"]
@@ -92,6 +94,7 @@ def _child(
 
 def _redraw(
     store: SQLiteEventStore,
+    reader: EventReader,
     writer: SectionWriter,
     name: str,
     old: Section,
@@ -124,31 +127,23 @@ def _redraw(
                 supersedes=old,
             )
             return section
-    kept = [
-        e.payload.get("message", {})
-        for e in messages(base, a.from_seq, a.to_seq)
-        if e.seq not in forgotten
-    ]
-    if not kept:
-        note = f"Every message of seq {a.from_seq}–{a.to_seq} was forgotten."
-        return section_from(
-            a.from_seq, a.to_seq, Consolidation(note), meta={**meta, "messages": 0}, supersedes=old
-        )
-    section, _ = draw(
-        writer,
-        a.from_seq,
-        a.to_seq,
-        kept,
-        budget_chars=budget_chars,
-        focus=focus,
+    chronicle = SQLiteChronicleStore(store, name)
+    kept = {e.seq for e in messages(base, a.from_seq, a.to_seq)} - set(forgotten)
+    # The seed's re-consolidation, with the section writer: the range read again from the log,
+    # only the conversation's remembered messages admitted.
+    return next_generation(
+        chronicle,
+        reader,
+        a.section_id,
+        WriterSummarizer(lambda: writer, budget_chars, focus),
+        admit=lambda e: e.seq in kept,
         meta=meta,
-        supersedes=old,
     )
-    return section
 
 
 def rederive(
     store: SQLiteEventStore,
+    reader: EventReader,
     writer: SectionWriter,
     forgotten: Collection[int],
     messages: Messages,
@@ -165,7 +160,9 @@ def rederive(
     redrawn: dict[tuple[str, str], Section] = {}
     new: list[tuple[str, Section, Section]] = []
     for name, old in targets:
-        section = _redraw(store, writer, name, old, forgotten, messages, budget_chars, redrawn)
+        section = _redraw(
+            store, reader, writer, name, old, forgotten, messages, budget_chars, redrawn
+        )
         redrawn[(name, old.anchor.section_id)] = section
         new.append((name, old, section))
     with store.atomic() as conn:
@@ -173,6 +170,8 @@ def rederive(
             chronicle = SQLiteChronicleStore(store, name)
             chronicle.append_new(section, conn)
             _purge_range(chronicle, old, section, reason, conn)
+    for _, _, section in new:
+        announce(section)
     return [
         Rederived(
             name, old.anchor.section_id, s.anchor.section_id, s.anchor.from_seq, s.anchor.to_seq

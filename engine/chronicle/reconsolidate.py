@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ChronicleFork, UsageError
@@ -27,7 +27,7 @@ from .sections import (
 from .store import SQLiteChronicleStore
 from .write import masked, section_from
 
-__all__ = ["reconsolidate", "reconsolidate_async"]
+__all__ = ["reconsolidate", "reconsolidate_async", "next_generation", "announce"]
 
 log = logging.getLogger("chronicle_engine.chronicle.reconsolidation")
 
@@ -51,21 +51,52 @@ def _events(
     return [e for e in events if admit(e)] if admit else events
 
 
-def _write(chronicle: SQLiteChronicleStore, old: Section, consolidation: object) -> Section:
+def next_generation(
+    chronicle: SQLiteChronicleStore,
+    reader: EventReader,
+    section_id: str,
+    summarize: Summarizer,
+    *,
+    admit: Callable[[StoredEvent], bool] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> Section:
+    """The next generation of the current section `section_id`, drawn but not written: for a
+    caller that writes several in one transaction (forgetting does). Refuses a superseded
+    section before the summariser is called."""
+    if is_async_summarizer(summarize):
+        raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
+    old = _target(chronicle, section_id)
+    result: Any = summarize(_events(reader, old.anchor, admit))
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
+    return _generation(old, result, meta)
+
+
+def _generation(old: Section, result: object, meta: Mapping[str, Any] | None = None) -> Section:
     a = old.anchor
-    section = chronicle.append_new(
-        section_from(a.from_seq, a.to_seq, masked(consolidation), supersedes=old)
-    )
-    new_id = section.anchor.section_id
+    return section_from(a.from_seq, a.to_seq, masked(result), meta=meta, supersedes=old)
+
+
+def announce(section: Section) -> None:
+    """Say, on every re-consolidation, that it sits outside the replay guarantee."""
+    a = section.anchor
     log.warning(
         "re-consolidated %s as %s (seq %d..%d): runs that read the old prose will diverge on "
         "replay, and a rebuild of the chronicle discards the new section",
+        a.supersedes,
         a.section_id,
-        new_id,
         a.from_seq,
         a.to_seq,
     )
-    return section
+
+
+def _write(chronicle: SQLiteChronicleStore, section: Section) -> Section:
+    written = chronicle.append_new(section)
+    announce(written)
+    return written
 
 
 def reconsolidate(
@@ -76,16 +107,7 @@ def reconsolidate(
     *,
     admit: Callable[[StoredEvent], bool] | None = None,
 ) -> Section:
-    if is_async_summarizer(summarize):
-        raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
-    old = _target(chronicle, section_id)
-    result: Any = summarize(_events(reader, old.anchor, admit))
-    if inspect.isawaitable(result):
-        close = getattr(result, "close", None)
-        if callable(close):
-            close()
-        raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
-    return _write(chronicle, old, result)
+    return _write(chronicle, next_generation(chronicle, reader, section_id, summarize, admit=admit))
 
 
 async def reconsolidate_async(
@@ -100,4 +122,4 @@ async def reconsolidate_async(
     result: Any = summarize(_events(reader, old.anchor, admit))
     if inspect.isawaitable(result):
         result = await result
-    return _write(chronicle, old, result)
+    return _write(chronicle, _generation(old, result))

@@ -18,12 +18,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..capture.secrets import mask
+from ..capture.secrets import MASK_MARK, mask
 from ..log.store import StoredEvent
 from .sections import Anchor, Consolidation, Section, section_id_for
 from .writers import Drawn, FoldInput, SectionWriter
 
-__all__ = ["section_from", "masked", "draw", "draw_condensed", "WriterSummarizer"]
+FORGOTTEN_RANGE = "Every message of this range was forgotten."
+
+__all__ = [
+    "FORGOTTEN_RANGE",
+    "section_from",
+    "masked",
+    "draw",
+    "draw_condensed",
+    "WriterSummarizer",
+]
 
 
 def section_from(
@@ -86,6 +95,12 @@ def draw(
     of messages capture found no credential in (read as they are); `deadline`: the
     `time.monotonic()` past which no model is asked."""
     generation = 1 if supersedes is None else supersedes.anchor.generation + 1
+    if not messages:
+        # Every message of the range was forgotten: the range stays covered, and says so.
+        note = Consolidation(FORGOTTEN_RANGE, meta={"messages": 0, "writer": "none"})
+        return section_from(lo, hi, note, meta=meta, supersedes=supersedes), Drawn(
+            FORGOTTEN_RANGE, writer="none"
+        )
     # The label is the section's own id, so the prose's "how to restore" line names it.
     label = section_id_for(lo, hi, generation)
     drawn = writer.summarize(FoldInput(messages, label, focus, budget_chars, deadline, clean))
@@ -126,15 +141,28 @@ class WriterSummarizer:
     section written in the background reads like one a compaction writes, because it is drawn
     the same way. `writer` is read at each call, so a writer the host swaps in later is used."""
 
-    def __init__(self, writer: Callable[[], SectionWriter], budget_chars: int) -> None:
+    def __init__(
+        self, writer: Callable[[], SectionWriter], budget_chars: int, focus: str | None = None
+    ) -> None:
         self.writer = writer
         self.budget_chars = budget_chars
+        self.focus = focus
 
     def __call__(self, events: Sequence[StoredEvent]) -> Consolidation:
-        if not events:
-            return Consolidation("")
         messages = [e.payload.get("message", {}) for e in events]
+        # Capture masks every message it records: one whose masked text holds no mark had no
+        # credential, and is read as it is (masking again is most of what a long draw costs).
+        clean = frozenset(
+            i for i, e in enumerate(events) if MASK_MARK not in str(e.payload.get("text") or "")
+        )
+        lo, hi = (events[0].seq, events[-1].seq) if events else (1, 1)
         section, _ = draw(
-            self.writer(), events[0].seq, events[-1].seq, messages, budget_chars=self.budget_chars
+            self.writer(),
+            lo,
+            hi,
+            messages,
+            budget_chars=self.budget_chars,
+            focus=self.focus,
+            clean=clean,
         )
         return Consolidation(section.prose, section.pins, section.meta)

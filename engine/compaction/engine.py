@@ -150,6 +150,7 @@ class Compaction:
         sessions: SessionTree,
         capture: Capture,
         forgotten: Callable[[Sequence[int]], set[int]],
+        forgotten_between: Callable[[int, int], set[int]] | None = None,
     ) -> None:
         self._reader = reader
         self._store = reader.store
@@ -159,6 +160,8 @@ class Compaction:
         self.capture = capture
         """Where every message of a list is captured before a pass folds it (the pin tool too)."""
         self._hidden_seqs = forgotten
+        # What a new section must not summarise (cheap: asked once per pass that draws).
+        self._forgotten_between = forgotten_between
         self._chronicles: dict[str, SQLiteChronicleStore] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -295,6 +298,17 @@ class Compaction:
         except Exception:  # unreadable: every message is masked again, as if none were known
             log.warning("could not read which folded messages hold credentials", exc_info=True)
             return set(range(lo, hi + 1))
+
+    def _hidden(self, lo: int, hi: int) -> set[int]:
+        """Seqs in [lo, hi] the user had forgotten, as far as this process's recall knows
+        (`forgotten_between`, handed in by the wiring: nothing when recall is not running)."""
+        if self._forgotten_between is None:
+            return set()
+        try:
+            return self._forgotten_between(lo, hi)
+        except Exception:  # recall unavailable: the range is drawn as the log holds it
+            log.debug("compaction: recall could not say what was forgotten", exc_info=True)
+            return set()
 
     def _previous_view(
         self, names: Sequence[str], messages: Sequence[Any]
@@ -583,6 +597,7 @@ class Compaction:
             ]
             gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
             marked = self._marked(lo, hi) if gaps else set()
+            hidden = self._hidden(lo, hi) if gaps else set()
             for index, (g_lo, g_hi) in enumerate(gaps):
                 pairs = [(s, m) for s, m in in_range if g_lo <= s <= g_hi]
                 if not pairs:
@@ -592,6 +607,8 @@ class Compaction:
                     ]
                 if not pairs:
                     continue
+                if hidden:  # a forgotten message is folded (it leaves) but never summarised
+                    pairs = [(s, m) for s, m in pairs if s not in hidden]
                 # As the log holds them: a lone surrogate escaped, a cycle marked (`wire_message`).
                 members = [m if plain_json(m) else wire_message(m) for _, m in pairs]
                 extra = (
@@ -766,7 +783,9 @@ class Compaction:
             return list(self._sessions.message_events(latest, lo, hi))
 
         budget = policy_from_config(self._config).section_chars
-        return rederive(self._store, self.writer, set(seqs), messages, budget_chars=budget)
+        return rederive(
+            self._store, self._reader, self.writer, set(seqs), messages, budget_chars=budget
+        )
 
     # -- reading back ------------------------------------------------------------------------
 

@@ -335,9 +335,12 @@ class Recall:
                 )
         return out
 
-    def forgotten_messages(self) -> set[int]:
-        """Every message seq that was forgotten (an export leaves their words out)."""
-        self.catch_up()
+    def forgotten_messages(self, *, current: bool = True) -> set[int]:
+        """Every message seq that was forgotten (an export leaves their words out, a new
+        section does not summarise them). `current=False` skips the catch-up: forgetting folds
+        before it returns, so only a caller that must see other processes' latest needs it."""
+        if current:
+            self.catch_up()
         with self._store.reading() as conn:
             return {
                 int(t[1:])

@@ -20,7 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -71,11 +71,13 @@ class ConversationUnits:
         *,
         conversations: Conversations,
         rules: UnitRules,
+        forgotten: Callable[[], Collection[int]] | None = None,
     ) -> None:
         self.store = store
         self.chronicles = chronicles
         self.conversations = conversations
         self.rules = rules
+        self.forgotten = forgotten
 
     def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], _Planned]:
         names: dict[str, str] = {}
@@ -106,6 +108,7 @@ class ConversationUnits:
         """Each closed unit clipped to what its chronicle does not hold yet, with its messages."""
         ends: dict[str, int] = {}
         out: list[Unit] = []
+        hidden = set(self.forgotten()) if closed and self.forgotten is not None else set()
         for unit in closed:
             end = ends.get(unit.chronicle)
             if end is None:
@@ -122,7 +125,9 @@ class ConversationUnits:
                 "session": unit.session,
                 "messages": len(messages),
             }
-            out.append(Unit(unit.chronicle, messages[0].seq, unit.to_seq, messages, meta))
+            # The section covers the whole unit; a forgotten message in it is not summarised.
+            kept = [m for m in messages if m.seq not in hidden] if hidden else messages
+            out.append(Unit(unit.chronicle, messages[0].seq, unit.to_seq, kept, meta))
             ends[unit.chronicle] = unit.to_seq
         return out
 
@@ -167,6 +172,7 @@ class Consolidator:
         conversations: Conversations,
         summarize: Summarizer | AsyncSummarizer,
         rules: UnitRules,
+        forgotten: Callable[[], Collection[int]] | None = None,
     ) -> None:
         store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
         register_scheduler_events(types)
@@ -174,7 +180,11 @@ class Consolidator:
         self.types = types
         self.rules = rules
         self.units = ConversationUnits(
-            store, SQLiteChronicleStore(store), conversations=conversations, rules=rules
+            store,
+            SQLiteChronicleStore(store),
+            conversations=conversations,
+            rules=rules,
+            forgotten=forgotten,
         )
         self.fold = ChronicleFold(
             self.units.chronicles,

@@ -434,6 +434,8 @@ class Scheduler:
             self._reader.types,
             conversations=conversations,
             summarize=summarize,
+            # What a unit's section must not summarise (read when a unit closes).
+            forgotten=lambda: self._recall().forgotten_messages(),
             rules=UnitRules(
                 unit_turns=self.settings.unit_turns,
                 idle_gap_seconds=self.settings.idle_gap_seconds,
