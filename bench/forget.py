@@ -66,7 +66,7 @@ def run(size: int, repeat: int) -> dict[str, Any]:
             result = json.loads(
                 dispatch(
                     RECALL_TOOLS,
-                    core,
+                    core.recall,
                     "chronicle_forget",
                     {"id": f"m{users[len(users) // 2]}", "include_source": True},
                     session_id="bench",

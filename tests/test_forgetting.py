@@ -78,8 +78,10 @@ class _Host:
         return content_text(next(m for m in self.messages if is_own_handoff(m)))
 
     def tool(self, tools: Any, name: str, **args: Any) -> dict[str, Any]:
+        # Each tool is handed the one subsystem it serves, as the slots hand it.
+        target = self.core.recall if tools is RECALL_TOOLS else self.core.compaction
         result = json.loads(
-            dispatch(tools, self.core, name, args, session_id=self.session, user_id=USER)
+            dispatch(tools, target, name, args, session_id=self.session, user_id=USER)
         )
         assert "error" not in result, result
         return result

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,6 +19,9 @@ from ...sessions.jsonl import FORMAT as SESSION_FORMAT
 from ...sessions.jsonl import export_jsonl, import_jsonl
 from ...sessions.redact import Forgotten, redacted
 from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
+
+if TYPE_CHECKING:
+    from ...core import ChronicleCore
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -82,7 +85,7 @@ def _open_out(path: str | None) -> Iterator[IO[str]]:
         yield fh
 
 
-def _forgotten(core: Any) -> Forgotten:
+def _forgotten(core: ChronicleCore) -> Forgotten:
     """What an export leaves out: the words of every message the user had forgotten (the log
     keeps them; a file that leaves this store does not)."""
     return Forgotten.read(core.store, core.recall.forgotten_messages())
