@@ -187,10 +187,9 @@ class ChronicleCore:
         """The forgotten message seqs in lo..hi, when recall runs in this process (it does
         whenever Chronicle is the memory provider: forgetting happens through its tools). A pass
         of a core without recall asks nothing and builds nothing."""
-        recall = self._subsystems.get("recall")
-        if recall is None:
+        if self._subsystems.get("recall") is None:
             return set()
-        return {s for s in recall.forgotten_messages(current=False) if lo <= s <= hi}
+        return {s for s in self.recall.forgotten_messages(current=False) if lo <= s <= hi}
 
     @property
     def scheduler(self) -> Scheduler:

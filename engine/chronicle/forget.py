@@ -22,7 +22,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..log.events import EventReader
 from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
@@ -104,10 +103,11 @@ def _redraw(
     redrawn: dict[tuple[str, str], Section],
 ) -> Section:
     a = old.anchor
-    meta: dict[str, Any] = {k: old.meta[k] for k in _KEPT_META if k in (old.meta or {})}
+    meta: dict[str, object] = {k: old.meta[k] for k in _KEPT_META if k in (old.meta or {})}
     meta["rederived"] = "forgotten messages left out"
     base, level = level_of(name)
-    focus = meta.get("focus") if isinstance(meta.get("focus"), str) else None
+    kept_focus = meta.get("focus")
+    focus = kept_focus if isinstance(kept_focus, str) else None
     if level > 1:
         children = [
             child

@@ -16,7 +16,6 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from ..capture.secrets import MASK_MARK, mask
 from ..log.store import StoredEvent
@@ -40,7 +39,7 @@ def section_from(
     hi: int,
     consolidation: Consolidation,
     *,
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
     supersedes: Section | None = None,
 ) -> Section:
     """The section a consolidation of lo..hi becomes: generation 1, or the one after
@@ -69,8 +68,8 @@ def masked(result: object) -> Consolidation:
     return Consolidation(mask(result.prose), tuple(result.pins), result.meta)
 
 
-def _meta(drawn: Drawn, focus: str | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"writer": drawn.writer}
+def _meta(drawn: Drawn, focus: str | None) -> dict[str, object]:
+    meta: dict[str, object] = {"writer": drawn.writer}
     if focus:
         meta["focus"] = focus
     if drawn.fell_back:
@@ -82,13 +81,13 @@ def draw(
     writer: SectionWriter,
     lo: int,
     hi: int,
-    messages: Sequence[dict[str, Any]],
+    messages: Sequence[dict[str, object]],
     *,
     budget_chars: int,
     focus: str | None = None,
     deadline: float | None = None,
     clean: frozenset[int] = frozenset(),
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
     supersedes: Section | None = None,
 ) -> tuple[Section, Drawn]:
     """A section over lo..hi from `messages` (the wire messages of that range). `clean`: indices
@@ -118,7 +117,7 @@ def draw_condensed(
     budget_chars: int,
     focus: str | None = None,
     deadline: float | None = None,
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
     supersedes: Section | None = None,
 ) -> tuple[Section, Drawn]:
     """One section over the whole range of consecutive `children` ((label, section) pairs),

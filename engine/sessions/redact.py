@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from ..capture.events import HOST_NAMESPACE
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
@@ -53,7 +52,7 @@ class Forgotten:
                 openings.add((event.envelope.session, " ".join(text.split())))
         return cls(frozenset(int(s) for s in seqs), frozenset(openings))
 
-    def previewed(self, session: str | None, preview: Any) -> bool:
+    def previewed(self, session: str | None, preview: object) -> bool:
         """Whether a turn's preview is the start of a forgotten user message of its session."""
         start = str(preview or "").removesuffix("…")
         return bool(start) and any(
@@ -64,11 +63,11 @@ class Forgotten:
         return bool(self.seqs)
 
 
-def _message(message: Any) -> dict[str, Any]:
+def _message(message: object) -> dict[str, object]:
     """The wire message without its words: role, and the ids that tie tool calls to results."""
     if not isinstance(message, dict):
         return {"content": FORGOTTEN}
-    out: dict[str, Any] = {"role": message.get("role"), "content": FORGOTTEN}
+    out: dict[str, object] = {"role": message.get("role"), "content": FORGOTTEN}
     if "tool_call_id" in message:
         out["tool_call_id"] = message["tool_call_id"]
     calls = message.get("tool_calls")
@@ -85,7 +84,7 @@ def _message(message: Any) -> dict[str, Any]:
     return out
 
 
-def _cites(section_ids: Iterable[Any], seqs: frozenset[int]) -> bool:
+def _cites(section_ids: Iterable[object], seqs: frozenset[int]) -> bool:
     for label in section_ids:
         try:
             lo, hi, _ = split_section_id(str(label).rpartition(":")[2])
