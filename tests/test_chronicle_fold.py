@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import pytest
 
 from chronicle_engine.chronicle.fold import FOLD_NAME, ChronicleFold
-from chronicle_engine.chronicle.read import Brief
 from chronicle_engine.chronicle.sections import Consolidation, EventTypes
 from chronicle_engine.chronicle.store import SQLiteChronicleStore
 from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegistry, UpcastRegistry
@@ -111,9 +110,7 @@ def test_async_path_and_a_tail_that_starts_where_depth_ends(world) -> None:
         loop.run_until_complete(Projector(store, reader, [fold]).catch_up_async())
     finally:
         loop.close()
-    brief = Brief(chronicle, reader)
-    through = brief.anchors.consolidated_through()
+    through = chronicle.consolidated_through()
     assert through == 4
-    assert [s.prose for s in brief.depth()] == ["a / b / c"]
-    assert [e.payload for e in brief.tail(since_seq=through).events] == [{"text": "d"}]
-    assert brief.tail(since_seq=0, upto_seq=2).events[-1].seq == 2
+    assert [s.prose for s in chronicle.current()] == ["a / b / c"]
+    assert [e.payload for e in reader.read(after=through)] == [{"text": "d"}]

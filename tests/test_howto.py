@@ -13,9 +13,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_scheduler_support import START, message, open_core, session_end
 
 from chronicle_engine.chronicle.fold import FOLD_NAME, ChronicleFold
-from chronicle_engine.chronicle.read import Brief
 from chronicle_engine.chronicle.reconsolidate import reconsolidate
-from chronicle_engine.chronicle.retriever import substring_retriever
 from chronicle_engine.chronicle.sections import Anchor, Consolidation, EventTypes
 from chronicle_engine.chronicle.store import SQLiteChronicleStore
 from chronicle_engine.chronicle.write import WriterSummarizer
@@ -118,20 +116,18 @@ def test_howto(store: SQLiteEventStore, tmp_path, caplog) -> None:
     assert ledger.commit() == 1
 
     # 4. read recent events and the summarised past
-    brief = Brief(chronicle, reader, admit=lambda e: not is_bookkeeping(e))
-    through = brief.anchors.consolidated_through()
+    through = chronicle.consolidated_through()
     assert through == 3
-    (section,) = brief.depth()
+    (section,) = chronicle.current()
     assert section.anchor.section_id == "1-3"
     assert section.prose == ROUND_ONE
     assert len(section.pins) == 1 and section.pins[0].startswith("p1:model_call:")
-    recent = brief.tail(since_seq=through).events
+    recent = [e for e in reader.read(after=through) if not is_bookkeeping(e.envelope)]
     assert [(e.seq, e.envelope.type, e.payload) for e in recent] == [
         (4, "OfferMade", {"party": "UK", "text": "We could move to 10%."})
     ]
-    assert [s.anchor.section_id for s in substring_retriever(brief.depth(), "norway")] == ["1-3"]
-    assert brief.anchors.covers(2) == Anchor("1-3", 1, 3, 3)
-    assert brief.anchors.covers(4) is None
+    assert [s.anchor for s in chronicle.current(from_seq=2, to_seq=2)] == [Anchor("1-3", 1, 3, 3)]
+    assert chronicle.current(from_seq=4, to_seq=4) == []
 
     # carry the chronicle to a new store: 1 section, then 0 on a repeat
     new_store = SQLiteEventStore(tmp_path / "new-backend.db")
@@ -143,7 +139,7 @@ def test_howto(store: SQLiteEventStore, tmp_path, caplog) -> None:
     # rebuild only when you mean it
     with pytest.raises(GenerativeRebuild, match="'chronicle' is a generative fold"):
         consolidate.rebuild(FOLD_NAME, reset=chronicle.reset)
-    assert [s.anchor.section_id for s in brief.depth()] == ["1-3"]
+    assert [s.anchor.section_id for s in chronicle.current()] == ["1-3"]
 
     # consolidate from async code: round two covers 4..7 (the open offer, the pin at 5, 6, 7)
     async def close_round_two() -> None:
@@ -166,7 +162,7 @@ def test_howto(store: SQLiteEventStore, tmp_path, caplog) -> None:
         loop.run_until_complete(close_round_two())
     finally:
         loop.close()
-    assert [(s.anchor.section_id, s.prose) for s in brief.depth()] == [
+    assert [(s.anchor.section_id, s.prose) for s in chronicle.current()] == [
         ("1-3", ROUND_ONE),
         ("4-7", ROUND_TWO),
     ]
@@ -184,11 +180,11 @@ def test_howto(store: SQLiteEventStore, tmp_path, caplog) -> None:
         "re-consolidated 1-3 as 1-3#2 (seq 1..3): runs that read the old prose will diverge on "
         "replay, and a rebuild of the chronicle discards the new section"
     ) in caplog.text
-    assert [(s.anchor.section_id, s.prose) for s in brief.depth()] == [
+    assert [(s.anchor.section_id, s.prose) for s in chronicle.current()] == [
         ("1-3#2", REVISED),
         ("4-7", ROUND_TWO),
     ]
-    still = brief.prose.section("1-3")
+    still = chronicle.get("1-3")
     assert still is not None and still.prose == ROUND_ONE
     with pytest.raises(ChronicleFork) as refused:
         reconsolidate(chronicle, reader, "1-3", revise)
@@ -210,7 +206,7 @@ def test_howto(store: SQLiteEventStore, tmp_path, caplog) -> None:
     Projector(store, reader, [replayed]).rebuild(
         FOLD_NAME, reset=chronicle.reset, reset_in_transaction=True, discard_generated=True
     )
-    assert [(s.anchor.section_id, s.prose) for s in brief.depth()] == [
+    assert [(s.anchor.section_id, s.prose) for s in chronicle.current()] == [
         ("1-3", ROUND_ONE),
         ("4-7", ROUND_TWO),
     ]
@@ -278,16 +274,21 @@ def test_howto_on_the_production_path(tmp_path, caplog) -> None:
     )
     consolidate.run(budget=100)
     chronicle = core.chronicle(core.sessions.chronicle_name("talks"))
-    brief = Brief(chronicle, core.reader, admit=lambda e: not is_bookkeeping(e))
-    through = brief.anchors.consolidated_through()
+    through = chronicle.consolidated_through()
     assert through == 3
-    (section,) = brief.depth()
+    (section,) = chronicle.current()
     assert (section.anchor.section_id, section.prose) == ("1-3", ROUND_ONE)
     assert len(section.pins) == 1 and section.pins[0].startswith("p1:model_call:")
     assert section.meta["writer"] == "model" and section.meta["boundary"] == "session_end"
-    recent = [e.payload.get("text") for e in brief.tail(since_seq=through).events]
+    recent = [
+        e.payload.get("text")
+        for e in core.reader.read(after=through)
+        if not is_bookkeeping(e.envelope)
+    ]
     assert recent[-1] == "UK: We could move to 10%."
-    assert [s.anchor.section_id for s in substring_retriever(brief.depth(), "norway")] == ["1-3"]
+    # Retrieval over sections is recall's ranked index (the seed's Retriever port).
+    hits = core.recall.search("Norway", scope="all")
+    assert "1-3" in [h.get("section_id") for h in hits]
 
     new_store = SQLiteEventStore(tmp_path / "new-backend.db")
     carried = SQLiteChronicleStore(new_store, chronicle.name)
@@ -307,7 +308,7 @@ def test_howto_on_the_production_path(tmp_path, caplog) -> None:
         ]
     )
     consolidate.run(budget=100)
-    (second,) = [s for s in brief.depth() if s.anchor.section_id != "1-3"]
+    (second,) = [s for s in chronicle.current() if s.anchor.section_id != "1-3"]
     assert second.prose == ROUND_TWO and second.anchor.from_seq == 5
 
     # A revised prompt (here: a focus) is a new pin key; the same prompt would replay round one.
@@ -323,11 +324,11 @@ def test_howto_on_the_production_path(tmp_path, caplog) -> None:
         )
     assert revised.anchor == Anchor("1-3#2", 1, 3, 3, supersedes="1-3")
     assert "re-consolidated 1-3 as 1-3#2 (seq 1..3)" in caplog.text
-    assert [(s.anchor.section_id, s.prose) for s in brief.depth()] == [
+    assert [(s.anchor.section_id, s.prose) for s in chronicle.current()] == [
         ("1-3#2", REVISED),
         (second.anchor.section_id, ROUND_TWO),
     ]
-    still = brief.prose.section("1-3")
+    still = chronicle.get("1-3")
     assert still is not None and still.prose == ROUND_ONE
     with pytest.raises(ChronicleFork) as refused:
         reconsolidate(chronicle, core.reader, "1-3", revised_summary)
