@@ -133,6 +133,7 @@ class Result:
     low: int = 0
     high: int = 0
     seconds: float = 0.0
+    check_seconds: float = 0.0  # of `seconds`, the restorability check after the chat
     stopped_early: bool = False
     warnings: int = 0
 
@@ -182,7 +183,9 @@ def _slots(home: Path) -> tuple[Any, Any]:
     return engines[0], providers[0]
 
 
-def soak(shape: Shape, turns: int, *, max_seconds: float = 1800.0) -> Result:
+def soak(
+    shape: Shape, turns: int, *, max_seconds: float = 1800.0, progress_every: int = 1000
+) -> Result:
     result = Result(shape)
     counter = _Counter()
     logging.getLogger("chronicle").addHandler(counter)
@@ -245,11 +248,16 @@ def soak(shape: Shape, turns: int, *, max_seconds: float = 1800.0) -> Result:
                     new[0]["content"], new[-1]["content"], session_id=session, messages=messages
                 )
                 result.turns = t + 1
+                if progress_every and result.turns % progress_every == 0:
+                    _progress(shape, result, started, f"turn {result.turns:,}")
             result.model_calls = sum(
                 p.event.model_calls for p in engine.core.compaction.lineage_state(session).passes
             )
             result.originals = len(everything)
+            _progress(shape, result, started, f"checking {len(everything):,} originals")
+            checking = time.perf_counter()
             result.restorable = _restorable(engine, messages, everything)
+            result.check_seconds = time.perf_counter() - checking
         finally:
             provider.shutdown()
             if previous_home is None:
@@ -260,6 +268,15 @@ def soak(shape: Shape, turns: int, *, max_seconds: float = 1800.0) -> Result:
     result.seconds = time.perf_counter() - started
     result.warnings = counter.count
     return result
+
+
+def _progress(shape: Shape, result: Result, started: float, what: str) -> None:
+    """A line on stderr, so a long run shows where it is; the result goes to stdout."""
+    print(
+        f"[{shape.name}] {what}: {result.passes} passes, {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _key(message: dict[str, Any]) -> str:
@@ -309,7 +326,7 @@ def report(result: Result) -> str:
             else ""
         ),
         f"turns: {result.turns:,}{' (stopped at the time cap)' if result.stopped_early else ''}"
-        f" in {result.seconds:.1f} s",
+        f" in {result.seconds:.1f} s (of it {result.check_seconds:.1f} s checking restorability)",
         f"passes: {result.passes}",
         "turns between compactions: "
         + (f"min {min(gaps)}, median {statistics.median(gaps):g}" if gaps else "-")
@@ -333,12 +350,20 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=10_000)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--max-seconds", type=float, default=1800.0, help="per shape")
+    parser.add_argument(
+        "--progress-every", type=int, default=1000, help="turns between progress lines on stderr"
+    )
     args = parser.parse_args()
     logging.disable(logging.INFO)  # the engines' progress lines are not the result
     print(f"machine: {platform.machine()} cpus={os.cpu_count()} python={platform.python_version()}")
     missed = 0
     for name in args.shapes.split(","):
-        result = soak(SHAPES[name.strip()], args.turns, max_seconds=args.max_seconds)
+        result = soak(
+            SHAPES[name.strip()],
+            args.turns,
+            max_seconds=args.max_seconds,
+            progress_every=args.progress_every,
+        )
         print()
         print(report(result))
         missed += bool(result.failures())

@@ -170,7 +170,9 @@ class Compaction:
         self._events_through = 0
         self._events_by_session: dict[str, list[Decoded[DomainEvent]]] = {}
         self._events_lock = threading.Lock()
-        self._expanded: tuple[Any, list[StoredEvent]] | None = None  # the last range expanded
+        # the last range expanded, with each message's size in characters (paging a range
+        # page by page must not measure every message of it again for each page)
+        self._expanded: tuple[Any, list[StoredEvent], dict[int, int]] | None = None
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
 
     # -- wiring ------------------------------------------------------------------------------
@@ -820,11 +822,11 @@ class Compaction:
                 raise UsageError(f"from_seq {lo} is after to_seq {hi}; give from_seq <= to_seq")
         else:
             raise UsageError("give section_id, or from_seq (and to_seq) to expand")
-        events = self._range_events(session_id, lo, hi)
+        events, sizes = self._range_events(session_id, lo, hi)
         hidden = self._forgotten([e.seq for e in events])
         if hidden:
             events = [e for e in events if e.seq not in hidden]
-        pages = _pages(events, max(1, min(int(page_size), 200)), EXPAND_PAGE_CHARS)
+        pages = _pages(events, max(1, min(int(page_size), 200)), EXPAND_PAGE_CHARS, sizes)
         page = max(1, int(page))
         chunk = pages[page - 1] if page <= len(pages) else []
         result.update(
@@ -837,7 +839,7 @@ class Compaction:
         )
         if hidden:
             result["forgotten"] = len(hidden)  # chronicle_forget(..., include_source) hid them
-        if len(chunk) == 1 and _chars(chunk[0]) > EXPAND_PAGE_CHARS:
+        if len(chunk) == 1 and sizes[chunk[0].seq] > EXPAND_PAGE_CHARS:
             result["oversized"] = (
                 "this one message is longer than a tool result Hermes passes on whole; "
                 "`chronicle expand` on the command line prints it in full"
@@ -853,17 +855,21 @@ class Compaction:
             log.debug("chronicle expand: recall could not say what was forgotten", exc_info=True)
             return set()
 
-    def _range_events(self, session_id: str, lo: int, hi: int) -> list[StoredEvent]:
-        """The lineage's messages in lo..hi; kept for the next pages while the log is unchanged."""
+    def _range_events(
+        self, session_id: str, lo: int, hi: int
+    ) -> tuple[list[StoredEvent], dict[int, int]]:
+        """The lineage's messages in lo..hi and their sizes; kept for the next pages while the
+        log is unchanged."""
         lineage = tuple(self._sessions.lineage(session_id) or [session_id])
         key = (lineage, lo, hi, self._store.last_seq())
         with self._guard:
             if self._expanded is not None and self._expanded[0] == key:
-                return self._expanded[1]
+                return self._expanded[1], self._expanded[2]
         events = list(self._sessions.message_events(session_id, lo, hi))
+        sizes = {e.seq: _chars(e) for e in events}
         with self._guard:
-            self._expanded = (key, events)
-        return events
+            self._expanded = (key, events, sizes)
+        return events, sizes
 
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, Any]:
         state = self.lineage_state(session_id)
@@ -1023,14 +1029,17 @@ def _chars(event: StoredEvent) -> int:
     return len(json.dumps(event.payload.get("message"), ensure_ascii=False))
 
 
-def _pages(events: Sequence[StoredEvent], size: int, max_chars: int) -> list[list[StoredEvent]]:
-    """Split into pages of at most `size` messages and `max_chars` characters (a single longer
-    message gets a page of its own). Deterministic, so page N is the same on every call."""
+def _pages(
+    events: Sequence[StoredEvent], size: int, max_chars: int, sizes: dict[int, int]
+) -> list[list[StoredEvent]]:
+    """Split into pages of at most `size` messages and `max_chars` characters (`sizes`: each
+    message's, by seq; a single longer message gets a page of its own). Deterministic, so page N
+    is the same on every call."""
     pages: list[list[StoredEvent]] = []
     current: list[StoredEvent] = []
     used = 0
     for event in events:
-        chars = _chars(event)
+        chars = sizes[event.seq]
         if current and (len(current) >= size or used + chars > max_chars):
             pages.append(current)
             current, used = [], 0
