@@ -239,6 +239,14 @@ class Compaction:
     def pin(self, session_id: str, from_seq: int, to_seq: int, note: str = "") -> None:
         if from_seq < 1 or to_seq < from_seq:
             raise UsageError(f"pin range {from_seq}..{to_seq} is empty; give from_seq <= to_seq")
+        # Isolation: the log's seqs are shared by every session and user; a pin may name only
+        # this conversation's own messages, at both ends of its range.
+        for seq in dict.fromkeys((from_seq, to_seq)):
+            if not self._sessions.message_events(session_id, seq, seq):
+                raise UsageError(
+                    f"seq {seq} is not a message of this conversation; pin a message it holds "
+                    "(by a phrase it contains, or a seq from chronicle_expand or the handoff)"
+                )
         self._record(session_id, ContextPinned(from_seq=from_seq, to_seq=to_seq, note=note))
 
     def unpin(self, session_id: str, from_seq: int, to_seq: int) -> None:
