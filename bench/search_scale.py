@@ -34,7 +34,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chronicle_engine.capture.events import MessageCaptured, register_capture_events
+from chronicle_engine.capture.events import (
+    MessageCaptured,
+    SessionEnded,
+    register_capture_events,
+)
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.text import STOPWORDS, content_words
 
@@ -70,7 +74,19 @@ class Corpus:
         return " ".join(self.word() for _ in range(self.rng.randint(6, 40))).capitalize() + "."
 
 
-def build(core: ChronicleCore, messages: int, users: int, corpus: Corpus) -> float:
+def build(
+    core: ChronicleCore,
+    messages: int,
+    users: int,
+    corpus: Corpus,
+    *,
+    end_sessions: bool = False,
+    index: bool = True,
+    progress: int = 100_000,
+) -> float:
+    """Append `messages` captured messages, 40 to a session, and index them (unless `index` is
+    false: the folds are then as far behind as after an import). With `end_sessions`, each
+    session is closed as the host's on_session_end records it."""
     register_capture_events(core.types)
     started = time.perf_counter()
     batch = []
@@ -91,16 +107,22 @@ def build(core: ChronicleCore, messages: int, users: int, corpus: Corpus) -> flo
             user_id=user,
         )
         batch.append(core.types.pending(event, session=f"s{session}"))
-        if len(batch) == 5000:
+        if end_sessions and i % session_len == session_len - 1:
+            ended = SessionEnded(messages=session_len, captured=session_len)
+            batch.append(core.types.pending(ended, session=f"s{session}"))
+        if len(batch) >= 5000:
             core.store.append(batch)
             batch = []
-        if (i + 1) % 100_000 == 0:
-            core.recall.catch_up()
+        if (i + 1) % progress == 0:
+            if index:
+                core.recall.catch_up()
             rate = (i + 1) / (time.perf_counter() - started)
-            print(f"  {i + 1:>9,} messages captured and indexed ({rate:,.0f}/s)", flush=True)
+            done = "captured and indexed" if index else "captured"
+            print(f"  {i + 1:>9,} messages {done} ({rate:,.0f}/s)", flush=True)
     if batch:
         core.store.append(batch)
-    core.recall.catch_up()
+    if index:
+        core.recall.catch_up()
     return time.perf_counter() - started
 
 

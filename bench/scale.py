@@ -1,0 +1,595 @@
+"""Costs against history on lived-in stores: 10k, 100k and 1M captured messages.
+
+    .venv/bin/python bench/scale.py [--sizes 10000 100000 1000000] [--cache DIR] [--rebuild]
+                                    [--queries 300] [--turns 200] [--repeat 3]
+
+Each store is built once and cached (`--cache`, default bench/out/scale/): the corpus of
+bench/search_scale.py (one user, 40 messages to a session, each session ended as the host's
+on_session_end records it), indexed as captured; then a fresh process folds the whole log into
+the session tree (its peak RSS is the catch-up row); then the scheduler's own consolidation folds
+every closed session into a section of its chronicle (extractive summaries), as a store left by
+normal use holds them. A store built by older code is brought up to date by opening it (the
+migrations run) before it is measured.
+
+Every measurement runs in a fresh process on a scratch copy of the cached store, so the cache
+never changes: search (default scope, after 20 warm-up queries), the first search after opening,
+the first compress() of a 1,001-message conversation already captured (as sync_turn leaves it),
+sync_turn through the memory provider, the plugin's import. "Cold" means the database files were
+dropped from the page cache before the process started, as far as this machine allows (the
+method is printed: posix_fadvise DONTNEED on the db, WAL and shm files, checked with fincore when
+it is installed). Prints one table with a column per size and how each row grows from the
+smallest size to the largest; writes bench/out/scale.json.
+
+Every loop is bounded in count and in time; a build that runs out of time says so and stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+from compress import conversation  # noqa: E402
+from search_scale import Corpus, build, percentile, queries  # noqa: E402
+
+_BUILD_LIMIT_S = 3600.0
+_CHILD_LIMIT_S = 900.0
+_WARMUP = 20
+_COMPRESS_MESSAGES = 1001
+
+
+class CountingCorpus(Corpus):
+    """The search_scale corpus, counting the bytes of text it hands out."""
+
+    text_bytes = 0
+
+    def message(self) -> str:
+        text = super().message()
+        self.text_bytes += len(text.encode("utf-8"))
+        return text
+
+
+# -- measurements, each in its own process ------------------------------------------------------
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM). Not getrusage's ru_maxrss: on Linux that keeps the
+    parent's resident size across fork and exec, so a child would report the builder's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KiB anyway
+
+
+def _core(db: Path) -> Any:
+    from chronicle_engine.core import ChronicleCore
+
+    return ChronicleCore.get(db)
+
+
+def child_search(db: Path, n: int) -> dict[str, Any]:
+    core = _core(db)
+    try:
+        asked = queries(core, Corpus(), n + _WARMUP, random.Random(11))
+        for q in asked[:_WARMUP]:
+            core.recall.search(q)
+        out: dict[str, Any] = {}
+        for scope in ("all", "messages"):
+            latencies = []
+            for q in asked[_WARMUP:]:
+                t0 = time.perf_counter()
+                core.recall.search(q, scope=scope, limit=10)
+                latencies.append((time.perf_counter() - t0) * 1000)
+            out[scope] = {
+                "p50_ms": statistics.median(latencies),
+                "p95_ms": percentile(latencies, 0.95),
+                "max_ms": max(latencies),
+            }
+        out["peak_rss_mb"] = peak_rss_mb()
+        return out
+    finally:
+        core.shutdown()
+
+
+def child_first_search(db: Path, query: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    core = _core(db)
+    recall = core.recall  # built on first use: imports, migrations checked
+    opened = (time.perf_counter() - t0) * 1000
+    try:
+        t0 = time.perf_counter()
+        recall.search(query)
+        return {"open_ms": opened, "first_ms": (time.perf_counter() - t0) * 1000}
+    finally:
+        core.shutdown()
+
+
+def child_compress(db: Path, session: str) -> dict[str, Any]:
+    from chronicle_engine.compaction.messages import estimate_list_tokens
+    from chronicle_engine.compaction.policy import policy_from_config
+    from chronicle_engine.config import Config
+
+    messages = conversation(_COMPRESS_MESSAGES)
+    window = int(estimate_list_tokens(messages) / 0.9)
+    policy = policy_from_config(Config(compression={"threshold": 0.5, "target_ratio": 0.2}), window)
+    core = _core(db)
+    try:
+        t0 = time.perf_counter()
+        compaction = core.compaction  # built on first use: imports, migrations checked
+        built_ms = (time.perf_counter() - t0) * 1000
+        t0 = time.perf_counter()
+        outcome = compaction.compress(session, messages, policy=policy)
+        wall = (time.perf_counter() - t0) * 1000
+        if outcome.messages is None:
+            raise SystemExit(f"compress made no progress: {outcome.reason}")
+        return {"built_ms": built_ms, "compress_ms": wall, "capture_ms": outcome.capture_ms}
+    finally:
+        core.shutdown()
+
+
+def child_sync_turn(db: Path, turns: int) -> dict[str, Any]:
+    import tempfile
+
+    from sync_turn import turn
+
+    from provider import ChronicleMemoryProvider
+
+    rng = random.Random(5)
+    with tempfile.TemporaryDirectory(prefix="chronicle-scale-home-") as home:
+        Path(home, "config.yaml").write_text(f"chronicle:\n  db_path: {db}\n", encoding="utf-8")
+        provider = ChronicleMemoryProvider()
+        provider.initialize("scale-turns", hermes_home=home, platform="cli")
+        live: list[dict[str, Any]] = [{"role": "system", "content": "You are Hermes."}]
+        timings: list[float] = []
+        started = time.perf_counter()
+        try:
+            for n in range(turns):
+                if time.perf_counter() - started > _CHILD_LIMIT_S / 2:
+                    break
+                new = turn(rng, n)
+                live.extend(new)
+                t0 = time.perf_counter()
+                provider.sync_turn(
+                    new[0]["content"], new[-1]["content"], session_id="scale-turns", messages=live
+                )
+                timings.append((time.perf_counter() - t0) * 1000)
+        finally:
+            provider.shutdown()
+    warm = timings[5:] or timings
+    return {
+        "turns": len(timings),
+        "p50_ms": statistics.median(warm),
+        "p99_ms": percentile(warm, 0.99),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+_IMPORT = """
+import importlib.util, json, sys, time
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+root, before, modules = sys.argv[1], rss(), len(sys.modules)
+t0 = time.perf_counter()
+spec = importlib.util.spec_from_file_location(
+    "chronicle_plugin", root + "/__init__.py", submodule_search_locations=[root]
+)
+module = importlib.util.module_from_spec(spec)
+sys.modules["chronicle_plugin"] = module
+spec.loader.exec_module(module)
+class Host:  # both loaders' registration calls, as Hermes makes them at start-up
+    def __getattr__(self, name):
+        if name.startswith("register_"):
+            return lambda *args, **kwargs: None
+        raise AttributeError(name)
+module.register(Host())
+print(json.dumps({"seconds": time.perf_counter() - t0, "rss_added_mb": rss() - before,
+                  "modules_added": len(sys.modules) - modules,
+                  "pydantic_ai_loaded": "pydantic_ai" in sys.modules}))
+"""
+
+
+def measure_import() -> dict[str, Any]:
+    """The plugin imported and registered as Hermes' loaders do it (the provider and the engine
+    built, nothing opened), in a bare interpreter; the fastest of three."""
+    runs = []
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, "-c", _IMPORT, str(ROOT)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return min(runs, key=lambda r: r["seconds"])
+
+
+def child_catchup(db: Path) -> dict[str, Any]:
+    """The first read after an import: the session tree and the search index fold the log."""
+    core = _core(db)
+    try:
+        before = peak_rss_mb()
+        t0 = time.perf_counter()
+        core.recall.catch_up()
+        return {
+            "seconds": time.perf_counter() - t0,
+            "peak_rss_mb_before": before,
+            "peak_rss_mb_after": peak_rss_mb(),
+        }
+    finally:
+        core.shutdown()
+
+
+def run_child(role: str, *args: str) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter; its last line of output is the result."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", role, *args],
+        capture_output=True,
+        text=True,
+        timeout=_CHILD_LIMIT_S,
+        check=False,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"{role} failed:\n{out.stdout}\n{out.stderr}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+# -- the page cache -----------------------------------------------------------------------------
+
+
+def _files(db: Path) -> list[Path]:
+    return [p for p in (Path(f"{db}{s}") for s in ("", "-wal", "-shm")) if p.exists()]
+
+
+def resident_bytes(db: Path) -> int | None:
+    """Bytes of the database files in the page cache (fincore), or None without it."""
+    if shutil.which("fincore") is None:
+        return None
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES", *map(str, _files(db))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        return None
+    return sum(int(x) for x in out.stdout.split())
+
+
+def drop_cache(db: Path) -> str:
+    """Ask the kernel to drop the database files from the page cache. Returns what was done and
+    what stayed resident."""
+    for path in _files(db):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # dirty pages cannot be dropped
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    left = resident_bytes(db)
+    checked = "unchecked (no fincore)" if left is None else f"{left / 1e6:.1f} MB left resident"
+    return f"posix_fadvise(DONTNEED) on the db/-wal/-shm files, {checked}"
+
+
+# -- building a lived-in store ------------------------------------------------------------------
+
+
+def built(cache: Path, size: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
+    """The cached lived-in store of `size` messages, built if missing."""
+    db = cache / f"lived-{size}.db"
+    meta_path = cache / f"lived-{size}.json"
+    if not rebuild and db.exists() and meta_path.exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("complete"):
+            refresh(db)
+            return db, meta
+    for path in (*_files(db), meta_path):
+        path.unlink(missing_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"messages": size}
+    started = time.perf_counter()
+    corpus = CountingCorpus()
+    core = _core(db)
+    try:
+        print(f"[{size:,}] appending {size:,} captured messages", flush=True)
+        meta["capture_s"] = build(
+            core, size, 1, corpus, end_sessions=True, index=False, progress=max(size // 10, 1000)
+        )
+        meta["text_bytes"] = corpus.text_bytes
+    finally:
+        core.shutdown()
+    print(f"[{size:,}] folding the tree and the search index in a fresh process", flush=True)
+    meta["catchup"] = run_child("catchup", str(db))
+    print(f"[{size:,}] catch-up: {meta['catchup']}", flush=True)
+    core = _core(db)
+    try:
+        consolidator = core.scheduler.consolidator
+        if consolidator is None:
+            raise SystemExit("consolidation is unavailable: " + str(core.scheduler))
+        t0 = time.perf_counter()
+        for _ in range(100_000):
+            report = consolidator.run(20_000)
+            position, last = consolidator.backlog()
+            print(f"[{size:,}]   consolidated through {position:,} of {last:,}", flush=True)
+            if report.remaining == 0 or position >= last:
+                break
+            if time.perf_counter() - started > _BUILD_LIMIT_S:
+                raise SystemExit(f"[{size:,}] build exceeded {_BUILD_LIMIT_S:.0f} s; stopped")
+        meta["consolidate_s"] = time.perf_counter() - t0
+        settle(core)
+        with core.store.reading() as conn:
+            meta["sections"] = conn.execute("SELECT count(*) FROM sections").fetchone()[0]
+    finally:
+        core.shutdown()
+    meta["build_s"] = time.perf_counter() - started
+    meta["complete"] = True
+    meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    print(f"[{size:,}] built in {meta['build_s']:.0f} s, {meta['sections']:,} sections", flush=True)
+    return db, meta
+
+
+def settle(core: Any) -> None:
+    """Let background work run as the hooks of normal use would (bounded): the search index
+    and consolidation catch up, the maintenance schedules run once."""
+    core.recall.catch_up()
+    consolidator = core.scheduler.consolidator
+    for _ in range(1000):
+        if consolidator is None or consolidator.run(20_000).remaining == 0:
+            break
+    started = time.perf_counter()
+    for _ in range(1000):
+        if not core.scheduler.tick("sync_turn") or time.perf_counter() - started > 600:
+            break
+
+
+def refresh(db: Path) -> None:
+    """Open the cached store with this code (its migrations run) and let it catch up."""
+    core = _core(db)
+    try:
+        settle(core)
+    finally:
+        core.shutdown()
+
+
+def used_bytes(db: Path) -> int:
+    """Bytes of the database's pages in use (free pages left by a migration not counted)."""
+    conn = sqlite3.connect(db)
+    try:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * size)
+    finally:
+        conn.close()
+
+
+def table_bytes(db: Path) -> dict[str, int]:
+    """Bytes per table, its indexes and its FTS shadow tables folded in (dbstat)."""
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall()
+        owners = dict(conn.execute("SELECT name, tbl_name FROM sqlite_master").fetchall())
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    out: dict[str, int] = {}
+    for name, size in rows:
+        owner = owners.get(name, name)
+        for suffix in ("_data", "_idx", "_docsize", "_config", "_content"):
+            if owner.endswith(suffix) and owner[: -len(suffix)] in owners:
+                owner = owner[: -len(suffix)]
+        out[owner] = out.get(owner, 0) + int(size)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+# -- one size -----------------------------------------------------------------------------------
+
+
+def measure(db: Path, meta: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    size = meta["messages"]
+    scratch = db.with_name(f"scratch-{size}.db")
+    for path in _files(scratch):
+        path.unlink()
+    shutil.copyfile(db, scratch)
+    row: dict[str, Any] = {"messages": size, "sections": meta["sections"]}
+    used = used_bytes(scratch)
+    row["bytes_per_message"] = used / size
+    row["bytes_per_text_byte"] = used / meta["text_bytes"]
+    row["text_bytes_per_message"] = meta["text_bytes"] / size
+    row["tables"] = table_bytes(scratch)
+    row["catchup_peak_rss_mb"] = meta["catchup"]["peak_rss_mb_after"]
+    row["catchup_s"] = meta["catchup"]["seconds"]
+    core = _core(scratch)
+    try:
+        probes = queries(core, Corpus(), args.repeat, random.Random(13))
+        for k in range(2 * args.repeat):  # as sync_turn captured them during each chat
+            core.capture.capture_messages(f"compress-{k}", conversation(_COMPRESS_MESSAGES))
+        settle(core)
+    finally:
+        core.shutdown()
+    try:
+        print(f"[{size:,}] search, warm", flush=True)
+        row["search"] = run_child("search", str(scratch), str(args.queries))
+        print(f"[{size:,}] first search and first compress, warm and cold", flush=True)
+        row["first_search"] = {"warm": [], "cold": []}
+        row["compress"] = {"warm": [], "cold": []}
+        for k, query in enumerate(probes):
+            for kind in ("warm", "cold"):
+                if kind == "cold":
+                    row["cache_drop"] = drop_cache(scratch)
+                row["first_search"][kind].append(run_child("first_search", str(scratch), query))
+                if kind == "cold":
+                    drop_cache(scratch)
+                session = f"compress-{2 * k + (kind == 'cold')}"
+                row["compress"][kind].append(run_child("compress", str(scratch), session))
+        print(f"[{size:,}] sync_turn", flush=True)
+        row["sync_turn"] = run_child("sync_turn", str(scratch), str(args.turns))
+    finally:
+        for path in _files(scratch):
+            path.unlink()
+    return row
+
+
+# -- printing -----------------------------------------------------------------------------------
+
+
+def _ms(values: Sequence[float]) -> str:
+    return "–".join(f"{v:.1f}" for v in (min(values), max(values))) + " ms"
+
+
+def table(rows: list[dict[str, Any]], imported: dict[str, Any]) -> list[tuple[str, list[str], str]]:
+    def grow(first: float, last: float) -> str:
+        return f"×{last / first:.2f}" if first else "–"
+
+    lines: list[tuple[str, list[str], str]] = []
+
+    def add(label: str, cells: list[str], values: list[float]) -> None:
+        lines.append((label, cells, grow(values[0], values[-1]) if len(values) > 1 else ""))
+
+    for scope, named in (("all", "default scope"), ("messages", "messages only")):
+        found = [r["search"][scope] for r in rows]
+        add(
+            f"search p50 / p95, {named} (warm)",
+            [f"{x['p50_ms']:.2f} / {x['p95_ms']:.2f} ms" for x in found],
+            [x["p95_ms"] for x in found],
+        )
+    timed = (
+        ("first search after opening", "first_search", "first_ms"),
+        ("  before it: open, recall built", "first_search", "open_ms"),
+        ("first compress, 1,001 messages", "compress", "compress_ms"),
+        ("  before it: context engine built", "compress", "built_ms"),
+    )
+    for label, key, field in timed:
+        for kind in ("warm", "cold"):
+            values = [[run[field] for run in r[key][kind]] for r in rows]
+            add(f"{label} ({kind})", [_ms(v) for v in values], [max(v) for v in values])
+    add(
+        "DB bytes per message",
+        [f"{r['bytes_per_message']:,.0f} B" for r in rows],
+        [r["bytes_per_message"] for r in rows],
+    )
+    add(
+        "DB bytes per byte of text",
+        [f"{r['bytes_per_text_byte']:.1f}" for r in rows],
+        [r["bytes_per_text_byte"] for r in rows],
+    )
+    add(
+        "sync_turn p50 / p99",
+        [f"{r['sync_turn']['p50_ms']:.2f} / {r['sync_turn']['p99_ms']:.2f} ms" for r in rows],
+        [r["sync_turn"]["p99_ms"] for r in rows],
+    )
+    add(
+        "peak RSS (search, sync_turn)",
+        [f"{r['search']['peak_rss_mb']:.0f}, {r['sync_turn']['peak_rss_mb']:.0f} MB" for r in rows],
+        [max(r["search"]["peak_rss_mb"], r["sync_turn"]["peak_rss_mb"]) for r in rows],
+    )
+    add(
+        "catch-up over all events (tree, index), peak RSS",
+        [f"{r['catchup_peak_rss_mb']:.0f} MB ({r['catchup_s']:.0f} s)" for r in rows],
+        [r["catchup_peak_rss_mb"] for r in rows],
+    )
+    lines.append(
+        (
+            "plugin import and register(): time, memory",
+            [
+                f"{imported['seconds']:.2f} s, {imported['rss_added_mb']:.1f} MB"
+                f" ({imported['modules_added']} modules)"
+            ]
+            * len(rows),
+            "(independent of size)",
+        )
+    )
+    return lines
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--cache", type=Path, default=ROOT / "bench" / "out" / "scale")
+    parser.add_argument("--rebuild", action="store_true", help="build the stores again")
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args(argv)
+    if args.child:
+        children = {
+            "search": lambda: child_search(Path(rest[0]), int(rest[1])),
+            "first_search": lambda: child_first_search(Path(rest[0]), rest[1]),
+            "compress": lambda: child_compress(Path(rest[0]), rest[1]),
+            "sync_turn": lambda: child_sync_turn(Path(rest[0]), int(rest[1])),
+            "catchup": lambda: child_catchup(Path(rest[0])),
+        }
+        print(json.dumps(children[args.child]()))
+        return 0
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    print(f"machine: {machine}; {load()} at the start")
+    print("the machine is shared with other jobs: timings are not final")
+    rows = []
+    for size in sorted(args.sizes):
+        db, meta = built(args.cache, size, args.rebuild)
+        rows.append(measure(db, meta, args))
+        print(f"[{size:,}] measured; {load()}", flush=True)
+    imported = measure_import()
+    lines = table(rows, imported)
+    width = max(len(label) for label, _, _ in lines)
+    head = [f"{r['messages']:,} ({r['sections']:,} sections)" for r in rows]
+    cols = [max(len(h), *(len(cells[i]) for _, cells, _ in lines)) for i, h in enumerate(head)]
+    print()
+    print(
+        " | ".join([" " * width, *(h.rjust(c) for h, c in zip(head, cols, strict=True)), "growth"])
+    )
+    for label, cells, growth in lines:
+        print(
+            " | ".join(
+                [
+                    label.ljust(width),
+                    *(x.rjust(c) for x, c in zip(cells, cols, strict=True)),
+                    growth,
+                ]
+            )
+        )
+    print()
+    print(f"cold: {rows[-1].get('cache_drop', 'not measured')}")
+    print(f"text per message: {rows[-1]['text_bytes_per_message']:.0f} bytes on average")
+    print(f"bytes by table at {rows[-1]['messages']:,}:")
+    for name, size in list(rows[-1]["tables"].items())[:12]:
+        print(f"  {name:<32} {size / rows[-1]['messages']:>8.0f} B/message")
+    print(f"{load()} at the end")
+    out = ROOT / "bench" / "out" / "scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps({"machine": machine, "rows": rows, "import": imported}, indent=1),
+        encoding="utf-8",
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
