@@ -233,7 +233,18 @@ class RecallIndex:
                 )
             if sections and scope in ("all", "session", "sections"):
                 lists.append(
-                    (0.9, rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
+                    (
+                        0.9,
+                        rank_sections(
+                            conn,
+                            n,
+                            words,
+                            limit=limit,
+                            plan=self._messages.plan,
+                            budget=self.tuning.match_budget,
+                            chronicles=chronicles,
+                        ),
+                    )
                 )
         if not lists:
             return []

@@ -501,57 +501,160 @@ def rank_beliefs(
     return [belief_hit(row[:-1], float(row[-1]), sources[row[0]]) for row in rows]
 
 
+_SECTION_CHUNK = 20
+
+
 def rank_sections(
     conn: sqlite3.Connection,
     scope: int,
     words: Sequence[str],
     *,
     limit: int,
+    plan: Callable[[sqlite3.Connection, str, Sequence[str]], tuple[list[str], list[str]]],
+    budget: int,
     chronicles: set[str] | None = None,
 ) -> list[Hit]:
+    """The best `limit` current, visible sections of `scope` for `words`.
+
+    Bounded like message search: bm25 scores only the words `plan` can afford (their matches add
+    up to at most `budget`), in the full-text index alone; a query of common words only takes
+    their newest matches. The candidates are then read in score order, a chunk at a time, each
+    chunk's rows, successors, hidden marks and owners in one query apiece, until `limit` pass."""
     if not words:
         return []
     if chronicles is not None and not chronicles:
         return []
-    # A section belongs to whoever said the messages it covers (its first message says who);
-    # one it cannot attribute is shown to no one.
-    where = [
-        "recall_sections_fts MATCH ?",
-        "NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle = s.chronicle"
-        " AND nx.supersedes = s.section_id)",
-        "NOT EXISTS (SELECT 1 FROM recall_hidden h"
-        " WHERE h.target = 's:' || s.chronicle || '/' || s.section_id)",
-        "owner_scope = ?",
-    ]
-    params: list[Any] = [match_any(words), scope]
+    table = "recall_sections_fts"
+    rare, common = plan(conn, table, words)
+    narrow, params = "", []
     if chronicles is not None:
-        where.append(f"s.chronicle IN ({','.join('?' * len(chronicles))})")
-        params.extend(sorted(chronicles))
-    first = (
-        "FROM recall_messages o WHERE o.seq BETWEEN s.from_seq AND s.to_seq ORDER BY o.seq LIMIT 1"
-    )
-    rows = conn.execute(
-        "SELECT s.chronicle, s.section_id, s.from_seq, s.to_seq, s.prose, s.created_at,"
-        f" (SELECT o.session {first}) AS owner_session,"
-        " -bm25(recall_sections_fts) AS score,"
-        f" (SELECT o.scope {first}) AS owner_scope"
-        " FROM recall_sections_fts JOIN sections s ON s.written = recall_sections_fts.rowid"
-        f" WHERE {' AND '.join(where)} ORDER BY score DESC LIMIT ?",
-        (*params, limit),
-    ).fetchall()
-    return [
-        Hit(
-            f"s:{chronicle}/{section_id}",
-            "section",
-            float(score),
-            seq=lo,
-            session=session,
-            time=created_at,
-            text=snippet(prose),
-            extra={"section_id": section_id, "chronicle": chronicle, "seq_range": [lo, hi]},
+        # A conversation's sections: the index walk is bounded by their span of rowids.
+        marks = ",".join("?" * len(chronicles))
+        lo, hi = conn.execute(
+            f"SELECT min(written), max(written) FROM sections WHERE chronicle IN ({marks})",
+            sorted(chronicles),
+        ).fetchone()
+        if lo is None:
+            return []
+        narrow, params = f" AND {table}.rowid BETWEEN ? AND ?", [lo, hi]
+    ranked: list[tuple[int, float]] = []
+    if rare:
+        ranked = conn.execute(
+            f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?{narrow}"
+            " ORDER BY 2 DESC LIMIT ?",
+            (match_any(rare), *params, max(budget, limit)),
+        ).fetchall()
+    else:
+        newest = f"SELECT rowid, ? FROM {table} WHERE {table} MATCH ?{narrow} ORDER BY rowid DESC LIMIT ?"
+        seen: set[int] = set()
+        for score, expression in (
+            (2.0, " AND ".join(quote(w) for w in common)),
+            (1.0, match_any(common)),
+        ):
+            for written, value in conn.execute(newest, (score, expression, *params, budget)):
+                if written not in seen:
+                    seen.add(written)
+                    ranked.append((written, value))
+            if len(ranked) >= budget:
+                break
+    hits: list[Hit] = []
+    for i in range(0, len(ranked), _SECTION_CHUNK):
+        chunk = ranked[i : i + _SECTION_CHUNK]
+        hits.extend(_visible_sections(conn, scope, chunk, chronicles))
+        if len(hits) >= limit:
+            break
+    return hits[:limit]
+
+
+def _visible_sections(
+    conn: sqlite3.Connection,
+    scope: int,
+    ranked: Sequence[tuple[int, float]],
+    chronicles: set[str] | None,
+) -> list[Hit]:
+    """The sections of `ranked` (rowid, score; best first) that are current, not forgotten, of
+    `chronicles` when given, and owned by `scope`: a section belongs to whoever said the messages
+    it covers (its first message says who); one it cannot attribute is shown to no one."""
+    marks = ",".join("?" * len(ranked))
+    rows = {
+        r[0]: r
+        for r in conn.execute(
+            "SELECT written, chronicle, section_id, from_seq, to_seq, prose, created_at"
+            f" FROM sections WHERE written IN ({marks})",
+            [written for written, _ in ranked],
         )
-        for chronicle, section_id, lo, hi, prose, created_at, session, score, _ in rows
-    ]
+        if chronicles is None or r[1] in chronicles
+    }
+    if not rows:
+        return []
+    pairs = [(r[1], r[2]) for r in rows.values()]
+    # one probe of (chronicle, supersedes) per pair; a row value IN (VALUES ...) scans the index
+    either = " OR ".join("(chronicle = ? AND supersedes = ?)" for _ in pairs)
+    superseded = set(
+        conn.execute(
+            f"SELECT chronicle, supersedes FROM sections WHERE {either}",
+            [x for pair in pairs for x in pair],
+        ).fetchall()
+    )
+    hidden = {
+        target
+        for (target,) in conn.execute(
+            f"SELECT target FROM recall_hidden WHERE target IN ({','.join('?' * len(pairs))})",
+            [f"s:{chronicle}/{section_id}" for chronicle, section_id in pairs],
+        )
+    }
+    owners = _first_messages(conn, [(r[3], r[4]) for r in rows.values()])
+    hits = []
+    for written, score in ranked:
+        row = rows.get(written)
+        if row is None:
+            continue
+        _, chronicle, section_id, lo, hi, prose, created_at = row
+        owner = owners.get(lo)
+        if (chronicle, section_id) in superseded or f"s:{chronicle}/{section_id}" in hidden:
+            continue
+        if owner is None or owner[0] != scope:
+            continue
+        hits.append(
+            Hit(
+                f"s:{chronicle}/{section_id}",
+                "section",
+                float(score),
+                seq=lo,
+                session=owner[1],
+                time=created_at,
+                text=snippet(prose),
+                extra={"section_id": section_id, "chronicle": chronicle, "seq_range": [lo, hi]},
+            )
+        )
+    return hits
+
+
+def _first_messages(
+    conn: sqlite3.Connection, ranges: Sequence[tuple[int, int]]
+) -> dict[int, tuple[int, str | None]]:
+    """from_seq -> (scope, session) of the first indexed message in each range. A range almost
+    always starts at an indexed message (read for all at once); one that starts at a message
+    recall keeps no row for is looked up on its own."""
+    starts = sorted({lo for lo, _ in ranges})
+    out: dict[int, tuple[int, str | None]] = {
+        seq: (scope, session)
+        for seq, scope, session in conn.execute(
+            "SELECT seq, scope, session FROM recall_messages"
+            f" WHERE seq IN ({','.join('?' * len(starts))})",
+            starts,
+        )
+    }
+    for lo, hi in ranges:
+        if lo not in out:
+            row = conn.execute(
+                "SELECT scope, session FROM recall_messages WHERE seq BETWEEN ? AND ?"
+                " ORDER BY seq LIMIT 1",
+                (lo, hi),
+            ).fetchone()
+            if row is not None:
+                out[lo] = (row[0], row[1])
+    return out
 
 
 def fuse(lists: Sequence[tuple[float, Sequence[Hit]]], *, k: int, limit: int) -> list[Hit]:

@@ -1,0 +1,143 @@
+"""Recall's hot queries read only what they return: every statement a search runs is checked
+with EXPLAIN QUERY PLAN. No table is scanned (full-text indexes are searched through MATCH), no
+subquery is run once per candidate row, and section search is bounded by its match budget like
+message search, whatever the number of sections that match."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_recall_support import open_core
+
+from chronicle_engine.chronicle.sections import Anchor, Section
+from chronicle_engine.core import ChronicleCore
+
+
+@contextmanager
+def traced(core: ChronicleCore) -> Iterator[list[str]]:
+    """Our statements on this thread's connection (SQLite's own, traced as "-- ...", left out)."""
+    seen: list[str] = []
+    conn = core.store.connection
+    conn.set_trace_callback(lambda sql: None if sql.startswith("--") else seen.append(sql))
+    try:
+        yield seen
+    finally:
+        conn.set_trace_callback(None)
+
+
+def plan(core: ChronicleCore, sql: str) -> str:
+    rows = core.store.connection.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+    return " | ".join(str(r[-1]) for r in rows)
+
+
+_TABLE_SCAN = re.compile(r"\bSCAN (?!\w+ VIRTUAL TABLE)(\w+)")
+
+
+def sections_about(core: ChronicleCore, conversations: int, per: int) -> None:
+    """`conversations` captured conversations, each consolidated into `per` sections that all
+    mention the word "orchard", and one superseded generation in each."""
+    for c in range(conversations):
+        session = f"conv-{c}"
+        seqs = core.capture.capture_messages(
+            session,
+            [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": f"orchard turn {c}.{i}"}
+                for i in range(per)
+            ],
+        )
+        chronicle = core.chronicle(core.sessions.chronicle_name(session))
+        for seq in seqs:
+            assert seq is not None
+            chronicle.append(Section(Anchor(f"{seq}-{seq}", seq, seq, 1), f"Orchard notes {seq}."))
+        first = seqs[0]
+        assert first is not None
+        chronicle.append(
+            Section(
+                Anchor(f"{first}-{first}#2", first, first, 1, supersedes=f"{first}-{first}"),
+                f"Orchard notes {first}, again.",
+            )
+        )
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[ChronicleCore]:
+    c = open_core("file", tmp_path)
+    sections_about(c, 30, 10)
+    c.recall.catch_up()
+    yield c
+    c.shutdown()
+
+
+def test_a_search_scans_no_table_and_runs_no_subquery_per_row(core: ChronicleCore) -> None:
+    core.recall.search("orchard notes")  # the first search folds and fills caches
+    with traced(core) as ran:
+        found = core.recall.search("what were the orchard notes?")
+    assert {r["kind"] for r in found} >= {"section", "message"}
+    plans = {sql: plan(core, sql) for sql in ran if sql.lstrip().upper().startswith("SELECT")}
+    assert any("recall_sections_fts" in sql for sql in plans)
+    for sql, text in plans.items():
+        assert not _TABLE_SCAN.search(text), f"{sql}\n  {text}"
+        if "sections" in sql:
+            assert "CORRELATED" not in text, f"{sql}\n  {text}"
+
+
+def test_section_candidates_come_from_the_index_alone(core: ChronicleCore) -> None:
+    with traced(core) as ran:
+        core.recall.search("orchard", scope="sections")
+    candidates = [
+        s for s in ran if "bm25(recall_sections_fts)" in s or "recall_sections_fts MATCH" in s
+    ]
+    assert candidates
+    for sql in candidates:
+        text = plan(core, sql)
+        # the full-text index only: no join to the sections rows before the LIMIT
+        assert "sections" not in text.replace("recall_sections_fts", ""), text
+        assert "LIMIT" in sql.upper()
+    rows = [s for s in ran if re.search(r"FROM sections\b", s) and "MATCH" not in s]
+    assert rows
+    for sql in rows:
+        text = plan(core, sql)
+        assert re.search(
+            r"SEARCH sections USING (INTEGER PRIMARY KEY|COVERING INDEX|INDEX)", text
+        ), text
+
+
+def test_section_search_reads_a_bounded_number_of_candidates(tmp_path: Path) -> None:
+    """Every section matches one common word; the candidates read stay within the budget."""
+    c = open_core("file", tmp_path, recall__match_budget=40)
+    try:
+        sections_about(c, 20, 10)  # 220 sections, every one about orchards
+        c.recall.catch_up()
+        with traced(c) as ran:
+            found = c.recall.search("orchard", scope="sections", limit=5)
+        assert len(found) == 5
+        # a common word alone is answered from its newest matches; a superseded one among them
+        # (each conversation's first section) is read and left out
+        assert all(r["kind"] == "section" for r in found)
+        assert all(c.chronicle(r["chronicle"]).successor(r["section_id"]) is None for r in found)
+        assert "#2" in found[0]["section_id"]  # the newest match: the last one written
+        reads = [s for s in ran if re.search(r"FROM sections WHERE written IN", s)]
+        # read a chunk at a time (the trace shows the values bound)
+        assert reads and all(
+            len(re.search(r"IN \(([^)]*)\)", s)[1].split(",")) <= 20 for s in reads
+        )
+        assert len(reads) <= 40 // 20 + 1
+    finally:
+        c.shutdown()
+
+
+def test_a_conversations_sections_are_found_behind_many_better_ones(tmp_path: Path) -> None:
+    c = open_core("file", tmp_path, recall__match_budget=40)
+    try:
+        sections_about(c, 20, 10)
+        c.recall.catch_up()
+        found = c.recall.search("orchard notes", session_id="conv-3", scope="session", limit=20)
+        sections = [r for r in found if r["kind"] == "section"]
+        name = c.sessions.chronicle_name("conv-3")
+        assert sections and all(r["chronicle"] == name for r in sections)
+    finally:
+        c.shutdown()
