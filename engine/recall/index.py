@@ -44,6 +44,9 @@ log = logging.getLogger("chronicle_engine.recall")
 SCOPES = ("all", "session", "messages", "beliefs", "sections")
 _MAX_QUERY_WORDS = 24
 _FOLD_ON_CAPTURE = 64
+_SECTION_SHARE = 5
+"""Sections get a fifth of the match budget: each covers tens of messages, so a word matches
+proportionally more of them, and bm25 reads a row of the index for every match it scores."""
 
 
 class RecallIndex:
@@ -241,7 +244,7 @@ class RecallIndex:
                             words,
                             limit=limit,
                             plan=self._messages.plan,
-                            budget=self.tuning.match_budget,
+                            budget=max(self.tuning.match_budget // _SECTION_SHARE, limit),
                             chronicles=chronicles,
                         ),
                     )

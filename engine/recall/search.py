@@ -171,11 +171,15 @@ class MessageSearch:
         return df
 
     def plan(
-        self, conn: sqlite3.Connection, table: str, words: Sequence[str]
+        self,
+        conn: sqlite3.Connection,
+        table: str,
+        words: Sequence[str],
+        budget: int | None = None,
     ) -> tuple[list[str], list[str]]:
         """Split the query's words into those bm25 can afford to rank (their matches add up to
-        at most `match_budget`) and the common rest."""
-        budget = max(self.tuning.match_budget, 1)
+        at most `budget`, `match_budget` unless given) and the common rest."""
+        budget = max(self.tuning.match_budget if budget is None else budget, 1)
         frequency = {w: self._frequency(conn, table, w, budget + 1) for w in words}
         rare: list[str] = []
         total = 0
@@ -510,7 +514,7 @@ def rank_sections(
     words: Sequence[str],
     *,
     limit: int,
-    plan: Callable[[sqlite3.Connection, str, Sequence[str]], tuple[list[str], list[str]]],
+    plan: Callable[[sqlite3.Connection, str, Sequence[str], int], tuple[list[str], list[str]]],
     budget: int,
     chronicles: set[str] | None = None,
 ) -> list[Hit]:
@@ -525,7 +529,7 @@ def rank_sections(
     if chronicles is not None and not chronicles:
         return []
     table = "recall_sections_fts"
-    rare, common = plan(conn, table, words)
+    rare, common = plan(conn, table, words, budget)
     narrow, params = "", []
     if chronicles is not None:
         # A conversation's sections: the index walk is bounded by their span of rowids.
@@ -558,8 +562,10 @@ def rank_sections(
             if len(ranked) >= budget:
                 break
     hits: list[Hit] = []
-    for i in range(0, len(ranked), _SECTION_CHUNK):
-        chunk = ranked[i : i + _SECTION_CHUNK]
+    # Twice the limit: one chunk answers unless many candidates are superseded or forgotten.
+    size = max(2 * limit, _SECTION_CHUNK)
+    for i in range(0, len(ranked), size):
+        chunk = ranked[i : i + size]
         hits.extend(_visible_sections(conn, scope, chunk, chronicles))
         if len(hits) >= limit:
             break
