@@ -120,9 +120,9 @@ def child_first_search(db: Path, query: str) -> dict[str, Any]:
 
 
 def child_compress(db: Path, session: str) -> dict[str, Any]:
-    from chronicle_engine.compaction.messages import estimate_list_tokens
     from chronicle_engine.compaction.policy import policy_from_config
     from chronicle_engine.config import Config
+    from chronicle_engine.messages import estimate_list_tokens
 
     messages = conversation(_COMPRESS_MESSAGES)
     window = int(estimate_list_tokens(messages) / 0.9)
