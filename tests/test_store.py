@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from chronicle_engine.errors import AppendOnlyViolation, StoreReadOnly
+from chronicle_engine.errors import AppendOnlyViolation, StoreReadOnly, UsageError
 from chronicle_engine.log.store import PendingEvent, SQLiteEventStore, sqlite_errors
 
 
@@ -31,6 +31,32 @@ def test_append_assigns_monotonic_seq_and_round_trips(store: SQLiteEventStore) -
     assert [(e.seq, e.payload) for e in read] == [(1, {"i": 1}), (2, {"i": 2}), (3, {"i": 3})]
     assert read[0].envelope == first[0].envelope
     assert store.last_seq() == 3 and store.count() == 3
+
+
+def test_text_a_payload_repeats_is_stored_once_and_read_back_exactly(
+    store: SQLiteEventStore,
+) -> None:
+    said = "the boiler service is due in October, said the engineer"
+    payload = {
+        "role": "user",
+        "message": {"role": "user", "content": said},
+        "text": said,
+        "person_text": said,
+        "note": "short",
+        "other": "short",
+        "list": [said],
+    }
+    (stored,) = store.append([PendingEvent("test", "Said", 1, payload, session="s")])
+    with store.reading() as conn:
+        (row,) = conn.execute("SELECT payload FROM events WHERE seq = ?", (stored.seq,)).fetchone()
+    assert row.count(said) == 2  # the content, and the list (only fields are shared)
+    got = store.get(stored.seq)
+    assert got is not None
+    assert got.payload == payload and list(got.payload) == list(payload)  # order kept too
+    assert [e.payload for e in store.read()] == [payload]
+    assert store.get_many([stored.seq])[stored.seq].payload == payload
+    with pytest.raises(UsageError):
+        store.append([PendingEvent("test", "Said", 1, {"@same": {}}, session="s")])
 
 
 def test_read_filters_and_pages(store: SQLiteEventStore) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .store import PendingEvent, SQLiteEventStore
+from .store import PendingEvent, SQLiteEventStore, read_payload
 
 __all__ = ["Salvaged", "salvage"]
 
@@ -112,6 +112,7 @@ def _event(row: tuple[object, ...], result: Salvaged) -> PendingEvent | None:
         data = json.loads(payload)
         if not isinstance(data, dict):
             raise ValueError("payload is not an object")
+        data = read_payload(data)
         return PendingEvent(
             namespace=str(namespace),
             type=str(type_),

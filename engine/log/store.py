@@ -34,6 +34,7 @@ from ..errors import (
     StoreError,
     StoreFull,
     StoreReadOnly,
+    UsageError,
 )
 from ..storable import escape_surrogates, escape_text, has_surrogate
 
@@ -49,6 +50,7 @@ __all__ = [
     "new_event_id",
     "run_script",
     "row_to_event",
+    "read_payload",
     "EVENT_COLUMNS",
 ]
 
@@ -69,6 +71,52 @@ WAL_AUTOCHECKPOINT_PAGES = 10_000
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # raw_decode skips decode()'s two whitespace regexes; payloads are written without any.
 _raw_decode = json.JSONDecoder().raw_decode
+
+
+_SAME = "@same"
+"""Key of a stored payload naming the fields stored once: each field's value was a copy of an
+earlier string of the same payload (a captured message's searchable text is usually its content
+verbatim), so the row holds null in its place and this key maps it to the path of the original.
+No event model has a field of this name (their extra fields are forbidden)."""
+_SHORTEST_SHARED = 24
+
+
+def _stored_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the row holds it: each top-level string that repeats an earlier string of
+    the payload (top-level, or one level down, as a message's content) is stored once."""
+    if _SAME in payload:
+        raise UsageError(f"a payload may not have a field named {_SAME!r}; it marks shared text")
+    seen: dict[str, list[str]] = {}
+    same: dict[str, list[str]] = {}
+    for key, value in payload.items():
+        if isinstance(value, str):
+            if len(value) >= _SHORTEST_SHARED:
+                if value in seen:
+                    same[key] = seen[value]
+                else:
+                    seen[value] = [key]
+        elif isinstance(value, dict):
+            for inner, text in value.items():
+                if isinstance(text, str) and len(text) >= _SHORTEST_SHARED:
+                    seen.setdefault(text, [key, inner])
+    if not same:
+        return payload
+    stored = {key: None if key in same else value for key, value in payload.items()}
+    stored[_SAME] = same
+    return stored
+
+
+def read_payload(stored: dict[str, Any]) -> dict[str, Any]:
+    """The payload a row holds, as it was appended (shared text put back in its fields)."""
+    same = stored.pop(_SAME, None)
+    if not isinstance(same, dict):
+        return stored
+    for key, path in same.items():
+        value: Any = stored
+        for step in path:
+            value = value[step]
+        stored[key] = value
+    return stored
 
 
 def new_event_id() -> str:
@@ -723,7 +771,7 @@ def _storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], l
     """The events as they are stored, and their payloads' JSON. A lone surrogate (no UTF-8
     form, see `storable.py`) in a payload or a session id is escaped, so one bad string never
     stops a write; capture has already escaped a message's and kept its original."""
-    texts = [_encode(e.payload) for e in events]
+    texts = [_encode(_stored_payload(e.payload)) for e in events]
     if all(
         not has_surrogate(t) and not has_surrogate(e.session or "")
         for e, t in zip(events, texts, strict=True)
@@ -737,7 +785,7 @@ def _storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], l
         )
         for e in events
     ]
-    return events, [_encode(e.payload) for e in events]
+    return events, [_encode(_stored_payload(e.payload)) for e in events]
 
 
 EVENT_COLUMNS = "seq, id, namespace, type, version, created_at, session, payload"
@@ -753,4 +801,4 @@ def _chunked(conn: sqlite3.Connection, sql: str, values: list[Any]) -> Iterator[
 
 def row_to_event(row: tuple[Any, ...]) -> StoredEvent:
     """A row selected as EVENT_COLUMNS, as a StoredEvent (for folds that select their own rows)."""
-    return StoredEvent(Envelope._make(row[:7]), _raw_decode(row[7])[0])
+    return StoredEvent(Envelope._make(row[:7]), read_payload(_raw_decode(row[7])[0]))
