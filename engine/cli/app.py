@@ -13,7 +13,6 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,28 +20,29 @@ from rich.console import Console
 
 from ..config import Config, load_hermes_config
 from ..errors import ChronicleError, FormatError, StoreBusy, UsageError
+from .exits import CommandFailed, Exit
 
 if TYPE_CHECKING:
     from ..core import ChronicleCore
 
-__all__ = ["Exit", "Outcome", "Session", "CommandFailed", "add_common_options", "emit"]
+__all__ = [
+    "Exit",
+    "Outcome",
+    "Session",
+    "CommandFailed",
+    "emit",
+    "when",
+    "clip",
+    "wrapped",
+]
 
 
-class Exit(IntEnum):
-    OK = 0
-    FAILED = 1  # something went wrong while running; the message says what
-    USAGE = 2  # the command line or the input was wrong (argparse uses 2 too)
-    NOT_FOUND = 3  # the database, a section, a session or a file does not exist
-    UNHEALTHY = 4  # `doctor` found a problem
-    BUSY = 5  # another process held the database's write lock too long; retry
+class _Console(Console):
+    """rich's console, but a closed pipe reaches `main` (which ends quietly, exit 0) instead
+    of rich's own exit 1."""
 
-
-class CommandFailed(Exception):
-    """A subcommand's refusal: the message tells the user what to do; `code` is the exit code."""
-
-    def __init__(self, message: str, code: Exit = Exit.FAILED) -> None:
-        super().__init__(message)
-        self.code = code
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
 
 
 @dataclass
@@ -50,6 +50,10 @@ class Outcome:
     data: Any
     draw: Callable[[Console], None] | None = None
     code: Exit = Exit.OK
+    rows: list[Any] | None = None  # what `--nl` prints, one JSON object per line
+
+
+LATEST = ("latest", "@")  # what --session accepts for the most recent conversation
 
 
 @dataclass
@@ -58,7 +62,7 @@ class Session:
 
     args: argparse.Namespace
     json: bool = False
-    console: Console = field(default_factory=lambda: Console(highlight=False, soft_wrap=True))
+    console: Console = field(default_factory=lambda: _Console(highlight=False, soft_wrap=True))
     _config: Config | None = None
     _core: ChronicleCore | None = None
     _owns_core: bool = False
@@ -95,32 +99,48 @@ class Session:
             self._owns_core = self._core.db_path not in already
         return self._core
 
+    def session_id(self, given: str | None) -> str | None:
+        """--session as typed: `latest` (or `@`), a whole id, or an unambiguous prefix of one.
+        An id the database does not hold is an error that names the ones it does."""
+        if given is None:
+            return None
+        from .inventory import session_rows
+
+        rows = session_rows(self.core().store)
+        known = [r["session"] for r in rows]
+        if given in LATEST:
+            if not known:
+                raise CommandFailed("the database holds no conversation yet", Exit.NOT_FOUND)
+            return str(known[0])
+        if given in known:
+            return given
+        matches = [k for k in known if k.startswith(given)]
+        if len(matches) == 1:
+            return str(matches[0])
+        if matches:
+            raise CommandFailed(
+                f"session {given!r} is ambiguous: it starts {len(matches)} ids "
+                f"({', '.join(matches[:5])}{', …' if len(matches) > 5 else ''}); type more of it",
+                Exit.USAGE,
+            )
+        recent = ", ".join(str(k) for k in known[:5]) or "none"
+        raise CommandFailed(
+            f"no session {given!r} in {self.db_path}; the most recent are: {recent} "
+            "(`chronicle tree` lists them all; `--session latest` picks the newest)",
+            Exit.NOT_FOUND,
+        )
+
     def close(self) -> None:
         if self._core is not None and self._owns_core:
             self._core.shutdown()
         self._core = None
 
 
-def add_common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        metavar="PATH",
-        help="the Chronicle database (default: chronicle.db_path from config.yaml, "
-        "else $HERMES_HOME/chronicle/chronicle.db)",
-    )
-    parser.add_argument(
-        "--hermes-home",
-        metavar="DIR",
-        dest="hermes_home",
-        help="read config.yaml from DIR instead of $HERMES_HOME (~/.hermes)",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print one JSON document on stdout, nothing else"
-    )
-
-
 def emit(session: Session, outcome: Outcome) -> int:
-    if session.json:
+    if getattr(session.args, "nl", False) and outcome.rows is not None:
+        for row in outcome.rows:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    elif session.json:
         sys.stdout.write(json.dumps(outcome.data, ensure_ascii=False, indent=2, default=str))
         sys.stdout.write("\n")
     elif outcome.draw is not None:
@@ -149,3 +169,44 @@ def code_for(exc: BaseException) -> Exit:
     if isinstance(exc, ChronicleError):
         return Exit.FAILED
     return Exit.FAILED
+
+
+def when(stamp: Any, short: bool = False) -> str:
+    """A stored ISO time as a reader wants it: local date and minute (`short`: no year)."""
+    if not stamp:
+        return ""
+    from datetime import datetime
+
+    try:
+        moment = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    return moment.astimezone().strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M")
+
+
+def clip(text: Any, full: bool, lines: int = 3, width: int = 240) -> str:
+    """`text` whole with --full, else its first `lines` lines and `width` characters."""
+    value = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+    if full:
+        return value
+    kept = value.strip().splitlines()[:lines]
+    out = "\n".join(kept)
+    if len(out) > width:
+        out = out[: width - 1].rstrip()
+    if out != value.strip():
+        out += " …"
+    return out
+
+
+def wrapped(console: Console, text: str, indent: int = 4) -> None:
+    """Print `text` wrapped to the terminal's width under `indent` spaces, never as markup."""
+    import textwrap
+
+    from rich.text import Text
+
+    width = max(20, console.width - indent)
+    pad = " " * indent
+    lines: list[str] = []
+    for line in text.splitlines() or [""]:
+        lines += textwrap.wrap(line, width, break_on_hyphens=False) or [""]
+    console.print(Text("\n".join(pad + line for line in lines)), soft_wrap=True)

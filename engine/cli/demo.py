@@ -238,13 +238,20 @@ class DemoHost:
 
 def run_demo(s: Session) -> Outcome:
     keep = getattr(s.args, "db", None)
+    if keep and Path(keep).expanduser().exists() and not getattr(s.args, "force", False):
+        raise CommandFailed(
+            f"{keep} already exists. The demo appends 248 synthetic events, and a Chronicle log "
+            "never deletes: pick a new file (chronicle demo --db demo.db), or add --force if "
+            "you really want them in this database",
+            Exit.USAGE,
+        )
     work = Path(tempfile.mkdtemp(prefix="chronicle-demo-"))
     db = Path(keep).expanduser().resolve() if keep else work / "chronicle" / "chronicle.db"
     # Hermes runs with HERMES_HOME set; the demo sets a throwaway one, never touching ~/.hermes.
     saved = os.environ.get("HERMES_HOME")
     os.environ["HERMES_HOME"] = str(work)
     try:
-        return _run(s, work, db)
+        return _run(s, work, db, db if keep else None)
     finally:
         from ..core import ChronicleCore
 
@@ -259,7 +266,7 @@ def run_demo(s: Session) -> Outcome:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(s: Session, home: Path, db: Path) -> Outcome:
+def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
     (home / "config.yaml").write_text(
         yaml.safe_dump(
             {
@@ -417,5 +424,34 @@ def _run(s: Session, home: Path, db: Path) -> Outcome:
         )
         if restored:
             console.print(f"  first: {restored[0][:200]}")
+        console.rule("[bold]next[/]")
+        for line in _next_steps(kept, expand_info["section"]):
+            console.print(line)
 
     return Outcome(data, draw, Exit.OK if ok else Exit.FAILED)
+
+
+def _next_steps(kept: Path | None, section: str | None) -> list[str]:
+    """How to keep and explore the demo's database, and what to try next."""
+    db = f" --db {kept}" if kept else " --db demo.db"
+    lines = (
+        [f"The demo's database is kept at {kept}. Explore it:"]
+        if kept
+        else [
+            "That database was temporary and is gone. To keep one and explore it:",
+            "  chronicle demo --db demo.db",
+        ]
+    )
+    lines += [
+        f"  chronicle status{db}",
+        f'  chronicle search "vault path"{db}',
+        f"  chronicle tree{db}",
+        f"  chronicle sections --session latest{db}",
+    ]
+    if section:
+        lines.append(f"  chronicle expand {section} --session latest{db}")
+    lines.append(
+        "Then use it in Hermes: see the README's 'Install into Hermes' "
+        "(`hermes chronicle doctor` checks the set-up)."
+    )
+    return lines

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from ..options import add_common_options
 
-from ... import transfer
-from ..app import Outcome, Session, add_common_options
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..app import Outcome, Session
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +33,12 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(s: Session) -> Outcome:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+    from ... import transfer
+    from ..app import Outcome
+
     core = s.core()
     if s.args.dest:
         dest = Path(s.args.dest).expanduser()

@@ -5,55 +5,125 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.tree import Tree
+from ..exits import CommandFailed, Exit
+from ..options import add_common_options, add_list_options, add_session_option, examples
 
-from ...capture.events import NAMESPACE as CHAT
-from ...chronicle.sections import Section
-from ...log.events import EventReader
-from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
-from ..inventory import chronicle_rows, session_rows
+if TYPE_CHECKING:
+    from rich.console import Console
 
-_RANGE = re.compile(r"^\s*(\d+)\s*(?:-|\.\.)\s*(\d+)\s*$")
+    from ...chronicle.sections import Section
+    from ...core import ChronicleCore
+    from ...log.events import EventReader
+    from ...log.store import SQLiteEventStore
+    from ..app import Outcome, Session
+
+# recall's SCOPES, listed here so building the parser loads no search code (a test compares them)
+SCOPES = ("all", "session", "messages", "beliefs", "sections")
+
+_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
+_SECTION_LIKE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(#\d+)?\s*$")
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return number
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="search everything Chronicle holds (log, sections, beliefs)")
+    p = sub.add_parser(
+        "search",
+        help="search everything Chronicle holds (log, sections, beliefs)",
+        description="Ranked hits from the messages, chronicle sections and beliefs, newest "
+        "conversation's memory first. The agent's own chronicle_* tool calls and their results "
+        "are left out unless --include-tools.",
+        epilog=examples(
+            'chronicle search "vault path"',
+            "chronicle search deploy --session latest --scope sections",
+            "chronicle search heron -n 3 --full",
+            'chronicle search "port 8443" --nl | jq .seq',
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("query", help="words to look for")
-    p.add_argument("--session", help="search within this conversation's lineage only")
-    p.add_argument("--scope", default="all", help="what to search (default: all)")
+    add_session_option(p, "search within this conversation's lineage only")
+    p.add_argument(
+        "--scope",
+        default="all",
+        choices=SCOPES,
+        help="what to search (default: all; session: only --session's conversation)",
+    )
     p.add_argument("--user", dest="user_id", help="whose memory (gateway user id)")
     p.add_argument("--profile", help="which Hermes profile's memory (e.g. default)")
-    p.add_argument("-n", "--limit", type=int, default=10, help="at most this many hits")
+    p.add_argument(
+        "-n", "--limit", type=_positive, default=10, help="at most this many hits (default: 10)"
+    )
+    p.add_argument(
+        "--include-tools",
+        action="store_true",
+        help="also show the agent's own chronicle_* tool calls and their results",
+    )
+    add_list_options(p)
     add_common_options(p)
     p.set_defaults(run=search)
 
     p = sub.add_parser(
-        "expand", help="a section (or seq range) back to the original messages, byte for byte"
+        "expand",
+        help="a section (or seq range) back to the original messages, byte for byte",
+        epilog=examples(
+            "chronicle expand 3-74 --session latest",
+            "chronicle expand 3-74#2 --raw > originals.jsonl",
+            "chronicle expand 12..40            (a seq range, not a section)",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("target", help="a section id like 12-40 or 12-40#2, or a seq range 12..40")
-    p.add_argument("--session", help="the conversation the section belongs to")
+    p.add_argument(
+        "target", help="a section id like 12-40 or 12-40#2, or a seq range written 12..40"
+    )
+    add_session_option(p, "the conversation the section belongs to")
     p.add_argument("--chronicle", help="the chronicle the section belongs to")
     p.add_argument(
         "--raw", action="store_true", help="print the original messages as JSON lines, nothing else"
     )
+    add_list_options(p)
     add_common_options(p)
     p.set_defaults(run=expand)
 
-    p = sub.add_parser("sections", help="the chronicle sections of a conversation")
-    p.add_argument("--session", help="the conversation (default: every chronicle)")
+    p = sub.add_parser(
+        "sections",
+        help="the chronicle sections of a conversation",
+        epilog=examples(
+            "chronicle sections --session latest",
+            "chronicle sections --all --full",
+            "chronicle sections --nl | jq -r .id",
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_session_option(p, "the conversation (default: every chronicle)")
     p.add_argument("--chronicle", help="one chronicle by name")
     p.add_argument("--all", action="store_true", help="include superseded sections")
-    p.add_argument("--full", action="store_true", help="print each section's whole prose")
+    add_list_options(p)
     add_common_options(p)
     p.set_defaults(run=sections)
 
-    p = sub.add_parser("tree", help="the session tree: lineages, branches and compaction points")
-    p.add_argument("--session", help="only this session's lineage")
-    p.add_argument("-n", "--limit", type=int, default=50, help="at most this many sessions")
+    p = sub.add_parser(
+        "tree",
+        help="the session tree: lineages, branches and compaction points",
+        epilog=examples("chronicle tree", "chronicle tree --session latest", "chronicle tree --nl"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_session_option(p, "only this session's lineage")
+    p.add_argument(
+        "-n",
+        "--limit",
+        type=_positive,
+        default=50,
+        help="at most this many sessions (default: 50)",
+    )
+    p.add_argument("--nl", action="store_true", help="one JSON object per session, per line")
     add_common_options(p)
     p.set_defaults(run=tree)
 
@@ -62,67 +132,138 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def search(s: Session) -> Outcome:
+    from ..app import Outcome, clip, when, wrapped
+    from ..inventory import session_rows
+
     a = s.args
+    if not a.query.strip():
+        raise CommandFailed(
+            'give words to search for, e.g. chronicle search "vault path"', Exit.USAGE
+        )
     core = s.core()
     recall = core.recall
+    session = s.session_id(a.session)
+    if a.scope == "session" and session is None:
+        raise CommandFailed("--scope session needs --session ID (or latest)", Exit.USAGE)
     # Memory is partitioned by (user, profile). Without a session, user or profile, search the
     # partition of the most recent session: the memory the person last used.
-    anchor = a.session
+    anchor = session
     if anchor is None and a.user_id is None and a.profile is None:
         latest = session_rows(core.store, limit=1)
         anchor = latest[0]["session"] if latest else None
+    # The agent's own chronicle_* traffic is left out after ranking: ask for more, keep `limit`.
+    wanted = a.limit if a.include_tools else min(100, a.limit * 3 + 10)
     hits = recall.search(
         a.query,
         session_id=anchor,
         scope=a.scope,
         user_id=a.user_id,
         profile=a.profile,
-        limit=a.limit,
+        limit=wanted,
     )
-    data = {"query": a.query, "hits": hits}
+    hidden = 0
+    if not a.include_tools:
+        own = own_tool_traffic(core.store, hits)
+        hidden = len(own)
+        hits = [h for h in hits if h.get("seq") not in own or h.get("kind") != "message"]
+    hits = hits[: a.limit]
+    for rank, hit in enumerate(hits, 1):
+        hit["rank"] = rank
+        if a.full:
+            hit["text"] = _whole_text(core, hit)
+    data = {"query": a.query, "hits": hits, "hidden_tool_hits": hidden}
 
     def draw(console: Console) -> None:
         if not hits:
             console.print(f"no hits for {a.query!r}")
-            return
-        columns = _columns(hits)
-        t = Table(title=f"{len(hits)} hits for {a.query!r}", title_justify="left")
-        for col in columns:
-            t.add_column(col, overflow="fold")
         for hit in hits:
-            t.add_row(*(_cell(hit.get(c)) for c in columns))
-        console.print(t)
+            where = (
+                hit.get("section_id") and f"section {hit['section_id']}" or f"seq {hit.get('seq')}"
+            )
+            who = hit.get("speaker") or hit.get("role") or hit.get("kind")
+            console.print(
+                f"[bold]{hit['rank']:>2}.[/] {where}  [cyan]{who}[/]  {hit.get('session') or ''}"
+                f"  [dim]{when(hit.get('time'))}[/]"
+            )
+            wrapped(console, clip(hit.get("text") or hit.get("prose") or "", a.full))
+        if hidden:
+            wrapped(
+                console,
+                f"({hidden} {'hit' if hidden == 1 else 'hits'} from the agent's own chronicle_* "
+                "tool calls left out; --include-tools shows them)",
+                indent=0,
+            )
 
-    return Outcome(data, draw, Exit.OK if hits else Exit.NOT_FOUND)
+    return Outcome(data, draw, Exit.OK if hits else Exit.NOT_FOUND, rows=hits)
 
 
-_PREFERRED = ("kind", "seq", "section_id", "session", "role", "score", "text", "prose")
+def _whole_text(core: ChronicleCore, hit: dict[str, Any]) -> Any:
+    """A hit's text is an excerpt; --full reads the message or the section whole."""
+    if hit.get("kind") == "message":
+        event = core.store.get(int(hit["seq"]))
+        if event is not None and isinstance(event.payload.get("text"), str):
+            return event.payload["text"] or hit.get("text")
+    if hit.get("kind") == "section" and hit.get("chronicle") and hit.get("section_id"):
+        section = core.chronicle(hit["chronicle"]).get(hit["section_id"])
+        if section is not None:
+            return section.prose
+    return hit.get("text")
 
 
-def _columns(rows: list[dict[str, Any]]) -> list[str]:
-    keys: list[str] = []
-    for row in rows:
-        for k in row:
-            if k not in keys:
-                keys.append(k)
-    ordered = [k for k in _PREFERRED if k in keys]
-    return ordered + [k for k in keys if k not in ordered][: max(0, 6 - len(ordered))]
+_OWN_TOOL = "chronicle_"
+_LOOKBACK = 64  # events before a tool result searched for the call it answers
 
 
-def _cell(value: Any, width: int = 160) -> str:
-    if value is None:
-        return ""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def own_tool_traffic(store: SQLiteEventStore, hits: list[dict[str, Any]]) -> set[int]:
+    """Seqs of message hits that are the agent's own chronicle_* calls or their results."""
+    own: set[int] = set()
+    for hit in hits:
+        if hit.get("kind") != "message" or hit.get("role") not in ("assistant", "tool"):
+            continue
+        seq = int(hit["seq"])
+        event = store.get(seq)
+        message = event.payload.get("message") if event is not None else None
+        if event is None or not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            names = [_call_name(c) for c in message.get("tool_calls") or []]
+            text = str(message.get("content") or "").strip()
+            if names and not text and all(n.startswith(_OWN_TOOL) for n in names):
+                own.add(seq)
+            continue
+        call_id = message.get("tool_call_id")
+        if str(message.get("name") or "").startswith(_OWN_TOOL):
+            own.add(seq)
+            continue
+        for earlier in store.read(
+            after=max(0, seq - _LOOKBACK), upto=seq - 1, session=event.envelope.session
+        ):
+            calls = (earlier.payload.get("message") or {}).get("tool_calls") or []
+            if any(c.get("id") == call_id and _call_name(c).startswith(_OWN_TOOL) for c in calls):
+                own.add(seq)
+                break
+    return own
+
+
+def _call_name(call: Any) -> str:
+    function = call.get("function") if isinstance(call, dict) else None
+    return str((function or {}).get("name") or "") if isinstance(function, dict) else ""
 
 
 # -- expand ------------------------------------------------------------------------------------
 
 
 def _chronicle_for(s: Session, session: str | None, chronicle: str | None) -> list[str]:
+    from ..inventory import chronicle_rows
+
     core = s.core()
     if chronicle:
+        known = [row["chronicle"] for row in chronicle_rows(core.store)]
+        if chronicle not in known:
+            raise CommandFailed(
+                f"no chronicle {chronicle!r}; this database has: {', '.join(known) or 'none'}",
+                Exit.NOT_FOUND,
+            )
         return [chronicle]
     if session:
         return [core.sessions.chronicle_name(session)]
@@ -130,18 +271,23 @@ def _chronicle_for(s: Session, session: str | None, chronicle: str | None) -> li
 
 
 def expand(s: Session) -> Outcome:
+    from ...capture.events import NAMESPACE as CHAT
+    from ..app import Outcome, clip, when, wrapped
+
     a = s.args
     core = s.core()
+    session = s.session_id(a.session)
     section: Section | None = None
     owner: str | None = None
-    for name in _chronicle_for(s, a.session, a.chronicle):
+    names = _chronicle_for(s, session, a.chronicle)
+    for name in names:
         found = core.chronicle(name).get(a.target)
         if found is not None:
             section, owner = found, name
             break
-    if section is None and a.session:
+    if section is None and session:
         # A condensed section ("L2:1-90") lives in a level chronicle the compaction part names.
-        name = core.sessions.chronicle_name(a.session)
+        name = core.sessions.chronicle_name(session)
         view = core.compaction.resolve(name, a.target)
         if view is not None:
             section, owner = view.section, name
@@ -150,9 +296,18 @@ def expand(s: Session) -> Outcome:
     else:
         m = _RANGE.match(a.target)
         if not m:
+            where = f"conversation {session!r}" if session else "any chronicle"
+            hint = ""
+            like = _SECTION_LIKE.match(a.target)
+            if like and not like.group(3):
+                hint = f"; for the seq range write {like.group(1)}..{like.group(2)}"
+            current = [
+                sec.anchor.section_id for name in names for sec in core.chronicle(name).current()
+            ]
+            shown = ", ".join(current[:8]) + (", …" if len(current) > 8 else "")
             raise CommandFailed(
-                f"no section {a.target!r} found; `chronicle sections` lists them "
-                "(or give a seq range such as 12..40)",
+                f"no section {a.target!r} in {where} (current sections: {shown or 'none'}; "
+                f"`chronicle sections` lists them){hint}",
                 Exit.NOT_FOUND,
             )
         lo, hi = int(m.group(1)), int(m.group(2))
@@ -161,9 +316,9 @@ def expand(s: Session) -> Outcome:
                 f"empty range {a.target!r}: the first seq is after the last", Exit.USAGE
             )
 
-    if a.session:
+    if session:
         sessions = core.sessions
-        events = list(sessions.message_events(a.session, lo, hi))
+        events = list(sessions.message_events(session, lo, hi))
     else:
         allowed = _sessions_of_chronicle(s, owner, lo, hi)
         events = [
@@ -173,6 +328,10 @@ def expand(s: Session) -> Outcome:
             and (allowed is None or e.envelope.session in allowed)
         ]
     messages = [e.payload.get("message") for e in events]
+    rows = [
+        {"seq": e.seq, "session": e.envelope.session, "time": e.envelope.created_at, "message": m}
+        for e, m in zip(events, messages, strict=True)
+    ]
     data = {
         "target": a.target,
         "section": None
@@ -180,10 +339,7 @@ def expand(s: Session) -> Outcome:
         else {"id": section.anchor.section_id, "chronicle": owner, "prose": section.prose},
         "from_seq": lo,
         "to_seq": hi,
-        "messages": [
-            {"seq": e.seq, "session": e.envelope.session, "message": m}
-            for e, m in zip(events, messages, strict=True)
-        ],
+        "messages": rows,
     }
 
     def draw(console: Console) -> None:
@@ -195,19 +351,25 @@ def expand(s: Session) -> Outcome:
         if section is not None:
             head = f"section {section.anchor.section_id} of {owner!r} ({head})"
         console.print(f"[bold]{head}[/]: {len(messages)} original messages")
-        t = Table(show_lines=False)
-        t.add_column("seq", justify="right")
-        t.add_column("role")
-        t.add_column("message", overflow="fold")
         for e, m in zip(events, messages, strict=True):
             role = m.get("role", "?") if isinstance(m, dict) else "?"
-            t.add_row(str(e.seq), role, _cell(m.get("content") if isinstance(m, dict) else m, 400))
-        console.print(t)
+            body = m.get("content") if isinstance(m, dict) else m
+            calls = (
+                [_call_name(c) for c in (m.get("tool_calls") or [])] if isinstance(m, dict) else []
+            )
+            if calls and not body:
+                body = "calls " + ", ".join(calls)
+            console.print(
+                f"[bold]seq {e.seq}[/]  [cyan]{role}[/]  [dim]{when(e.envelope.created_at)}[/]"
+            )
+            wrapped(console, clip(body or "", a.full))
 
-    return Outcome(data, draw, Exit.OK if messages else Exit.NOT_FOUND)
+    return Outcome(data, draw, Exit.OK if messages else Exit.NOT_FOUND, rows=rows)
 
 
 def _sessions_of_chronicle(s: Session, owner: str | None, lo: int, hi: int) -> set[str] | None:
+    from ..inventory import session_rows
+
     """Sessions whose messages a section of `owner` may cite (None: no way to tell, take all)."""
     if owner is None:
         return None
@@ -225,9 +387,12 @@ def _sessions_of_chronicle(s: Session, owner: str | None, lo: int, hi: int) -> s
 
 
 def sections(s: Session) -> Outcome:
+    from ..app import Outcome, clip, when, wrapped
+
     a = s.args
     core = s.core()
-    names = _chronicle_for(s, a.session, a.chronicle)
+    session = s.session_id(a.session)
+    names = _chronicle_for(s, session, a.chronicle)
     listing: dict[str, list[Section]] = {}
     for name in names:
         chron = core.chronicle(name)
@@ -248,40 +413,46 @@ def sections(s: Session) -> Outcome:
         ]
         for name, secs in listing.items()
     }
+    rows = [{"chronicle": name, **row} for name, secs in data.items() for row in secs]
 
     def draw(console: Console) -> None:
-        if not any(listing.values()):
+        if not rows:
+            where = f"conversation {session!r}" if session else "this database"
             console.print(
-                "no sections yet (a conversation gets its first one at its first compaction)"
+                f"no sections yet in {where} (a conversation gets its first one at its first "
+                "compaction)"
             )
             return
         for name, secs in listing.items():
-            t = Table(title=f"chronicle {name!r}", title_justify="left", show_lines=a.full)
-            t.add_column("section")
-            t.add_column("seqs", justify="right")
-            t.add_column("supersedes")
-            t.add_column("prose", overflow="fold")
+            if not secs:
+                continue
+            console.print(f"[bold]chronicle {name}[/]  ({len(secs)} sections)")
             for sec in secs:
-                t.add_row(
-                    sec.anchor.section_id,
-                    f"{sec.anchor.from_seq}..{sec.anchor.to_seq}",
-                    sec.anchor.supersedes or "",
-                    sec.prose if a.full else _cell(sec.prose, 120),
+                note = f"  supersedes {sec.anchor.supersedes}" if sec.anchor.supersedes else ""
+                console.print(
+                    f"  [bold]{sec.anchor.section_id}[/]  seq {sec.anchor.from_seq}.."
+                    f"{sec.anchor.to_seq}  [dim]{when(sec.created_at)}{note}[/]"
                 )
-            console.print(t)
+                wrapped(console, clip(sec.prose, a.full, lines=4))
 
-    return Outcome(data, draw)
+    return Outcome(data, draw, rows=rows)
 
 
 # -- tree --------------------------------------------------------------------------------------
 
 
 def tree(s: Session) -> Outcome:
+    from rich.tree import Tree
+
+    from ..app import Outcome, when
+    from ..inventory import session_rows
+
     a = s.args
     core = s.core()
     tree_api = core.sessions
+    session = s.session_id(a.session)
     rows = {r["session"]: r for r in session_rows(core.store)}
-    wanted = [a.session] if a.session else list(rows)[: a.limit]
+    wanted = [session] if session else list(rows)[: a.limit]
     lineages: list[list[str]] = []
     placed: set[str] = set()
     for sid in wanted:
@@ -315,7 +486,11 @@ def tree(s: Session) -> Outcome:
                 if info.get("reason"):
                     label = f"↳ ({info['reason']} of {info.get('parent') or '-'}) " + label
                 if "events" in info:
-                    label += f"  [dim]{info['events']} events, seq {info['first_seq']}..{info['last_seq']}[/]"
+                    label += (
+                        f"  [dim]{info['events']} events, seq {info['first_seq']}.."
+                        f"{info['last_seq']}, {when(info.get('started'))} to "
+                        f"{when(info.get('last_active'))}[/]"
+                    )
                 node = node.add(label)
                 for c in info.get("compactions", []):
                     node.add(
@@ -323,9 +498,14 @@ def tree(s: Session) -> Outcome:
                         f"{', '.join(c['sections']) or '-'}; tokens {c['tokens_before']:,} → "
                         f"{c['tokens_after']:,}; verbatim from seq {c['first_kept_seq']}"
                     )
-            console.print(root)
+            console.print(root, soft_wrap=False)  # wrapped under its guides, not cut
 
-    return Outcome(data, draw)
+    flat = [
+        {"chronicle": entry["chronicle"], **info}
+        for entry in data["lineages"]
+        for info in entry["sessions"]
+    ]
+    return Outcome(data, draw, rows=flat)
 
 
 def _session_marks(reader: EventReader, sessions: set[str]) -> dict[str, dict[str, Any]]:

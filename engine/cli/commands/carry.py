@@ -10,18 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from ... import transfer
-from ...capture.events import NAMESPACE as CHAT
-from ...sessions.jsonl import FORMAT as SESSION_FORMAT
-from ...sessions.jsonl import export_jsonl, import_jsonl
-from ...sessions.redact import Forgotten, redacted
-from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
+from ..exits import CommandFailed, Exit
+from ..options import add_common_options
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
     from ...core import ChronicleCore
+    from ...sessions.redact import Forgotten
+    from ..app import Outcome, Session
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +33,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--out", metavar="FILE", help="write here (default: stdout)")
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--session", help="one conversation (its whole tree and lineage)")
+    what.add_argument(
+        "--session",
+        metavar="ID",
+        help="one conversation, its whole tree and lineage (`latest` for the most recent; a "
+        "unique prefix of an id is enough)",
+    )
     what.add_argument("--chronicle", help="carry this chronicle's sections instead of events")
     p.add_argument(
         "--messages-only",
@@ -58,6 +61,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def _progress(console: Console, enabled: bool) -> Progress:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -88,10 +93,20 @@ def _open_out(path: str | None) -> Iterator[IO[str]]:
 def _forgotten(core: ChronicleCore) -> Forgotten:
     """What an export leaves out: the words of every message the user had forgotten (the log
     keeps them; a file that leaves this store does not)."""
+    from ...sessions.redact import Forgotten
+
     return Forgotten.read(core.store, core.recall.forgotten_messages())
 
 
 def export(s: Session) -> Outcome:
+    from rich.console import Console
+
+    from ... import transfer
+    from ...capture.events import NAMESPACE as CHAT
+    from ...sessions.jsonl import export_jsonl
+    from ...sessions.redact import redacted
+    from ..app import Outcome
+
     a = s.args
     core = s.core()
     to_stdout = not a.out or a.out == "-"
@@ -101,12 +116,14 @@ def export(s: Session) -> Outcome:
             count = transfer.write_sections(core.chronicle(a.chronicle), fh)
         data = {"kind": "sections", "chronicle": a.chronicle, "written": count, "out": a.out or "-"}
     elif a.session:
+        session = s.session_id(a.session)
+        assert session is not None
         tree = core.sessions
-        text = export_jsonl(tree, a.session, forgotten=_forgotten(core))
+        text = export_jsonl(tree, session, forgotten=_forgotten(core))
         with _open_out(a.out) as fh:
             fh.write(text)
         lines = max(0, len([line for line in text.splitlines() if line.strip()]) - 1)
-        data = {"kind": "session", "session": a.session, "written": lines, "out": a.out or "-"}
+        data = {"kind": "session", "session": session, "written": lines, "out": a.out or "-"}
     else:
         namespaces = [CHAT] if a.messages_only else None
         total = core.store.count()
@@ -122,7 +139,10 @@ def export(s: Session) -> Outcome:
     def draw(console: Console) -> None:
         # With stdout carrying the export itself, the summary goes to stderr.
         where = stderr if to_stdout else console
-        where.print(f"exported {data['written']} {data['kind']} to {data['out']}")
+        what = {"session": f"entries of session {data.get('session')}"}.get(
+            data["kind"], data["kind"]
+        )
+        where.print(f"exported {data['written']} {what} to {data['out']}")
 
     if to_stdout and s.json:
         # stdout is the export; a JSON summary on top would corrupt it.
@@ -131,6 +151,13 @@ def export(s: Session) -> Outcome:
 
 
 def import_(s: Session) -> Outcome:
+    from rich.console import Console
+
+    from ... import transfer
+    from ...sessions.jsonl import FORMAT as SESSION_FORMAT
+    from ...sessions.jsonl import import_jsonl
+    from ..app import Outcome
+
     a = s.args
     if a.file != "-" and not Path(a.file).exists():
         raise CommandFailed(f"{a.file} does not exist", Exit.NOT_FOUND)
@@ -152,7 +179,14 @@ def import_(s: Session) -> Outcome:
             line = raw[: exc.start].count(b"\n") + 1
             raise CommandFailed(f"{source}, line {line}: not UTF-8", Exit.USAGE) from None
         stored = import_jsonl(tree, text)
-        data = {"kind": "session", "session": header.get("session"), "stored": stored}
+        read = max(0, sum(1 for line in text.splitlines() if line.strip()) - 1)
+        data = {
+            "kind": "session",
+            "session": header.get("session"),
+            "read": read,
+            "stored": stored,
+            "skipped": max(0, read - stored),
+        }
     elif kind == "sections":
         name = a.chronicle or header.get("chronicle") or "default"
         with _lines(a.file, lines) as it:
@@ -175,6 +209,11 @@ def import_(s: Session) -> Outcome:
         if data["kind"] == "sections":
             console.print(
                 f"carried {data['loaded']} new sections into chronicle {data['chronicle']!r}"
+            )
+        elif data["kind"] == "session":
+            console.print(
+                f"imported session {data['session']}: {data['stored']} new entries "
+                f"({data['skipped']} already present) into {s.db_path}"
             )
         else:
             console.print(

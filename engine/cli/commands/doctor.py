@@ -6,17 +6,16 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import yaml
-from rich.console import Console
-from rich.table import Table
+from ..exits import CommandFailed, Exit
+from ..options import add_common_options
 
-from ...config import KEYS
-from ...log.store import sqlite_errors
-from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
-from ..inventory import chronicle_rows, has_table
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..app import Outcome, Session
 
 MIN_CONTEXT = 64_000
 
@@ -46,6 +45,8 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(s: Session) -> Outcome:
+    from ..app import Outcome, wrapped
+
     if s.args.salvage:
         return _salvage(s, Path(s.args.salvage).expanduser())
     checks: list[Check] = []
@@ -72,13 +73,11 @@ def run(s: Session) -> Outcome:
     data = {"db_path": str(s.db_path), "verdict": worst, "checks": [asdict(c) for c in checks]}
 
     def draw(console: Console) -> None:
-        t = Table(title=f"chronicle doctor: {worst}", title_justify="left")
-        for col in ("area", "check", "", "detail"):
-            t.add_column(col, overflow="fold")
-        mark = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]"}
+        console.print(f"[bold]chronicle doctor[/]: {worst}  ({s.db_path})")
+        mark = {"ok": "[green]  ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]"}
         for c in checks:
-            t.add_row(c.area, c.name, mark[c.status], c.detail)
-        console.print(t)
+            console.print(f"{mark[c.status]}  {c.area}: {c.name}")
+            wrapped(console, c.detail, indent=6)
 
     return Outcome(data, draw, Exit.UNHEALTHY if worst == "fail" else Exit.OK)
 
@@ -87,6 +86,10 @@ def run(s: Session) -> Outcome:
 
 
 def _database_checks(s: Session) -> list[Check]:
+    from ...capture.events import NAMESPACE as CHAT
+    from ...log.store import sqlite_errors
+    from ..inventory import chronicle_rows, has_table
+
     core = s.core()
     store = core.store
     out: list[Check] = []
@@ -134,8 +137,17 @@ def _database_checks(s: Session) -> list[Check]:
     )
     if has_table(store, "sections"):
         forks = []
+        orphans = []
+        last_seq = store.last_seq()
         for row in chronicle_rows(store):
             current = core.chronicle(row["chronicle"]).current()
+            for sec in current:
+                lo, hi = sec.anchor.from_seq, sec.anchor.to_seq
+                held = hi <= last_seq and any(
+                    True for _ in store.read(after=lo - 1, upto=hi, namespaces=[CHAT], limit=1)
+                )
+                if not held:
+                    orphans.append(f"{row['chronicle']} {sec.anchor.section_id}")
             for prev, nxt in zip(current, current[1:], strict=False):
                 if nxt.anchor.from_seq <= prev.anchor.to_seq:
                     forks.append(
@@ -152,6 +164,19 @@ def _database_checks(s: Session) -> list[Check]:
                 else f"{len(chronicle_rows(store))} chronicles, current sections never overlap",
             )
         )
+        out.append(
+            Check(
+                "chronicle",
+                "sections have their log",
+                "fail" if orphans else "ok",
+                f"{len(orphans)} current sections cite messages this log does not hold "
+                f"({', '.join(orphans[:5])}{', …' if len(orphans) > 5 else ''}): sections were "
+                "carried without their log. Import the session or events export they came from "
+                "(`chronicle import FILE`), or `chronicle expand` cannot restore them"
+                if orphans
+                else "every current section's seq range holds captured messages",
+            )
+        )
     return out
 
 
@@ -159,6 +184,8 @@ def _database_checks(s: Session) -> list[Check]:
 
 
 def _config_checks(s: Session) -> list[Check]:
+    from ...config import KEYS
+
     config = s.config
     out: list[Check] = []
     if config.unknown:
@@ -228,6 +255,8 @@ def _dependency_checks(s: Session) -> list[Check]:
 
 
 def _hermes_checks(s: Session) -> list[Check]:
+    import yaml
+
     raw: dict[str, Any] = s.config.raw
     home = s.config.hermes_home
     out: list[Check] = []
@@ -401,6 +430,7 @@ def _endpoint_check(name: str, url: str, allow_remote: bool, key: str, what: str
 
 def _salvage(s: Session, damaged: Path) -> Outcome:
     from ...log.salvage import salvage
+    from ..app import Outcome
 
     if not damaged.is_file():
         raise CommandFailed(f"{damaged} is not a file", Exit.NOT_FOUND)

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+from ..options import add_common_options
 
-from ..app import Outcome, Session, add_common_options
-from ..inventory import chronicle_rows, event_counts, file_sizes, session_rows
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..app import Outcome, Session
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="what the database holds, and where it is")
+    p = sub.add_parser(
+        "status",
+        help="what the database holds, and where it is",
+        epilog="examples:\n  chronicle status\n  chronicle status --db other.db --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_common_options(p)
     p.set_defaults(run=run)
 
 
 def run(s: Session) -> Outcome:
+    from rich.table import Table
+
+    from ..app import Outcome
+    from ..inventory import chronicle_rows, event_counts, file_sizes, session_rows
+    from .maintenance import summary
+
     core = s.core()
     store = core.store
     sessions = session_rows(store)
@@ -65,6 +77,8 @@ def run(s: Session) -> Outcome:
                 )
             console.print(t)
         if data["maintenance"] is not None:
-            console.print("[bold]Maintenance[/]", data["maintenance"])
+            for line in summary(data["maintenance"]):
+                console.print(line)
+        console.print("[dim]`chronicle maintenance` shows the schedules; --json prints all[/]")
 
     return Outcome(data, draw)
