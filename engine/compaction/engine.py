@@ -170,9 +170,9 @@ class Compaction:
         self._events_through = 0
         self._events_by_session: dict[str, list[Decoded[DomainEvent]]] = {}
         self._events_lock = threading.Lock()
-        # the last range expanded, with each message's size in characters (paging a range
-        # page by page must not measure every message of it again for each page)
-        self._expanded: tuple[Any, list[StoredEvent], dict[int, int]] | None = None
+        # the last range expanded (reading a range page by page must not read, measure and
+        # check every message of it again for each page)
+        self._expanded: _Expanded | None = None
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
 
     # -- wiring ------------------------------------------------------------------------------
@@ -830,11 +830,8 @@ class Compaction:
                 raise UsageError(f"from_seq {lo} is after to_seq {hi}; give from_seq <= to_seq")
         else:
             raise UsageError("give section_id, or from_seq (and to_seq) to expand")
-        events, sizes = self._range_events(session_id, lo, hi)
-        hidden = self._forgotten([e.seq for e in events])
-        if hidden:
-            events = [e for e in events if e.seq not in hidden]
-        pages = _pages(events, max(1, min(int(page_size), 200)), EXPAND_PAGE_CHARS, sizes)
+        expanded = self._range(session_id, lo, hi)
+        pages = expanded.pages(max(1, min(int(page_size), 200)))
         page = max(1, int(page))
         chunk = pages[page - 1] if page <= len(pages) else []
         result.update(
@@ -842,12 +839,13 @@ class Compaction:
             to_seq=hi,
             page=page,
             pages=max(1, len(pages)),
-            total=len(events),
+            total=len(expanded.events),
             messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
         )
-        if hidden:
-            result["forgotten"] = len(hidden)  # chronicle_forget(..., include_source) hid them
-        if len(chunk) == 1 and sizes[chunk[0].seq] > EXPAND_PAGE_CHARS:
+        if expanded.forgotten:
+            # chronicle_forget(..., include_source) hid them
+            result["forgotten"] = expanded.forgotten
+        if len(chunk) == 1 and expanded.sizes[chunk[0].seq] > EXPAND_PAGE_CHARS:
             result["oversized"] = (
                 "this one message is longer than a tool result Hermes passes on whole; "
                 "`chronicle expand` on the command line prints it in full"
@@ -863,21 +861,22 @@ class Compaction:
             log.debug("chronicle expand: recall could not say what was forgotten", exc_info=True)
             return set()
 
-    def _range_events(
-        self, session_id: str, lo: int, hi: int
-    ) -> tuple[list[StoredEvent], dict[int, int]]:
-        """The lineage's messages in lo..hi and their sizes; kept for the next pages while the
-        log is unchanged."""
+    def _range(self, session_id: str, lo: int, hi: int) -> _Expanded:
+        """The lineage's messages in lo..hi that are not forgotten, measured and paged once and
+        kept for the next pages while the log is unchanged (a forget appends to it)."""
         lineage = tuple(self._sessions.lineage(session_id) or [session_id])
         key = (lineage, lo, hi, self._store.last_seq())
         with self._guard:
-            if self._expanded is not None and self._expanded[0] == key:
-                return self._expanded[1], self._expanded[2]
+            if self._expanded is not None and self._expanded.key == key:
+                return self._expanded
         events = list(self._sessions.message_events(session_id, lo, hi))
-        sizes = {e.seq: _chars(e) for e in events}
+        hidden = self._forgotten([e.seq for e in events])
+        if hidden:
+            events = [e for e in events if e.seq not in hidden]
+        expanded = _Expanded(key, events, {e.seq: _chars(e) for e in events}, len(hidden))
         with self._guard:
-            self._expanded = (key, events, sizes)
-        return events, sizes
+            self._expanded = expanded
+        return expanded
 
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, Any]:
         state = self.lineage_state(session_id)
@@ -1035,6 +1034,23 @@ over 100,000 characters with a short preview, so a page stays well under that.""
 
 def _chars(event: StoredEvent) -> int:
     return len(json.dumps(event.payload.get("message"), ensure_ascii=False))
+
+
+@dataclass
+class _Expanded:
+    """One range as expand serves it: its visible messages, each one's size in characters, how
+    many were forgotten, and its pages by page size."""
+
+    key: tuple[object, ...]
+    events: list[StoredEvent]
+    sizes: dict[int, int]
+    forgotten: int
+    paged: dict[int, list[list[StoredEvent]]] = field(default_factory=dict)
+
+    def pages(self, size: int) -> list[list[StoredEvent]]:
+        if size not in self.paged:
+            self.paged[size] = _pages(self.events, size, EXPAND_PAGE_CHARS, self.sizes)
+        return self.paged[size]
 
 
 def _pages(
