@@ -251,7 +251,9 @@ class RecallSettings(_Section):
         0.4, description="Share of a hit's score given to the turns just before and after it."
     )
     speaker_boost: Number = Field(
-        2.0, description="Score factor for a message whose speaker the query names."
+        2.0,
+        description="Score factor for a message whose speaker the query names; a query in the "
+        "first person (I, my, me) names the person whose memory it is.",
     )
     recency_weight: Number = Field(
         0.1, description="How much newer messages gain: score x (1 + w x 2^(-age/half-life))."

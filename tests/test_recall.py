@@ -107,8 +107,16 @@ def test_cjk_text_is_searched_by_its_words(core):
 def test_an_older_index_is_made_again(tmp_path):
     core = open_core("file", tmp_path)
     try:
-        question = say(core, "s1", "Tell me a long story about the sea. Which port do you like?")
+        question = say(
+            core,
+            "s1",
+            "Tell me a long story about the sea, with ships and storms, islands and whales, and"
+            " a crew that sails from one harbour to the next for a whole year. Which port do you"
+            " like?",
+        )
         key = say(core, "s1", "我把钥匙放在第6号柜子里了。")
+        for n in range(4):  # other words, so a word of the story is rare enough to weigh
+            say(core, "s2", f"Shopping list {n}: bread, apples and coffee.")
         core.recall.catch_up()
         # As the index held it before: the previous turn whole, a CJK sentence as one word.
         with core.store.atomic() as conn:
@@ -129,7 +137,7 @@ def test_an_older_index_is_made_again(tmp_path):
                     f"INSERT INTO {table}(rowid, name, body, ctx) VALUES (?, ?, ?, ?)",
                     (seq, name, body, ctx),
                 )
-            conn.execute("DELETE FROM migrations WHERE name = 'recall.m004_index_rows'")
+            conn.execute("DELETE FROM migrations WHERE name = 'recall.m006_context_tail'")
         assert core.recall.search("柜子", scope="messages") == []
         assert f"m{key}" in ids(core.recall.search("story sea", scope="messages"))
         core.store.migrate(RECALL_MIGRATIONS)
@@ -177,6 +185,29 @@ def test_a_big_capture_is_indexed_on_capture_not_on_the_first_read(core):
     small = say(core, "live", "one more note about the harbour")
     assert folded() < small  # a turn's capture stays cheap: the next read folds it
     assert f"m{small}" in ids(core.recall.search("harbour note", scope="messages", limit=100))
+
+
+def test_a_compound_name_finds_the_message_that_holds_it_whole(core):
+    for n in range(2, 8):
+        say(core, "s1", f"please check service-{n} and the logs.")
+    apart = say(core, "s2", "Vault id: 1.")  # the same words, shorter, not together
+    whole = say(core, "s3", "The vault-1 id is Q001X7919, kept as it was.")
+    assert ids(core.recall.search("vault-1 id", scope="messages")) == [f"m{whole}", f"m{apart}"]
+
+
+def test_a_question_in_the_first_person_is_answered_from_the_persons_words(core):
+    say(core, "s1", "What should I pack for a week of hiking in Japan?")
+    assistant = say(
+        core,
+        "s1",
+        "Buy hiking boots that fit: good hiking boots matter more than any gear you buy.",
+        role="assistant",
+    )
+    person = say(core, "s1", "I got new hiking boots yesterday, the brown leather ones.")
+    found = ids(core.recall.search("which hiking boots did I buy", scope="messages"))
+    assert found.index(f"m{person}") < found.index(f"m{assistant}")
+    neutral = ids(core.recall.search("which hiking boots to buy", scope="messages"))
+    assert neutral[0] == f"m{assistant}"
 
 
 def test_person_words_rank_above_tool_output(core):

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 from chronicle_engine.recall.porter import stem
 from chronicle_engine.recall.text import (
     TOKENIZER,
+    compounds,
     content_words,
+    context_tail,
     index_text,
     match_any,
     query_words,
@@ -60,6 +62,27 @@ def test_query_words_keep_one_character_words():
     assert query_words("A dog I don't know") == ["dog", "know"]
     assert query_words("第6") == ["第 6"]
     assert query_words("柜子里") == ["柜 子", "子 里"]
+
+
+def test_a_compound_word_is_also_searched_as_a_phrase():
+    assert query_words("vault-3 code") == ["vault", "3", "code", "vault 3"]
+    assert compounds("the gpt-4o model in node_modules/x/y/z.js, and U.S. law") == [
+        "gpt 4o",
+        "x y z js",
+        "u s",
+    ]
+    assert compounds("plain words only, 柜子-6") == []
+
+
+def test_the_context_column_keeps_the_end_of_the_turn_before():
+    before = (
+        "We drove up the coast for a week, stopping at every little harbour town we found on the"
+        " map along the way. Did you ever go? Which town would you pick?"
+    )
+    assert context_tail(before) == "Did you ever go? Which town would you pick?"
+    assert context_tail("Short one. Really short?") == "Short one. Really short?"
+    long_sentence = " ".join(f"w{i}" for i in range(40))
+    assert context_tail(long_sentence).split() == [f"w{i}" for i in range(15, 40)]
 
 
 def test_inflections_share_a_stem_and_prefixes_do_not():

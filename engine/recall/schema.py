@@ -181,10 +181,8 @@ def _m003_links(conn: sqlite3.Connection) -> None:
     run_script(conn, _LINKS)
 
 
-def _m004_index_rows(conn: sqlite3.Connection) -> None:
-    # Message indexes are filled with `text.index_row` now: CJK characters stand apart (an older
-    # index holds a CJK sentence as one word) and the context column holds the last sentence of
-    # the turn before (it held the whole turn). Each index is made again from its messages.
+def _reindex_messages(conn: sqlite3.Connection) -> None:
+    """Make each message index again from its visible messages, through `text.index_row`."""
     for (scope,) in conn.execute("SELECT n FROM recall_scopes").fetchall():
         table = message_index(scope)
         conn.execute(f"DROP TABLE IF EXISTS {table}")
@@ -201,8 +199,21 @@ def _m004_index_rows(conn: sqlite3.Connection) -> None:
         )
 
 
+def _m004_index_rows(conn: sqlite3.Connection) -> None:
+    # It made the indexes again so CJK characters stand apart (an older index holds a CJK
+    # sentence as one word); m006 makes them again anyway, so a store that has neither gets
+    # one rebuild, not two.
+    return None
+
+
 def _m005_forget(conn: sqlite3.Connection) -> None:
     run_script(conn, _FORGET)
+
+
+def _m006_context_tail(conn: sqlite3.Connection) -> None:
+    # The context column holds the end of the turn before, about two sentences (it held the
+    # last sentence only, too little for a short chat's question spread over two).
+    _reindex_messages(conn)
 
 
 RECALL_MIGRATIONS = (
@@ -211,6 +222,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m003_links", _m003_links),
     Migration("recall.m004_index_rows", _m004_index_rows),
     Migration("recall.m005_forget", _m005_forget),
+    Migration("recall.m006_context_tail", _m006_context_tail),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

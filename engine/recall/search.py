@@ -14,10 +14,12 @@ Invariants:
   exist, and a query of common words only is answered from their newest matches. Latency stays
   flat as the log grows.
 
-Ranking of messages: bm25 (body, the previous turn's words, speaker name), plus a share of the
-score of the turns just before and after (an answer sits next to its question), times the
-speaker's role weight, a mild recency gain and a boost when the query names the speaker. One
-session may take at most `session_share` of the results while other sessions have hits.
+Ranking of messages: bm25 (body, the end of the turn before, speaker name; a compound word of
+the query, "vault-3", also as a phrase), plus a share of the score of the turns just before and
+after (an answer sits next to its question), times the speaker's role weight, a mild recency
+gain and a boost when the query names the speaker (a query in the first person names the person
+whose memory it is). One session may take at most `session_share` of the results while other
+sessions have hits.
 """
 
 from __future__ import annotations
@@ -138,6 +140,11 @@ def _with_text(conn: sqlite3.Connection, rows: Iterable[MessageRow]) -> None:
             chunk,
         ):
             missing[seq].body, missing[seq].person = body, person
+
+
+_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
+"""A query in the first person speaks as the person whose memory this is: their own turns are
+the evidence, as a speaker's are when a query names them."""
 
 
 @lru_cache(maxsize=4096)
@@ -275,6 +282,7 @@ class MessageSearch:
         ).fetchone()
         newest_ts = float(newest[0]) if newest else 0.0
         half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
+        speaks_as_person = bool(query_tokens & _FIRST_PERSON)
         # Every candidate is scored (their rows are read without text, one query per 500):
         # sessions are judged by all of their candidates, not by the few best.
         ordered = sorted(relevance, key=lambda s: -relevance[s])
@@ -292,12 +300,12 @@ class MessageSearch:
             if t.recency_weight and row.ts and newest_ts:
                 age = max(newest_ts - row.ts, 0.0)
                 score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
-            if row.name and query_tokens and query_tokens & _name_tokens(row.name):
+            named = bool(row.name and query_tokens & _name_tokens(row.name))
+            if named or (speaks_as_person and row.speaker == "person"):
                 score *= t.speaker_boost
             scored.append((score, row))
         scored.sort(key=lambda x: (-x[0], -x[1].seq))
-        scored = pool(scored, k=t.rrf_k)
-        chosen = _spread(scored, limit, t.session_share, reserved=limit // 2)
+        chosen = _spread(scored, limit, t.session_share)
         corrections = _corrections(conn, [r.seq for _, r in chosen])
         _with_text(conn, [row for _, row in chosen])
         return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
@@ -342,62 +350,16 @@ def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]
     return out
 
 
-_POOLED = 3
-"""A session's evidence is the sum of its best three candidates: one strong turn makes a
-session relevant, a few agreeing turns make it more so, and a long session's many weak matches
-do not outweigh them."""
-
-
-def pool(
-    scored: list[tuple[float, MessageRow]],
-    *,
-    k: int,
-) -> list[tuple[float, MessageRow]]:
-    """Reciprocal rank fusion of three views of the same candidates (each ranked best first):
-    every turn; the person's own turns (what the person said is the evidence about them; on a
-    chat where every turn is a person's the two lists agree); and the turn's session, ranked by
-    its pooled evidence, so a turn of a session with several matches rises above a lone match
-    elsewhere. Returns the candidates with fused scores, best first."""
-    sessions: dict[str | None, list[float]] = defaultdict(list)
-    for score, row in scored:
-        if len(sessions[row.session]) < _POOLED:
-            sessions[row.session].append(score)  # `scored` is best first
-    session_rank = {
-        session: rank
-        for rank, session in enumerate(sorted(sessions, key=lambda s: -sum(sessions[s])), start=1)
-    }
-    fused: list[tuple[float, MessageRow]] = []
-    person = 0
-    for rank, (_, row) in enumerate(scored, start=1):
-        score = 1.0 / (k + rank) + 1.0 / (k + session_rank[row.session])
-        if row.speaker == "person":
-            person += 1
-            score += 1.0 / (k + person)
-        fused.append((score, row))
-    fused.sort(key=lambda x: (-x[0], -x[1].seq))
-    return fused
-
-
 def _spread(
-    scored: list[tuple[float, MessageRow]], limit: int, share: float, *, reserved: int = 0
+    scored: list[tuple[float, MessageRow]], limit: int, share: float
 ) -> list[tuple[float, MessageRow]]:
-    """The best `limit`, covering several sessions: the first `reserved` places go to the best
-    turn of each of that many sessions (in the order of their best turns), then the rest in
-    score order with no session taking more than `share` of them while others have hits; what a
-    session could not place waits for leftover room, in score order."""
+    """The best `limit`, with no session taking more than `share` of them while others have
+    hits; what a session could not place waits for leftover room, in score order."""
     cap = max(1, int(limit * share + 0.999)) if share < 1 else limit
     taken: dict[str | None, int] = defaultdict(int)
     head: list[tuple[float, MessageRow]] = []
-    rest: list[tuple[float, MessageRow]] = []
-    for item in scored:
-        session = item[1].session
-        if len(head) < min(reserved, limit) and not taken[session]:
-            taken[session] += 1
-            head.append(item)
-        else:
-            rest.append(item)
     waiting: list[tuple[float, MessageRow]] = []
-    for item in rest:
+    for item in scored:
         if len(head) == limit:
             break
         session = item[1].session

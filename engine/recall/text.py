@@ -29,6 +29,7 @@ __all__ = [
     "tokens",
     "content_words",
     "query_words",
+    "compounds",
     "index_text",
     "index_row",
     "stems",
@@ -82,14 +83,33 @@ def index_text(text: str) -> str:
     return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
 
 
-_LAST_SENTENCE = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s*(?=\S)")
+_SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s*(?=\S)")
+CONTEXT_WORDS = 25
+"""How much of the turn before a message its index row carries: about two sentences."""
+
+
+def context_tail(before: str, limit: int = CONTEXT_WORDS) -> str:
+    """The end of the turn before a message: its last whole sentences that fit in `limit` words
+    (the last sentence alone cut to its last `limit` words when it is longer). An answer is
+    found by the question it answers, which ends the turn before; the rest of a long reply would
+    only add its words."""
+    kept: list[str] = []
+    count = 0
+    for sentence in reversed(_SENTENCE_END.split(before.strip())):
+        words = index_text(sentence).split()
+        if not kept and len(words) > limit:
+            return " ".join(words[-limit:])
+        if count + len(words) > limit:
+            break
+        kept.append(sentence)
+        count += len(words)
+    return " ".join(reversed(kept))
 
 
 def index_row(name: str, body: str, before: str) -> tuple[str, str, str]:
-    """A message index's columns for one message: the speaker's name, the text, and the last
-    sentence of the turn before it (an answer is found by the question it answers; the rest of
-    a long reply before it would only add its words)."""
-    tail = _LAST_SENTENCE.split(before.strip())[-1] if before else ""
+    """A message index's columns for one message: the speaker's name, the text, and the end of
+    the turn before it (`context_tail`)."""
+    tail = context_tail(before) if before else ""
     return index_text(name), index_text(body), index_text(tail)
 
 
@@ -139,7 +159,27 @@ def query_words(text: str) -> list[str]:
     if not kept:
         for word in _WORD.findall(normalize(text)):
             kept.setdefault(word, None)
+    for phrase in compounds(text):
+        kept.setdefault(phrase, None)
     return list(kept)
+
+
+_COMPOUND = 4
+
+
+def compounds(text: str) -> list[str]:
+    """The query's compound words as phrases of the index's words: "vault-3", "gpt-4o",
+    "node_modules", "v2.1" written without a space are one name, and a message that holds them
+    together ("vault-3_token") is a better match than one holding "vault" here and "3" there.
+    The quoted MATCH reads each as a phrase, which bm25 weighs by its own rarity. Each once, at
+    most `_COMPOUND` words long (a longer run, a path or a URL, keeps its last words)."""
+    out: dict[str, None] = {}
+    for chunk in text.split():
+        parts = _WORD.findall(normalize(chunk))
+        if len(parts) < 2 or any(_CJK.match(p) for p in parts):
+            continue
+        out.setdefault(" ".join(parts[-_COMPOUND:]), None)
+    return list(out)
 
 
 def stems(words: Iterable[str]) -> set[str]:
