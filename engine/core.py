@@ -199,6 +199,7 @@ class ChronicleCore:
         self,
         *,
         clock: Callable[[], float] | None = None,
+        timer: Callable[[], float] | None = None,
         summarize: Summarizer | AsyncSummarizer | None = None,
     ) -> Scheduler:
         """A scheduler over this database's parts (`scheduler` is the one the slots tick; tests
@@ -219,6 +220,7 @@ class ChronicleCore:
             recall=lambda: self.recall,
             warned=self.warned,
             clock=clock,
+            timer=timer,
             summarize=summarize,
         )
 

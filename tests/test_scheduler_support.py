@@ -89,6 +89,9 @@ def open_core(where: str | Path, *overrides: dict[str, Any]) -> ChronicleCore:
 def scheduler(
     core: ChronicleCore, clock: FakeClock, *, summarize: Any = summarise, **kwargs: Any
 ) -> Scheduler:
+    """A scheduler on the test's clock. Its time budgets run on that clock too (unless the test
+    gives a `timer`), so what one hook call gets done does not depend on how busy the machine is."""
+    kwargs.setdefault("timer", clock)
     return core.new_scheduler(clock=clock, summarize=summarize, **kwargs)
 
 

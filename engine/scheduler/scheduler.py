@@ -97,12 +97,15 @@ class Scheduler:
         recall: Callable[[], Recall],
         warned: set[str],
         clock: Callable[[], float] | None = None,
+        timer: Callable[[], float] | None = None,
         summarize: Summarizer | AsyncSummarizer | None = None,
     ) -> None:
         """`sessions`, `writer` and `recall` are asked for when first needed (consolidation, a
         sweep), so a broken one switches off only what uses it; `warned` holds the degraded states this
         database has logged already (shared with the slots). `summarize` stands in for the
-        writer's summaries (tests)."""
+        writer's summaries (tests). `clock` is the epoch time schedules are due by; `timer` measures
+        a hook call's own time budgets (tests give a clock that moves only when they say, so a
+        busy machine cannot change what one call gets done)."""
         self._store = reader.store
         self._reader = reader
         self._sessions = sessions
@@ -111,6 +114,7 @@ class Scheduler:
         self._warned_db = warned
         self.settings = read_settings(config.settings)
         self.clock: Callable[[], float] = clock or time.time
+        self._timer: Callable[[], float] = timer or time.perf_counter
         self._store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
         self.queue = JobQueue(
             self._store,
@@ -204,13 +208,13 @@ class Scheduler:
     def _schedule(self, now: float) -> None:
         if now < self._schedule_wake:
             return
-        started = time.perf_counter()
+        started = self._timer()
         if not self._loaded:
             self._load()
         budget = self.settings.budget_ms / 1000.0
         due = sorted((at, task) for task, at in self._next_due.items() if at <= now)
         for attempt, (_, task) in enumerate(due):
-            if attempt and time.perf_counter() - started > budget:
+            if attempt and self._timer() - started > budget:
                 break  # the rest waits for the next hook call
             if self._fire(task, now):
                 break
@@ -251,7 +255,7 @@ class Scheduler:
     def _claims(self) -> Iterator[Job]:
         """Claim up to `drain_per_hook` jobs, shared by class weight, one at a time: the caller
         runs each before the next is claimed, so the drain budget counts the work itself."""
-        started = time.perf_counter()
+        started = self._timer()
         budget = self.settings.drain_budget_ms / 1000.0
         for reclaimed in self.queue.reclaim():
             if reclaimed.state == "failed":
@@ -263,7 +267,7 @@ class Scheduler:
         seen: list[int] = []
         for job_class in order:
             for _ in range(quotas.get(job_class, 0)):
-                if time.perf_counter() - started > budget:
+                if self._timer() - started > budget:
                     return
                 found = self.queue.claim(job_class, skip=seen)
                 if found is None:
@@ -271,7 +275,7 @@ class Scheduler:
                 seen.append(found.id)
                 yield found
         # Slots a quiet class left unused go to whoever has work, oldest first.
-        while len(seen) < total and time.perf_counter() - started <= budget:
+        while len(seen) < total and self._timer() - started <= budget:
             found = self.queue.claim(skip=seen)
             if found is None:
                 return
