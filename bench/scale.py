@@ -20,7 +20,9 @@ method is printed: posix_fadvise DONTNEED on the db, WAL and shm files, checked 
 it is installed). Prints one table with a column per size and how each row grows from the
 smallest size to the largest; writes bench/out/scale.json.
 
-Every loop is bounded in count and in time; a build that runs out of time says so and stops.
+Every loop is bounded in count and in time; a build that runs out of time (`--build-limit`, 14
+minutes by default) says so and stops, and the next run goes on from where it stopped. At 1M
+the build takes about 20 minutes on a quiet 2-core machine: expect two runs.
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 from compress import conversation  # noqa: E402
 from search_scale import Corpus, build, percentile, queries  # noqa: E402
 
-_BUILD_LIMIT_S = 3600.0
 _CHILD_LIMIT_S = 900.0
 _WARMUP = 20
 _COMPRESS_MESSAGES = 1001
@@ -237,13 +238,13 @@ def child_catchup(db: Path) -> dict[str, Any]:
         core.shutdown()
 
 
-def run_child(role: str, *args: str) -> dict[str, Any]:
+def run_child(role: str, *args: str, timeout: float = _CHILD_LIMIT_S) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter; its last line of output is the result."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", role, *args],
         capture_output=True,
         text=True,
-        timeout=_CHILD_LIMIT_S,
+        timeout=timeout,
         check=False,
     )
     if out.returncode != 0:
@@ -291,33 +292,51 @@ def drop_cache(db: Path) -> str:
 # -- building a lived-in store ------------------------------------------------------------------
 
 
-def built(cache: Path, size: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
-    """The cached lived-in store of `size` messages, built if missing."""
+def built(cache: Path, size: int, rebuild: bool, limit_s: float) -> tuple[Path, dict[str, Any]]:
+    """The cached lived-in store of `size` messages, built if missing. Each phase is recorded
+    when done, so a build stopped at `limit_s` seconds goes on where it stopped when run again
+    (the folds keep their own positions)."""
     db = cache / f"lived-{size}.db"
     meta_path = cache / f"lived-{size}.json"
+    meta: dict[str, Any] = {}
     if not rebuild and db.exists() and meta_path.exists():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("complete"):
             refresh(db)
             return db, meta
-    for path in (*_files(db), meta_path):
-        path.unlink(missing_ok=True)
-    cache.mkdir(parents=True, exist_ok=True)
-    meta: dict[str, Any] = {"messages": size}
     started = time.perf_counter()
-    corpus = CountingCorpus()
-    core = _core(db)
-    try:
-        print(f"[{size:,}] appending {size:,} captured messages", flush=True)
-        meta["capture_s"] = build(
-            core, size, 1, corpus, end_sessions=True, index=False, progress=max(size // 10, 1000)
-        )
-        meta["text_bytes"] = corpus.text_bytes
-    finally:
-        core.shutdown()
-    print(f"[{size:,}] folding the tree and the search index in a fresh process", flush=True)
-    meta["catchup"] = run_child("catchup", str(db))
-    print(f"[{size:,}] catch-up: {meta['catchup']}", flush=True)
+
+    def save() -> None:
+        meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+
+    if not meta.get("appended"):
+        for path in (*_files(db), meta_path):
+            path.unlink(missing_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        meta = {"messages": size}
+        corpus = CountingCorpus()
+        core = _core(db)
+        try:
+            print(f"[{size:,}] appending {size:,} captured messages", flush=True)
+            meta["capture_s"] = build(
+                core,
+                size,
+                1,
+                corpus,
+                end_sessions=True,
+                index=False,
+                progress=max(size // 10, 1000),
+            )
+            meta["text_bytes"] = corpus.text_bytes
+        finally:
+            core.shutdown()
+        meta["appended"] = True
+        save()
+    if "catchup" not in meta:
+        print(f"[{size:,}] folding the tree and the search index in a fresh process", flush=True)
+        meta["catchup"] = run_child("catchup", str(db), timeout=max(60.0, limit_s))
+        print(f"[{size:,}] catch-up: {meta['catchup']}", flush=True)
+        save()
     core = _core(db)
     try:
         consolidator = core.scheduler.consolidator
@@ -330,18 +349,21 @@ def built(cache: Path, size: int, rebuild: bool) -> tuple[Path, dict[str, Any]]:
             print(f"[{size:,}]   consolidated through {position:,} of {last:,}", flush=True)
             if report.remaining == 0 or position >= last:
                 break
-            if time.perf_counter() - started > _BUILD_LIMIT_S:
-                raise SystemExit(f"[{size:,}] build exceeded {_BUILD_LIMIT_S:.0f} s; stopped")
-        meta["consolidate_s"] = time.perf_counter() - t0
+            if time.perf_counter() - started > limit_s:
+                meta["consolidate_s"] = meta.get("consolidate_s", 0) + time.perf_counter() - t0
+                save()
+                raise SystemExit(
+                    f"[{size:,}] build stopped after {limit_s:.0f} s; run again to go on"
+                )
+        meta["consolidate_s"] = meta.get("consolidate_s", 0) + time.perf_counter() - t0
         settle(core)
         with core.store.reading() as conn:
             meta["sections"] = conn.execute("SELECT count(*) FROM sections").fetchone()[0]
     finally:
         core.shutdown()
-    meta["build_s"] = time.perf_counter() - started
     meta["complete"] = True
-    meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    print(f"[{size:,}] built in {meta['build_s']:.0f} s, {meta['sections']:,} sections", flush=True)
+    save()
+    print(f"[{size:,}] built, {meta['sections']:,} sections", flush=True)
     return db, meta
 
 
@@ -532,6 +554,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--cache", type=Path, default=ROOT / "bench" / "out" / "scale")
     parser.add_argument("--rebuild", action="store_true", help="build the stores again")
+    parser.add_argument(
+        "--build-limit",
+        type=float,
+        default=840.0,
+        help="seconds a build may take in one run (a stopped build goes on when run again)",
+    )
+    parser.add_argument("--build-only", action="store_true", help="build the stores, measure none")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
@@ -552,9 +581,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("the machine is shared with other jobs: timings are not final")
     rows = []
     for size in sorted(args.sizes):
-        db, meta = built(args.cache, size, args.rebuild)
+        db, meta = built(args.cache, size, args.rebuild, args.build_limit)
+        if args.build_only:
+            continue
         rows.append(measure(db, meta, args))
         print(f"[{size:,}] measured; {load()}", flush=True)
+    if args.build_only:
+        return 0
     imported = measure_import()
     lines = table(rows, imported)
     width = max(len(label) for label, _, _ in lines)
