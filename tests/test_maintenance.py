@@ -18,7 +18,7 @@ from test_scheduler_support import (
 
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import JobSpec
+from chronicle_engine.scheduler.queue import JobSpec
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -171,7 +171,7 @@ def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(where
 
 
 def test_a_registered_sweep_continues_until_its_pass_is_done(where) -> None:
-    from chronicle_engine.scheduler import SweepReport
+    from chronicle_engine.scheduler.sweeps import SweepReport
 
     core = open_core(where, {"sweeps": {"row_budget": 3}})
     sched = scheduler(core, FakeClock())

@@ -17,8 +17,9 @@ from test_scheduler_support import (
 
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.store import SQLiteEventStore
-from chronicle_engine.scheduler import JobQueue, JobSpec, SweepReport, allocate
+from chronicle_engine.scheduler.queue import JobQueue, JobSpec, allocate
 from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
+from chronicle_engine.scheduler.sweeps import SweepReport
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -17,7 +17,7 @@ from test_scheduler_support import (
 )
 
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.scheduler import NOT_SCHEDULED
+from chronicle_engine.scheduler.scheduler import NOT_SCHEDULED
 
 
 @pytest.fixture(params=["memory", "file"])

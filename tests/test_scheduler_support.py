@@ -22,7 +22,7 @@ from chronicle_engine.chronicle.sections import Consolidation
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.store import PendingEvent, StoredEvent
-from chronicle_engine.scheduler import Scheduler
+from chronicle_engine.scheduler.scheduler import Scheduler
 
 START = datetime(2025, 1, 6, 0, 0, tzinfo=UTC).timestamp()  # a Monday, 00:00 UTC
 QUIET = {  # every schedule off: a test switches on only what it exercises

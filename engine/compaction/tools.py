@@ -7,14 +7,16 @@ engine's `Compaction` and the slot's context: `session_id` (the engine's current
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
 from ..errors import UsageError
 from ..messages import content_text
 from ..tools import Name, Seq, ToolArgs, ToolSpec, Words
-from .engine import Compaction
+
+if TYPE_CHECKING:  # the engine is built on the first compaction, not when tools are listed
+    from .engine import Compaction
 
 __all__ = ["CONTEXT_TOOLS"]
 
