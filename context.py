@@ -27,10 +27,13 @@ from chronicle_engine.compaction.limits import ThrashGuard, host_overhead
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.prune import prune_tool_results
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+from chronicle_engine.config import Config, load_hermes_config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.errors import StoreError
 from chronicle_engine.host import HostGuard, fenced
 from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
 from chronicle_engine.messages import estimate_list_tokens
+from chronicle_engine.opening import Reopening
 from chronicle_engine.tools import dispatch, schemas
 
 try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)
@@ -90,6 +93,8 @@ class ChronicleContextEngine(_Base):
     ) -> None:
         self._core = core
         self._hermes_home = hermes_home
+        # Set while no store could be opened: what to open, when to retry, where turns wait.
+        self._opening: Reopening | None = None
         self._session_id = ""
         self._env_session = os.environ.get("HERMES_SESSION_ID", "")
         self._platform: str | None = None
@@ -117,9 +122,43 @@ class ChronicleContextEngine(_Base):
 
     @property
     def core(self) -> ChronicleCore:
-        if self._core is None or getattr(self._core, "_closed", False):
-            self._core = ChronicleCore.for_hermes_home(self._hermes_home)
-        return self._core
+        """The shared core, opened the way the memory slot opens it (`opening.Reopening`: a
+        busy store retried, a damaged file moved aside, turns that waited replayed), so the
+        engine alone, with no memory slot, is as safe. A store that would not open is tried
+        again on a later call after a backoff; until then this raises StoreError at once."""
+        core = self._open_core()
+        if core is not None:
+            return core
+        opening = self._opening
+        first = opening is None
+        if opening is None:
+            opening = self._opening = Reopening(load_hermes_config(self._hermes_home))
+        core = opening.open(patient=first)
+        self._core, self._opening = core, None
+        return core
+
+    def _config(self) -> Config:
+        """The settings: the core's, or those of the store that has not opened yet."""
+        try:
+            return self.core.config
+        except StoreError as exc:
+            if self._opening is None:
+                raise
+            _GUARD.failed("open", exc, None)  # the first failure says where turns wait
+            return self._opening.config
+
+    def _core_or_keep(self, session: str, messages: object) -> ChronicleCore:
+        """The core; when the store will not open, `messages` wait on disk until it does (and
+        the StoreError goes on to the fence, which says so once)."""
+        try:
+            return self.core
+        except StoreError:
+            if self._opening is not None:
+                self._opening.keep(session, messages, self._identity())
+            raise
+
+    def _identity(self) -> dict[str, str | None]:
+        return {"user_id": self._user_id, "platform": self._platform}
 
     def _open_core(self) -> ChronicleCore | None:
         """The bound core if it is open (None: not bound yet, or shut down by its last user)."""
@@ -135,7 +174,8 @@ class ChronicleContextEngine(_Base):
         memo[id(self)] = clone
         for key, value in self.__dict__.items():
             # The core (store, connections, locks) is shared; the rest is plain per-agent state.
-            clone.__dict__[key] = value if key in ("_core", "_policy") else copy.copy(value)
+            shared = ("_core", "_policy", "_opening")
+            clone.__dict__[key] = value if key in shared else copy.copy(value)
         return clone
 
     def _tick(self, hook: str) -> None:
@@ -168,7 +208,7 @@ class ChronicleContextEngine(_Base):
             thresholds = getattr(self, "model_thresholds", None)
             self._apply_policy(
                 policy_from_config(
-                    self.core.config,
+                    self._config(),
                     self.context_length or None,
                     model=model,
                     provider=provider,
@@ -279,12 +319,13 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error = None
+        core = self._core_or_keep(self._session(), messages)
         policy = self.policy
         counted = current_tokens or (self._real_tokens if self._real_known else None)
         # On Hermes' main thread: a lock held elsewhere costs a short wait, then no compaction.
-        with self.core.store.patience(MAIN_THREAD_PATIENCE_MS):
+        with core.store.patience(MAIN_THREAD_PATIENCE_MS):
             self._tick("compress")
-            outcome = self.core.compaction.compress(
+            outcome = core.compaction.compress(
                 self._session(),
                 messages,
                 policy=policy,
@@ -329,8 +370,8 @@ class ChronicleContextEngine(_Base):
         """Newer hosts: trim old tool output without a model call (the shortening a pass
         does, on tool results only). Everything is captured first, so each cut result stays
         one chronicle_expand away; the head and the protected tail are left as they are."""
-        capture = self.core.capture
         session = self._session()
+        capture = self._core_or_keep(session, messages).capture
         if not messages or not capture.capturing(capture.identity(session).get("agent_context")):
             return messages, 0
         seqs = list(
@@ -385,7 +426,12 @@ class ChronicleContextEngine(_Base):
             if reason != "compression" and str(session_id) != self._session_id:
                 self._thrash = ThrashGuard()  # another conversation: its own stalls
             self._bind(str(session_id))
-        core = self.core  # bound now, so the session's end never opens a core of its own
+        try:
+            core = self.core  # bound now, so the session's end never opens a core of its own
+        except StoreError:
+            if self._opening is not None and session_id and old and reason == "compression":
+                self._opening.keep_switch(str(session_id), str(old), reason)
+            raise
         # Only a compression continues the same conversation; an unlabelled start with an old
         # id is a /new-like transition. The memory slot hears the same rotation; recording a
         # switch is idempotent, so whichever slot comes first records it.
@@ -422,6 +468,9 @@ class ChronicleContextEngine(_Base):
     @fenced(None)
     def on_session_end(self, session_id: str, messages: list[dict[str, Any]]) -> None:
         core = self._open_core()
+        if core is None and self._opening is not None:
+            # This engine's store never opened: one more attempt, else the list waits on disk.
+            core = self._core_or_keep(session_id or self._session(), messages)
         if core is None:
             # At exit Hermes shuts the memory slot down first; it captured this list already.
             log.debug("chronicle: the core is closed; nothing to do at the session's end")
@@ -462,9 +511,13 @@ class ChronicleContextEngine(_Base):
             core = self.core
             policy = self.policy
             compaction = core.compaction
-        except Exception as exc:
-            log.exception("chronicle context engine: no core for tool %s", name)
-            return json.dumps({"error": f"Chronicle is unavailable: {type(exc).__name__}"})
+        except Exception as exc:  # noqa: BLE001 - a tool call never raises into Hermes
+            _GUARD.failed(f"tool {name}", exc, None)
+            return json.dumps(
+                {"error": "Chronicle's store is not open yet; try again in a moment"}
+                if isinstance(exc, StoreError)
+                else {"error": f"Chronicle is unavailable: {type(exc).__name__}"}
+            )
         with _users.borrowing(core), core.store.patience(MAIN_THREAD_PATIENCE_MS):
             self._tick("tool")
             return dispatch(

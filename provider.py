@@ -20,7 +20,6 @@ import dataclasses
 import logging
 import os
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +38,12 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 # The plugin's __init__ has made `chronicle_engine` importable (installed, or loaded from
 # ./engine under that one name), so both Hermes loaders share its modules and cores.
 from chronicle_engine import users as _users
-from chronicle_engine.capture.waiting import WaitingTurns
 from chronicle_engine.config import Config, default_db_path, load_hermes_config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import ChronicleError, StoreError, UsageError
 from chronicle_engine.host import HostGuard, fenced
 from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
-from chronicle_engine.opening import open_core
+from chronicle_engine.opening import Reopening
 
 __all__ = ["ChronicleMemoryProvider", "CheckpointFailed", "is_trivial_prompt"]
 
@@ -134,29 +132,6 @@ def _no_tools(*_: Any, **__: Any) -> list[dict[str, Any]]:
     return []
 
 
-RETRY_MAX_S = 30.0
-"""The longest wait between two attempts to open a store that would not open."""
-
-
-class _Reopening:
-    """A store initialize() could not open: its settings, and when to try again (backoff)."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.attempts = 0
-        self.next_at = 0.0
-        self.waiting = WaitingTurns.beside(str(config.db_path()))
-
-    def due(self) -> bool:
-        return time.monotonic() >= self.next_at
-
-    def failed(self) -> float:
-        self.attempts += 1
-        delay = min(RETRY_MAX_S, 0.25 * 2 ** min(self.attempts, 16))
-        self.next_at = time.monotonic() + delay
-        return delay
-
-
 class ChronicleMemoryProvider(_ProviderBase):
     """Chronicle as Hermes' memory provider: capture everything, recall what is relevant."""
 
@@ -171,7 +146,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._guard = HostGuard(log)
         self._lock = threading.Lock()
         # Set from initialize() until a store opens: what to open, and when to try again.
-        self._reopening: _Reopening | None = None
+        self._reopening: Reopening | None = None
         self._recalled: int | None = None  # memories the last prefetch injected
         # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
         self._pairs: dict[str, list[dict[str, Any]]] = {}
@@ -213,7 +188,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._agent_context = str(kwargs.get("agent_context") or "primary")
         self._user_id = kwargs.get("user_id")
         self._profile = kwargs.get("agent_identity")
-        self._reopening = _Reopening(load_hermes_config(hermes_home))
+        self._reopening = Reopening(load_hermes_config(hermes_home))
         self._open(patient=True)
         self._tick("initialize")
 
@@ -222,17 +197,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         StoreError saying where turns wait meanwhile."""
         reopening = self._reopening
         assert reopening is not None
-        config = reopening.config
-        try:
-            core = open_core(config.db_path(), config, patient=patient)
-        except (StoreError, OSError) as exc:
-            delay = reopening.failed()
-            where = reopening.waiting.places() if reopening.waiting else "nowhere"
-            raise StoreError(
-                f"the database {config.db_path()} could not be opened ({exc}); nothing is "
-                f"lost: turns wait in {where} and are written when it opens (next attempt in "
-                f"{delay:.2f}s)"
-            ) from exc
+        core = reopening.open(patient=patient)
         with self._lock:
             if self._core is not core:
                 if self._core is not None and _users.release(self._core):
@@ -259,16 +224,10 @@ class ChronicleMemoryProvider(_ProviderBase):
             reopening = self._reopening
             if reopening is None:
                 raise RuntimeError("the Chronicle memory provider was not initialised")
-            if not reopening.due():
-                raise StoreError(
-                    f"the database {reopening.config.db_path()} is not open yet "
-                    f"(attempt {reopening.attempts + 1} in "
-                    f"{max(0.0, reopening.next_at - time.monotonic()):.2f}s)"
-                )
             core = self._open(patient=False)
         return core
 
-    def _closed_store(self) -> _Reopening | None:
+    def _closed_store(self) -> Reopening | None:
         """The pending reopening when the store is not open (None when it is)."""
         if self._core is not None:
             return None
@@ -283,17 +242,8 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     def _keep_waiting(self, session: str, messages: Any) -> None:
         """The store is not open: keep the live list on disk until it is (capture/waiting.py)."""
-        reopening = self._reopening
-        if reopening is None or reopening.waiting is None or not messages:
-            return
-        config = reopening.config
-        capture = config.settings.capture
-        if not capture.enabled or self._agent_context in capture.skip_agent_contexts:
-            return
-        try:
-            reopening.waiting.keep_capture(session, messages, self._live())
-        except OSError as exc:
-            log.error("chronicle: a turn of %s is lost: %s", session, exc)
+        if self._reopening is not None:
+            self._reopening.keep(session, messages, self._live())
 
     def _tool_core(self) -> ChronicleCore:
         """The core for a tool call. Hermes indexes memory tools when the provider is added,
@@ -454,13 +404,10 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._session_id = str(new_session_id)
         reopening = self._closed_store()
         if reopening is not None:
-            if reopening.waiting is not None and reason in ("compression", "branch"):
-                try:
-                    reopening.waiting.keep_switch(
-                        self._session_id, str(parent_session_id or old_session), reason
-                    )
-                except OSError as exc:
-                    log.error("chronicle: a session switch is lost: %s", exc)
+            if reason in ("compression", "branch"):
+                reopening.keep_switch(
+                    self._session_id, str(parent_session_id or old_session), reason
+                )
             return
         self._remember(self._session_id)
         if reason == "rewound":

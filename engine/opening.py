@@ -9,6 +9,9 @@ Invariants:
   names it and the salvage command, and a fresh database is started in its place.
 - Once a core is open, the turns kept while no store could be opened (`capture/waiting.py`) are
   captured into it before anything else is served.
+- Both slots open through `Reopening`: a store that would not open is tried again on a later
+  hook after a backoff (0.5 s doubling to 30 s), never in a tight loop on Hermes' thread, and
+  what a hook hands over meanwhile waits on disk.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ if TYPE_CHECKING:
     from .config import Config
     from .core import ChronicleCore
 
-__all__ = ["open_core", "move_aside", "replay_waiting"]
+__all__ = ["open_core", "move_aside", "replay_waiting", "Reopening", "RETRY_MAX_S"]
 
 log = logging.getLogger("chronicle_engine.opening")
 
@@ -74,6 +77,71 @@ def open_core(
             continue
         replay_waiting(core)
         return core
+
+
+RETRY_MAX_S = 30.0
+"""The longest wait between two attempts to open a store that would not open."""
+
+
+class Reopening:
+    """A store a slot has not opened yet: its settings, when to try again (backoff), and where
+    turns wait until it opens."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.attempts = 0
+        self.next_at = 0.0
+        self.waiting = WaitingTurns.beside(str(config.db_path()))
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def _failed(self) -> float:
+        self.attempts += 1
+        delay = min(RETRY_MAX_S, 0.25 * 2 ** min(self.attempts, 16))
+        self.next_at = time.monotonic() + delay
+        return delay
+
+    def open(self, *, patient: bool) -> ChronicleCore:
+        """The core (`open_core`), or StoreError saying where turns wait meanwhile and when the
+        next attempt is; before the backoff is over, StoreError without trying."""
+        db_path = self.config.db_path()
+        if not self.due():
+            raise StoreError(
+                f"the database {db_path} is not open yet (attempt {self.attempts + 1} in "
+                f"{max(0.0, self.next_at - time.monotonic()):.2f}s)"
+            )
+        try:
+            return open_core(db_path, self.config, patient=patient)
+        except (StoreError, OSError) as exc:
+            delay = self._failed()
+            where = self.waiting.places() if self.waiting else "nowhere"
+            raise StoreError(
+                f"the database {db_path} could not be opened ({exc}); nothing is lost: turns "
+                f"wait in {where} and are written when it opens (next attempt in {delay:.2f}s)"
+            ) from exc
+
+    def keep(self, session: str, messages: object, identity: dict[str, str | None]) -> None:
+        """Keep a live list on disk until the store opens (`capture/waiting.py`), as capture
+        would have taken it: nothing when capture is off or skips this agent context."""
+        if self.waiting is None or not isinstance(messages, list | tuple) or not messages:
+            return
+        capture = self.config.settings.capture
+        if not capture.enabled or identity.get("agent_context") in capture.skip_agent_contexts:
+            return
+        try:
+            self.waiting.keep_capture(session, list(messages), dict(identity))
+        except OSError as exc:
+            log.error("chronicle: a turn of %s is lost: %s", session, exc)
+
+    def keep_switch(self, session: str, parent: str, reason: str) -> None:
+        """Keep a session switch until the store opens."""
+        if self.waiting is None:
+            return
+        try:
+            self.waiting.keep_switch(session, parent, reason)
+        except OSError as exc:
+            log.error("chronicle: the switch %s -> %s is lost: %s", parent, session, exc)
 
 
 def move_aside(db_path: str | os.PathLike[str]) -> Path | None:

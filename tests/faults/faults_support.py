@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 SOAK = os.environ.get("CHRONICLE_SOAK") == "1"
 """Set by the `--soak` option (tests/conftest.py): the long version of every fault test."""
 
@@ -108,3 +110,11 @@ def tmpfs(path: Path, *, size: str, read_only: bool = False) -> Iterator[Mount]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)
+
+
+def write_config(home: Path, db_path: Path | str | None = None) -> None:
+    """A HERMES_HOME config.yaml naming `db_path` (or the default), with a short busy timeout."""
+    chronicle: dict[str, Any] = {"busy_timeout_ms": 2000}
+    if db_path is not None:
+        chronicle["db_path"] = str(db_path)
+    (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": chronicle}))

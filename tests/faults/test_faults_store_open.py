@@ -17,13 +17,11 @@ import random
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from faults_support import can_mount, examples, report, tmpfs
+from faults_support import can_mount, examples, report, tmpfs, write_config
 
 from chronicle_engine.cli import Exit, main
 from chronicle_engine.config import load_hermes_config
@@ -31,32 +29,6 @@ from chronicle_engine.core import ChronicleCore
 from provider import ChronicleMemoryProvider
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def write_config(home: Path, db_path: Path | str | None = None) -> None:
-    chronicle: dict[str, Any] = {"busy_timeout_ms": 2000}
-    if db_path is not None:
-        chronicle["db_path"] = str(db_path)
-    (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": chronicle}))
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A HERMES_HOME, and a private temp directory (where the spill goes when the database's
-    own directory refuses it), both under the test's tmp_path."""
-    import tempfile
-
-    private = tmp_path / "tmp"
-    private.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(private))
-    monkeypatch.setenv("TMPDIR", str(private))
-    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes_home"))
-    (tmp_path / "hermes_home").mkdir()
-    write_config(tmp_path / "hermes_home")
-    yield tmp_path / "hermes_home"
-    for core in ChronicleCore.open_cores():
-        if str(tmp_path) in core.db_path:
-            core.shutdown()
 
 
 def start(home: Path, session: str, **identity: Any) -> ChronicleMemoryProvider:
