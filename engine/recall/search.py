@@ -24,6 +24,7 @@ sessions have hits.
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 import time
 from collections import defaultdict
@@ -55,6 +56,7 @@ __all__ = [
 
 _DF_TTL_S = 120.0
 _NEIGHBOUR_SOURCES = 30
+_ROW_CHUNK = 40
 _SNIPPET = 600
 
 
@@ -283,27 +285,40 @@ class MessageSearch:
         newest_ts = float(newest[0]) if newest else 0.0
         half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
         speaks_as_person = bool(query_tokens & _FIRST_PERSON)
-        # Every candidate is scored (their rows are read without text, one query per 500):
-        # sessions are judged by all of their candidates, not by the few best.
+        # Rows are read in relevance order, a chunk at a time, until no unread candidate can
+        # reach the results: the factors below lift a score by at most `ceiling`, so once the
+        # `wanted`-th best score is above the next relevance times that, the rest cannot rank.
+        ceiling = max([*t.role_weights.values(), 0.8]) * (1.0 + max(t.recency_weight, 0.0))
+        ceiling *= max(t.speaker_boost, 1.0)
+        wanted = limit * 2  # room for the sessions `_spread` holds back
         ordered = sorted(relevance, key=lambda s: -relevance[s])
-        rows = message_rows(conn, ordered, text=text)
         scored: list[tuple[float, MessageRow]] = []
-        for seq in ordered:
-            row = rows.get(seq)
-            if row is None:
-                continue
-            if reach is not None and not reach.admits(row.seq, row.session):
-                continue  # a neighbour the candidate query did not vet
-            if keep is not None and not keep(row):
-                continue
-            score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
-            if t.recency_weight and row.ts and newest_ts:
-                age = max(newest_ts - row.ts, 0.0)
-                score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
-            named = bool(row.name and query_tokens & _name_tokens(row.name))
-            if named or (speaks_as_person and row.speaker == "person"):
-                score *= t.speaker_boost
-            scored.append((score, row))
+        best: list[float] = []  # the `wanted` best scores so far, a min-heap
+        for start in range(0, len(ordered), _ROW_CHUNK):
+            if len(best) == wanted and best[0] > relevance[ordered[start]] * ceiling:
+                break
+            chunk = ordered[start : start + _ROW_CHUNK]
+            rows = message_rows(conn, chunk, text=text)
+            for seq in chunk:
+                row = rows.get(seq)
+                if row is None:
+                    continue
+                if reach is not None and not reach.admits(row.seq, row.session):
+                    continue  # a neighbour the candidate query did not vet
+                if keep is not None and not keep(row):
+                    continue
+                score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
+                if t.recency_weight and row.ts and newest_ts:
+                    age = max(newest_ts - row.ts, 0.0)
+                    score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
+                named = bool(row.name and query_tokens & _name_tokens(row.name))
+                if named or (speaks_as_person and row.speaker == "person"):
+                    score *= t.speaker_boost
+                scored.append((score, row))
+                if len(best) < wanted:
+                    heapq.heappush(best, score)
+                elif score > best[0]:
+                    heapq.heapreplace(best, score)
         scored.sort(key=lambda x: (-x[0], -x[1].seq))
         chosen = _spread(scored, limit, t.session_share)
         corrections = _corrections(conn, [r.seq for _, r in chosen])
