@@ -59,9 +59,15 @@ def test_query_words_keep_one_character_words():
     assert query_words("plan B") == ["plan", "b"]
     assert query_words("plan A, vitamin D") == ["plan", "a", "vitamin", "d"]
     # a contraction's tail and a lone article are not what anyone asks about
-    assert query_words("A dog I don't know") == ["dog", "know"]
+    assert query_words("A dog I don't know") == ["dog", "know", "knew", "known"]
     assert query_words("第6") == ["第 6"]
     assert query_words("柜子里") == ["柜 子", "子 里"]
+
+
+def test_an_irregular_verb_brings_its_other_forms():
+    assert query_words("what did I buy") == ["buy", "bought"]
+    assert query_words("how did she feel when they met") == ["feel", "met", "felt", "meet"]
+    assert stems(["bought"]) != stems(["buy"])  # why: the porter stem does not join them
 
 
 def test_a_compound_word_is_also_searched_as_a_phrase():

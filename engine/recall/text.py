@@ -145,7 +145,8 @@ def query_words(text: str) -> list[str]:
     """The words a query searches for: its content words, one-character words included ("locker
     6", "plan B", "vitamin D"); a lone "a" or "i" counts only as a capital after the first word
     ("plan A"). A query of stopwords only searches for them. Each is one MATCH string: a CJK
-    pair is a phrase of two index words."""
+    pair is a phrase of two index words, a compound word ("vault-3") a phrase too. A common
+    irregular verb brings its other forms ("buy": "bought")."""
     text = _CONTRACTION.sub(" ", text or "")
     kept: dict[str, None] = {}
     raw = _WORD.findall(text)
@@ -161,7 +162,36 @@ def query_words(text: str) -> list[str]:
             kept.setdefault(word, None)
     for phrase in compounds(text):
         kept.setdefault(phrase, None)
+    for word in list(kept):
+        for form in IRREGULAR.get(word, ()):
+            kept.setdefault(form, None)
     return list(kept)
+
+
+_IRREGULAR_VERBS = """
+    become became; begin began begun; break broke broken; bring brought;
+    build built; buy bought; catch caught; choose chose chosen; come came; cost; cut;
+    draw drew drawn; drink drank drunk; drive drove driven; eat ate eaten; fall fell fallen;
+    feed fed; feel felt; fight fought; find found; fly flew flown; forget forgot forgotten;
+    get got gotten; give gave given; go went gone; grow grew grown; hear heard;
+    hide hid hidden; hold held; hurt; keep kept; know knew known; lead led; leave left;
+    lend lent; lose lost; make made; mean meant; meet met; pay paid; put; read; ride rode ridden;
+    ring rang rung; rise rose risen; run ran; say said; see saw seen; sell sold; send sent;
+    set; shoot shot; show showed shown; shut; sing sang sung; sit sat; sleep slept; speak spoke
+    spoken; spend spent; stand stood; steal stole stolen; swim swam swum; take took taken;
+    teach taught; tear tore torn; tell told; think thought; throw threw thrown;
+    understand understood; wake woke woken; wear wore worn; win won; write wrote written
+"""
+IRREGULAR: dict[str, tuple[str, ...]] = {
+    form: tuple(other for other in forms if other != form)
+    for forms in (group.split() for group in _IRREGULAR_VERBS.split(";"))
+    for form in forms
+    if len(forms) > 1
+}
+"""Each form of a common irregular English verb -> its other forms ("buy" -> "bought"): the
+porter stem joins "visited" to "visit" but not "bought" to "buy". A query word brings its other
+forms along, each a word of its own that bm25 weighs by its own rarity. The auxiliaries (be,
+do, have) are left out: they are function words."""
 
 
 _COMPOUND = 4
