@@ -118,3 +118,33 @@ def write_config(home: Path, db_path: Path | str | None = None) -> None:
     if db_path is not None:
         chronicle["db_path"] = str(db_path)
     (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": chronicle}))
+
+
+def both_slots(
+    home: Path,
+    config: dict[str, Any],
+    monkeypatch: Any,
+    *,
+    session: str = "s1",
+    user_id: str | None = None,
+) -> tuple[Any, Any]:
+    """HERMES_HOME at `home` with `config` as its config.yaml, and Chronicle's two slots started
+    on `session` the way Hermes starts them: (memory provider, context engine)."""
+    from importlib import import_module
+
+    from test_compaction_support import load_plugin
+
+    from provider import ChronicleMemoryProvider
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    identity = {"user_id": user_id} if user_id else {}
+    provider = ChronicleMemoryProvider()
+    provider.initialize(session, hermes_home=str(home), platform="cli", **identity)
+    engine = import_module(load_plugin().__name__ + ".context").ChronicleContextEngine(
+        hermes_home=str(home)
+    )
+    engine.update_model(model="m", context_length=64_000)
+    engine.on_session_start(session, hermes_home=str(home), platform="cli", **identity)
+    return provider, engine

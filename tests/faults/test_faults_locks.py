@@ -8,18 +8,14 @@ import json
 import subprocess
 import sys
 import time
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-import yaml
-from faults_support import examples, report
-from test_compaction_support import load_plugin
+from faults_support import both_slots, examples, report
 
 from chronicle_engine.compaction.contract import violations
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
-from provider import ChronicleMemoryProvider
 
 HOLD_S = 30
 LIMIT_S = 2.0  # the target is ~1 s; the bound leaves slack for a loaded 2-core machine
@@ -38,23 +34,11 @@ def test_an_exclusive_lock_held_for_thirty_seconds_costs_compress_and_tools_unde
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     home = tmp_path / "home"
-    home.mkdir()
-    (home / "config.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "compression": {"threshold": 0.6, "protect_first_n": 1, "protect_last_n": 4},
-                "chronicle": {"busy_timeout_ms": 5000},
-            }
-        )
-    )
-    monkeypatch.setenv("HERMES_HOME", str(home))
-    provider = ChronicleMemoryProvider()
-    provider.initialize("s1", hermes_home=str(home), platform="cli")
-    engine = import_module(load_plugin().__name__ + ".context").ChronicleContextEngine(
-        hermes_home=str(home)
-    )
-    engine.update_model(model="m", context_length=64_000)
-    engine.on_session_start("s1", hermes_home=str(home), platform="cli")
+    config = {
+        "compression": {"threshold": 0.6, "protect_first_n": 1, "protect_last_n": 4},
+        "chronicle": {"busy_timeout_ms": 5000},
+    }
+    provider, engine = both_slots(home, config, monkeypatch)
     live: list[dict[str, Any]] = []
     for n in range(30):
         live += [

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from faults_support import both_slots, report
 
 from chronicle_engine.chronicle.writers import ExtractiveWriter, FoldInput, writer_from_config
 from chronicle_engine.config import Config
@@ -198,3 +199,44 @@ def test_a_refusal_is_a_usage_error_naming_the_setting_to_change() -> None:
     with pytest.raises(EgressRefused, match="not an http"):
         route("file:///etc/passwd", allow_remote=True)
     assert isinstance(EgressRefused("x"), PermissionError)
+
+
+def test_with_a_proxy_in_the_environment_the_plugin_sends_nothing_through_it(
+    endpoint: Listener, proxy: Listener, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both slots, as Hermes drives them, with HTTPS_PROXY/HTTP_PROXY (and the rest) naming a
+    proxy and a summariser and an embedding server on this host: every request goes straight to
+    the local server, none through the proxy, even with proxies allowed for remote endpoints."""
+    local = endpoint.url + "/v1"
+    config = {
+        "compression": {"protect_first_n": 1, "protect_last_n": 2},
+        "chronicle": {
+            "context": {"summarizer": "endpoint", "summarizer_base_url": local},
+            "recall": {"embeddings": {"url": local, "model": "m"}},
+            "egress": {"allow_env_proxy": True},
+        },
+    }
+    home = tmp_path / "home"
+    provider, engine = both_slots(home, config, monkeypatch, user_id="alice")
+    live: list[dict[str, Any]] = []
+    for n in range(14):
+        live += [
+            {"role": "user", "content": f"step {n} of the harbour rota " + "x" * 1500},
+            {"role": "assistant", "content": f"done step {n} of the rota " + "y" * 1500},
+        ]
+        provider.sync_turn("", "", session_id="s1", messages=live)
+    provider.prefetch("what is on the harbour rota?")
+    core = ChronicleCore.get(home / "chronicle" / "chronicle.db")
+    embedded = core.recall.embed_pending(limit=8)
+    out = engine.compress(list(live), current_tokens=60_000, force=True)
+    assert out != live
+    provider.shutdown()
+    kinds = {line.split()[1] for line in endpoint.seen}
+    assert {"/v1/chat/completions", "/v1/embeddings"} <= kinds, endpoint.seen
+    assert embedded > 0
+    assert proxy.seen == []
+    report(
+        "egress with a proxy in the environment",
+        requests_to_local_endpoint=len(endpoint.seen),
+        through_proxy=len(proxy.seen),
+    )

@@ -1,6 +1,7 @@
 """Forgetting is total: a fact forgotten after it was compacted leaves every surface that derives
-from the log (the next handoff, expand's prose, `sections --full`, the three exports, the search
-tables), while the log itself stays append-only and still holds the event."""
+from the log (search, answer, prefetch, the CLI's search, the next handoff, expand's prose,
+`sections --full`, the three exports, the search tables), while the log itself stays append-only
+and still holds the event."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from faults_support import report
 
 from chronicle_engine.cli import main
 from chronicle_engine.compaction.policy import Policy, policy_from_config
@@ -21,6 +23,10 @@ from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
 FACT = "4417-ZEBRA"
+SURFACES = 14
+"""What the first test checks: the handoff sent, expand's prose (2 ids and the engine), search,
+answer, prefetch, the CLI's search, `sections --full` (text and JSON), 3 exports, the search
+tables and the sections table, counted as one each."""
 PLANTED = f"Please keep this safe: my locker combination is {FACT}."
 USER = "alice"
 
@@ -108,6 +114,7 @@ def test_a_forgotten_fact_leaves_every_derived_surface(
         assert FACT in host.handoff()
         hits = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"]
         assert hits, "the planted fact is searchable before it is forgotten"
+        assert FACT in _cli(capsys, "search", FACT, "--user", USER, "--db", str(db), "--json")
 
         # Forget it: the message (with the beliefs it stated), then whatever still finds it
         # (the section that quoted it).
@@ -137,6 +144,14 @@ def test_a_forgotten_fact_leaves_every_derived_surface(
         assert host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"] == []
         assert FACT not in json.dumps(core.recall.answer(FACT, session_id=host.session))
         assert FACT not in core.recall.prefetch("locker combination", session_id=host.session)
+
+        # The CLI's search, as the person who said it: nothing found (exit 3), and what a
+        # neighbouring query finds does not quote the fact.
+        capsys.readouterr()
+        assert main(["search", FACT, "--user", USER, "--db", str(db), "--json"]) == 3
+        assert json.loads(capsys.readouterr().out)["hits"] == []
+        shown = _cli(capsys, "search", "ticket OPS", "--user", USER, "--db", str(db), "--json")
+        assert "OPS-" in shown and FACT not in shown
 
         # The CLI's sections, every generation, in full.
         shown = _cli(capsys, "sections", "--all", "--full", "--db", str(db))
@@ -185,6 +200,7 @@ def test_a_forgotten_fact_leaves_every_derived_surface(
             ).fetchone()[0] == 1 + len(still)
         finally:
             conn.close()
+        report("forgetting", surfaces=SURFACES, leaks=0)
     finally:
         core.shutdown()
 
