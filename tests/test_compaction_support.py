@@ -41,6 +41,18 @@ def load_plugin() -> Any:
     return module
 
 
+def load_bench(name: str) -> Any:
+    """bench/<name>.py as a module (the benches are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        f"chronicle_bench_{name}", ROOT / "bench" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def tool_step(call: str, command: str, output: str) -> list[dict[str, Any]]:
     """An assistant's terminal call `call` running `command`, and its result."""
     arguments = json.dumps({"command": command})
