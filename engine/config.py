@@ -255,6 +255,11 @@ class RecallSettings(_Section):
         description="Score factor for a message whose speaker the query names; a query in the "
         "first person (I, my, me) names the person whose memory it is.",
     )
+    time_boost: Number = Field(
+        2.0,
+        description="Score factor for a message from the time the query names (a date, a month "
+        "or a year written out).",
+    )
     recency_weight: Number = Field(
         0.1, description="How much newer messages gain: score x (1 + w x 2^(-age/half-life))."
     )

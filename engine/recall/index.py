@@ -36,6 +36,7 @@ from .search import (
 )
 from .text import query_words, tokens
 from .vectors import Embedder, nearest
+from .when import named_time
 
 __all__ = ["RecallIndex", "SCOPES"]
 
@@ -217,6 +218,7 @@ class RecallIndex:
                     reach=reach,
                     text=message_text,
                     limit=limit,
+                    moment=named_time(query),
                 )
                 if query_vector is not None:
                     nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)

@@ -38,6 +38,7 @@ from ..config import RecallSettings
 from .reach import Reach
 from .schema import message_index
 from .text import match_any, quote, tokens
+from .when import Moment
 
 __all__ = [
     "Hit",
@@ -263,9 +264,11 @@ class MessageSearch:
         reach: Reach | None = None,
         text: bool = False,
         limit: int = 10,
+        moment: Moment | None = None,
     ) -> list[Hit]:
         """The best `limit` messages within `reach` that `keep` accepts. With `text`, rows reach
-        `keep` with their text (read with them, in the same query)."""
+        `keep` with their text (read with them, in the same query). A `moment` the query names
+        lifts the messages of that time."""
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
         if not base:
@@ -289,7 +292,7 @@ class MessageSearch:
         # reach the results: the factors below lift a score by at most `ceiling`, so once the
         # `wanted`-th best score is above the next relevance times that, the rest cannot rank.
         ceiling = max([*t.role_weights.values(), 0.8]) * (1.0 + max(t.recency_weight, 0.0))
-        ceiling *= max(t.speaker_boost, 1.0)
+        ceiling *= max(t.speaker_boost, 1.0) * (max(t.time_boost, 1.0) if moment else 1.0)
         wanted = limit * 2  # room for the sessions `_spread` holds back
         ordered = sorted(relevance, key=lambda s: -relevance[s])
         scored: list[tuple[float, MessageRow]] = []
@@ -314,6 +317,8 @@ class MessageSearch:
                 named = bool(row.name and query_tokens & _name_tokens(row.name))
                 if named or (speaks_as_person and row.speaker == "person"):
                     score *= t.speaker_boost
+                if moment is not None and moment.holds(row.ts):
+                    score *= t.time_boost
                 scored.append((score, row))
                 if len(best) < wanted:
                     heapq.heappush(best, score)
