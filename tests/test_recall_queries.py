@@ -6,15 +6,19 @@ message search, whatever the number of sections that match."""
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_recall_support import open_core
+from test_recall_support import open_core, say
 
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.log.store import run_script
+from chronicle_engine.recall.schema import _PERSON_ONCE
+from chronicle_engine.recall.search import message_rows
 
 
 @contextmanager
@@ -139,5 +143,43 @@ def test_a_conversations_sections_are_found_behind_many_better_ones(tmp_path: Pa
         sections = [r for r in found if r["kind"] == "section"]
         name = c.sessions.chronicle_name("conv-3")
         assert sections and all(r["chronicle"] == name for r in sections)
+    finally:
+        c.shutdown()
+
+
+def test_a_persons_words_are_kept_once_and_read_back(tmp_path: Path) -> None:
+    c = open_core("file", tmp_path)
+    try:
+        plain = say(c, "s", "My caravan tyres are from Michelin, bought in Leeds.")
+        framed = say(c, "s", "[System note: be brief] Which tyres did I buy in Leeds?")
+        c.recall.catch_up()
+        with c.store.reading() as conn:
+            stored = dict(conn.execute("SELECT seq, person FROM recall_messages").fetchall())
+            rows = message_rows(conn, [plain, framed])
+        assert stored[plain] == ""  # the same words as the body: not stored twice
+        assert rows[plain].person == "My caravan tyres are from Michelin, bought in Leeds."
+        assert stored[framed] == rows[framed].person == "Which tyres did I buy in Leeds?"
+        assert "Michelin" in c.recall.prefetch("where are my caravan tyres from?", session_id="t")
+    finally:
+        c.shutdown()
+
+
+def test_the_migration_drops_the_copy_an_older_fold_kept(tmp_path: Path) -> None:
+    c = open_core("file", tmp_path)
+    try:
+        seq = say(c, "s", "My caravan tyres are from Michelin, bought in Leeds.")
+        c.recall.catch_up()
+        text = "My caravan tyres are from Michelin, bought in Leeds."
+        with c.store.atomic() as conn:  # the row as a fold before recall.m007 wrote it
+            conn.execute("DROP TRIGGER recall_messages_never_update")
+            conn.execute("UPDATE recall_messages SET person = body WHERE seq = ?", (seq,))
+            run_script(conn, _PERSON_ONCE)
+            (person,) = conn.execute(
+                "SELECT person FROM recall_messages WHERE seq = ?", (seq,)
+            ).fetchone()
+            assert person == ""
+            assert message_rows(conn, [seq])[seq].person == text
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                conn.execute("UPDATE recall_messages SET person = 'x' WHERE seq = ?", (seq,))
     finally:
         c.shutdown()

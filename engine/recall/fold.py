@@ -157,7 +157,7 @@ class RecallFold:
                 parse_time(env.created_at),
                 prev,
                 body,
-                person,
+                "" if person == body else person,  # schema.PERSON_TEXT reads it back
             ),
         )
         self._index(conn, scope, env.seq)

@@ -22,7 +22,13 @@ from ..chronicle.store import CHRONICLE_MIGRATIONS
 from ..log.store import Migration, run_script
 from .text import TOKENIZER, index_row
 
-__all__ = ["RECALL_MIGRATIONS", "MIGRATIONS", "message_index", "create_message_index"]
+__all__ = [
+    "RECALL_MIGRATIONS",
+    "MIGRATIONS",
+    "PERSON_TEXT",
+    "message_index",
+    "create_message_index",
+]
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS recall_scopes (
@@ -145,7 +151,7 @@ CREATE INDEX IF NOT EXISTS recall_messages_links ON recall_messages(seq, prev);
 # Forgetting takes the words out, not only the index entries: a forgotten message's stored text is
 # blanked (the only update recall_messages takes, and only for a hidden message), a purged
 # section's index entry follows its blanked prose, and a forgotten message's vector goes.
-_FORGET = """
+_NEVER_UPDATE = """
 DROP TRIGGER IF EXISTS recall_messages_never_update;
 CREATE TRIGGER recall_messages_never_update BEFORE UPDATE ON recall_messages
 WHEN NOT (
@@ -156,6 +162,11 @@ WHEN NOT (
     AND EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || old.seq)
 )
 BEGIN SELECT RAISE(ABORT, 'chronicle: recall_messages is append-only'); END;
+"""
+
+_FORGET = (
+    _NEVER_UPDATE
+    + """
 CREATE TRIGGER IF NOT EXISTS recall_sections_au AFTER UPDATE OF prose ON sections BEGIN
     INSERT INTO recall_sections_fts(recall_sections_fts, rowid, prose)
     VALUES ('delete', old.written, old.prose);
@@ -165,6 +176,23 @@ UPDATE recall_messages SET body = '', person = ''
 WHERE 'm' || seq IN (SELECT target FROM recall_hidden) AND (body != '' OR person != '');
 DELETE FROM recall_vectors WHERE target IN (SELECT target FROM recall_hidden);
 """
+)
+
+PERSON_TEXT = "iif(m.person = '' AND m.speaker = 'person', m.body, m.person)"
+"""The person's own words of a message row `m`. A person's message whose words are all theirs (no
+host frames: nearly every one) keeps them once, in `body`, and `person` is '' (a message the
+person spoke always has words of theirs, so '' cannot mean none)."""
+
+# Rows folded before the person's words were kept once: the copy is dropped (the one-off update
+# goes around the append-only trigger, which is put back as it was).
+_PERSON_ONCE = (
+    """
+DROP TRIGGER IF EXISTS recall_messages_never_update;
+UPDATE recall_messages SET person = ''
+WHERE speaker = 'person' AND person != '' AND person = body;
+"""
+    + _NEVER_UPDATE
+)
 
 
 def _m001_recall(conn: sqlite3.Connection) -> None:
@@ -210,6 +238,10 @@ def _m005_forget(conn: sqlite3.Connection) -> None:
     run_script(conn, _FORGET)
 
 
+def _m007_person_once(conn: sqlite3.Connection) -> None:
+    run_script(conn, _PERSON_ONCE)
+
+
 def _m006_context_tail(conn: sqlite3.Connection) -> None:
     # The context column holds the end of the turn before, about two sentences (it held the
     # last sentence only, too little for a short chat's question spread over two).
@@ -223,6 +255,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m004_index_rows", _m004_index_rows),
     Migration("recall.m005_forget", _m005_forget),
     Migration("recall.m006_context_tail", _m006_context_tail),
+    Migration("recall.m007_person_once", _m007_person_once),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

@@ -36,7 +36,7 @@ from typing import Any
 from ..capture.secrets import mask
 from ..config import RecallSettings
 from .reach import Reach
-from .schema import message_index
+from .schema import PERSON_TEXT, message_index
 from .text import match_any, quote, tokens
 from .when import Moment
 
@@ -122,7 +122,7 @@ def message_rows(
     """The visible (not forgotten) messages among `seqs`; without `text`, metadata only."""
     wanted = list(seqs)
     out: dict[int, MessageRow] = {}
-    columns = ", m.body, m.person" if text else ""
+    columns = f", m.body, {PERSON_TEXT}" if text else ""
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
         sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)))
@@ -138,8 +138,8 @@ def _with_text(conn: sqlite3.Connection, rows: Iterable[MessageRow]) -> None:
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
         for seq, body, person in conn.execute(
-            "SELECT seq, body, person FROM recall_messages"
-            f" WHERE seq IN ({','.join('?' * len(chunk))})",
+            f"SELECT m.seq, m.body, {PERSON_TEXT} FROM recall_messages m"
+            f" WHERE m.seq IN ({','.join('?' * len(chunk))})",
             chunk,
         ):
             missing[seq].body, missing[seq].person = body, person
