@@ -9,14 +9,22 @@ user message with the speaker's name (`name`) and the text (an image the speaker
 dataset's own caption, "[image: ...]"), and the session's date is the event time. The dataset's
 model-written `observation`, `session_summary` and `event_summary` fields are never read.
 
+A second way in, `--variant live`, captures each conversation as Hermes would hand it over: a
+memory provider in a temporary HERMES_HOME, the conversation's first speaker as the user and the
+second as the assistant, every exchange through `sync_turn(user, assistant, session_id=,
+messages=<the live list>)`, one Hermes session per dataset session. Nothing carries a name or a
+dataset time (every turn is stamped with the real clock, all within the same minute), and the
+question goes through the provider's `handle_tool_call("chronicle_search", ...)`.
+
 For every question of categories 1-4 (5, adversarial, has no evidence to find) it asks
 chronicle_search (scope "messages", the user's memory) and scores the evidence turns found:
 recall@5 and recall@10 (partial credit: the share of a question's evidence turns retrieved),
 nDCG@10 (binary relevance), and the search latency. The baseline, computed here on the same
-turns and questions, is plain SQLite FTS5 bm25 over the turns with an OR of quoted content words.
+turns and questions, is plain SQLite FTS5 bm25 over the turns with an OR of quoted content words
+("speaker: text"; beside the live variant also over the text alone, which is what it captures).
 
     python bench/locomo.py [--data PATH] [--db DIR] [--limit-samples N] [--show-misses N]
-                           [--out bench/out/locomo.json]
+                           [--variant protocol|live|both] [--out bench/out/locomo.json]
 
 Writes the figures as JSON for bench/plots.py (recall@10 per category as the plotted metric;
 recall@5, nDCG@10 and latency beside it).
@@ -44,6 +52,9 @@ from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.text import content_words, quote
 from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from provider import ChronicleMemoryProvider  # noqa: E402
 
 DEFAULT_DATA = Path("/work/shared/data/locomo/locomo-dev.json")
 CATEGORIES = (1, 2, 3, 4)
@@ -105,13 +116,72 @@ def ingest(core: ChronicleCore, sample: dict[str, Any]) -> dict[int, str]:
     return by_seq
 
 
+def ingest_live(
+    home: Path, sample: dict[str, Any]
+) -> tuple[ChronicleMemoryProvider, dict[int, str]]:
+    """Play one conversation through a memory provider's `sync_turn`, the first speaker as the
+    user and the second as the assistant; returns the provider and seq -> dia_id."""
+    conversation = sample["conversation"]
+    first = str(conversation.get("speaker_a") or "")
+    numbers = session_numbers(conversation)
+    provider = ChronicleMemoryProvider()
+    provider.initialize(f"live-{numbers[0]}", hermes_home=str(home), platform="cli")
+    order: list[tuple[str, list[str]]] = []
+    for k, n in enumerate(numbers):
+        sid = f"live-{n}"
+        if k:
+            provider.on_session_switch(sid, reset=True)
+        live: list[dict[str, Any]] = []
+        pending: list[dict[str, Any]] = []
+        ids: list[str] = []
+        for turn in conversation[f"session_{n}"]:
+            text = turn_text(turn)
+            if not text.strip():
+                continue
+            role = "user" if str(turn["speaker"]) == first else "assistant"
+            pending.append({"role": role, "content": text})
+            ids.append(str(turn["dia_id"]))
+            if role == "assistant":
+                live += pending
+                user = "\n".join(m["content"] for m in pending if m["role"] == "user")
+                provider.sync_turn(user, text, session_id=sid, messages=list(live))
+                pending = []
+        if pending:
+            live += pending
+            provider.sync_turn(pending[-1]["content"], "", session_id=sid, messages=list(live))
+        order.append((sid, ids))
+    core = provider.core
+    core.recall.catch_up()
+    by_seq: dict[int, str] = {}
+    with core.store.reading() as conn:
+        for sid, ids in order:
+            seqs = [
+                seq
+                for (seq,) in conn.execute(
+                    "SELECT seq FROM recall_messages WHERE session = ? ORDER BY seq", (sid,)
+                )
+            ]
+            if len(seqs) != len(ids):
+                raise RuntimeError(f"{sid}: {len(seqs)} messages captured for {len(ids)} turns")
+            by_seq.update(zip(seqs, ids, strict=True))
+    return provider, by_seq
+
+
+def ask_live(provider: ChronicleMemoryProvider, question: str) -> list[dict[str, Any]]:
+    args = {"query": question, "scope": "messages", "limit": 10}
+    answer = json.loads(provider.handle_tool_call("chronicle_search", args))
+    if "error" in answer:
+        raise RuntimeError(f"chronicle_search failed: {answer['error']}")
+    return list(answer["results"])
+
+
 # -- the baseline ------------------------------------------------------------------------------
 
 
 class Baseline:
     """Plain FTS5 bm25 over the turns (default tokenizer), OR of quoted content words."""
 
-    def __init__(self, sample: dict[str, Any]) -> None:
+    def __init__(self, sample: dict[str, Any], *, names: bool = True) -> None:
         self.db = sqlite3.connect(":memory:")
         self.db.execute("CREATE VIRTUAL TABLE turns USING fts5(dia_id UNINDEXED, text)")
         conversation = sample["conversation"]
@@ -119,7 +189,7 @@ class Baseline:
             for t in conversation[f"session_{n}"]:
                 self.db.execute(
                     "INSERT INTO turns(dia_id, text) VALUES (?, ?)",
-                    (t["dia_id"], f"{t['speaker']}: {turn_text(t)}"),
+                    (t["dia_id"], f"{t['speaker']}: {turn_text(t)}" if names else turn_text(t)),
                 )
 
     def search(self, question: str, k: int) -> list[str]:
@@ -208,11 +278,17 @@ def as_json(score: Score) -> dict[str, Any]:
     }
 
 
-def write(out: Path, data: Path, ours: Score, base: Score, argv: Sequence[str]) -> None:
-    systems = {
-        "Chronicle chronicle_search": as_json(ours),
-        "FTS5 bm25 baseline": as_json(base),
+def write(
+    out: Path, data: Path, ours: dict[str, Score], bases: dict[str, Score], argv: Sequence[str]
+) -> None:
+    names = {
+        "protocol": "Chronicle chronicle_search",
+        "live": "Chronicle chronicle_search (live sync_turn)",
     }
+    systems = {names[variant]: as_json(score) for variant, score in ours.items()}
+    systems["FTS5 bm25 baseline"] = as_json(bases["names"])
+    if "live" in ours:
+        systems["FTS5 bm25 baseline (text alone)"] = as_json(bases["text"])
     document = {
         "machine": f"{platform.machine()} {platform.system()}, Python {platform.python_version()}",
         "command": "python bench/locomo.py " + " ".join(argv),
@@ -226,55 +302,86 @@ def write(out: Path, data: Path, ours: Score, base: Score, argv: Sequence[str]) 
     print(f"\nwrote {out}")
 
 
+def questions(sample: dict[str, Any]) -> list[tuple[int, str, set[str]]]:
+    out = []
+    for qa in sample["qa"]:
+        category = int(qa.get("category", 0))
+        relevant = evidence_ids(qa.get("evidence") or [])
+        if category in CATEGORIES and relevant:
+            out.append((category, str(qa["question"]), relevant))
+    return out
+
+
 def run(
     data: Path,
     db_dir: Path,
     *,
     limit_samples: int | None,
     show_misses: int,
-) -> tuple[Score, Score]:
+    variants: Sequence[str] = ("protocol",),
+) -> tuple[dict[str, Score], dict[str, Score]]:
     samples = json.loads(data.read_text(encoding="utf-8"))
     if limit_samples:
         samples = samples[:limit_samples]
-    ours, base = Score(), Score()
+    ours = {variant: Score() for variant in variants}
+    bases = {"names": Score(), "text": Score()}
     misses: list[tuple[str, list[str], set[str]]] = []
-    core = ChronicleCore.get(db_dir / "locomo.db")
-    try:
-        started = time.perf_counter()
-        dia: dict[str, dict[int, str]] = {}
-        for sample in samples:
-            dia[str(sample["sample_id"])] = ingest(core, sample)
-        core.recall.catch_up()
-        turns = sum(len(v) for v in dia.values())
-        print(
-            f"ingested {turns} turns of {len(samples)} conversations through capture in "
-            f"{time.perf_counter() - started:.1f} s"
-        )
-        for sample in samples:
-            user = str(sample["sample_id"])
-            by_seq = dia[user]
-            baseline = Baseline(sample)
-            for qa in sample["qa"]:
-                category = int(qa.get("category", 0))
-                relevant = evidence_ids(qa.get("evidence") or [])
-                if category not in CATEGORIES or not relevant:
-                    continue
-                question = str(qa["question"])
-                t0 = time.perf_counter()
-                results = ask(core, question, user)
-                elapsed = time.perf_counter() - t0
-                ranked = [by_seq.get(r["seq"], "") for r in results]
-                ours.add(category, ranked, relevant, elapsed)
-                if len(misses) < show_misses and not relevant & set(ranked):
-                    misses.append((question, ranked, relevant))
+    for sample in samples:
+        for kind, baseline in (
+            ("names", Baseline(sample)),
+            ("text", Baseline(sample, names=False)),
+        ):
+            for category, question, relevant in questions(sample):
                 t0 = time.perf_counter()
                 plain = baseline.search(question, 10)
-                base.add(category, plain, relevant, time.perf_counter() - t0)
-    finally:
-        core.shutdown()
+                bases[kind].add(category, plain, relevant, time.perf_counter() - t0)
+    if "protocol" in variants:
+        core = ChronicleCore.get(db_dir / "locomo.db")
+        try:
+            started = time.perf_counter()
+            dia: dict[str, dict[int, str]] = {}
+            for sample in samples:
+                dia[str(sample["sample_id"])] = ingest(core, sample)
+            core.recall.catch_up()
+            turns = sum(len(v) for v in dia.values())
+            print(
+                f"ingested {turns} turns of {len(samples)} conversations through capture in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
+            for sample in samples:
+                user = str(sample["sample_id"])
+                for category, question, relevant in questions(sample):
+                    t0 = time.perf_counter()
+                    results = ask(core, question, user)
+                    elapsed = time.perf_counter() - t0
+                    ranked = [dia[user].get(r["seq"], "") for r in results]
+                    ours["protocol"].add(category, ranked, relevant, elapsed)
+                    if len(misses) < show_misses and not relevant & set(ranked):
+                        misses.append((question, ranked, relevant))
+        finally:
+            core.shutdown()
+    if "live" in variants:
+        started = time.perf_counter()
+        for n, sample in enumerate(samples):
+            home = db_dir / f"live-{n}"
+            home.mkdir(parents=True, exist_ok=True)
+            provider, by_seq = ingest_live(home, sample)
+            try:
+                for category, question, relevant in questions(sample):
+                    t0 = time.perf_counter()
+                    results = ask_live(provider, question)
+                    elapsed = time.perf_counter() - t0
+                    ranked = [by_seq.get(r["seq"], "") for r in results]
+                    ours["live"].add(category, ranked, relevant, elapsed)
+            finally:
+                provider.shutdown()
+        print(
+            f"live: {len(samples)} conversations through sync_turn in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
     for question, ranked, relevant in misses:
         print(f"miss: {question!r} wanted {sorted(relevant)} got {ranked}")
-    return ours, base
+    return ours, bases
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--limit-samples", type=int, default=None)
     parser.add_argument("--show-misses", type=int, default=0)
+    parser.add_argument("--variant", choices=("protocol", "live", "both"), default="both")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "locomo.json"
     )
@@ -297,12 +405,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="chronicle-locomo-") as tmp:
         db_dir = args.db or Path(tmp)
         db_dir.mkdir(parents=True, exist_ok=True)
-        ours, base = run(
-            args.data, db_dir, limit_samples=args.limit_samples, show_misses=args.show_misses
+        variants = ("protocol", "live") if args.variant == "both" else (args.variant,)
+        ours, bases = run(
+            args.data,
+            db_dir,
+            limit_samples=args.limit_samples,
+            show_misses=args.show_misses,
+            variants=variants,
         )
-    report("chronicle_search (scope=messages, no model, no network)", ours)
-    report("baseline: FTS5 bm25 over turns, OR of quoted content words", base)
-    write(args.out, args.data, ours, base, sys.argv[1:] if argv is None else argv)
+    titles = {
+        "protocol": "chronicle_search (scope=messages, no model, no network)",
+        "live": "chronicle_search, captured live through sync_turn (no names, no dataset times)",
+    }
+    for variant, score in ours.items():
+        report(titles[variant], score)
+    report("baseline: FTS5 bm25 over 'speaker: text', OR of quoted content words", bases["names"])
+    if "live" in ours:
+        report("baseline over the text alone (what the live capture holds)", bases["text"])
+    write(args.out, args.data, ours, bases, sys.argv[1:] if argv is None else argv)
     return 0
 
 
