@@ -237,9 +237,10 @@ class RecallSettings(_Section):
     )
     match_budget: Count = Field(
         1500,
-        description="Matches bm25 may score for one query. Words whose matches would exceed it "
-        "(the commonest) are left out of the ranking when rarer ones exist; a query of only such "
-        "words is answered from their newest matches. Search time stays flat as memory grows.",
+        description="Matches bm25 may score for one query over messages (chronicle sections get a "
+        "fifth of it). Words whose matches would exceed it (the commonest) are left out of the "
+        "ranking when rarer ones exist; a query of only such words is answered from their newest "
+        "matches. Search time stays flat as memory grows.",
     )
     name_weight: Number = Field(
         0.2, description="bm25 weight of the speaker's name (a message's `name`)."
