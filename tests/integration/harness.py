@@ -80,6 +80,7 @@ class HermesHome:
     stub: StubModel
     chronicle: dict[str, Any] = field(default_factory=dict)
     compression: dict[str, Any] = field(default_factory=dict)
+    python: str = sys.executable  # the interpreter of the virtualenv Hermes is installed in
 
     @property
     def home(self) -> Path:
@@ -95,7 +96,8 @@ class HermesHome:
 
     def env(self) -> dict[str, str]:
         keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
-        env = {k: v for k, v in os.environ.items() if k in keep}
+        # pip's own settings (an index, a wheel cache) are the machine's, as for any user.
+        env = {k: v for k, v in os.environ.items() if k in keep or k.startswith("PIP_")}
         env.update(
             HERMES_HOME=str(self.home),
             HOME=str(self.root / "home"),
@@ -111,8 +113,9 @@ class HermesHome:
 
     # -- set-up ------------------------------------------------------------------------------
 
-    def write_config(self, **extra: Any) -> dict[str, Any]:
-        """config.yaml selecting Chronicle for both slots, the stub as the model."""
+    def write_config(self, *, select: bool = True, **extra: Any) -> dict[str, Any]:
+        """config.yaml selecting Chronicle for both slots (unless not `select`: a Hermes that
+        has never heard of it), the stub as the model."""
         self.home.mkdir(parents=True, exist_ok=True)
         (self.root / "home").mkdir(exist_ok=True)
         (self.root / "tmp").mkdir(exist_ok=True)
@@ -134,9 +137,12 @@ class HermesHome:
             "chronicle": dict(self.chronicle),
         }
         config.update(extra)
+        if not select:
+            for key in ("memory", "context", "plugins", "chronicle"):
+                config.pop(key)
         path = self.home / "config.yaml"
         # Keep what Hermes' installer added (plugins.enabled) if it ran first.
-        if path.exists():
+        if select and path.exists():
             existing = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
             enabled = set((existing.get("plugins") or {}).get("enabled") or [])
             config["plugins"]["enabled"] = sorted(enabled | {"chronicle"})
@@ -159,7 +165,7 @@ class HermesHome:
         self, *args: str, timeout: float = HERMES_TIMEOUT_S
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, str(BOOT), *args],
+            [self.python, str(BOOT), *args],
             env=self.env(),
             cwd=str(self.root),
             capture_output=True,
