@@ -53,9 +53,6 @@ class Outcome:
     rows: list[Any] | None = None  # what `--nl` prints, one JSON object per line
 
 
-LATEST = ("latest", "@")  # what --session accepts for the most recent conversation
-
-
 @dataclass
 class Session:
     """The resolved command-line context: the config, the database, the output mode."""
@@ -104,31 +101,9 @@ class Session:
         An id the database does not hold is an error that names the ones it does."""
         if given is None:
             return None
-        from .inventory import session_rows
+        from .inventory import resolve_session
 
-        rows = session_rows(self.core().store)
-        known = [r["session"] for r in rows]
-        if given in LATEST:
-            if not known:
-                raise CommandFailed("the database holds no conversation yet", Exit.NOT_FOUND)
-            return str(known[0])
-        if given in known:
-            return given
-        matches = [k for k in known if k.startswith(given)]
-        if len(matches) == 1:
-            return str(matches[0])
-        if matches:
-            raise CommandFailed(
-                f"session {given!r} is ambiguous: it starts {len(matches)} ids "
-                f"({', '.join(matches[:5])}{', …' if len(matches) > 5 else ''}); type more of it",
-                Exit.USAGE,
-            )
-        recent = ", ".join(str(k) for k in known[:5]) or "none"
-        raise CommandFailed(
-            f"no session {given!r} in {self.db_path}; the most recent are: {recent} "
-            "(`chronicle tree` lists them all; `--session latest` picks the newest)",
-            Exit.NOT_FOUND,
-        )
+        return resolve_session(self.core().store, given)
 
     def close(self) -> None:
         if self._core is not None and self._owns_core:

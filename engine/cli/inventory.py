@@ -11,8 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from ..log.store import SQLiteEventStore, sqlite_errors
+from .exits import CommandFailed, Exit
 
-__all__ = ["file_sizes", "event_counts", "session_rows", "chronicle_rows", "has_table"]
+__all__ = [
+    "file_sizes",
+    "event_counts",
+    "session_rows",
+    "resolve_session",
+    "chronicle_rows",
+    "has_table",
+    "LATEST",
+]
+
+LATEST = ("latest", "@")  # what --session accepts for the most recent conversation
 
 
 def file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
@@ -54,6 +65,33 @@ def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[dict
         }
         for s, n, lo, hi, t0, t1 in rows
     ]
+
+
+def resolve_session(store: SQLiteEventStore, given: str) -> str:
+    """A session as a person names it: `latest` (or `@`), a whole id, or an unambiguous prefix
+    of one. An id the database does not hold is refused, naming the ones it does."""
+    known = [str(r["session"]) for r in session_rows(store)]
+    if given in LATEST:
+        if not known:
+            raise CommandFailed("the database holds no conversation yet", Exit.NOT_FOUND)
+        return known[0]
+    if given in known:
+        return given
+    matches = [k for k in known if k.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise CommandFailed(
+            f"session {given!r} is ambiguous: it starts {len(matches)} ids "
+            f"({', '.join(matches[:5])}{', …' if len(matches) > 5 else ''}); type more of it",
+            Exit.USAGE,
+        )
+    recent = ", ".join(known[:5]) or "none"
+    raise CommandFailed(
+        f"no session {given!r} in {store.path}; the most recent are: {recent} "
+        "(`chronicle tree` lists them all; `--session latest` picks the newest)",
+        Exit.NOT_FOUND,
+    )
 
 
 def chronicle_rows(store: SQLiteEventStore) -> list[dict[str, Any]]:
