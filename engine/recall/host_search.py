@@ -23,10 +23,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from .search import Hit
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # search loads on the first session_search, not when the middleware registers
     from .recall import Recall
+    from .search import Hit
 
 __all__ = ["Middleware", "session_search_middleware", "serve_session_search"]
 
