@@ -348,3 +348,20 @@ def test_read_only_commands_do_not_load_the_model_library(db):
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[-1] == "[0, 0, 0] False"
+
+
+def test_an_import_that_fails_on_its_last_line_stores_nothing(db, tmp_path, capsys):
+    """The README says a failed import imports nothing: one transaction for the whole file."""
+    out = tmp_path / "everything.jsonl"
+    assert main(["export", "-o", str(out), "--db", str(db)]) == Exit.OK
+    lines = out.read_text(encoding="utf-8").splitlines()
+    out.write_text("\n".join([*lines, '{"id": "broken", ']) + "\n", encoding="utf-8")
+    other = tmp_path / "other.db"
+    capsys.readouterr()
+    assert main(["import", str(out), "--db", str(other)]) == Exit.USAGE
+    assert f"line {len(lines) + 1}" in capsys.readouterr().err
+    core = ChronicleCore.get(other)
+    try:
+        assert core.store.count() == 0
+    finally:
+        core.shutdown()
