@@ -19,11 +19,13 @@ from typing import Any
 
 import yaml
 
-SOAK = os.environ.get("CHRONICLE_SOAK") == "1"
-"""Set by the `--soak` option (tests/conftest.py): the long version of every fault test."""
 
-FIGURES = os.environ.get("CHRONICLE_FAULT_FIGURES", "")
-"""A file each test appends its figures to (one JSON line), when set."""
+def soaking() -> bool:
+    """The long version of every fault test: set by the `--soak` option (tests/conftest.py).
+    Read at each call, not at import: this module is imported by tests/faults/conftest.py,
+    which pytest may load before the option is seen."""
+    return os.environ.get("CHRONICLE_SOAK") == "1"
+
 
 REPORTED: list[dict[str, Any]] = []
 """Every figure reported in this run; tests/conftest.py prints them at the end of the run."""
@@ -31,17 +33,18 @@ REPORTED: list[dict[str, Any]] = []
 
 def examples(fast: int, soak_factor: int = 20) -> int:
     """How many examples a property test tries: `fast` in CI, `fast * soak_factor` under --soak."""
-    return fast * soak_factor if SOAK else fast
+    return fast * soak_factor if soaking() else fast
 
 
 def report(test: str, **figures: Any) -> None:
     """Keep a test's figures: the run's summary prints them (tests/conftest.py), and they are
     appended to CHRONICLE_FAULT_FIGURES when that names a file."""
-    record = {"test": test, "soak": SOAK, **figures}
+    record = {"test": test, "soak": soaking(), **figures}
     REPORTED.append(record)
     line = json.dumps(record)
-    if FIGURES:
-        with open(FIGURES, "a", encoding="utf-8") as out:
+    figures_file = os.environ.get("CHRONICLE_FAULT_FIGURES", "")
+    if figures_file:
+        with open(figures_file, "a", encoding="utf-8") as out:
             out.write(line + "\n")
 
 
