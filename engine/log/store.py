@@ -403,10 +403,20 @@ class SQLiteEventStore:
                 self._depth += 1
                 try:
                     yield conn
-                except BaseException:
+                except BaseException as exc:
                     self._depth -= 1
-                    conn.execute(f"ROLLBACK TO {name}")
-                    conn.execute(f"RELEASE {name}")
+                    if conn.in_transaction:
+                        conn.execute(f"ROLLBACK TO {name}")
+                        conn.execute(f"RELEASE {name}")
+                        raise
+                    # A full disk or an I/O error makes SQLite roll the whole transaction back
+                    # itself: no savepoint is left, and the transaction this one nests in is
+                    # gone too. The error goes up as the store's own (StoreFull, ...), which a
+                    # caller that catches a failed savepoint to go on does not catch, so the
+                    # outermost level reports it and capture spills the write.
+                    if isinstance(exc, sqlite3.Error):
+                        with sqlite_errors("writing"):
+                            raise
                     raise
                 else:
                     self._depth -= 1

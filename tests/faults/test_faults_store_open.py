@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,8 @@ from faults_support import can_mount, examples, report, tmpfs, write_config
 from chronicle_engine.cli import Exit, main
 from chronicle_engine.config import load_hermes_config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.errors import StoreError, StoreFull
+from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
 from provider import ChronicleMemoryProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,3 +306,28 @@ def test_after_a_failed_initialize_nothing_is_stored_or_served_for_nobody(home: 
     assert mine["count"] >= 1  # alice, once her store opened, finds her own
     alice.shutdown()
     nobody.shutdown()
+
+
+def test_a_write_sqlite_rolled_back_itself_fails_as_a_full_disk_not_a_lost_savepoint(
+    tmp_path: Path,
+) -> None:
+    """On a full disk SQLite may roll the whole transaction back in the middle of a nested
+    write. That used to surface as "no such savepoint", which a caller going on after a failed
+    savepoint swallowed and capture did not spill: 81 of 600 turns were lost in the long
+    version of the full-disk test. The error must go up as StoreFull, for capture to spill."""
+    store = SQLiteEventStore(tmp_path / "full.db")
+    try:
+        with pytest.raises(StoreFull), store.atomic() as conn:
+            try:
+                with store.atomic():
+                    conn.execute("ROLLBACK")  # what SQLite does itself on a full disk
+                    raise sqlite3.OperationalError("database or disk is full")
+            except StoreError:
+                raise
+            except Exception:  # noqa: BLE001 - as the session tree's spill replay goes on
+                pass
+        assert store.depth == 0
+        store.append([PendingEvent(namespace="t", type="Noted", version=1, payload={})])
+        assert store.last_seq() == 1  # the store writes again
+    finally:
+        store.close()
