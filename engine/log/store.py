@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 from ..errors import (
     AppendOnlyViolation,
@@ -52,6 +52,9 @@ __all__ = [
     "row_to_event",
     "read_payload",
     "EVENT_COLUMNS",
+    "storable",
+    "read_pages",
+    "Payload",
 ]
 
 SYNCHRONOUS = "NORMAL"
@@ -142,6 +145,11 @@ class Envelope(NamedTuple):
     session: str | None
 
 
+Payload: TypeAlias = dict[str, Any]
+"""An event's payload as plain JSON data. (An alias: a NamedTuple field spelled with `Any` would
+make every module that names StoredEvent carry an explicit Any.)"""
+
+
 class StoredEvent(NamedTuple):
     """One row of the log: the envelope and the payload as plain JSON data.
 
@@ -149,7 +157,7 @@ class StoredEvent(NamedTuple):
     second; a frozen dataclass costs several times more to build.)"""
 
     envelope: Envelope
-    payload: dict[str, Any]
+    payload: Payload
 
     @property
     def seq(self) -> int:
@@ -494,7 +502,7 @@ class SQLiteEventStore:
         """Append events in one transaction and return them as stored, in order."""
         if not events:
             return []
-        events, texts = _storable(events)
+        events, texts = storable(events)
         rows = [
             (e.id, e.namespace, e.type, e.version, e.created_at, e.session, text)
             for e, text in zip(events, texts, strict=True)
@@ -521,7 +529,7 @@ class SQLiteEventStore:
         if not events:
             return []
         stored: list[StoredEvent] = []
-        events, texts = _storable(events)
+        events, texts = storable(events)
         with sqlite_errors("appending events"), self.atomic() as conn:
             for e, text in zip(events, texts, strict=True):
                 cur = conn.execute(
@@ -581,21 +589,12 @@ class SQLiteEventStore:
             "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
             f" WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         )
-        cursor = after
-        remaining = limit
-        while remaining is None or remaining > 0:
-            page = _PAGE if remaining is None else min(_PAGE, remaining)
+
+        def fetch(cursor: int, page: int) -> list[tuple[Any, ...]]:
             with sqlite_errors("reading events"), self.reading() as conn:
-                rows = conn.execute(sql, (cursor, *params, page)).fetchall()
-            if not rows:
-                return
-            for row in rows:
-                yield row_to_event(row)
-            cursor = rows[-1][0]
-            if remaining is not None:
-                remaining -= len(rows)
-            if len(rows) < page:
-                return
+                return conn.execute(sql, (cursor, *params, page)).fetchall()
+
+        yield from read_pages(fetch, after, limit)
 
     def get(self, seq: int) -> StoredEvent | None:
         with sqlite_errors("reading an event"), self.reading() as conn:
@@ -777,7 +776,7 @@ class SQLiteEventStore:
         return f"SQLiteEventStore({self.path!r})"
 
 
-def _storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], list[str]]:
+def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], list[str]]:
     """The events as they are stored, and their payloads' JSON. A lone surrogate (no UTF-8
     form, see `storable.py`) in a payload or a session id is escaped, so one bad string never
     stops a write; capture has already escaped a message's and kept its original."""
@@ -796,6 +795,28 @@ def _storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], l
         for e in events
     ]
     return events, [_encode(_stored_payload(e.payload)) for e in events]
+
+
+def read_pages(
+    fetch: Callable[[int, int], Sequence[tuple[Any, ...]]], after: int, limit: int | None
+) -> Iterator[StoredEvent]:
+    """The events `fetch(cursor, page)` returns (at most `page` rows past seq `cursor`, as
+    EVENT_COLUMNS, in seq order), a page at a time from `after`, `limit` of them at most: a
+    long read holds no lock or snapshot between pages."""
+    cursor = after
+    remaining = limit
+    while remaining is None or remaining > 0:
+        page = _PAGE if remaining is None else min(_PAGE, remaining)
+        rows = fetch(cursor, page)
+        if not rows:
+            return
+        for row in rows:
+            yield row_to_event(row)
+        cursor = int(rows[-1][0])
+        if remaining is not None:
+            remaining -= len(rows)
+        if len(rows) < page:
+            return
 
 
 EVENT_COLUMNS = "seq, id, namespace, type, version, created_at, session, payload"

@@ -1,0 +1,92 @@
+"""What an event log store must do, whatever database holds it.
+
+Invariants every store keeps (tests/test_log_contract.py runs the same tests against each):
+- Append-only: the database itself refuses UPDATE and DELETE of an event.
+- `seq` rises in commit order: a reader that has seen seq N never later finds an event below N
+  it had not seen, so a fold's position (the last seq it read) is always safe to resume from,
+  however many writers append at once. (Numbers may be skipped: SQLite's AUTOINCREMENT spends
+  one on a duplicate `append_new` ignores. The PostgreSQL store skips none.)
+- A payload reads back exactly as it was appended (after a lone surrogate is escaped, as
+  `storable.py` says), whatever its size or script.
+- `append_new` stores an event whose id the log already holds nothing twice, across threads,
+  processes and hosts.
+- Everything a caller does inside one `atomic()` block commits together or not at all; nested
+  blocks are savepoints. The log's own tables (events, fold positions, migrations) are created
+  by `migrate` when a store opens.
+
+Two stores implement it: `store.SQLiteEventStore` (the embedded default, the one the core uses)
+and `postgres.PostgresEventStore` (partial: the log alone; nothing above the log runs on it yet).
+The named questions the rooms above ask (`latest`, `seqs_of`, ...) and the SQLite-only parts
+(`patience`, `checkpoint`, the connection a fold writes its own tables through) are not part of
+this port yet: they are what moving a room's tables to PostgreSQL adds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
+
+from .store import Migration, PendingEvent, SQLiteEventStore, StoredEvent
+
+__all__ = ["EventLogStore"]
+
+Conn = TypeVar("Conn", covariant=True)
+Step = TypeVar("Step", contravariant=True)
+
+
+class EventLogStore(Protocol[Conn, Step]):
+    """An append-only event log. `Conn` is the store's connection type (what `atomic()` hands a
+    caller writing its own tables in the same transaction); `Step` its migration type."""
+
+    def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        """Store every event, in order, in one transaction; a duplicate id is an error."""
+        ...
+
+    def append_new(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        """Store the events whose id the log does not hold yet (the first of an id repeated in
+        `events`); return those stored, in order. One transaction."""
+        ...
+
+    def read(
+        self,
+        *,
+        after: int = 0,
+        upto: int | None = None,
+        session: str | None = None,
+        sessions: Sequence[str] | None = None,
+        namespaces: Sequence[str] | None = None,
+        limit: int | None = None,
+        by_seq: bool = False,
+    ) -> Iterator[StoredEvent]:
+        """Events with `after < seq <= upto` (of those sessions and namespaces), in seq order."""
+        ...
+
+    def get(self, seq: int) -> StoredEvent | None: ...
+
+    def get_by_id(self, event_id: str) -> StoredEvent | None: ...
+
+    def last_seq(self) -> int:
+        """The highest committed seq (0 for an empty log)."""
+        ...
+
+    def count(self) -> int: ...
+
+    def atomic(self) -> AbstractContextManager[Conn]:
+        """One transaction (a savepoint when nested); the only way anything writes."""
+        ...
+
+    def position(self, fold: str) -> int:
+        """The last seq a fold has folded (0 before its first)."""
+        ...
+
+    def migrate(self, migrations: Iterable[Step]) -> list[str]:
+        """Apply the migrations not yet recorded, each atomically with its record."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _sqlite_conforms(store: SQLiteEventStore) -> EventLogStore[sqlite3.Connection, Migration]:
+    return store  # the type checker holds the SQLite store to the port
