@@ -59,3 +59,13 @@ def _no_home(tmp_path, monkeypatch):
     """Nothing a test does may touch the real $HOME or HERMES_HOME."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes_home"))
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """A throwaway PostgreSQL server for this test session (tests/postgres_support.py), started
+    on first use and stopped at the end."""
+    from postgres_support import start_cluster
+
+    with start_cluster() as cluster:
+        yield cluster

@@ -1,0 +1,214 @@
+"""A throwaway PostgreSQL cluster for the tests: `initdb` into a temp directory, `pg_ctl start` on
+127.0.0.1 (a free port) and on a Unix socket in that directory, one database, stopped and removed
+at the end. Every wait is bounded.
+
+PostgreSQL refuses to run as root; a CI machine runs the suite as root. Then the cluster's
+directory is given to an unprivileged user (`nobody`) and the server's commands run as that user
+through `runuser`. The tests connect over TCP with trust authentication, so the test process itself
+stays root.
+
+The binaries: `initdb` on PATH, else the newest `/usr/lib/postgresql/<version>/bin` (where
+Debian's `postgresql` package puts them, off PATH).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["PostgresCluster", "find_bin_dir", "start_cluster"]
+
+START_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+DATABASE = "chronicle_test"
+USER = "chronicle"
+
+
+def find_bin_dir() -> Path:
+    """The directory holding initdb, pg_ctl and postgres; a clear error when there is none."""
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(os.path.realpath(on_path)).parent
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    if versions:
+        return versions[-1].parent
+    raise RuntimeError(
+        "the PostgreSQL contract tests need a PostgreSQL server's binaries (initdb, pg_ctl): "
+        "install Debian's `postgresql` package (`apt-get install -y postgresql`) or put initdb "
+        "on PATH"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PostgresCluster:
+    root: Path
+    bin_dir: Path
+    port: int
+    run_as: str | None  # the unprivileged user the server runs as when we are root
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "socket"
+
+    def conninfo(self, dbname: str = DATABASE, **options: str) -> str:
+        parts = [f"host=127.0.0.1 port={self.port} user={USER} dbname={dbname}"]
+        parts += [f"{key}='{value}'" for key, value in options.items()]
+        return " ".join(parts)
+
+    def command(self, name: str, *args: str) -> list[str]:
+        argv = [str(self.bin_dir / name), *args]
+        return ["runuser", "-u", self.run_as, "--", *argv] if self.run_as else argv
+
+    def run(self, name: str, *args: str, timeout: float) -> str:
+        result = subprocess.run(
+            self.command(name, *args),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=str(self.root),  # runuser keeps the cwd; nobody must be able to enter it
+        )
+        if result.returncode != 0:
+            log = self.root / "server.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(
+                f"{name} {' '.join(args)} failed ({result.returncode}): "
+                f"{result.stderr[-2000:]}{result.stdout[-1000:]}\n{tail}"
+            )
+        return result.stdout
+
+    def stop(self) -> None:
+        for mode in ("fast", "immediate"):
+            try:
+                self.run(
+                    "pg_ctl",
+                    "stop",
+                    "-D",
+                    str(self.data),
+                    "-m",
+                    mode,
+                    "-w",
+                    "-t",
+                    str(STOP_TIMEOUT_S),
+                    timeout=STOP_TIMEOUT_S + 10,
+                )
+                return
+            except (RuntimeError, subprocess.TimeoutExpired):
+                continue
+
+
+def _owner() -> str | None:
+    """The user the server runs as: None when we are not root (we run it ourselves)."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("nobody", "postgres"):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(name)
+            return name
+    raise RuntimeError("running as root and no unprivileged user (nobody) to run PostgreSQL as")
+
+
+@contextlib.contextmanager
+def start_cluster() -> Iterator[PostgresCluster]:
+    """A running cluster with database `chronicle_test`, owned by user `chronicle`; stopped and
+    removed when the block ends."""
+    bin_dir = find_bin_dir()
+    run_as = _owner()
+    # Not pytest's tmp_path: its parents are private to the user running the tests.
+    root = Path(tempfile.mkdtemp(prefix="chronicle-pg-", dir="/tmp" if run_as else None))
+    cluster: PostgresCluster | None = None
+    try:
+        (root / "socket").mkdir()
+        if run_as:
+            entry = pwd.getpwnam(run_as)
+            for path in (root, root / "socket"):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        cluster = PostgresCluster(root, bin_dir, _free_port(), run_as)
+        cluster.run(
+            "initdb",
+            "-D",
+            str(cluster.data),
+            "-U",
+            USER,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+            timeout=START_TIMEOUT_S,
+        )
+        started = False
+        for _attempt in range(3):  # the free port can be taken between probe and bind
+            options = (
+                f"-c listen_addresses=127.0.0.1 -p {cluster.port} "
+                f"-c unix_socket_directories={cluster.socket_dir} "
+                # Only a crash of the machine needs fsync; a killed server recovers from its WAL.
+                "-c fsync=off -c max_connections=100"
+            )
+            try:
+                cluster.run(
+                    "pg_ctl",
+                    "start",
+                    "-D",
+                    str(cluster.data),
+                    "-l",
+                    str(root / "server.log"),
+                    "-w",
+                    "-t",
+                    str(START_TIMEOUT_S),
+                    "-o",
+                    options,
+                    timeout=START_TIMEOUT_S + 10,
+                )
+                started = True
+                break
+            except RuntimeError:
+                cluster.stop()
+                cluster.port = _free_port()
+        if not started:
+            raise RuntimeError(f"PostgreSQL would not start; see {root / 'server.log'}")
+        _create_database(cluster)
+        yield cluster
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _create_database(cluster: PostgresCluster) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            with psycopg.connect(
+                cluster.conninfo("postgres"), autocommit=True, connect_timeout=5
+            ) as conn:
+                conn.execute(f"CREATE DATABASE {DATABASE}")
+                return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

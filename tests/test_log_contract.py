@@ -1,0 +1,349 @@
+"""The event log's contract (engine/log/port.py), run against every store: SQLite (a WAL file)
+and PostgreSQL (a throwaway server, tests/postgres_support.py). The same tests, parametrised, as
+eventsourcing runs one recorder suite against each backend.
+
+Each PostgreSQL test gets a schema of its own in the session's database, so tests share one
+server and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from chronicle_engine.errors import AppendOnlyViolation, StoreError
+from chronicle_engine.log.postgres import PostgresEventStore, postgres_errors
+from chronicle_engine.log.store import PendingEvent, SQLiteEventStore, sqlite_errors
+from chronicle_engine.storable import escape_surrogates
+
+ROOT = Path(__file__).resolve().parents[1]
+DEADLINE_S = 120  # every concurrent run below ends well inside this
+
+
+@dataclass
+class Target:
+    """Where a log lives, and how to open another store on it (another thread's or process's)."""
+
+    kind: str  # "sqlite" or "postgres"
+    where: str  # the file, or the conninfo
+
+    def open(self) -> SQLiteEventStore | PostgresEventStore:
+        if self.kind == "sqlite":
+            return SQLiteEventStore(self.where)
+        return PostgresEventStore(self.where)
+
+    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        return sqlite_errors(what) if self.kind == "sqlite" else postgres_errors(what)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    if request.param == "sqlite":
+        yield Target("sqlite", str(tmp_path / "log.db"))
+        return
+    import psycopg
+
+    cluster = request.getfixturevalue("postgres_cluster")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    yield Target("postgres", cluster.conninfo(options=f"-c search_path={schema}"))
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def store(target: Target) -> Iterator[SQLiteEventStore | PostgresEventStore]:
+    s = target.open()
+    yield s
+    s.close()
+
+
+def ev(
+    payload: dict[str, object], *, id: str | None = None, session: str | None = "s"
+) -> PendingEvent:
+    extra = {"id": id} if id else {}
+    return PendingEvent("test", "Thing", 1, payload, session=session, **extra)
+
+
+def _same_json(a: object, b: object) -> bool:
+    """Equal, and equal as text: key order, number forms and every character kept."""
+    return a == b and json.dumps(a, ensure_ascii=False) == json.dumps(b, ensure_ascii=False)
+
+
+PAYLOADS: list[dict[str, object]] = [
+    {"text": "plain ascii", "n": 1, "f": 1.5, "big": 2**62, "neg": -7, "none": None, "t": True},
+    {
+        "text": "naïve café — 東京 · مرحبا · שלום · 🦀🧪 · e\u0301 (combining)",
+        "z": "zero\u200bwidth",
+    },
+    {"control": 'tab\tnewline\nnul\x00bell\x07 quote" backslash\\', "empty": ""},
+    {"nested": {"a": [1, 2, {"b": "c"}], "d": {}}, "list": [[], [None], ["x"]]},
+    {"z_last": 1, "a_first": 2, "m_mid": 3},  # key order is kept, not sorted
+    {
+        "content": "the same long sentence said twice in one payload",
+        "text": "the same long sentence said twice in one payload",
+    },
+    {"float_forms": [0.1, 1e-7, 1e100, -0.0, 123456789.123456789]},
+    {"large": "x" * 1_500_000 + "é" * 200_000, "tail": "end"},
+]
+
+
+@pytest.mark.parametrize("index", range(len(PAYLOADS)))
+def test_a_payload_reads_back_exactly(store, index: int) -> None:
+    payload = PAYLOADS[index]
+    [stored] = store.append([ev(payload)])
+    for got in (store.get(stored.seq), store.get_by_id(stored.envelope.id), next(store.read())):
+        assert got is not None
+        assert got.envelope == stored.envelope
+        assert _same_json(got.payload, payload)
+
+
+def test_a_lone_surrogate_is_stored_escaped_as_the_log_stores_it(store) -> None:
+    payload = {"name": "caf\udce9.txt", "keys": {"k\ud800": ["\udfff"]}}
+    [stored] = store.append([ev(payload, session="s\udce9")])
+    got = store.get(stored.seq)
+    assert got is not None
+    assert _same_json(got.payload, escape_surrogates(payload))
+    assert got.payload["name"] == "caf\\udce9.txt"
+    assert got.envelope.session == "s\\udce9" == stored.envelope.session
+
+
+def test_seqs_are_consecutive_and_reads_filter_and_page(store) -> None:
+    first = store.append([ev({"i": i}, session=f"s{i % 3}") for i in range(5)])
+    second = store.append([ev({"i": i}, session=f"s{i % 3}") for i in range(5, 4500)])
+    assert [e.seq for e in first + second] == list(range(1, 4501))
+    assert store.last_seq() == 4500 and store.count() == 4500
+    assert [e.payload["i"] for e in store.read(after=4497)] == [4497, 4498, 4499]
+    assert [e.seq for e in store.read(after=10, upto=13)] == [11, 12, 13]
+    assert [e.seq for e in store.read(session="s1", limit=3)] == [2, 5, 8]
+    assert [e.seq for e in store.read(sessions=["s0", "s2"], upto=6)] == [1, 3, 4, 6]
+    assert list(store.read(sessions=[])) == [] and list(store.read(namespaces=[])) == []
+    assert len(list(store.read(namespaces=["test"], by_seq=True))) == 4500
+    assert list(store.read(namespaces=["other"])) == []
+    assert store.get(4501) is None and store.get_by_id("nope") is None
+
+
+def test_append_new_stores_an_id_once(store) -> None:
+    assert [e.seq for e in store.append_new([ev({"i": 1}, id="x"), ev({"i": 2}, id="y")])] == [1, 2]
+    again = store.append_new([ev({"i": 1}, id="x"), ev({"i": 3}, id="z"), ev({"i": 4}, id="z")])
+    assert [(e.envelope.id, e.payload) for e in again] == [("z", {"i": 3})]
+    assert again[0].seq > 2  # SQLite may skip a seq an ignored duplicate drew; never reuse one
+    assert store.append_new([ev({"i": 1}, id="x")]) == []
+    assert [e.envelope.id for e in store.read()] == ["x", "y", "z"]
+
+
+def test_a_duplicate_id_in_append_is_refused_and_takes_no_seq(store) -> None:
+    store.append([ev({"i": 1}, id="x")])
+    with pytest.raises(StoreError):
+        store.append([ev({"i": 2}, id="y"), ev({"i": 3}, id="x")])
+    assert store.count() == 1
+    assert [e.seq for e in store.append([ev({"i": 4})])] == [2]
+
+
+def test_a_failed_transaction_leaves_nothing_and_a_savepoint_only_its_own(store) -> None:
+    with pytest.raises(RuntimeError), store.atomic():
+        store.append([ev({"i": 1})])
+        store.append_new([ev({"i": 2}, id="kept-out")])
+        raise RuntimeError("boom")
+    assert store.count() == 0 and store.last_seq() == 0
+    with store.atomic():
+        store.append([ev({"i": 1})])
+        with pytest.raises(RuntimeError), store.atomic():
+            store.append([ev({"i": 2})])
+            raise RuntimeError("inner only")
+        store.append([ev({"i": 3})])
+    assert [(e.seq, e.payload["i"]) for e in store.read()] == [(1, 1), (2, 3)]
+    # what the rolled-back append took is given back: an id kept out can come in later
+    assert [e.seq for e in store.append_new([ev({"i": 5}, id="kept-out")])] == [3]
+
+
+def test_events_can_never_be_updated_or_deleted(store, target: Target) -> None:
+    store.append([ev({"i": 1})])
+    for sql in ("UPDATE events SET payload = '{}'", "DELETE FROM events"):
+        with pytest.raises(AppendOnlyViolation), target.errors("tampering"), store.atomic() as c:
+            c.execute(sql)
+    assert [e.payload for e in store.read()] == [{"i": 1}]
+
+
+def test_fold_positions_move_in_the_writers_transaction(store) -> None:
+    assert store.position("fold") == 0
+    with store.atomic() as conn:
+        store.set_position(conn, "fold", 7)
+    assert store.position("fold") == 7
+    with pytest.raises(RuntimeError), store.atomic() as conn:
+        store.set_position(conn, "fold", 9)
+        raise RuntimeError("rolled back")
+    assert store.position("fold") == 7
+
+
+def test_reopening_applies_no_migration_twice(target: Target) -> None:
+    first = target.open()
+    first.append([ev({"i": 1})])
+    first.close()
+    again = target.open()
+    assert again.migrate([]) == [] and again.count() == 1
+    again.close()
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+_WRITER = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
+    kind, where, name, batches, shared = {args!r}
+    if kind == "sqlite":
+        store = SQLiteEventStore(where)
+    else:
+        from chronicle_engine.log.postgres import PostgresEventStore
+        store = PostgresEventStore(where)
+    print("ready", flush=True)
+    sys.stdin.readline()  # every writer starts at once
+    stored = []
+    for b in range(batches):
+        own = [PendingEvent("test", "Thing", 1, {{"w": name, "b": b, "k": k}}, id=f"{{name}}-{{b}}-{{k}}")
+               for k in range(b % 4 + 1)]
+        stored += [e.envelope.id for e in store.append(own)]
+        ids = [f"shared-{{(b * 3 + j) % shared}}" for j in range(3)]
+        stored += [e.envelope.id for e in store.append_new(
+            [PendingEvent("test", "Shared", 1, {{"id": i}}, id=i) for i in ids])]
+    store.close()
+    print(json.dumps(stored))
+    """
+)
+
+
+def _own_ids(name: str, batches: int) -> set[str]:
+    return {f"{name}-{b}-{k}" for b in range(batches) for k in range(b % 4 + 1)}
+
+
+def test_concurrent_appenders_in_threads_and_processes_lose_and_repeat_nothing(
+    target: Target,
+) -> None:
+    """4 threads and 2 processes append (each its own events, and all of them the same shared
+    ids through append_new) while a reader follows the log: every event is stored once, and no
+    event ever appears behind what the reader has seen (on PostgreSQL, seqs also run 1..N)."""
+    batches, shared = 60, 30
+    store = target.open()
+    stored_by: dict[str, list[str]] = {}
+    errors: list[BaseException] = []
+    done = threading.Event()
+    go = threading.Event()
+    followed: list[int] = []
+
+    def writer(name: str) -> None:
+        own = target.open()
+        try:
+            go.wait(DEADLINE_S)
+            ids: list[str] = []
+            for b in range(batches):
+                batch = [
+                    PendingEvent(
+                        "test", "Thing", 1, {"w": name, "b": b, "k": k}, id=f"{name}-{b}-{k}"
+                    )
+                    for k in range(b % 4 + 1)
+                ]
+                ids += [e.envelope.id for e in own.append(batch)]
+                wanted = [f"shared-{(b * 3 + j) % shared}" for j in range(3)]
+                ids += [
+                    e.envelope.id
+                    for e in own.append_new(
+                        [PendingEvent("test", "Shared", 1, {"id": i}, id=i) for i in wanted]
+                    )
+                ]
+            stored_by[name] = ids
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+        finally:
+            own.close()
+
+    def reader() -> None:
+        follower = target.open()
+        try:
+            position = 0
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline:
+                finished = done.is_set()
+                for event in follower.read(after=position):
+                    assert event.seq > position, (position, event.seq)
+                    position = event.seq
+                    followed.append(event.seq)
+                if finished:
+                    return
+                time.sleep(0.005)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            follower.close()
+
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _WRITER.format(
+                    root=str(ROOT), args=(target.kind, target.where, f"p{n}", batches, shared)
+                ),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(2)
+    ]
+    threads = [threading.Thread(target=writer, args=(f"t{n}",)) for n in range(4)]
+    follow = threading.Thread(target=reader)
+    follow.start()
+    for t in threads:
+        t.start()
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    go.set()
+    for n, process in enumerate(processes):
+        out, err = process.communicate(timeout=DEADLINE_S)
+        assert process.returncode == 0, err[-3000:]
+        stored_by[f"p{n}"] = json.loads(out.strip().splitlines()[-1])
+    for t in threads:
+        t.join(timeout=DEADLINE_S)
+    done.set()
+    follow.join(timeout=DEADLINE_S)
+    assert not errors, errors[:3]
+
+    names = [f"t{n}" for n in range(4)] + ["p0", "p1"]
+    expected = set().union(*(_own_ids(name, batches) for name in names))
+    expected |= {f"shared-{i}" for i in range(shared)}
+    claimed = [i for name in names for i in stored_by[name]]
+    assert len(claimed) == len(set(claimed)) == len(expected)  # each id stored by one writer
+    assert set(claimed) == expected
+    log = list(store.read())
+    seqs = [e.seq for e in log]
+    assert len(seqs) == len(expected) and seqs == sorted(set(seqs))
+    assert {e.envelope.id for e in log} == expected
+    # Nothing appeared behind the follower: every seq it will ever find, it found in order.
+    assert followed == seqs
+    # The writers really ran at once: each one's events have others' between them.
+    order = [str(e.payload["w"]) for e in log if "w" in e.payload]
+    runs = [w for i, w in enumerate(order) if i == 0 or order[i - 1] != w]
+    for name in names:
+        assert runs.count(name) > 1, (name, " ".join(runs))
+    if target.kind == "postgres":  # the counter gives back what a rollback or a duplicate took
+        assert seqs == list(range(1, len(expected) + 1))
+    store.close()
