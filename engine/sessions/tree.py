@@ -279,8 +279,17 @@ class SessionTree:
     def chronicle_names(self, session_id: str) -> list[str]:
         """This session's chronicle, then those of the sessions it branched from (a handoff
         copied into a branch cites sections of its parent's chronicle)."""
+        chain = self.scope(session_id)
+        with self.store.reading() as conn:
+            roots = {s: (head[1] if (head := self._head(conn, s)) else s) for s, _ in chain}
         names: list[str] = []
-        for session, _ in reversed(self.scope(session_id)):
+        asked: set[str] = set()
+        for session, _ in reversed(chain):
+            # Compression continuations share their lineage and so its chronicle: ask once per
+            # lineage, not once per session (a conversation compacted 800 times has 800).
+            if roots[session] in asked:
+                continue
+            asked.add(roots[session])
             name = self.chronicle_name(session)
             if name not in names:
                 names.append(name)
