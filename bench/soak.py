@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import yaml  # noqa: E402
 from agent.model_metadata import estimate_messages_tokens_rough  # noqa: E402
-from test_compaction_support import load_plugin, tool_step  # noqa: E402
+from test_compaction_support import slots, tool_step  # noqa: E402
 
 from chronicle_engine.compaction.handoff import cited, label_of  # noqa: E402
 from chronicle_engine.messages import content_text, is_own_handoff  # noqa: E402
@@ -164,25 +164,6 @@ class _Counter(logging.Handler):
         self.count += 1
 
 
-def _slots(home: Path) -> tuple[Any, Any]:
-    """The two slots as Hermes' two loaders register them."""
-    plugin = load_plugin()
-    engines: list[Any] = []
-    providers: list[Any] = []
-
-    class GeneralLoader:
-        def register_context_engine(self, engine: Any) -> None:
-            engines.append(engine)
-
-    class MemoryLoader:
-        def register_memory_provider(self, provider: Any) -> None:
-            providers.append(provider)
-
-    plugin.register(GeneralLoader())
-    plugin.register(MemoryLoader())
-    return engines[0], providers[0]
-
-
 def soak(
     shape: Shape, turns: int, *, max_seconds: float = 1800.0, progress_every: int = 1000
 ) -> Result:
@@ -201,7 +182,7 @@ def soak(
         )
         previous_home = os.environ.get("HERMES_HOME")
         os.environ["HERMES_HOME"] = str(home)
-        registered, provider = _slots(home)
+        registered, provider = slots()
         try:
             session = "soak-0"
             provider.initialize(session, hermes_home=str(home), platform="cli")

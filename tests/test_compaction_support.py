@@ -53,6 +53,25 @@ def load_bench(name: str) -> Any:
     return module
 
 
+def slots() -> tuple[Any, Any]:
+    """The two slots as Hermes' two loaders register them: (context engine, memory provider)."""
+    plugin = load_plugin()
+    engines: list[Any] = []
+    providers: list[Any] = []
+
+    class GeneralLoader:
+        def register_context_engine(self, engine: Any) -> None:
+            engines.append(engine)
+
+    class MemoryLoader:
+        def register_memory_provider(self, provider: Any) -> None:
+            providers.append(provider)
+
+    plugin.register(GeneralLoader())
+    plugin.register(MemoryLoader())
+    return engines[0], providers[0]
+
+
 def tool_step(call: str, command: str, output: str) -> list[dict[str, Any]]:
     """An assistant's terminal call `call` running `command`, and its result."""
     arguments = json.dumps({"command": command})

@@ -79,6 +79,7 @@ def test_the_plugin_registers_a_hermes_context_engine_named_chronicle() -> None:
     for tool in (
         "chronicle_expand",
         "chronicle_pin_context",
+        "chronicle_edit_context",
         "chronicle_focus",
         "chronicle_context_status",
     ):

@@ -57,6 +57,7 @@ def test_the_schemas_hermes_sees_keep_their_names_and_required_arguments() -> No
         "chronicle_forget": (["id", "include_source", "reason"], ["id"]),
         "chronicle_expand": (["from_seq", "page", "page_size", "section_id", "to_seq"], []),
         "chronicle_pin_context": (["from_seq", "note", "text", "to_seq", "unpin"], []),
+        "chronicle_edit_context": (["hide", "replacement", "seq", "text"], []),
         "chronicle_focus": (["topic"], ["topic"]),
         "chronicle_context_status": ([], []),
     }

@@ -16,7 +16,15 @@ import json
 import re
 from typing import Any
 
-__all__ = ["ARGUMENTS_KEY", "note", "arguments_note", "strip_note", "origin", "stands_for"]
+__all__ = [
+    "ARGUMENTS_KEY",
+    "note",
+    "arguments_note",
+    "edited_note",
+    "strip_note",
+    "origin",
+    "stands_for",
+]
 
 ARGUMENTS_KEY = "chronicle_shortened"
 """The key of the JSON object that replaces a call's cut arguments."""
@@ -28,6 +36,12 @@ _NOTE = re.compile(
     r"chronicle_expand\(from_seq=(\d+), to_seq=\1\) returns the original\]\Z"
 )
 _ARGUMENTS = re.compile(r"chronicle_expand\(from_seq=(\d+), to_seq=\1\) returns the original\Z")
+# A context edit (the agent hid or replaced a message it holds) ends the same way, and stands for
+# its original as a cut copy does, whatever text replaced the original's.
+_EDITED = re.compile(
+    r"\n?\[… edited in context: [^\n\]]*; "
+    r"chronicle_expand\(from_seq=(\d+), to_seq=\1\) returns the original\]\Z"
+)
 
 
 def _restore(seq: int | None) -> str:
@@ -39,6 +53,11 @@ def _restore(seq: int | None) -> str:
 def note(what: str, seq: int | None) -> str:
     """What ends a cut content: what was omitted and how to get it back."""
     return f"{_LEAD}{what} omitted; {_restore(seq)}]"
+
+
+def edited_note(what: str, seq: int, *, alone: bool = False) -> str:
+    """What ends a message's content the agent edited in context (`alone`: nothing before it)."""
+    return f"{'' if alone else chr(10)}[… edited in context: {what}; {_restore(seq)}]"
 
 
 def arguments_note(raw: str, keep: int, seq: int | None) -> str:
@@ -85,7 +104,7 @@ def origin(message: Any) -> int | None:
         return None
     content = message.get("content")
     if isinstance(content, str) and content.endswith(_END):
-        found = _NOTE.search(content)
+        found = _NOTE.search(content) or _EDITED.search(content)
         if found is not None:
             return int(found.group(1))
     return _arguments_origin(message)
@@ -123,6 +142,8 @@ def stands_for(copy: Any, original: Any) -> bool:
     if _call_ids(copy) != _call_ids(original):
         return False
     if copy.get("content") == original.get("content"):
+        return True
+    if isinstance(copy.get("content"), str) and _EDITED.search(copy["content"]):
         return True
     kept = strip_note(_text(copy.get("content")))
     return kept != _text(copy.get("content")) and _text(original.get("content")).startswith(kept)

@@ -252,6 +252,11 @@ class Compaction:
     def unpin(self, session_id: str, from_seq: int, to_seq: int) -> None:
         self._record(session_id, ContextUnpinned(from_seq=from_seq, to_seq=to_seq))
 
+    def edit_context(self, session_id: str, seq: int, content: str | None) -> dict[str, Any]:
+        """Hide (`content` None) or replace a message in the session's context from now on; the
+        log keeps the original. Returns the message as the context holds it now."""
+        return self._sessions.edit_message(session_id, seq, content)
+
     def set_focus(self, session_id: str, topic: str) -> None:
         self._record(session_id, ContextFocused(topic=topic.strip()))
 
@@ -720,16 +725,15 @@ class Compaction:
             instructions_older=d.carried.as_record(),
         )
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
-        # live list from it); the head and the protected copies kept before the tail count as
-        # the head, so the tree's projection holds what the model holds.
+        # live list from it); the head goes before the handoff and the protected copies kept
+        # before the tail right after it, so the tree's projection holds what the model holds,
+        # in its order.
         tail = [s for s in (seqs[i] for i in the_plan.keep if i >= the_plan.cut) if s is not None]
-        head_seqs = [
-            s
-            for s in (
-                seqs[i] for i in (*the_plan.head, *(i for i in the_plan.keep if i < the_plan.cut))
-            )
-            if s is not None
+        head_seqs = [s for s in (seqs[i] for i in the_plan.head) if s is not None]
+        kept_seqs = [
+            s for s in (seqs[i] for i in the_plan.keep if i < the_plan.cut) if s is not None
         ]
+        cut_copies = {s: wire_message(m) for m in output if (s := shortened.origin(m)) is not None}
         # One transaction: the sections, the pass's record and the tree's compaction entry, so
         # a crash leaves all of them or none. The range is read again under the write lock:
         # consolidation (another thread) may have written over it since the plan read it.
@@ -756,6 +760,8 @@ class Compaction:
                     tokens_after=tokens_after,
                     summary=d.text,
                     head_seqs=head_seqs,
+                    kept_seqs=kept_seqs,
+                    shortened=cut_copies,
                 )
         except ChronicleFork as fork:
             raise _Raced(str(fork)) from fork

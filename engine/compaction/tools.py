@@ -1,4 +1,5 @@
-"""The context engine's tools: expand any section back to its messages, pin, focus, status.
+"""The context engine's tools: expand any section back to its messages, pin, edit the
+context, focus, status.
 
 Each tool's arguments are a model (its JSON schema is generated from it). Handlers get the
 engine's `Compaction` and the slot's context: `session_id` (the engine's current session; everything follows its lineage), `messages`
@@ -13,7 +14,7 @@ from pydantic import Field
 
 from ..errors import UsageError
 from ..messages import content_text
-from ..tools import Name, Seq, ToolArgs, ToolSpec, Words
+from ..tools import Name, Seq, Text, ToolArgs, ToolSpec, Words
 
 if TYPE_CHECKING:  # the engine is built on the first compaction, not when tools are listed
     from .engine import Compaction
@@ -52,6 +53,15 @@ class PinArgs(ToolArgs):
     unpin: bool = False
 
 
+class EditArgs(ToolArgs):
+    blank_is_absent = frozenset({"seq"})
+
+    seq: Seq | None = Field(None, description="The log position of the message to edit.")
+    text: Words = Field("", description="Or a phrase from it (the most recent match).")
+    replacement: Text = Field("", description="The words the context holds instead.")
+    hide: bool = Field(False, description="Hide the message's words instead of replacing them.")
+
+
 class FocusArgs(ToolArgs):
     topic: Words
 
@@ -71,23 +81,22 @@ def _expand(compaction: Compaction, args: ExpandArgs, **context: Any) -> dict[st
     )
 
 
+def _latest_with(messages: list[Any], text: str) -> int:
+    """The index of the latest live message containing `text`."""
+    needle = text.casefold()
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], dict) and needle in content_text(messages[i]).casefold():
+            return i
+    raise UsageError(f"no message in the current context contains {text!r}")
+
+
 def _pin(compaction: Compaction, args: PinArgs, **context: Any) -> dict[str, Any]:
     session_id = _session(context)
     lo, hi = args.from_seq, args.to_seq
     text = args.text.strip()
     if lo is None and text:
         messages = list(context.get("messages") or [])
-        needle = text.casefold()
-        index = next(
-            (
-                i
-                for i in range(len(messages) - 1, -1, -1)
-                if isinstance(messages[i], dict) and needle in content_text(messages[i]).casefold()
-            ),
-            None,
-        )
-        if index is None:
-            raise UsageError(f"no message in the current context contains {text!r}")
+        index = _latest_with(messages, text)
         seqs = compaction.capture.capture_messages(session_id, messages)
         lo = seqs[index]
         if lo is None:
@@ -104,6 +113,45 @@ def _pin(compaction: Compaction, args: PinArgs, **context: Any) -> dict[str, Any
     return {
         "pinned": {"from_seq": lo, "to_seq": hi},
         "effect": "these messages stay verbatim through every later compaction",
+    }
+
+
+def _edit(compaction: Compaction, args: EditArgs, **context: Any) -> dict[str, Any]:
+    """The edit is recorded in the session tree and made to the host's live list in place (the
+    same dict, its private keys kept), so what the model is sent and the tree's projection stay
+    the same list."""
+    session_id = _session(context)
+    if not args.hide and not args.replacement.strip():
+        raise UsageError("give the replacement words, or hide=true to hide the message")
+    live = context.get("messages")
+    messages: list[Any] = live if isinstance(live, list) else []
+    seqs = compaction.capture.capture_messages(session_id, messages)
+    if args.seq is not None:
+        index = next((i for i, s in enumerate(seqs) if s == args.seq), None)
+        if index is None:
+            raise UsageError(
+                f"seq {args.seq} is not in the current context; only a message the model holds "
+                "can be edited (an earlier one is already folded into a section)"
+            )
+    elif args.text.strip():
+        index = _latest_with(messages, args.text.strip())
+    else:
+        raise UsageError("give seq (a message's log position) or text (a phrase from it)")
+    seq = seqs[index]
+    if seq is None or not isinstance(messages[index], dict):
+        raise UsageError("that message is not part of the conversation log and cannot be edited")
+    if index == len(messages) - 1 or messages[index] is messages[-1]:
+        raise UsageError("the latest message is what the model is answering; it cannot be edited")
+    replacement = compaction.edit_context(session_id, seq, None if args.hide else args.replacement)
+    target = messages[index]
+    for key in [k for k in target if not str(k).startswith("_")]:
+        del target[key]
+    target.update(replacement)
+    return {
+        "edited": seq,
+        "hidden": args.hide,
+        "effect": "the context holds the edited message from now on; "
+        f"chronicle_expand(from_seq={seq}, to_seq={seq}) returns the original",
     }
 
 
@@ -136,6 +184,14 @@ CONTEXT_TOOLS: tuple[ToolSpec[Compaction], ...] = (
         "(from_seq/to_seq). unpin=true releases a pin.",
         PinArgs,
         _pin,
+    ),
+    ToolSpec(
+        "chronicle_edit_context",
+        "Hide or replace a message in your own context from now on (a stale tool dump, a wrong "
+        "result), by its log position (seq) or a phrase from it. The original stays in the log: "
+        "chronicle_expand returns it.",
+        EditArgs,
+        _edit,
     ),
     ToolSpec(
         "chronicle_focus",

@@ -49,7 +49,8 @@ def window(recall: RecallIndex, session_id: str) -> Window | None:
         return Window(sessions)
     record = latest.event
     start = record.first_kept_seq if record.first_kept_seq is not None else latest.seq
-    heads = recall.store.seqs_of(record.head_entries) if record.head_entries else {}
+    placed = [*record.head_entries, *record.kept_entries]
+    heads = recall.store.seqs_of(placed) if placed else {}
     return Window(sessions, start, frozenset(heads.values()))
 
 

@@ -30,15 +30,19 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from ..capture.describe import digest
+from ..capture.events import text_parts
 from ..capture.hooks import HostRecorder
 from ..capture.path import BranchPath
-from ..capture.plan import Context, Plan, Planner
+from ..capture.plan import Branch, Context, Plan, Planner
+from ..capture.speaker import is_handoff
 from ..config import Config
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.store import PendingEvent, sqlite_errors, utc_now
 from ..storable import escape_text
-from .events import BranchSummarized, LeafMoved
-from .paths import read_leaf, read_path
+from .events import BranchSummarized, CompactionRecorded, LeafMoved
+from .paths import PathEntry, read_leaf, read_path
+from .projection import compaction_summary
 from .summary import abandoned_summary
 from .tree import SessionTree, TreeWriter
 
@@ -219,7 +223,7 @@ class Capture(HostRecorder):
                         plan = self._planner.full(session, path, items, result, context)
                     if plan.events:
                         end = w.end
-                        events = self._events(session, plan)
+                        events = self._events(session, plan, items, w.path)
                         seqs = w.append(events)
                         by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
                         for q in range(plan.first_new_q, len(plan.path.ids)):
@@ -274,7 +278,7 @@ class Capture(HostRecorder):
             path = offline.copy()  # kept as it was unless the spill takes the plan
             path.identity = dict(offline.identity)
             plan = self._planner.full(session, path, items, [None] * len(items), context)
-            events = self._events(session, plan)
+            events = self._events(session, plan, items, self._read_path)
         except StoreError as err:
             log.error("chronicle: could not plan the capture to keep it aside: %s", err)
             return exc
@@ -344,26 +348,89 @@ class Capture(HostRecorder):
 
     # -- the tree's own entries around a plan ----------------------------------------------------
 
-    def _events(self, session: str, plan: Plan) -> list[PendingEvent]:
-        """The plan's message events, with the tree entries a new branch needs: a summary of
-        what was abandoned first (its findings stay in the new branch's history), and the leaf
-        moved to the branch's end last (its messages may be entries the log already holds, the
-        host having gone back to a branch it left, which the fold does not add again)."""
+    def _events(
+        self,
+        session: str,
+        plan: Plan,
+        items: Sequence[object],
+        path_to: Callable[[str | None], list[PathEntry]],
+    ) -> list[PendingEvent]:
+        """The plan's message events, with the tree entries a new branch needs: the compaction
+        the host's list still stands on, when the branch leaves the tree before it (see
+        `_carried`); a summary of what was abandoned (its findings stay in the new branch's
+        history); and the leaf moved to the branch's end last (its messages may be entries the
+        log already holds, the host having gone back to a branch it left, which the fold does
+        not add again)."""
         branch = plan.branch
         if branch is None:
             return plan.events
         types = self.tree.types
+        events: list[PendingEvent] = []
+        parent = branch.parent
+        carried = self._carried(branch, items, path_to)
+        if carried is not None:
+            carried_id = "c" + digest(session, branch.entry_id)
+            events.append(
+                types.pending(
+                    carried.model_copy(update={"parent": parent}), session=session, id=carried_id
+                )
+            )
+            parent = carried_id
         summary = BranchSummarized(
-            parent=branch.parent,
+            parent=parent,
             abandoned_leaf=branch.abandoned_leaf,
             summary=abandoned_summary(self._texts(branch.abandoned_seqs)),
             abandoned_entries=len(branch.abandoned_seqs),
         )
         return [
+            *events,
             types.pending(summary, session=session, id=branch.entry_id),
             *plan.events,
             types.pending(LeafMoved(target=plan.path.leaf), session=session),
         ]
+
+    def _carried(
+        self,
+        branch: Branch,
+        items: Sequence[object],
+        path_to: Callable[[str | None], list[PathEntry]],
+    ) -> CompactionRecorded | None:
+        """The compaction a new branch must repeat, or None.
+
+        Hermes' /undo truncates the list it holds, which after a compaction is the handoff and
+        what the pass kept: the live list still stands on that compaction while its last kept
+        message may come before the compaction entry in the tree (the entry follows the
+        messages it was recorded after). A branch from that message would leave the entry
+        behind and project every folded message again. So when the live list holds a handoff
+        and the abandoned entries hold the compaction it came from, the same compaction is
+        recorded again at the start of the new branch. A list without a handoff went back
+        before the compaction, and the branch rightly has none."""
+        handoff = next((m for m in reversed(items) if is_handoff(m)), None)
+        if not isinstance(handoff, dict):
+            return None
+        old = path_to(branch.abandoned_leaf or None)
+        at = next((i for i, e in enumerate(old) if e.entry_id == branch.parent), -1)
+        compactions = [(i, e) for i, e in enumerate(old) if e.kind == "compaction"]
+        if not compactions or compactions[-1][0] <= at:
+            return None  # the compaction the list stands on is still on the new branch
+        text = "\n".join(text_parts(handoff.get("content")))
+        payloads = self.tree.payloads([e.seq for _, e in compactions])
+        chosen = compactions[-1]
+        for i, e in reversed(compactions):
+            if compaction_summary(payloads.get(e.seq, {})) == text:
+                chosen = (i, e)
+                break
+        if chosen[0] <= at:
+            return None
+        found = self.tree.reader.get_many([chosen[1].seq]).get(chosen[1].seq)
+        if found is None:
+            return None
+        event = self.tree.reader.decode(found)
+        return event if isinstance(event, CompactionRecorded) else None
+
+    def _read_path(self, leaf: str | None) -> list[PathEntry]:
+        with sqlite_errors("reading the session tree"), self.tree.store.reading() as conn:
+            return read_path(conn, leaf)
 
     def _texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

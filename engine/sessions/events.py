@@ -62,6 +62,13 @@ class CompactionRecorded(_Entry, frozen=True):
     first_kept_entry: str | None = None  # the first message still verbatim in the context
     first_kept_seq: int | None = None
     head_entries: list[str] = []  # protected head messages kept before the summary
+    # Older messages kept verbatim after the summary, before the first kept one (the latest
+    # request, standing instructions, pins); compactions recorded before this field count them
+    # in head_entries.
+    kept_entries: list[str] = []
+    # entry id -> the shortened copy the context holds in place of that message (a kept tool
+    # result cut to fit, its note naming the original's seq)
+    shortened: dict[str, dict[str, Any]] = {}
     tokens_before: int = 0
     tokens_after: int = 0
     summary: str = ""  # the handoff text the model sees in place of the folded entries

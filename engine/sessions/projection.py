@@ -5,8 +5,8 @@ payloads, so the same log gives the same context: after a restart, after a fold 
 export and import.
 
 Steps, as the seed describes them: walk the path; apply the latest compaction (its protected
-head, then its summary in place of the folded entries, then the entries from the first one it
-kept); apply context edits (per target, the latest edit on the path wins; an edit off the path
+head, then its summary in place of the folded entries, then the older messages it kept after the
+summary, then the entries from the first one it kept); apply context edits (per target, the latest edit on the path wins; an edit off the path
 does not count, so going back before an edit brings the original back); turn entries into
 messages, dropping those that are not context (labels, names, usage).
 """
@@ -48,6 +48,11 @@ def project(
     data = payloads(wanted)
 
     edits: dict[str, dict[str, Any] | None] = {}
+    if latest is not None:
+        # The copies the compaction cut to fit stand in for their originals; an edit after it wins.
+        cut = data.get(path[latest].seq, {}).get("shortened")
+        if isinstance(cut, dict):
+            edits.update((str(k), v) for k, v in cut.items() if isinstance(v, dict))
     for entry in path:
         if entry.kind == "context_edit" and entry.target:
             replacement = data.get(entry.seq, {}).get("replacement")
@@ -64,10 +69,15 @@ def project(
             if head is not None:
                 ordered.append(head)
         ordered.append({"role": "user", "content": compaction_summary(compaction)})
-        kept = compaction.get("first_kept_entry")
-        start = next((i for i in range(latest) if path[i].entry_id == kept), latest)
-        heads = set(compaction.get("head_entries") or [])
-        ordered.extend(e for e in path[start:latest] if e.entry_id not in heads)
+        kept_ids = [str(k) for k in compaction.get("kept_entries") or []]
+        for kept_id in kept_ids:
+            kept_entry = by_id.get(kept_id)
+            if kept_entry is not None:
+                ordered.append(kept_entry)
+        first = compaction.get("first_kept_entry")
+        start = next((i for i in range(latest) if path[i].entry_id == first), latest)
+        placed = set(compaction.get("head_entries") or []) | set(kept_ids)
+        ordered.extend(e for e in path[start:latest] if e.entry_id not in placed)
         ordered.extend(path[latest + 1 :])
 
     out: list[dict[str, Any]] = []

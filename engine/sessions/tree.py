@@ -18,10 +18,11 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
+from ..capture.shortened import edited_note
 from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.events import EventReader
@@ -447,6 +448,24 @@ class SessionTree:
         )
         return self._append(str(session_id), [edit])[0]
 
+    def edit_message(self, session_id: str, seq: int, content: str | None) -> dict[str, Any]:
+        """Hide (`content` None) or replace the words of the message logged at `seq` in the
+        session's future context: a context edit whose replacement is the message with its
+        content changed and a note naming the original (so capture takes the edited copy for
+        the message it stands for). Returns the replacement, for the host's list."""
+        session = str(session_id)
+        entry = self._entry_at(int(seq))
+        stored = self.payloads([int(seq)]).get(int(seq), {}).get("message")
+        if entry is None or not isinstance(stored, dict):
+            raise UsageError(f"no message at seq {seq}; the handoff and expand name messages' seqs")
+        replacement = {k: v for k, v in stored.items() if k != "api_content"}
+        if content is None:
+            replacement["content"] = edited_note("hidden by the agent", int(seq), alone=True)
+        else:
+            replacement["content"] = content + edited_note("the agent replaced the words", int(seq))
+        self.edit_context(session, entry, replacement)
+        return replacement
+
     def label(self, session_id: str, target: str, label: str | None) -> int:
         """Put a label on an entry (None clears it). Labels never reach the model."""
         self._on_path(str(session_id), str(target))
@@ -499,17 +518,28 @@ class SessionTree:
         tokens_after: int,
         summary: str = "",
         head_seqs: Sequence[int] = (),
+        kept_seqs: Sequence[int] = (),
+        shortened: Mapping[int, dict[str, Any]] | None = None,
     ) -> int:
         """A compaction entry on the session's branch. `first_kept_seq` is the seq of the first
         message kept verbatim after the handoff (capture aligns the next live list from it);
         `summary` is the handoff text the model sees in place of the folded entries;
-        `head_seqs` the protected head kept before it. Returns the entry's seq."""
+        `head_seqs` the protected head kept before it; `kept_seqs` older messages kept right
+        after it, before the first kept one; `shortened` the copies (by the seq of their
+        original) the context holds in place of messages cut to fit. Returns the entry's seq."""
         heads = [e for e in (self._entry_at(s) for s in head_seqs) if e is not None]
+        kept = [e for e in (self._entry_at(s) for s in kept_seqs) if e is not None]
         event = CompactionRecorded(
             section_ids=list(section_ids),
             first_kept_entry=self._entry_at(first_kept_seq),
             first_kept_seq=first_kept_seq,
             head_entries=heads,
+            kept_entries=kept,
+            shortened={
+                entry: dict(copy)
+                for entry, copy in ((self._entry_at(s), c) for s, c in (shortened or {}).items())
+                if entry is not None
+            },
             tokens_before=int(tokens_before),
             tokens_after=int(tokens_after),
             summary=summary,

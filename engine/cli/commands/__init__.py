@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import backup, browse, carry, demo, doctor, maintenance, status
+from . import backup, browse, carry, context, demo, doctor, maintenance, status
 
 __all__ = ["GROUPS"]
 
-GROUPS = (demo, status, browse, carry, backup, doctor, maintenance)
+GROUPS = (demo, status, browse, context, carry, backup, doctor, maintenance)
