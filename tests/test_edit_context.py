@@ -92,14 +92,21 @@ def test_the_command_line_edits_a_sessions_context(tmp_path: Path, capsys: Any) 
     messages = chat(3)
     seqs = first.capture.capture_messages("s1", messages)
     first.shutdown()
-    code = main(["edit-context", "s1", str(seqs[2]), "--hide", "--db", str(db), "--json"])
+    code = main(
+        ["edit-context", str(seqs[2]), "--session", "s1", "--hide", "--db", str(db), "--json"]
+    )
     assert code == Exit.OK
     out = json.loads(capsys.readouterr().out)
     assert out["edited"] == seqs[2] and out["hidden"] is True
-    code = main(["edit-context", "s1", str(seqs[3]), "--replace", "short", "--db", str(db)])
+    code = main(
+        ["edit-context", str(seqs[3]), "--session", "latest", "--replace", "short", "--db", str(db)]
+    )
     assert code == Exit.OK
     assert "replaced" in capsys.readouterr().out
-    assert main(["edit-context", "s1", "999999", "--hide", "--db", str(db)]) == Exit.NOT_FOUND
+    assert (
+        main(["edit-context", "999999", "--session", "s1", "--hide", "--db", str(db)])
+        == Exit.NOT_FOUND
+    )
     again = ChronicleCore.get(db)
     try:
         projected = again.sessions.projection("s1")

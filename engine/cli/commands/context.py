@@ -8,19 +8,28 @@ own live context with the `chronicle_edit_context` tool, which also changes the 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+from ..options import add_common_options, add_session_option, examples
 
-from ...errors import UsageError
-from ..app import CommandFailed, Exit, Outcome, Session, add_common_options
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..app import Outcome, Session
 
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "edit-context", help="hide or replace a message in a session's context (the log keeps it)"
+        "edit-context",
+        help="hide or replace a message in a session's context (the log keeps it)",
+        epilog=examples(
+            "chronicle edit-context 812 --session latest --hide",
+            'chronicle edit-context 812 --session 20261201_0930 --replace "(stale output)"',
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("session", help="the session whose context changes")
     p.add_argument("seq", type=int, help="the message's log position (expand and search show it)")
+    add_session_option(p, "the session whose context changes")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--replace", metavar="TEXT", help="the words the context holds instead")
     what.add_argument("--hide", action="store_true", help="hide the message's words")
@@ -29,19 +38,25 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(s: Session) -> Outcome:
+    from ...errors import UsageError
+    from ..app import CommandFailed, Exit, Outcome
+
     a = s.args
-    core = s.core()
+    session = s.session_id(a.session)
+    if session is None:
+        raise CommandFailed("give --session (`latest` for the most recent)", Exit.USAGE)
     if a.replace is not None and not a.replace.strip():
         raise CommandFailed("--replace needs the words to put in its place", Exit.USAGE)
+    core = s.core()
     try:
-        replacement = core.sessions.edit_message(a.session, a.seq, None if a.hide else a.replace)
+        replacement = core.sessions.edit_message(session, a.seq, None if a.hide else a.replace)
     except UsageError as exc:
         raise CommandFailed(str(exc), Exit.NOT_FOUND) from exc
-    data = {"session": a.session, "edited": a.seq, "hidden": bool(a.hide), "now": replacement}
+    data = {"session": session, "edited": a.seq, "hidden": bool(a.hide), "now": replacement}
 
     def draw(console: Console) -> None:
         console.print(
-            f"seq {a.seq} of {a.session} is {'hidden' if a.hide else 'replaced'} in its context; "
+            f"seq {a.seq} of {session} is {'hidden' if a.hide else 'replaced'} in its context; "
             f"`chronicle expand {a.seq}..{a.seq}` prints the original"
         )
 
