@@ -26,6 +26,7 @@ import json
 import logging
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from ..errors import ChronicleFork, UsageError
 from ..log.events import Decoded, DomainEvent, EventReader
 from ..log.store import StoredEvent
 from ..messages import (
+    CHARS_PER_TOKEN,
     content_text,
     estimate_tokens,
     handoff_kind,
@@ -68,7 +70,7 @@ from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_
 from .instructions import Carried, render_instructions
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
-from .policy import Policy, policy_from_config
+from .policy import RESTORE_MAX_TOKENS, RESTORE_TOKENS, Policy, policy_from_config
 from .view import Condensed, level_name, rebase
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
@@ -812,10 +814,18 @@ class Compaction:
         section_id: str | None = None,
         from_seq: int | None = None,
         to_seq: int | None = None,
-        page: int = 1,
-        page_size: int = 20,
+        page: int | None = None,
+        page_size: int | None = None,
+        max_tokens: int | None = None,
+        continue_from: int | None = None,
     ) -> dict[str, Any]:
-        """The original messages of a section or a seq range, byte for byte, one page at a time."""
+        """The original messages of a section or a seq range, byte for byte.
+
+        By budget (the default): as many messages as fit `max_tokens` (the default budget, at
+        most what one tool result carries whole), from `continue_from` (a seq) or the start;
+        `next` then says where the rest continues and `rest` how big it is, so "the rest of this
+        section" is one more call, and a section that fits the budget is one call. By page
+        (`page` or `page_size` given, as before): page N of messages at most `page_size` each."""
         names = self._sessions.chronicle_names(session_id)
         result: dict[str, Any] = {}
         if section_id:
@@ -837,8 +847,10 @@ class Compaction:
         else:
             raise UsageError("give section_id, or from_seq (and to_seq) to expand")
         expanded = self._range(session_id, lo, hi)
-        pages = expanded.pages(max(1, min(int(page_size), 200)))
-        page = max(1, int(page))
+        if page is None and page_size is None:
+            return self._restore(result, expanded, lo, hi, max_tokens, continue_from)
+        pages = expanded.pages(max(1, min(int(page_size or 20), 200)))
+        page = max(1, int(page or 1))
         chunk = pages[page - 1] if page <= len(pages) else []
         result.update(
             from_seq=lo,
@@ -848,16 +860,38 @@ class Compaction:
             total=len(expanded.events),
             messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
         )
-        if expanded.forgotten:
-            # chronicle_forget(..., include_source) hid them
-            result["forgotten"] = expanded.forgotten
-        if len(chunk) == 1 and expanded.sizes[chunk[0].seq] > EXPAND_PAGE_CHARS:
-            result["oversized"] = (
-                "this one message is longer than a tool result Hermes passes on whole; "
-                "`chronicle expand` on the command line prints it in full"
-            )
+        _note_hidden_and_oversized(result, expanded, chunk, EXPAND_PAGE_CHARS)
         if page < len(pages):
             result["next"] = {"page": page + 1}
+        return result
+
+    def _restore(
+        self,
+        result: dict[str, Any],
+        expanded: _Expanded,
+        lo: int,
+        hi: int,
+        max_tokens: int | None,
+        continue_from: int | None,
+    ) -> dict[str, Any]:
+        """Expand by budget: see `expand`."""
+        budget = min(RESTORE_MAX_TOKENS, max(1, int(max_tokens or RESTORE_TOKENS)))
+        start = lo if continue_from is None else max(lo, int(continue_from))
+        chunk, rest = expanded.window(start, budget * CHARS_PER_TOKEN)
+        used = sum(expanded.sizes[e.seq] for e in chunk)
+        result.update(
+            from_seq=lo,
+            to_seq=hi,
+            total=len(expanded.events),
+            budget_tokens=budget,
+            tokens=-(-used // CHARS_PER_TOKEN),
+            messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
+        )
+        _note_hidden_and_oversized(result, expanded, chunk, RESTORE_MAX_TOKENS * CHARS_PER_TOKEN)
+        if rest:
+            rest_chars = sum(expanded.sizes[e.seq] for e in rest)
+            result["rest"] = {"messages": len(rest), "tokens": -(-rest_chars // CHARS_PER_TOKEN)}
+            result["next"] = {"continue_from": rest[0].seq}
         return result
 
     def _forgotten(self, seqs: list[int]) -> set[int]:
@@ -1038,6 +1072,19 @@ EXPAND_PAGE_CHARS = 60_000
 over 100,000 characters with a short preview, so a page stays well under that."""
 
 
+def _note_hidden_and_oversized(
+    result: dict[str, Any], expanded: _Expanded, chunk: Sequence[StoredEvent], limit: int
+) -> None:
+    if expanded.forgotten:
+        # chronicle_forget(..., include_source) hid them
+        result["forgotten"] = expanded.forgotten
+    if len(chunk) == 1 and expanded.sizes[chunk[0].seq] > limit:
+        result["oversized"] = (
+            "this one message is longer than a tool result Hermes passes on whole; "
+            "`chronicle expand` on the command line prints it in full"
+        )
+
+
 def _chars(event: StoredEvent) -> int:
     return len(json.dumps(event.payload.get("message"), ensure_ascii=False))
 
@@ -1057,6 +1104,18 @@ class _Expanded:
         if size not in self.paged:
             self.paged[size] = _pages(self.events, size, EXPAND_PAGE_CHARS, self.sizes)
         return self.paged[size]
+
+    def window(self, start: int, max_chars: int) -> tuple[list[StoredEvent], list[StoredEvent]]:
+        """The messages from seq `start` on that fit `max_chars` (at least one), and the rest."""
+        at = bisect_left([e.seq for e in self.events], start)
+        end, used = at, 0
+        while end < len(self.events):
+            chars = self.sizes[self.events[end].seq]
+            if end > at and used + chars > max_chars:
+                break
+            used += chars
+            end += 1
+        return self.events[at:end], self.events[end:]
 
 
 def _pages(

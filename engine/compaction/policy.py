@@ -35,6 +35,15 @@ __all__ = [
 DEFAULT_CONTEXT_LENGTH = 128_000
 _SMALL_WINDOW = 512_000  # Hermes raises a low threshold to 0.75 below this window
 _SMALL_WINDOW_FLOOR = 0.75
+RESTORE_TOKENS = 8_000
+"""The budget of one expand when the caller names none (the context engine's tool names one
+from the room between the low mark and the threshold)."""
+
+RESTORE_MAX_TOKENS = 20_000
+"""The largest budget one expand serves: ~80,000 characters of messages, under the 100,000
+characters of a tool result Hermes passes on whole."""
+
+
 # Hermes' documented `compression:` defaults: used only when the host is not importable.
 _DOCUMENTED_DEFAULTS: Mapping[str, Any] = {
     "threshold": 0.50,

@@ -15,6 +15,7 @@ from pydantic import Field
 from ..errors import UsageError
 from ..messages import content_text
 from ..tools import Name, Seq, Text, ToolArgs, ToolSpec, Words
+from .policy import RESTORE_MAX_TOKENS, Policy
 
 if TYPE_CHECKING:  # the engine is built on the first compaction, not when tools are listed
     from .engine import Compaction
@@ -32,14 +33,24 @@ def _session(context: dict[str, Any]) -> str:
 
 
 class ExpandArgs(ToolArgs):
-    blank_is_absent = frozenset({"section_id", "from_seq", "to_seq", "page", "page_size"})
+    blank_is_absent = frozenset(
+        {"section_id", "from_seq", "to_seq", "page", "page_size", "max_tokens", "continue_from"}
+    )
 
     section_id: Name | None = Field(None, description="A section id from the handoff.")
     from_seq: Seq | None = Field(None, description="First log position of a range.")
     to_seq: Seq | None = Field(None, description="Last log position of a range.")
-    page: Annotated[int, Field(ge=1, le=1_000_000)] = Field(1, description="Page number, from 1.")
-    page_size: Annotated[int, Field(ge=1, le=200)] = Field(
-        20, description="Messages per page (max 200)."
+    max_tokens: Annotated[int, Field(ge=100, le=RESTORE_MAX_TOKENS)] | None = Field(
+        None, description="How many tokens of messages to return at most (default: what fits)."
+    )
+    continue_from: Seq | None = Field(
+        None, description="Carry on from this log position (the 'next' of the last call)."
+    )
+    page: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
+        None, description="Older paging: page number, from 1 (instead of max_tokens)."
+    )
+    page_size: Annotated[int, Field(ge=1, le=200)] | None = Field(
+        None, description="Older paging: messages per page (max 200)."
     )
 
 
@@ -71,6 +82,11 @@ class StatusArgs(ToolArgs):
 
 
 def _expand(compaction: Compaction, args: ExpandArgs, **context: Any) -> dict[str, Any]:
+    budget = args.max_tokens
+    policy = context.get("policy")
+    if budget is None and isinstance(policy, Policy):
+        # Half the room a pass leaves under the threshold: the rest of the turn still fits.
+        budget = max(1_000, (policy.high_tokens - policy.low_tokens) // 2)
     return compaction.expand(
         _session(context),
         section_id=args.section_id.strip() if args.section_id else None,
@@ -78,6 +94,8 @@ def _expand(compaction: Compaction, args: ExpandArgs, **context: Any) -> dict[st
         to_seq=args.to_seq,
         page=args.page,
         page_size=args.page_size,
+        max_tokens=budget,
+        continue_from=args.continue_from,
     )
 
 
@@ -173,7 +191,9 @@ CONTEXT_TOOLS: tuple[ToolSpec[Compaction], ...] = (
         "chronicle_expand",
         "Get back the original messages that a compaction folded away, byte for byte. Pass the "
         "section_id the compaction handoff cites (e.g. '12-31' or 'L2:1-90'), or a from_seq/to_seq "
-        "range of the log. Results are paged; ask for the next page while 'next' is present.",
+        "range of the log. One call returns as much as fits max_tokens (by default what the "
+        "context has room for); while 'next' is present, call again with its continue_from for "
+        "the rest ('rest' says how much is left).",
         ExpandArgs,
         _expand,
     ),
