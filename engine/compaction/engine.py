@@ -65,9 +65,11 @@ from .events import (
     ContextFocused,
     ContextPinned,
     ContextUnpinned,
+    PassLedger,
 )
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
+from .ledger import ledger_of
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
 from .policy import RESTORE_MAX_TOKENS, RESTORE_TOKENS, Policy, policy_from_config
@@ -103,6 +105,7 @@ class _Lineage:
     pins: dict[tuple[int, int], str] = field(default_factory=dict)
     focus: str = ""
     passes: list[Decoded[ContextCompacted]] = field(default_factory=list)
+    ledgers: list[Decoded[PassLedger]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -232,6 +235,8 @@ class Compaction:
                     state.focus = topic
                 case ContextCompacted() as compacted:
                     state.passes.append(Decoded(event.envelope, compacted))
+                case PassLedger() as ledger:
+                    state.ledgers.append(Decoded(event.envelope, ledger))
         return state
 
     def _record(self, session_id: str, event: Any) -> StoredEvent:
@@ -726,6 +731,17 @@ class Compaction:
             instructions=list(d.carried.shown),
             instructions_older=d.carried.as_record(),
         )
+        folded = [
+            (seq, wire_message(messages[i]))
+            for i in the_plan.fold
+            if (seq := seqs[i]) is not None and not handoff_kind(messages[i])
+        ]
+        ledger = ledger_of(
+            p.name,
+            folded,
+            handoff=d.text,
+            prose="\n".join(v.section.prose for v in d.new_sections + d.reused),
+        )
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
         # live list from it); the head goes before the handoff and the protected copies kept
         # before the tail right after it, so the tree's projection holds what the model holds,
@@ -754,6 +770,7 @@ class Compaction:
                 for c in d.condensed:
                     self.chronicle(level_name(p.name, c.view.level)).append(c.view.section, conn)
                 self._record(session_id, record)
+                self._record(session_id, ledger)
                 self._sessions.record_compaction(
                     session_id,
                     section_ids=[v.label for v in d.view],
@@ -976,7 +993,16 @@ class Compaction:
                 for (lo, hi), note in state.pins.items()
             ],
             "focus": state.focus or None,
+            "ledger": _ledger_totals(state.ledgers),
         }
+
+    def ledgers(self, session_id: str) -> list[dict[str, Any]]:
+        """Each pass's ledger over the conversation, oldest first: what it folded, and what its
+        prose kept and left out, by entity and by message."""
+        return [
+            {"seq": d.seq, "session": d.envelope.session, **d.event.model_dump()}
+            for d in self.lineage_state(session_id).ledgers
+        ]
 
     def has_content(self, messages: Sequence[Any], policy: Policy) -> bool:
         """Whether a forced pass would fold anything (the gateway's `/compress` preflight).
@@ -1070,6 +1096,38 @@ def _gaps(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[in
 EXPAND_PAGE_CHARS = 60_000
 """Characters of message JSON one expand page carries at most. Hermes replaces any tool result
 over 100,000 characters with a short preview, so a page stays well under that."""
+
+
+def _ledger_totals(ledgers: Sequence[Decoded[PassLedger]]) -> dict[str, Any] | None:
+    """The ledgers of a conversation added up, with the last pass's lists (None: no pass)."""
+    if not ledgers:
+        return None
+    last = ledgers[-1].event
+    totals = {
+        key: sum(getattr(d.event, key) for d in ledgers)
+        for key in (
+            "folded_messages",
+            "messages_kept",
+            "entities",
+            "entities_in_handoff",
+            "entities_in_sections",
+            "entities_left_out",
+        )
+    }
+    return {
+        "passes": len(ledgers),
+        **totals,
+        "last_pass": {
+            "from_seq": last.from_seq,
+            "to_seq": last.to_seq,
+            "folded_messages": last.folded_messages,
+            "messages_kept": last.messages_kept,
+            "messages_left_out": last.messages_left_out[:20],
+            "in_handoff": last.in_handoff[:20],
+            "in_sections": last.in_sections[:20],
+            "left_out": last.left_out[:20],
+        },
+    }
 
 
 def _note_hidden_and_oversized(

@@ -2,7 +2,8 @@
 
 Pins and focus are the agent's or the person's decisions, so they are events (durable, keyed by
 session, read along the lineage). `ContextCompacted` records one pass: what it folded, what the
-handoff shows, what it cost; `chronicle_context_status` is read from these.
+handoff shows, what it cost; `PassLedger` what its prose kept and left out;
+`chronicle_context_status` is read from these.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ __all__ = [
     "ContextUnpinned",
     "ContextFocused",
     "ContextCompacted",
+    "PassLedger",
     "register_context_events",
 ]
 
@@ -62,7 +64,26 @@ class ContextCompacted(DomainEvent, frozen=True):  # type: ignore[misc]  # pydan
     instructions_older: list[int] = []  # [count, from_seq, to_seq] of those counted only
 
 
+class PassLedger(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic frozen model
+    """What one pass folded, and what its prose kept and left out (see `ledger.py`); recorded
+    right after the pass's `ContextCompacted`, in the same transaction."""
+
+    chronicle: str
+    from_seq: int = 0  # the messages this pass folded (0, 0: none)
+    to_seq: int = 0
+    folded_messages: int = 0
+    entities: int = 0  # distinct entities in the folded messages
+    entities_in_handoff: int = 0  # named in the handoff the model sees
+    entities_in_sections: int = 0  # named only in the prose of the pass's sections
+    entities_left_out: int = 0  # named in neither (the log keeps them)
+    in_handoff: list[str] = []  # the first LISTED of each, in order of appearance
+    in_sections: list[str] = []
+    left_out: list[str] = []
+    messages_kept: int = 0  # folded messages the prose names or quotes
+    messages_left_out: list[list[int]] = []  # [from_seq, to_seq] runs of the others
+
+
 def register_context_events(types: EventTypeRegistry) -> None:
-    for cls in (ContextPinned, ContextUnpinned, ContextFocused, ContextCompacted):
+    for cls in (ContextPinned, ContextUnpinned, ContextFocused, ContextCompacted, PassLedger):
         if not types.knows(NAMESPACE, cls.__name__):
             types.register(NAMESPACE, cls.__name__, cls)

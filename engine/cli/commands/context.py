@@ -1,4 +1,5 @@
-"""`chronicle edit-context`: hide or replace a message in a session's context from now on.
+"""`chronicle edit-context`: hide or replace a message in a session's context from now on;
+`chronicle ledger`: what each compaction of a conversation folded, kept and left out.
 
 The edit is a session-tree entry (the log keeps the original): the session's projection, its
 JSONL export and a resumed session's context hold the edited message. A running agent edits its
@@ -35,6 +36,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--hide", action="store_true", help="hide the message's words")
     add_common_options(p)
     p.set_defaults(run=run)
+    add_ledger(sub)
 
 
 def run(s: Session) -> Outcome:
@@ -61,3 +63,42 @@ def run(s: Session) -> Outcome:
         )
 
     return Outcome(data, draw)
+
+
+def add_ledger(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ledger",
+        help="what each compaction folded, and what its prose kept and left out",
+        epilog=examples(
+            "chronicle ledger --session latest", "chronicle ledger --session 2026 --json"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_session_option(p, "the conversation whose compactions to list")
+    add_common_options(p)
+    p.set_defaults(run=ledger)
+
+
+def ledger(s: Session) -> Outcome:
+    from ..app import CommandFailed, Exit, Outcome
+
+    session = s.session_id(s.args.session or "latest")
+    if session is None:
+        raise CommandFailed("give --session (`latest` for the most recent)", Exit.USAGE)
+    rows = s.core().compaction.ledgers(session)
+    data = {"session": session, "passes": rows}
+
+    def draw(console: Console) -> None:
+        if not rows:
+            console.print(f"no compaction in {session}'s conversation yet")
+            return
+        for row in rows:
+            left = ", ".join(row["left_out"][:8]) or "-"
+            console.print(
+                f"seq {row['from_seq']}..{row['to_seq']}: {row['folded_messages']} messages folded, "
+                f"{row['messages_kept']} named in prose; entities {row['entities']}: "
+                f"{row['entities_in_handoff']} in the handoff, {row['entities_in_sections']} "
+                f"in its sections, {row['entities_left_out']} left out ({left})"
+            )
+
+    return Outcome(data, draw, Exit.OK if rows else Exit.NOT_FOUND)

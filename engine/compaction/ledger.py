@@ -1,0 +1,91 @@
+"""The ledger of a pass: what it folded, and what its prose kept and left out.
+
+Invariant: a ledger is a function of the pass alone (the messages it folded, the prose of the
+sections the handoff shows for them, the handoff's text) and is recorded in the pass's own
+transaction as a `PassLedger` event beside its `ContextCompacted`; nothing rewrites it. The log
+keeps every original, so "left out" means "not named in prose": one `chronicle_expand` away.
+
+Entities are the identifier-like words the extractive writer calls facts (ids such as tickets,
+paths, numbers, dates, URLs), read from each folded message's text. An entity is *in the handoff*
+when the handoff the model sees names it, *in the sections* when only the prose of the pass's
+sections does (one expand of the section away), and *left out* otherwise. A message is *kept*
+when the prose names one of its entities or quotes its opening words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..chronicle.extractive import facts_in
+from ..messages import content_text
+from .events import PassLedger
+
+__all__ = ["ledger_of", "LISTED"]
+
+LISTED = 200
+"""Entities a ledger lists by name in each of its lists (the counts are always whole)."""
+
+_SCAN_CHARS = 1600  # of each folded message, read for entities (as the writer reads facts)
+_OPENING_CHARS = 48  # a message whose opening words the prose quotes is kept
+
+
+def _entities(message: dict[str, object]) -> tuple[list[str], str]:
+    text = content_text(message)
+    if message.get("role") == "tool" and len(text) > _SCAN_CHARS:
+        scanned = text[: _SCAN_CHARS // 2] + "\n" + text[-_SCAN_CHARS // 2 :]
+    else:
+        scanned = text[:_SCAN_CHARS]
+    opening = " ".join(text[: _OPENING_CHARS * 4].split())[:_OPENING_CHARS].lower()
+    return facts_in(scanned, limit=12), opening
+
+
+def _ranges(seqs: Sequence[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for seq in sorted(seqs):
+        if out and seq == out[-1][1] + 1:
+            out[-1][1] = seq
+        else:
+            out.append([seq, seq])
+    return out
+
+
+def ledger_of(
+    chronicle: str,
+    folded: Sequence[tuple[int, dict[str, object]]],
+    *,
+    handoff: str,
+    prose: str,
+) -> PassLedger:
+    """The ledger of a pass that folded `folded` ((seq, wire message) pairs), whose sections'
+    prose is `prose` and whose handoff reads `handoff`."""
+    shown = handoff.lower()
+    written = prose.lower()
+    order: dict[str, str] = {}  # lower-cased entity -> as first seen
+    kept: list[int] = []
+    left: list[int] = []
+    for seq, message in folded:
+        entities, opening = _entities(message)
+        for entity in entities:
+            order.setdefault(entity.lower(), entity)
+        named = any(e.lower() in shown or e.lower() in written for e in entities)
+        quoted = len(opening) >= 12 and (opening in shown or opening in written)
+        (kept if named or quoted else left).append(seq)
+    in_handoff = [v for k, v in order.items() if k in shown]
+    in_sections = [v for k, v in order.items() if k not in shown and k in written]
+    left_out = [v for k, v in order.items() if k not in shown and k not in written]
+    seqs = [seq for seq, _ in folded]
+    return PassLedger(
+        chronicle=chronicle,
+        from_seq=min(seqs, default=0),
+        to_seq=max(seqs, default=0),
+        folded_messages=len(folded),
+        entities=len(order),
+        entities_in_handoff=len(in_handoff),
+        entities_in_sections=len(in_sections),
+        entities_left_out=len(left_out),
+        in_handoff=in_handoff[:LISTED],
+        in_sections=in_sections[:LISTED],
+        left_out=left_out[:LISTED],
+        messages_kept=len(kept),
+        messages_left_out=_ranges(left),
+    )

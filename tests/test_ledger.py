@@ -1,0 +1,90 @@
+"""The ledger of each pass: what it folded, and what its prose kept and left out, by entity and by
+message; recorded with the pass, read through the status tool and `chronicle ledger`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from test_compaction_engine import Host, core, small_policy, turn  # noqa: F401 - fixture
+
+from chronicle_engine.cli import Exit, main
+from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.tools import dispatch
+
+
+def _run(store: ChronicleCore, turns: int = 120) -> Host:
+    host = Host(store, small_policy())
+    for n in range(turns):
+        host.add(*turn(n, size=300))
+        if host.due():
+            host.compress()
+    return host
+
+
+def _seqs(runs: list[list[int]]) -> int:
+    return sum(hi - lo + 1 for lo, hi in runs)
+
+
+def test_each_pass_records_a_ledger_whose_lists_add_up(core: ChronicleCore) -> None:  # noqa: F811
+    host = _run(core)
+    passes = core.compaction.lineage_state(host.session).passes
+    ledgers = core.compaction.ledgers(host.session)
+    assert len(passes) >= 2 and len(ledgers) == len(passes)
+    for record, entry in zip(passes, ledgers, strict=True):
+        assert entry["seq"] == record.seq + 1  # written with the pass, right after its record
+        assert entry["entities"] == (
+            entry["entities_in_handoff"]
+            + entry["entities_in_sections"]
+            + entry["entities_left_out"]
+        )
+        assert entry["folded_messages"] == entry["messages_kept"] + _seqs(
+            entry["messages_left_out"]
+        )
+        assert entry["folded_messages"] > 0 and entry["entities"] > 0
+    # What the ledger says matches the prose: an entity in the handoff is named there, and one
+    # it calls left out is named in neither the handoff nor the sections the pass wrote.
+    last = core.compaction.lineage_state(host.session).passes[-1].event
+    handoff = host.handoffs[-1].lower()
+    assert all(e.lower() in handoff for e in ledgers[-1]["in_handoff"])
+    prose = "\n".join(
+        (core.compaction.expand(host.session, section_id=label).get("prose") or "")
+        for label in last.written
+    ).lower()
+    assert all(e.lower() not in handoff and e.lower() not in prose for e in ledgers[-1]["left_out"])
+    # A ticket of the folded range the handoff names is listed as in the handoff.
+    named = [e for e in ledgers[-1]["in_handoff"] if e.startswith("OPS-")]
+    assert named
+
+
+def test_the_status_tool_and_the_command_line_read_the_ledger(
+    core: ChronicleCore,  # noqa: F811
+    tmp_path: Path,
+    capsys: Any,
+) -> None:
+    host = _run(core, turns=60)
+    status = json.loads(
+        dispatch(
+            CONTEXT_TOOLS,
+            core.compaction,
+            "chronicle_context_status",
+            {},
+            session_id=host.session,
+        )
+    )
+    ledger = status["ledger"]
+    assert ledger["passes"] == status["passes"] >= 1
+    assert ledger["folded_messages"] == sum(
+        e["folded_messages"] for e in core.compaction.ledgers(host.session)
+    )
+    assert set(ledger["last_pass"]) >= {"left_out", "in_handoff", "messages_left_out"}
+    if str(core.db_path) == ":memory:":
+        return  # the command line opens a database file
+    code = main(["ledger", "--session", host.session, "--db", str(core.db_path), "--json"])
+    assert code == Exit.OK
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["passes"]) == ledger["passes"]
+    assert main(["ledger", "--session", host.session, "--db", str(core.db_path)]) == Exit.OK
+    assert "messages folded" in capsys.readouterr().out
