@@ -88,3 +88,23 @@ def test_the_status_tool_and_the_command_line_read_the_ledger(
     assert len(out["passes"]) == ledger["passes"]
     assert main(["ledger", "--session", host.session, "--db", str(core.db_path)]) == Exit.OK
     assert "messages folded" in capsys.readouterr().out
+
+
+def test_forgetting_a_message_withdraws_the_words_of_its_ledgers(core: ChronicleCore) -> None:  # noqa: F811
+    from chronicle_engine.compaction.events import NAMESPACE
+    from chronicle_engine.compaction.ledger import LEDGER_WORDS
+    from chronicle_engine.sessions import redact
+
+    assert redact._LEDGER == (NAMESPACE, "PassLedger") and redact._LEDGER_WORDS == LEDGER_WORDS
+    host = _run(core, turns=60)
+    first = core.compaction.ledgers(host.session)[0]
+    assert first["in_handoff"]
+    target = first["from_seq"] + 4
+    core.recall.forget(f"m{target}", include_source=True, session_id=host.session)
+    after = core.compaction.ledgers(host.session)[0]
+    assert all(after[k] == [] for k in LEDGER_WORDS)
+    assert after["entities"] == first["entities"]  # the counts stay
+    stored = core.store.get(first["seq"])
+    assert stored is not None
+    exported = redact.redact(stored, redact.Forgotten.read(core.store, [target]))
+    assert all(exported.payload[k] == [] for k in LEDGER_WORDS)

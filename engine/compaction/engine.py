@@ -69,7 +69,7 @@ from .events import (
 )
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
-from .ledger import ledger_of
+from .ledger import LEDGER_WORDS, ledger_of
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
 from .policy import RESTORE_MAX_TOKENS, RESTORE_TOKENS, Policy, policy_from_config
@@ -993,7 +993,7 @@ class Compaction:
                 for (lo, hi), note in state.pins.items()
             ],
             "focus": state.focus or None,
-            "ledger": _ledger_totals(state.ledgers),
+            "ledger": _ledger_totals(self._visible(state.ledgers)),
         }
 
     def ledgers(self, session_id: str) -> list[dict[str, Any]]:
@@ -1001,8 +1001,21 @@ class Compaction:
         prose kept and left out, by entity and by message."""
         return [
             {"seq": d.seq, "session": d.envelope.session, **d.event.model_dump()}
-            for d in self.lineage_state(session_id).ledgers
+            for d in self._visible(self.lineage_state(session_id).ledgers)
         ]
+
+    def _visible(self, ledgers: Sequence[Decoded[PassLedger]]) -> list[Decoded[PassLedger]]:
+        """The ledgers as a reader may see them: one whose range holds a forgotten message no
+        longer lists entities by name (its counts stay; the words may be the forgotten ones)."""
+        if self._forgotten_between is None:
+            return list(ledgers)
+        out: list[Decoded[PassLedger]] = []
+        for d in ledgers:
+            event = d.event
+            if event.folded_messages and self._forgotten_between(event.from_seq, event.to_seq):
+                event = event.model_copy(update=dict.fromkeys(LEDGER_WORDS, []))
+            out.append(Decoded(d.envelope, event))
+        return out
 
     def has_content(self, messages: Sequence[Any], policy: Policy) -> bool:
         """Whether a forced pass would fold anything (the gateway's `/compress` preflight).

@@ -20,7 +20,11 @@ from ..chronicle.extractive import facts_in
 from ..messages import content_text
 from .events import PassLedger
 
-__all__ = ["ledger_of", "LISTED"]
+__all__ = ["ledger_of", "LISTED", "LEDGER_WORDS"]
+
+LEDGER_WORDS = ("in_handoff", "in_sections", "left_out")
+"""The fields of a `PassLedger` that hold words of the folded messages: a reader (and an export,
+`sessions/redact.py`) leaves them out once a message of the ledger's range is forgotten."""
 
 LISTED = 200
 """Entities a ledger lists by name in each of its lists (the counts are always whole)."""

@@ -9,7 +9,10 @@ leaves the words out the way every derived table does:
 - a `TurnStarted` preview that is the start of a forgotten user message is blanked;
 - a compaction entry whose handoff cited a range holding a forgotten message no longer carries
   that handoff's text (the sections it cited were redrawn without the message; expanding them
-  gives what remains).
+  gives what remains); a shortened copy it records of a forgotten message, or a context edit's
+  replacement of one, keeps only its role and ids;
+- a pass's ledger (the context engine's `PassLedger`, which lists words of the range it folded)
+  whose range holds a forgotten message keeps its counts, not its lists of words.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from dataclasses import dataclass
 
 from ..capture.events import HOST_NAMESPACE
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
+from ..capture.shortened import origin
 from ..chronicle.sections import split_section_id
 from ..log.store import SQLiteEventStore, StoredEvent
 from .events import NAMESPACE as TREE_NAMESPACE
+
+# The context engine's pass ledger, named here by its stored namespace and type (the engine sits
+# above the session tree): the fields that hold words of the range it folded.
+_LEDGER = ("chronicle.context", "PassLedger")
+_LEDGER_WORDS = ("in_handoff", "in_sections", "left_out")
 
 __all__ = ["FORGOTTEN", "Forgotten", "redact", "redacted"]
 
@@ -115,14 +124,30 @@ def redact(event: StoredEvent, forgotten: Forgotten) -> StoredEvent:
         if env.type == "TurnStarted" and forgotten.previewed(env.session, payload.get("preview")):
             return StoredEvent(env, {**payload, "preview": ""})
         return event
-    if (
-        env.namespace == TREE_NAMESPACE
-        and env.type == "CompactionRecorded"
-        and payload.get("summary")
-        and _cites(payload.get("section_ids") or (), forgotten.seqs)
-    ):
-        return StoredEvent(env, {**payload, "summary": WITHDRAWN})
-    return event
+    if (env.namespace, env.type) == _LEDGER:
+        lo, hi = payload.get("from_seq"), payload.get("to_seq")
+        if (
+            isinstance(lo, int)
+            and isinstance(hi, int)
+            and any(lo <= s <= hi for s in forgotten.seqs)
+        ):
+            return StoredEvent(env, {**payload, **dict.fromkeys(_LEDGER_WORDS, [])})
+        return event
+    if env.namespace != TREE_NAMESPACE:
+        return event
+    if env.type == "ContextEdited" and origin(payload.get("replacement")) in forgotten.seqs:
+        return StoredEvent(env, {**payload, "replacement": _message(payload.get("replacement"))})
+    if env.type != "CompactionRecorded":
+        return event
+    out = dict(payload)
+    copies = payload.get("shortened")
+    if isinstance(copies, dict) and any(origin(c) in forgotten.seqs for c in copies.values()):
+        out["shortened"] = {
+            k: _message(c) if origin(c) in forgotten.seqs else c for k, c in copies.items()
+        }
+    if payload.get("summary") and _cites(payload.get("section_ids") or (), forgotten.seqs):
+        out["summary"] = WITHDRAWN
+    return event if out == payload else StoredEvent(env, out)
 
 
 def redacted(events: Iterable[StoredEvent], forgotten: Forgotten) -> Iterator[StoredEvent]:
