@@ -17,6 +17,7 @@ import re
 import string
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..capture.secrets import MASK_MARK
@@ -509,6 +510,125 @@ def summarize_messages(
     return _fit(lines, budget_chars, restore)
 
 
+_RANGE = re.compile(r"(\d+)-(\d+)")
+_FACTS_SHARE_CONDENSED = 0.75  # of a condensed section's characters, its fact line's
+_CONDENSED_LINE = 160  # of a child's line, kept in a condensed section
+_LINE_RANKS = {"User:": 0, "Decision:": 1, "Step:": 2}  # the order lines are kept in per child
+
+
+def _span(label: str) -> int:
+    """How many seqs a child's label covers ('L3:10-90' -> 81); 1 when it names none."""
+    found = _RANGE.search(label)
+    return max(1, int(found.group(2)) - int(found.group(1)) + 1) if found else 1
+
+
+def _shares(weights: Sequence[int], total: int, floor: int) -> list[int]:
+    """`total` split in proportion to `weights`, each at least `floor` while that fits."""
+    if not weights:
+        return []
+    whole = sum(weights)
+    floor = min(floor, total // len(weights))
+    rest = total - floor * len(weights)
+    return [floor + rest * w // whole for w in weights]
+
+
+def _evenly(items: Sequence[str], count: int) -> list[str]:
+    """`count` items spread evenly over `items`, in their order."""
+    if count <= 0:
+        return []
+    if len(items) <= count:
+        return list(items)
+    return [items[k] for k in _spread(range(len(items)), count)]
+
+
+@dataclass(slots=True)
+class _Child:
+    label: str
+    weight: int
+    lines: list[tuple[int, str, bool]]  # (rank, text, focused), in the child's order
+    facts: list[str]
+    later: set[str]  # its facts that a later child names again (what was referred back to)
+    own: set[str]  # its identifiers no other child names (what this part alone was about)
+
+
+def _read_child(label: str, prose: str, terms: Sequence[str]) -> _Child:
+    lines: list[tuple[int, str, bool]] = []
+    facts: list[str] = []
+    for raw in prose.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("[") or line.startswith("Focus:") or line.startswith("("):
+            continue
+        if line.startswith("Facts:"):
+            facts += [v.strip() for v in line[len("Facts:") :].split(",") if v.strip()]
+            continue
+        rank = next((r for prefix, r in _LINE_RANKS.items() if line.startswith(prefix)), 3)
+        lines.append((rank, line, _mentions(line, terms)))
+    return _Child(label, _span(label), lines, list(dict.fromkeys(facts)), set(), set())
+
+
+def _fitting(pick: Callable[[int], list[str]], chars: int, most: int, sep: int) -> list[str]:
+    """The largest `pick(k)` (k <= most) whose items, `sep` characters apart, fit `chars`; at
+    least `pick(1)`."""
+    k = most
+    while k > 1:
+        chosen = pick(k)
+        if sum(len(x) + sep for x in chosen) <= chars:
+            return chosen
+        k = min(k - 1, max(1, k * chars // max(1, sum(len(x) + sep for x in chosen))))
+    return pick(1)
+
+
+def _child_lines(child: _Child, count: int) -> list[str]:
+    """The child's `count` most salient lines, in its order: about the focus first, then the
+    person's requests naming what later parts referred back to, then requests, decisions, steps,
+    each kind drawn evenly across the child (so every part of its range keeps a line)."""
+    chosen: set[int] = set()
+
+    def take(indices: Sequence[int]) -> None:
+        room = count - len(chosen)
+        if room > 0:
+            chosen.update(int(i) for i in _evenly([str(i) for i in indices], room))
+
+    lines = child.lines
+    take([i for i, (_, _, focused) in enumerate(lines) if focused])
+    take(
+        [
+            i
+            for i, (rank, text, _) in enumerate(lines)
+            if rank == 0 and any(f in text for f in child.later)
+        ]
+    )
+    for wanted in range(4):
+        take([i for i, (rank, _, _) in enumerate(lines) if rank == wanted and i not in chosen])
+    return [_one_line(lines[i][1], _CONDENSED_LINE) for i in sorted(chosen)]
+
+
+def _named(value: str) -> bool:
+    """An identifier that names one thing (a ticket, a host, a version), not a path or a bare
+    number: letters and digits, short."""
+    return (
+        len(value) <= 24
+        and "/" not in value
+        and not _ASCII_DIGITS.isdisjoint(value)
+        and not _ASCII_LETTERS.isdisjoint(value)
+    )
+
+
+def _child_facts(child: _Child, count: int) -> list[str]:
+    """The child's `count` facts, in its order: those later parts referred back to first, then
+    identifiers only this part names, then other identifiers, then the rest, each drawn evenly
+    across the child."""
+    chosen: set[str] = set()
+    for tier in (
+        [f for f in child.facts if f in child.later],
+        [f for f in child.facts if f in child.own],
+        [f for f in child.facts if _named(f)],
+        child.facts,
+    ):
+        chosen.update(_evenly([f for f in tier if f not in chosen], count - len(chosen)))
+    return [f for f in child.facts if f in chosen]
+
+
 def condense_prose(
     children: Sequence[tuple[str, str]],
     *,
@@ -518,37 +638,55 @@ def condense_prose(
 ) -> str:
     """Prose for a higher-level section from its children's prose, `(label, prose)` each.
 
-    Keeps every child's requests (shortened), decisions and a merged fact list, so the
-    condensed section still names what each part was about."""
+    The whole range in proportion: each child gets lines and facts in proportion to the range
+    it covers (at least one line each), its most salient first (see `_child_lines`), and the
+    merged fact line keeps the children's order. A condensed child is itself proportional, so
+    every part of the conversation keeps its share however deep the levels go."""
     terms = focus_terms(focus)
+    parsed = [_read_child(label, prose, terms) for label, prose in children]
+    texts = [" ".join(text for _, text, _ in c.lines) + " " + " ".join(c.facts) for c in parsed]
+    for k, child in enumerate(parsed):
+        child.own = {
+            f
+            for f in child.facts
+            if _named(f) and not any(f in t for t in texts[:k] + texts[k + 1 :])
+        }
+        # Named again by a later part, and not by most parts (a host every turn names is no
+        # reference back).
+        child.later = {
+            f
+            for f in child.facts
+            if len(f) >= 3
+            and any(f in t for t in texts[k + 1 :])
+            and sum(f in t for t in texts) <= max(2, len(texts) // 3)
+        }
+    budget = max(80, budget_chars - _NOTE_RESERVE)
+    weights = [c.weight for c in parsed]
+    has_facts = any(c.facts for c in parsed)
+    facts_chars = int(budget * _FACTS_SHARE_CONDENSED) if has_facts else 0
+    frames = sum(len(c.label) + 3 for c in parsed)
+    line_shares = _shares(weights, max(0, budget - facts_chars - frames), _CONDENSED_LINE)
     lines: list[_Line] = []
-    facts: list[list[str]] = []
     order = 0
-    per_user = max(120, min(400, budget_chars // max(1, 3 * len(children))))
-    for label, prose in children:
-        lines.append(_Line(_RANK_FRAME, f"[{label}]", order))
+    for child, chars in zip(parsed, line_shares, strict=True):
+        lines.append(_Line(_RANK_FRAME, f"[{child.label}]", order))
         order += 1
-        for raw in prose.splitlines():
-            line = raw.strip()
-            if not line:
-                continue
-            focused = _mentions(line, terms)
-            if line.startswith("Facts:"):
-                facts.append([v.strip() for v in line[len("Facts:") :].split(",") if v.strip()])
-                continue
-            if line.startswith("User:"):
-                rank, cap = _RANK_USER, per_user * (2 if focused else 1)
-            elif line.startswith("Decision:"):
-                rank, cap = _RANK_DECISION, per_user
-            elif line.startswith("Step:"):
-                rank, cap = _RANK_STEP, 160
-            elif line.startswith("[") or line.startswith("Focus:"):
-                continue
-            else:
-                rank, cap = _RANK_REPLY, 160
-            lines.append(_Line(rank, _one_line(line, cap), order, focused))
+        kept = (
+            _fitting(partial(_child_lines, child), chars, len(child.lines), 1)
+            if child.lines
+            else []
+        )
+        for text in kept:
+            rank = _RANK_USER if text.startswith("User:") else _RANK_DECISION
+            lines.append(_Line(rank, text, order, _mentions(text, terms)))
             order += 1
-    if facts:
-        cap = max(80, min(_FACTS_CHARS, budget_chars // _FACTS_SHARE))
-        lines.append(_Line(_RANK_FACTS, _fact_line(_round_robin(facts), cap), order))
+    if has_facts:
+        room = facts_chars - len("Facts: ")
+        merged: list[str] = []
+        for child, chars in zip(parsed, _shares(weights, room, 12), strict=True):
+            if child.facts:
+                merged += _fitting(partial(_child_facts, child), chars, len(child.facts), 2)
+        lines.append(
+            _Line(_RANK_FACTS, _fact_line(list(dict.fromkeys(merged)), facts_chars), order)
+        )
     return _fit(lines, budget_chars, restore)

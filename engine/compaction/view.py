@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from ..chronicle.sections import Section, level_name, section_id_for
 from ..chronicle.write import draw_condensed
 from ..chronicle.writers import Drawn, SectionWriter
-from .handoff import ViewSection, handoff_tokens, label_of, render
+from ..messages import chars_for_tokens
+from .handoff import HEADER, ViewSection, handoff_tokens, label_of, render
+
+_BLOCK_LINE = 120  # a section's first line in the handoff: its label, range and counts
 
 __all__ = ["level_name", "Condensed", "rebase", "messages_in"]
 
@@ -99,6 +102,9 @@ def rebase(
     written: list[Condensed] = []
     target = budget_tokens // 2
     level = 1
+    # A condensed section carries the whole past: it may fill what the rebase aims for, beside
+    # the header (a level-1 section keeps its own, smaller share).
+    condensed_chars = max(section_chars, chars_for_tokens(target) - len(HEADER) - _BLOCK_LINE)
 
     def fits() -> bool:
         return handoff_tokens(render(current)) <= target
@@ -119,7 +125,7 @@ def rebase(
                 new_level,
                 writer,
                 focus=focus,
-                budget_chars=section_chars,
+                budget_chars=condensed_chars,
                 existing=existing,
                 deadline=deadline,
             )
