@@ -20,12 +20,14 @@ import copy
 import json
 import logging
 import os
+import time
 from typing import Any
 
 from chronicle_engine import users as _users
 from chronicle_engine.compaction.limits import ThrashGuard, host_overhead
 from chronicle_engine.compaction.policy import Policy, policy_from_config
 from chronicle_engine.compaction.prune import prune_tool_results
+from chronicle_engine.compaction.timing import CacheTiming
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.config import Config, load_hermes_config
 from chronicle_engine.core import ChronicleCore
@@ -87,6 +89,7 @@ class ChronicleContextEngine(_Base):
     """Lossless compaction into chronicle sections plus a verbatim tail."""
 
     name = "chronicle"
+    clock = staticmethod(time.monotonic)  # when responses came (the cache's lifetime runs on it)
 
     def __init__(
         self, core: ChronicleCore | None = None, *, hermes_home: str | None = None
@@ -117,6 +120,7 @@ class ChronicleContextEngine(_Base):
         self._model = ("", "")  # (model, provider) of the last update_model
         self._calls = 0  # model calls seen (update_from_response): the guard's clock
         self._thrash = ThrashGuard()
+        self._cache = CacheTiming()  # the provider's cache, from the host's usage reports
 
     # -- the shared core ---------------------------------------------------------------------
 
@@ -240,6 +244,7 @@ class ChronicleContextEngine(_Base):
         self.last_completion_tokens = completion
         self.last_total_tokens = int(usage.get("total_tokens") or prompt + completion)
         self._calls += 1
+        self._cache.observe(usage, self.clock())
         if prompt > 0:
             self._real_tokens = prompt
             self._real_known = True
@@ -270,6 +275,13 @@ class ChronicleContextEngine(_Base):
         else:
             tokens = estimate or max(self.last_prompt_tokens, 0)
         if tokens < high:
+            # Earlier only when the pass pays for itself: the cache it would throw away has
+            # expired (timing.py); never within two model calls of the last pass.
+            last = self._thrash.last_call
+            if (last is None or self._calls - last >= 2) and self._cache.early(
+                tokens, low=policy.low_tokens, high=high, now=self.clock()
+            ):
+                return True, None
             return False, None
         held = self._thrash.hold(
             call=self._calls, tokens=tokens, high=high, window=policy.context_length

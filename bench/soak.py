@@ -28,7 +28,6 @@ below the shape's floor; the largest prompt under the window; every original res
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import os
@@ -36,7 +35,6 @@ import platform
 import re
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,9 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import yaml  # noqa: E402
 from agent.model_metadata import estimate_messages_tokens_rough  # noqa: E402
-from test_compaction_support import slots, tool_step  # noqa: E402
+from test_compaction_support import hermes_slots, rotate, tool_step  # noqa: E402
 
 from chronicle_engine.compaction.handoff import cited, label_of  # noqa: E402
 from chronicle_engine.messages import content_text, is_own_handoff  # noqa: E402
@@ -171,24 +168,10 @@ def soak(
     counter = _Counter()
     logging.getLogger("chronicle").addHandler(counter)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "hermes_home"
-        home.mkdir()
-        # No `compression:` section: out of the box.
-        (home / "config.yaml").write_text(
-            yaml.safe_dump(
-                {"memory": {"provider": "chronicle"}, "context": {"engine": "chronicle"}}
-            )
-        )
-        previous_home = os.environ.get("HERMES_HOME")
-        os.environ["HERMES_HOME"] = str(home)
-        registered, provider = slots()
+    session = "soak-0"
+    # No `compression:` section: out of the box.
+    with hermes_slots(shape.window, session) as (engine, provider):
         try:
-            session = "soak-0"
-            provider.initialize(session, hermes_home=str(home), platform="cli")
-            engine = copy.deepcopy(registered)  # Hermes copies the engine for each agent
-            engine.update_model(model="soak", context_length=shape.window)
-            engine.on_session_start(session, hermes_home=str(home), platform="cli")
             policy = engine.policy
             result.low, result.high = policy.low_tokens, policy.high_tokens
             messages: list[dict[str, Any]] = []
@@ -208,16 +191,8 @@ def soak(
                     if compressed is not messages and compressed != messages:
                         result.passes += 1
                         result.pass_turns.append(t)
-                        engine.on_session_end(session, messages)
-                        provider.on_session_end(messages)
                         rotations += 1
-                        old, session = session, f"soak-{rotations}"
-                        engine.on_session_start(
-                            session, old_session_id=old, boundary_reason="compression"
-                        )
-                        provider.on_session_switch(
-                            session, parent_session_id=old, reason="compression"
-                        )
+                        session = rotate(engine, provider, session, f"soak-{rotations}", messages)
                         messages = compressed
                         prompt = shape.overhead + estimate_messages_tokens_rough(messages)
                         result.after.append(prompt)
@@ -240,11 +215,6 @@ def soak(
             result.restorable = _restorable(engine, messages, everything)
             result.check_seconds = time.perf_counter() - checking
         finally:
-            provider.shutdown()
-            if previous_home is None:
-                os.environ.pop("HERMES_HOME", None)
-            else:
-                os.environ["HERMES_HOME"] = previous_home
             logging.getLogger("chronicle").removeHandler(counter)
     result.seconds = time.perf_counter() - started
     result.warnings = counter.count

@@ -3,11 +3,18 @@ plugin loaded the way Hermes loads it, and scripted conversations."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
 import json
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from chronicle_engine.core import ChronicleCore
 
@@ -70,6 +77,53 @@ def slots() -> tuple[Any, Any]:
     plugin.register(GeneralLoader())
     plugin.register(MemoryLoader())
     return engines[0], providers[0]
+
+
+@contextlib.contextmanager
+def hermes_slots(
+    window: int, session: str, compression: dict[str, Any] | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """Both slots in a throwaway HERMES_HOME (config.yaml selecting Chronicle, with `compression`
+    if given, else none: out of the box), set up as Hermes sets them up: the provider
+    initialised, the engine deep-copied for the agent, given its window and the session.
+    Yields (engine, provider); shuts the provider down and restores HERMES_HOME after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp) / "hermes_home"
+        home.mkdir()
+        config: dict[str, Any] = {
+            "memory": {"provider": "chronicle"},
+            "context": {"engine": "chronicle"},
+        }
+        if compression is not None:
+            config["compression"] = compression
+        (home / "config.yaml").write_text(yaml.safe_dump(config))
+        previous_home = os.environ.get("HERMES_HOME")
+        os.environ["HERMES_HOME"] = str(home)
+        registered, provider = slots()
+        try:
+            provider.initialize(session, hermes_home=str(home), platform="cli")
+            engine = copy.deepcopy(registered)  # Hermes copies the engine for each agent
+            engine.update_model(model="bench", context_length=window)
+            engine.on_session_start(session, hermes_home=str(home), platform="cli")
+            yield engine, provider
+        finally:
+            provider.shutdown()
+            if previous_home is None:
+                os.environ.pop("HERMES_HOME", None)
+            else:
+                os.environ["HERMES_HOME"] = previous_home
+
+
+def rotate(engine: Any, switch: Any, old: str, new: str, messages: list[Any]) -> str:
+    """What Hermes does after a compaction that rotates the session: both slots end the old
+    session, the engine starts the new one, and the memory side hears the switch (`switch`: the
+    provider, or Hermes' MemoryManager). Returns the new session id."""
+    engine.on_session_end(old, messages)
+    if hasattr(switch, "on_session_end"):
+        switch.on_session_end(messages)
+    engine.on_session_start(new, old_session_id=old, boundary_reason="compression")
+    switch.on_session_switch(new, parent_session_id=old, reason="compression")
+    return new
 
 
 def tool_step(call: str, command: str, output: str) -> list[dict[str, Any]]:

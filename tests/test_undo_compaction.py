@@ -19,7 +19,7 @@ import pytest
 import yaml
 from agent.memory_manager import MemoryManager
 from agent.model_metadata import estimate_messages_tokens_rough
-from test_compaction_support import slots, tool_step, wire
+from test_compaction_support import rotate, slots, tool_step, wire
 
 from chronicle_engine.messages import is_own_handoff
 
@@ -58,9 +58,9 @@ def _held(messages: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("rotate", [True, False], ids=["rotation", "in_place"])
+@pytest.mark.parametrize("rotated", [True, False], ids=["rotation", "in_place"])
 def test_undo_after_compactions_keeps_the_projection_equal_to_the_host_list(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotate: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotated: bool
 ) -> None:
     home = tmp_path / "hermes_home"
     home.mkdir()
@@ -97,15 +97,9 @@ def test_undo_after_compactions_keeps_the_projection_equal_to_the_host_list(
                 compressed = engine.compress(messages, current_tokens=prompt)
                 assert compressed != messages
                 passes += 1
-                if rotate:
-                    engine.on_session_end(session, messages)
-                    provider.on_session_end(messages)
+                if rotated:
                     rotations += 1
-                    old, session = session, f"undo-{rotations}"
-                    engine.on_session_start(
-                        session, old_session_id=old, boundary_reason="compression"
-                    )
-                    manager.on_session_switch(session, parent_session_id=old, reason="compression")
+                    session = rotate(engine, manager, session, f"undo-{rotations}", messages)
                     state.session_id = session
                 state.conversation_history = messages = compressed
             engine.update_from_response({"prompt_tokens": prompt, "completion_tokens": 40})
