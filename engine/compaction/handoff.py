@@ -44,8 +44,8 @@ HEADER = (
     "message after it. The user's standing instructions and pinned messages are kept verbatim "
     "after this message and remain in force.\n"
     'Nothing was deleted: chronicle_expand(section_id="<id>") returns the original messages of '
-    "a section byte for byte, page by page, and chronicle_expand(from_seq=a, to_seq=b) any range "
-    "of the log."
+    "a section byte for byte (as many as fit max_tokens; its 'next' continues), and "
+    "chronicle_expand(from_seq=a, to_seq=b) any range of the log."
 )
 
 _BLOCK = re.compile(r"^## (?:L(\d+):)?(\d+-\d+(?:#\d+)?) · seq (\d+)–(\d+)", re.MULTILINE)
