@@ -411,7 +411,7 @@ class ChronicleMemoryProvider(_ProviderBase):
             return
         self._remember(self._session_id)
         if reason == "rewound":
-            self.core.capture.forget(new_session_id)
+            self.core.capture.rewound(new_session_id)
         self.core.sessions.switch(
             str(new_session_id), parent_session_id=str(parent_session_id or ""), reason=reason
         )

@@ -24,7 +24,9 @@ from test_compaction_support import rotate, slots, tool_step, wire
 from chronicle_engine.messages import is_own_handoff
 
 WINDOW, OVERHEAD = 64_000, 40_000
-UNDO_AFTER = {1: 1, 2: 2, 10: 1}  # after that many passes, /undo that many turns
+# After that many passes, /undo that many turns (0: every turn after the handoff, so the host
+# holds only what came before it).
+UNDO_AFTER = {1: 1, 2: 2, 3: 0, 10: 1}
 
 
 def _turn(t: int) -> list[dict[str, Any]]:
@@ -110,7 +112,10 @@ def test_undo_after_compactions_keeps_the_projection_equal_to_the_host_list(
             if passes in UNDO_AFTER and passes not in checked:
                 checked.append(passes)
                 before = len(state.conversation_history)
-                _undo(state, UNDO_AFTER[passes])
+                history = state.conversation_history
+                at = next(i for i, m in enumerate(history) if is_own_handoff(m))
+                after = sum(1 for m in history[at + 1 :] if m["role"] == "user")
+                _undo(state, UNDO_AFTER[passes] or after)
                 assert len(state.conversation_history) < before
                 assert any(is_own_handoff(m) for m in state.conversation_history)
                 # The turn after the undo: the host sends its truncated list plus the new turn.

@@ -98,10 +98,17 @@ class Planner:
         items: Sequence[object],
         result: list[int | None],
         context: Context,
+        *,
+        rewound: bool = False,
     ) -> Plan:
-        """Align the whole live list, fill `result` for what is already captured, plan the rest."""
+        """Align the whole live list, fill `result` for what is already captured, plan the rest.
+        `rewound`: the host said it truncated its list since the last capture; a region after a
+        handoff that holds none of what the compaction kept then starts a branch where the kept
+        part began (the host took back every turn after the handoff), not a continuation."""
         live = _Live(items, path, self._fingerprint)
         at = _align(live, path)
+        if rewound and at.p < 0 and live.last_handoff >= 0 and path.kept_from is not None:
+            at = _Alignment(-1, path.kept_from - 1, None, False)
         _fill_seqs(live, path, at, result)
         new = live.region[at.p + 1 :]
         if not path.ids:

@@ -86,6 +86,7 @@ class Capture(HostRecorder):
         # so a message it stores first must already carry the right user, profile and context.
         self._identities: dict[str, dict[str, str | None]] = {}
         self._listeners: list[Callable[[int], None]] = []
+        self._rewinds: set[str] = set()  # sessions whose host truncated its list since a capture
         self._listener_failures: set[str] = set()
 
     def _lock(self, session: str) -> threading.Lock:
@@ -134,6 +135,13 @@ class Capture(HostRecorder):
     def forget(self, session_id: str) -> None:
         """Drop the cached branch of a session; the next capture reloads it from the tree."""
         self._paths.pop(str(session_id), None)
+
+    def rewound(self, session_id: str) -> None:
+        """The host truncated the session's list (Hermes' /undo): the next capture may branch
+        from where the latest compaction's kept part began (see `Planner.full`)."""
+        with self._locks_guard:
+            self._rewinds.add(str(session_id))
+        self.forget(session_id)
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -212,6 +220,8 @@ class Capture(HostRecorder):
             "platform": platform,
             "created_at": _created(created_at),
         }
+        with self._locks_guard:
+            rewound = session in self._rewinds
         with self._lock(session):
             try:
                 with self.tree.writing() as w:
@@ -220,7 +230,9 @@ class Capture(HostRecorder):
                         None if return_seqs else self._planner.fast(session, path, items, context)
                     )
                     if plan is None:
-                        plan = self._planner.full(session, path, items, result, context)
+                        plan = self._planner.full(
+                            session, path, items, result, context, rewound=rewound
+                        )
                     if plan.events:
                         end = w.end
                         events = self._events(session, plan, items, w.path)
@@ -238,6 +250,8 @@ class Capture(HostRecorder):
                 raise
             # Only a committed write updates the cache.
             with self._locks_guard:
+                if plan.events:
+                    self._rewinds.discard(session)  # the turn after the rewind is on its branch
                 self._paths.pop(session, None)
                 self._paths[session] = plan.path  # most recently used last
                 while len(self._paths) > _CACHED_SESSIONS:
