@@ -339,11 +339,12 @@ def test_concurrent_appenders_in_threads_and_processes_lose_and_repeat_nothing(
     assert {e.envelope.id for e in log} == expected
     # Nothing appeared behind the follower: every seq it will ever find, it found in order.
     assert followed == seqs
-    # The writers really ran at once: each one's events have others' between them.
+    # The writers really ran at once: run one after another, they would leave one block each.
+    # (Not every writer need be interleaved: under SQLite's process lock one thread may hold
+    # its turn through all its batches.)
     order = [str(e.payload["w"]) for e in log if "w" in e.payload]
     runs = [w for i, w in enumerate(order) if i == 0 or order[i - 1] != w]
-    for name in names:
-        assert runs.count(name) > 1, (name, " ".join(runs))
+    assert len(runs) > len(names), " ".join(runs)
     if target.kind == "postgres":  # the counter gives back what a rollback or a duplicate took
         assert seqs == list(range(1, len(expected) + 1))
     store.close()
