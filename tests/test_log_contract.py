@@ -152,6 +152,15 @@ def test_a_duplicate_id_in_append_is_refused_and_takes_no_seq(store) -> None:
     assert [e.seq for e in store.append([ev({"i": 4})])] == [2]
 
 
+def test_a_refused_append_inside_a_transaction_leaves_the_rest_of_it(store) -> None:
+    with store.atomic():
+        store.append([ev({"i": 1}, id="a")])
+        with pytest.raises(StoreError):
+            store.append([ev({"i": 2}, id="b"), ev({"i": 3}, id="a")])
+        store.append([ev({"i": 4}, id="c")])
+    assert [e.envelope.id for e in store.read()] == ["a", "c"]
+
+
 def test_a_failed_transaction_leaves_nothing_and_a_savepoint_only_its_own(store) -> None:
     with pytest.raises(RuntimeError), store.atomic():
         store.append([ev({"i": 1})])

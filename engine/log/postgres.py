@@ -13,7 +13,9 @@ Invariants:
   for ever. Every append instead takes the one row of `log_counter` FOR UPDATE and assigns the
   next seqs from it in the same transaction; the row lock serialises appenders (as SQLite's
   write lock does) until commit, so N is committed before anyone can draw N+1, and a rolled
-  back append gives its numbers back.
+  back append gives its numbers back. The append is one server-side call
+  (`chronicle_append`), so outside a caller's transaction the lock is held for the server's
+  work alone, not across round trips.
 - A payload is stored as the same JSON text the SQLite store writes, in a `text` column (not
   `jsonb`, which would reorder keys and normalise numbers): it reads back exactly.
 - One connection per thread, autocommit outside `atomic()`; `atomic()` is psycopg's
@@ -104,6 +106,47 @@ _EVENT_SCHEMA = (
     FOR EACH STATEMENT EXECUTE FUNCTION chronicle_events_append_only()
     """,
     "CREATE TABLE fold_positions (fold TEXT PRIMARY KEY, position BIGINT NOT NULL)",
+    # One call appends a batch: the counter's row lock is held for the server's work only, not
+    # across round trips. Each statement of a volatile function reads a fresh snapshot, so the
+    # look-up of held ids, taken after the lock, sees every earlier appender's commit.
+    # Returns the seq each stored event got and its place (1-based) in the arrays.
+    """
+    CREATE FUNCTION chronicle_append(
+        ids TEXT[], namespaces TEXT[], types TEXT[], versions INTEGER[], created TEXT[],
+        sessions TEXT[], payloads TEXT[], only_new BOOLEAN
+    ) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        base BIGINT;
+        stored BIGINT;
+    BEGIN
+        SELECT c.last INTO base FROM log_counter c FOR UPDATE;
+        RETURN QUERY
+        WITH given AS (
+            SELECT g.*
+            FROM unnest(ids, namespaces, types, versions, created, sessions, payloads)
+                WITH ORDINALITY AS g(id, namespace, type, version, created_at, session, payload,
+                                     place)
+        ), kept AS (
+            SELECT g.* FROM given g
+            WHERE NOT only_new OR (
+                NOT EXISTS (SELECT 1 FROM events e WHERE e.id = g.id)
+                AND g.place = (SELECT MIN(d.place) FROM given d WHERE d.id = g.id)
+            )
+        ), numbered AS (
+            SELECT k.*, base + row_number() OVER (ORDER BY k.place) AS seq FROM kept k
+        ), inserted AS (
+            INSERT INTO events(seq, id, namespace, type, version, created_at, session, payload)
+            SELECT n.seq, n.id, n.namespace, n.type, n.version, n.created_at, n.session,
+                   n.payload
+            FROM numbered n ORDER BY n.seq
+            RETURNING events.seq
+        )
+        SELECT n.seq, n.place FROM numbered n JOIN inserted i ON i.seq = n.seq ORDER BY n.seq;
+        GET DIAGNOSTICS stored = ROW_COUNT;
+        UPDATE log_counter SET last = base + stored;
+    END
+    $$
+    """,
 )
 
 
@@ -231,66 +274,51 @@ class PostgresEventStore:
 
     def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         """Append events in one transaction and return them as stored, in order."""
-        if not events:
-            return []
-        events, texts = storable(events)
-        with postgres_errors("appending events"), self.atomic() as conn:
-            row = conn.execute(
-                "UPDATE log_counter SET last = last + %s RETURNING last", (len(events),)
-            ).fetchone()
-            assert row is not None
-            first = int(row[0]) - len(events) + 1
-            return self._insert(conn, first, events, texts)
+        return self._append(events, only_new=False)
 
     def append_new(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         """Append the events whose id is not in the log yet (idempotent capture). One transaction."""
+        return self._append(events, only_new=True)
+
+    def _append(self, events: Sequence[PendingEvent], *, only_new: bool) -> list[StoredEvent]:
         if not events:
             return []
         events, texts = storable(events)
-        with postgres_errors("appending events"), self.atomic() as conn:
-            # The counter's row lock first: every appender is behind it, so no other
-            # transaction can insert one of these ids between the look-up and the insert.
-            row = conn.execute("SELECT last FROM log_counter FOR UPDATE").fetchone()
-            assert row is not None
-            last = int(row[0])
-            seen = {
-                str(i)
-                for (i,) in conn.execute(
-                    "SELECT id FROM events WHERE id = ANY(%s)", ([e.id for e in events],)
+        params = (
+            [e.id for e in events],
+            [e.namespace for e in events],
+            [e.type for e in events],
+            [e.version for e in events],
+            [e.created_at for e in events],
+            [e.session for e in events],
+            texts,
+            only_new,
+        )
+        sql = (
+            "SELECT seq, place FROM chronicle_append(%s::text[], %s::text[], %s::text[],"
+            " %s::integer[], %s::text[], %s::text[], %s::text[], %s)"
+        )
+        conn = self.connection
+        with postgres_errors("appending events"):
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                # Outside a transaction the call is its own: one round trip, and the
+                # counter's lock is released at the server's commit.
+                rows = conn.execute(sql, params).fetchall()
+            else:
+                with conn.transaction():  # a savepoint: a refused batch leaves the caller's work
+                    rows = conn.execute(sql, params).fetchall()
+        stored: list[StoredEvent] = []
+        for seq, place in rows:
+            e = events[int(place) - 1]
+            stored.append(
+                StoredEvent(
+                    Envelope(
+                        int(seq), e.id, e.namespace, e.type, e.version, e.created_at, e.session
+                    ),
+                    e.payload,
                 )
-            }
-            fresh: list[PendingEvent] = []
-            fresh_texts: list[str] = []
-            for e, text in zip(events, texts, strict=True):
-                if e.id not in seen:
-                    seen.add(e.id)
-                    fresh.append(e)
-                    fresh_texts.append(text)
-            if not fresh:
-                return []
-            conn.execute("UPDATE log_counter SET last = %s", (last + len(fresh),))
-            return self._insert(conn, last + 1, fresh, fresh_texts)
-
-    @staticmethod
-    def _insert(
-        conn: Connection, first: int, events: Sequence[PendingEvent], texts: list[str]
-    ) -> list[StoredEvent]:
-        rows = [
-            (first + i, e.id, e.namespace, e.type, e.version, e.created_at, e.session, text)
-            for i, (e, text) in enumerate(zip(events, texts, strict=True))
-        ]
-        with conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO events({EVENT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                rows,
             )
-        return [
-            StoredEvent(
-                Envelope(first + i, e.id, e.namespace, e.type, e.version, e.created_at, e.session),
-                e.payload,
-            )
-            for i, e in enumerate(events)
-        ]
+        return stored
 
     def read(
         self,
