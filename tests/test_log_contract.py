@@ -135,6 +135,41 @@ def test_seqs_are_consecutive_and_reads_filter_and_page(store) -> None:
     assert store.get(4501) is None and store.get_by_id("nope") is None
 
 
+def test_the_named_questions_answer_alike(store) -> None:
+    rows = [
+        ("a", "X", "s1", "hello world"),
+        ("a", "Y", "s2", "needle here"),
+        ("b", "X", "s1", "needle too"),
+        ("a", "X", "s2", "hay"),
+        ("a", "X", None, "a needle"),
+    ]
+    store.append(
+        [
+            PendingEvent(ns, t, 1, {"text": text}, id=f"id{n}", session=session)
+            for n, (ns, t, session, text) in enumerate(rows, 1)
+        ]
+    )
+    many = store.get_many([1, 3, 99])
+    assert sorted(many) == [1, 3] and many[3].payload == {"text": "needle too"}
+    assert store.seqs_of(["id1", "id3", "nope"]) == {"id1": 1, "id3": 3}
+    assert store.holds([1, 2, 99, 2]) == {1, 2}
+    assert store.any_after(4) and not store.any_after(5)
+    assert store.any_after(2, namespaces=["b"]) and not store.any_after(3, namespaces=["b"])
+    assert not store.any_after(0, namespaces=[])
+    assert store.any_after(3, session="s2") and not store.any_after(4, session="s2")
+    latest = store.latest("a", "X", sessions=["s1", "s2"])
+    assert latest is not None and latest.seq == 4
+    only_s1 = store.latest("a", "X", sessions=["s1"])
+    assert only_s1 is not None and only_s1.seq == 1
+    assert store.latest("a", "X", sessions=[]) is None
+    assert store.seqs_containing(1, 5, "a", "needle") == [2, 5]
+    assert store.seqs_containing(1, 4, "a", "needle") == [2]
+    assert store.type_counts() == [("a", "X", 3, 1, 5), ("a", "Y", 1, 2, 2), ("b", "X", 1, 3, 3)]
+    sessions = [tuple(row[:4]) for row in store.session_counts()]
+    assert sessions == [("s2", 2, 2, 4), ("s1", 2, 1, 3)]
+    assert [row[0] for row in store.session_counts(limit=1)] == ["s2"]
+
+
 def test_append_new_stores_an_id_once(store) -> None:
     assert [e.seq for e in store.append_new([ev({"i": 1}, id="x"), ev({"i": 2}, id="y")])] == [1, 2]
     again = store.append_new([ev({"i": 1}, id="x"), ev({"i": 3}, id="z"), ev({"i": 4}, id="z")])

@@ -16,9 +16,9 @@ Invariants every store keeps (tests/test_log_contract.py runs the same tests aga
 
 Two stores implement it: `store.SQLiteEventStore` (the embedded default, the one the core uses)
 and `postgres.PostgresEventStore` (partial: the log alone; nothing above the log runs on it yet).
-The named questions the rooms above ask (`latest`, `seqs_of`, ...) and the SQLite-only parts
-(`patience`, `checkpoint`, the connection a fold writes its own tables through) are not part of
-this port yet: they are what moving a room's tables to PostgreSQL adds.
+The SQLite-only parts (`patience`, `checkpoint`, `reading`, the `sqlite3.Connection` a fold
+writes its own tables through) are not part of this port: they are what moving a room's tables
+to PostgreSQL has to replace.
 """
 
 from __future__ import annotations
@@ -72,6 +72,26 @@ class EventLogStore(Protocol[Conn, Step]):
         ...
 
     def count(self) -> int: ...
+
+    # The named questions the rooms above ask instead of running SQL on the log's tables.
+
+    def get_many(self, seqs: Iterable[int]) -> dict[int, StoredEvent]: ...
+
+    def seqs_of(self, ids: Iterable[str]) -> dict[str, int]: ...
+
+    def holds(self, seqs: Iterable[int]) -> set[int]: ...
+
+    def any_after(
+        self, after: int, *, namespaces: Sequence[str] | None = None, session: str | None = None
+    ) -> bool: ...
+
+    def latest(
+        self, namespace: str, type_: str, *, sessions: Sequence[str]
+    ) -> StoredEvent | None: ...
+
+    def seqs_containing(self, lo: int, hi: int, namespace: str, text: str) -> list[int]: ...
+
+    def type_counts(self) -> list[tuple[str, str, int, int, int]]: ...
 
     def atomic(self) -> AbstractContextManager[Conn]:
         """One transaction (a savepoint when nested); the only way anything writes."""

@@ -386,6 +386,96 @@ class PostgresEventStore:
             row = self.connection.execute("SELECT COUNT(*) FROM events").fetchone()
         return int(row[0]) if row else 0
 
+    # -- the named questions the rooms above ask (as the SQLite store's, same answers) ---------
+
+    def _rows(self, what: str, sql: str, params: Sequence[object]) -> list[TupleRow]:
+        with postgres_errors(what):
+            return self.connection.execute(sql, params).fetchall()
+
+    def get_many(self, seqs: Iterable[int]) -> dict[int, StoredEvent]:
+        """The events at `seqs` (the ones the log holds), by seq."""
+        sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = ANY(%s)"
+        rows = self._rows("reading events", sql, (list(seqs),))
+        return {int(row[0]): row_to_event(row) for row in rows}
+
+    def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
+        """The seq of each event id the log holds (ids it does not hold are left out)."""
+        sql = "SELECT id, seq FROM events WHERE id = ANY(%s)"
+        rows = self._rows("looking events up by id", sql, (list(ids),))
+        return {str(i): int(seq) for i, seq in rows}
+
+    def holds(self, seqs: Iterable[int]) -> set[int]:
+        """Which of `seqs` the log holds."""
+        sql = "SELECT seq FROM events WHERE seq = ANY(%s)"
+        return {int(seq) for (seq,) in self._rows("looking events up by seq", sql, (list(seqs),))}
+
+    def any_after(
+        self,
+        after: int,
+        *,
+        namespaces: Sequence[str] | None = None,
+        session: str | None = None,
+    ) -> bool:
+        """Whether the log holds an event past `after` (of those namespaces; of that session)."""
+        where = ["seq > %s"]
+        params: list[object] = [after]
+        if session is not None:
+            where.append("session = %s")
+            params.append(session)
+        if namespaces is not None:
+            if not namespaces:
+                return False
+            where.append("namespace = ANY(%s)")
+            params.append(list(namespaces))
+        sql = f"SELECT 1 FROM events WHERE {' AND '.join(where)} LIMIT 1"
+        return bool(self._rows("reading the log's end", sql, params))
+
+    def latest(self, namespace: str, type_: str, *, sessions: Sequence[str]) -> StoredEvent | None:
+        """The last event of (namespace, type) written in any of `sessions`."""
+        if not sessions:
+            return None
+        rows = self._rows(
+            "reading the latest event",
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE namespace = %s AND type = %s"
+            " AND session = ANY(%s) ORDER BY seq DESC LIMIT 1",
+            (namespace, type_, list(sessions)),
+        )
+        return row_to_event(rows[0]) if rows else None
+
+    def seqs_containing(self, lo: int, hi: int, namespace: str, text: str) -> list[int]:
+        """Seqs in [lo, hi] of `namespace` whose stored payload (its JSON text) contains `text`."""
+        rows = self._rows(
+            "searching stored payloads",
+            "SELECT seq FROM events WHERE seq BETWEEN %s AND %s AND namespace = %s"
+            " AND strpos(payload, %s) > 0 ORDER BY seq",
+            (lo, hi, namespace, text),
+        )
+        return [int(seq) for (seq,) in rows]
+
+    def type_counts(self) -> list[tuple[str, str, int, int, int]]:
+        """(namespace, type, count, first seq, last seq) of every event type the log holds."""
+        rows = self._rows(
+            "counting events",
+            "SELECT namespace, type, COUNT(*), MIN(seq), MAX(seq) FROM events"
+            # byte order, as SQLite's, whatever the database's collation
+            ' GROUP BY namespace, type ORDER BY namespace COLLATE "C", type COLLATE "C"',
+            (),
+        )
+        return [(str(ns), str(t), int(n), int(lo), int(hi)) for ns, t, n, lo, hi in rows]
+
+    def session_counts(self, limit: int | None = None) -> list[tuple[object, ...]]:
+        """(session, events, first seq, last seq, first created_at, last created_at) of every
+        session the log holds events of, most recent first."""
+        sql = (
+            "SELECT session, COUNT(*), MIN(seq), MAX(seq), MIN(created_at), MAX(created_at)"
+            " FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(seq) DESC"
+        )
+        params: tuple[object, ...] = ()
+        if limit is not None:
+            sql += " LIMIT %s"
+            params = (limit,)
+        return [tuple(row) for row in self._rows("listing sessions", sql, params)]
+
     # -- fold positions ---------------------------------------------------------------------
 
     def position(self, fold: str, conn: Connection | None = None) -> int:
