@@ -58,7 +58,7 @@ _ASCII_MARKS = bytes(
     else 2
     for b in range(256)
 )
-_STRIP = ".,;:!?()[]{}<>\"'`*"
+STRIP = ".,;:!?()[]{}<>\"'`*"
 _FACTS_SCANNED = 800  # messages scanned for facts at most, spread evenly over the range
 _FACTS_PER_MESSAGE = 6
 
@@ -215,7 +215,7 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
                 continue
         elif _FACT_CHARS.isdisjoint(word) and word[1:] == word[1:].lower():
             continue
-        word = word.strip(_STRIP)
+        word = word.strip(STRIP)
         if len(word) < 2 or word in found or MASK_MARK in word:
             continue  # a masked credential is not a fact worth a place on the line
         found.append(word)

@@ -732,7 +732,9 @@ class Compaction:
             instructions_older=d.carried.as_record(),
         )
         folded = [
-            (seq, wire_message(messages[i]))
+            # the ledger reads only a message's role and text: a dict as the host holds it will
+            # do, without converting every folded message to its wire form again
+            (seq, m if isinstance(m := messages[i], dict) else wire_message(m))
             for i in the_plan.fold
             if (seq := seqs[i]) is not None and not handoff_kind(messages[i])
         ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..chronicle.extractive import facts_in
+from ..chronicle.extractive import STRIP, facts_in
 from ..messages import content_text
 from .events import PassLedger
 
@@ -43,6 +43,13 @@ def _entities(message: dict[str, object]) -> tuple[list[str], str]:
     return facts_in(scanned, limit=12), opening
 
 
+def _words(text: str) -> set[str]:
+    """The words of `text` as an entity is read (split at whitespace, stripped of the same
+    punctuation), lower-cased: an entity is named when it is one of them. One pass over the
+    text, so checking thousands of entities does not scan the prose once for each."""
+    return {w.strip(STRIP).lower() for w in text.split()}
+
+
 def _ranges(seqs: Sequence[int]) -> list[list[int]]:
     out: list[list[int]] = []
     for seq in sorted(seqs):
@@ -62,8 +69,9 @@ def ledger_of(
 ) -> PassLedger:
     """The ledger of a pass that folded `folded` ((seq, wire message) pairs), whose sections'
     prose is `prose` and whose handoff reads `handoff`."""
-    shown = handoff.lower()
-    written = prose.lower()
+    shown = _words(handoff)
+    written = _words(prose)
+    lowered_handoff, lowered_prose = handoff.lower(), prose.lower()
     order: dict[str, str] = {}  # lower-cased entity -> as first seen
     kept: list[int] = []
     left: list[int] = []
@@ -72,7 +80,11 @@ def ledger_of(
         for entity in entities:
             order.setdefault(entity.lower(), entity)
         named = any(e.lower() in shown or e.lower() in written for e in entities)
-        quoted = len(opening) >= 12 and (opening in shown or opening in written)
+        quoted = (
+            not named
+            and len(opening) >= 12
+            and (opening in lowered_handoff or opening in lowered_prose)
+        )
         (kept if named or quoted else left).append(seq)
     in_handoff = [v for k, v in order.items() if k in shown]
     in_sections = [v for k, v in order.items() if k not in shown and k in written]
