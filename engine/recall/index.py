@@ -11,7 +11,6 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..config import Config
 from ..errors import StoreBusy, StoreReadOnly, UsageError
@@ -98,7 +97,7 @@ class RecallIndex:
         with self._fold_lock:
             return self.projector.rebuild(self.fold.name)
 
-    def warn_once(self, key: str, message: str, *args: Any) -> None:
+    def warn_once(self, key: str, message: str, *args: object) -> None:
         if key in self._warned:
             return
         self._warned.add(key)

@@ -8,20 +8,18 @@ updated; a fix is an event).
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..capture.secrets import has_secret
 from ..log.store import SQLiteEventStore, sqlite_errors
 
 __all__ = ["sweep_beliefs"]
 
 
-def sweep_beliefs(store: SQLiteEventStore, cursor: int, budget: int) -> dict[str, Any]:
+def sweep_beliefs(store: SQLiteEventStore, cursor: int, budget: int) -> dict[str, object]:
     """Check up to `budget` beliefs after rowid `cursor`: no supersession fork, no belief left
     visible when every message it came from is forgotten, no credential in a belief. Reports
     problems; repairs nothing. Beliefs do not decay: a newer statement supersedes instead."""
     limit = max(1, int(budget))
-    problems: list[dict[str, Any]] = []
+    problems: list[dict[str, object]] = []
     with sqlite_errors("sweeping beliefs"), store.reading() as conn:
         rows = conn.execute(
             "SELECT rowid, id, value, text FROM recall_beliefs WHERE rowid > ? ORDER BY rowid LIMIT ?",
