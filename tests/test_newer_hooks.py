@@ -13,30 +13,17 @@ from typing import Any
 import pytest
 import yaml
 from test_compaction_engine import turn
-from test_compaction_support import core_for, load_plugin
+from test_compaction_limits import HERMES_DEFAULTS, core  # noqa: F401 - the shared fixture
+from test_compaction_support import load_plugin
 
 from chronicle_engine.compaction.policy import model_threshold, policy_from_config
 from chronicle_engine.config import Config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.messages import content_text, estimate_tokens
 
-HERMES_DEFAULTS = {
-    "threshold": 0.5,
-    "target_ratio": 0.2,
-    "protect_first_n": 3,
-    "protect_last_n": 20,
-}
-
 
 @pytest.fixture
-def core() -> Iterator[ChronicleCore]:
-    c = core_for(":memory:", Config(compression=HERMES_DEFAULTS))
-    yield c
-    c.shutdown()
-
-
-@pytest.fixture
-def engine(core: ChronicleCore) -> Any:
+def engine(core: ChronicleCore) -> Any:  # noqa: F811 - the shared fixture
     module = import_module(load_plugin().__name__ + ".context")
     e = module.ChronicleContextEngine(core=core)
     e.update_model(model="m", context_length=128_000)
