@@ -43,7 +43,7 @@ def _engine() -> ModuleType:
         try:
             return importlib.import_module("chronicle_engine")
         except ImportError:
-            here = _HERE / "engine"
+            here = _HERE / "chronicle_engine"
             spec = importlib.util.spec_from_file_location(
                 "chronicle_engine", here / "__init__.py", submodule_search_locations=[str(here)]
             )

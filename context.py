@@ -191,7 +191,7 @@ class ChronicleContextEngine(_Base):
             return
         _GUARD.tick(core, "context." + hook)
 
-    # -- the fence (engine/host.py) -----------------------------------------------------------
+    # -- the fence (chronicle_engine/host.py) -----------------------------------------------------------
 
     @property
     def guard(self) -> HostGuard:

@@ -44,6 +44,7 @@ from chronicle_engine.errors import ChronicleError, StoreError, UsageError
 from chronicle_engine.host import HostGuard, fenced
 from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
 from chronicle_engine.opening import Reopening
+from chronicle_engine.sessions.capture import Capture
 
 __all__ = ["ChronicleMemoryProvider", "CheckpointFailed", "is_trivial_prompt"]
 
@@ -163,7 +164,7 @@ class ChronicleMemoryProvider(_ProviderBase):
     def __deepcopy__(self, memo: dict[int, Any]) -> ChronicleMemoryProvider:
         return self  # holds a shared core and locks; a copy must be the same provider
 
-    # -- the fence (engine/host.py) ---------------------------------------------------------
+    # -- the fence (chronicle_engine/host.py) ---------------------------------------------------------
 
     @property
     def guard(self) -> HostGuard:
@@ -270,7 +271,8 @@ class ChronicleMemoryProvider(_ProviderBase):
         """Capture the live list; returns how many messages were new."""
         if not self._capturing() or not messages:
             return 0
-        return self.core.capture.capture_turn(
+        capture: Capture = self.core.capture
+        return capture.capture_turn(
             session_id,
             messages,
             user_id=self._user_id,

@@ -4,7 +4,7 @@
     python docs/generate.py --check  # exit 1 if they are stale (tests/test_docs.py runs this)
 
 A generated block sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`.
-- `config`: every field of the settings models in engine/config.py, by dotted path (default,
+- `config`: every field of the settings models in chronicle_engine/config.py, by dotted path (default,
   purpose, dormant reason), through `KEYS`.
 - `commands`: every `chronicle` subcommand with its one-line help.
 - `tools`: every tool the two slots give the agent, from their `ToolSpec`s (arguments from each

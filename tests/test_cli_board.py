@@ -1,4 +1,4 @@
-"""What the dashboard tab shows (engine/cli/board.py), read from a database the demo filled
+"""What the dashboard tab shows (chronicle_engine/cli/board.py), read from a database the demo filled
 through the real adapters: each view against what the core holds, refusals by name, and no
 write. The browser and Hermes' dashboard are exercised in tests/integration/test_dashboard.py."""
 

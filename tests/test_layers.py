@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE = ROOT / "engine"
+ENGINE = ROOT / "chronicle_engine"
 
 
 def _layers() -> list[list[str]]:
@@ -27,7 +27,7 @@ def _layers() -> list[list[str]]:
         first = line.split("|")[1]
         names = [
             m.removesuffix(".py").removesuffix("/").replace("/", ".")
-            for m in re.findall(r"`engine/([^`]+)`", first)
+            for m in re.findall(r"`chronicle_engine/([^`]+)`", first)
         ]
         if names:
             layers.append(names)

@@ -1,4 +1,4 @@
-"""The event log's contract (engine/log/port.py), run against every store: SQLite (a WAL file)
+"""The event log's contract (chronicle_engine/log/port.py), run against every store: SQLite (a WAL file)
 and PostgreSQL (a throwaway server, tests/postgres_support.py). The same tests, parametrised, as
 eventsourcing runs one recorder suite against each backend.
 

@@ -1,5 +1,5 @@
 """The log owns the events table: its named questions answer right, read only what they need
-(each plan checked with EXPLAIN QUERY PLAN), and no module outside engine/log/ runs SQL on it."""
+(each plan checked with EXPLAIN QUERY PLAN), and no module outside chronicle_engine/log/ runs SQL on it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
 from chronicle_engine.sessions.events import SessionSwitched, register_session_events
 
 ROOT = Path(__file__).resolve().parents[1]
-LOG_ROOM = ROOT / "engine" / "log"
+LOG_ROOM = ROOT / "chronicle_engine" / "log"
 
 # SQL that names the events table itself: `events` as a whole word after a clause keyword.
 # `events_fts`, `events_by_type` and other names that only start with "events" are other tables
@@ -41,7 +41,7 @@ def _sql_texts(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def _product_sources() -> list[Path]:
-    files = sorted((ROOT / "engine").rglob("*.py"))
+    files = sorted((ROOT / "chronicle_engine").rglob("*.py"))
     files += [ROOT / name for name in ("provider.py", "context.py", "__init__.py")]
     files += sorted((ROOT / "dashboard").rglob("*.py")) if (ROOT / "dashboard").exists() else []
     return [f for f in files if f.exists()]
@@ -79,7 +79,7 @@ def test_no_module_outside_the_log_runs_sql_on_the_events_table() -> None:
             if _EVENTS_SQL.search(text):
                 offenders.append(f"{path.relative_to(ROOT)}:{lineno}: {text.strip()[:80]}")
     assert not offenders, (
-        "SQL on the events table outside engine/log/ (ask the log a named question instead):\n"
+        "SQL on the events table outside chronicle_engine/log/ (ask the log a named question instead):\n"
         + "\n".join(offenders)
     )
 

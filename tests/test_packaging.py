@@ -1,4 +1,4 @@
-"""The installed package must carry every subpackage of engine/ (a wheel only holds listed ones)."""
+"""The installed package must carry every subpackage of chronicle_engine/ (a wheel only holds listed ones)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ def test_every_engine_subpackage_is_listed_in_pyproject() -> None:
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {
-        "chronicle_engine" + ".".join(["", *p.parent.relative_to(ROOT / "engine").parts])
-        for p in (ROOT / "engine").rglob("__init__.py")
+        "chronicle_engine" + ".".join(["", *p.parent.relative_to(ROOT / "chronicle_engine").parts])
+        for p in (ROOT / "chronicle_engine").rglob("__init__.py")
     }
     assert found == listed, f"add to pyproject [tool.setuptools] packages: {sorted(found - listed)}"
 

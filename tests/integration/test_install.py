@@ -25,7 +25,7 @@ def test_installer_clones_enables_and_hermes_loads_the_clone(hermes: HermesHome,
     log = hermes.log_text()
     assert "Failed to load plugin 'chronicle'" not in log
     # The engine Hermes ran is the installed clone's own copy, not this checkout's.
-    assert list((hermes.plugin_dir / "engine").glob("__pycache__/__init__.*.pyc"))
+    assert list((hermes.plugin_dir / "chronicle_engine").glob("__pycache__/__init__.*.pyc"))
 
 
 def test_hermes_chronicle_subcommand_reaches_the_cli(hermes: HermesHome):

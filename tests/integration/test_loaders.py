@@ -30,7 +30,9 @@ def plugin_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         if item.suffix in (".py", ".yaml") and item.is_file():
             shutil.copy2(item, target / item.name)
     shutil.copytree(
-        REPO_ROOT / "engine", target / "engine", ignore=shutil.ignore_patterns("__pycache__")
+        REPO_ROOT / "chronicle_engine",
+        target / "chronicle_engine",
+        ignore=shutil.ignore_patterns("__pycache__"),
     )
     (home / "config.yaml").write_text(
         yaml.safe_dump(

@@ -1,7 +1,7 @@
 """Optional vectors from a local OpenAI-compatible embedding server.
 
 Invariants:
-- Memory only leaves this host with permission, through the egress client (engine/egress.py): an
+- Memory only leaves this host with permission, through the egress client (chronicle_engine/egress.py): an
   endpoint whose literal host is not loopback, private or link-local is refused, unresolved,
   unless `recall.embeddings.allow_remote` is set; no proxy from the environment and no redirect
   is followed unless the settings say so. A refusal,

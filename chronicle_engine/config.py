@@ -349,7 +349,7 @@ class Schedules(_Section):
 
 
 class MaintenanceSettings(_Section):
-    # No daemon: every key here is consulted from inside a hook call (engine/scheduler/).
+    # No daemon: every key here is consulted from inside a hook call (chronicle_engine/scheduler/).
     enabled: Flag = Field(
         True,
         description="Master switch for hook-driven scheduling. false: hooks never schedule or "

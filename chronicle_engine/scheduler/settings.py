@@ -1,4 +1,4 @@
-"""The scheduler's view of the typed settings (engine/config.py): what it needs, derived once.
+"""The scheduler's view of the typed settings (chronicle_engine/config.py): what it needs, derived once.
 
 Validation is the settings' own (a value of the wrong type has already fallen back to its default
 with a warning naming the key); this module only parses cron strings and converts units.

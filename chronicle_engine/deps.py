@@ -35,7 +35,7 @@ REQUIREMENTS = (
     Requirement(
         "httpx",
         "httpx>=0.27",
-        "sending to a summarizer endpoint or an embedding server (engine/egress.py)",
+        "sending to a summarizer endpoint or an embedding server (chronicle_engine/egress.py)",
         optional=True,
     ),
     Requirement("yaml", "pyyaml>=6.0", "reading config.yaml"),

@@ -1,6 +1,6 @@
 """Chronicle's core: an append-only event log, its folds, and the chronicle written from it.
 
-Installed as the top-level package `chronicle_engine` (the repo's `engine/` directory), so the two
+Installed as the top-level package `chronicle_engine` (the repo's `chronicle_engine/` directory), so the two
 Hermes loaders that import the plugin directory, the CLI and the tests all share one copy.
 """
 
