@@ -38,7 +38,9 @@ def readme_install_commands() -> list[str]:
 
 def _python_has(python: Path, module: str) -> bool:
     probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
-    return subprocess.run([str(python), "-c", probe], timeout=60).returncode == 0
+    # Not from the checkout: there `-c` puts the current directory, which holds chronicle_engine/,
+    # on the path.
+    return subprocess.run([str(python), "-c", probe], cwd=python.parent, timeout=60).returncode == 0
 
 
 @pytest.fixture(scope="module")
