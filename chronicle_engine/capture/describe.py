@@ -20,6 +20,7 @@ __all__ = [
     "describe",
     "describe_payload",
     "message_id",
+    "message_position",
     "legacy_message_id",
     "digest",
     "searchable",
@@ -61,9 +62,22 @@ def message_id(session: str, anchor: str, fp: str, position: int) -> str:
     The session and the position lead, the digest follows: a session's messages sit side by
     side in the log's id index, in branch order, so a turn's ids land on the one index page at
     the end of its session's run instead of on ten random pages, and a turn's commit writes
-    fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as they are;
-    an id is only ever compared, never parsed."""
+    fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as they are.
+    The one reader of the position is `message_position`."""
     return f"m{digest(session)[:8]}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
+
+
+def message_position(entry_id: str, session_digest: str) -> int | None:
+    """The position `message_id` put in an id of this session (`session_digest`: the first 8
+    digits of `digest(session)`), or None when the id does not have that layout. An id of the
+    old layout passes by chance once in 2**32: a caller trusts positions only when a run of
+    consecutive messages reads back as consecutive positions."""
+    if len(entry_id) != 33 or entry_id[0] != "m" or entry_id[1:9] != session_digest:
+        return None
+    try:
+        return int(entry_id[9:17], 16)
+    except ValueError:
+        return None
 
 
 def legacy_message_id(session: str, anchor: str, fp: str) -> str:

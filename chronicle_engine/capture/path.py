@@ -3,6 +3,11 @@
 Invariant: a `BranchPath` is a cache of the tree, never a source of truth. It is checked against
 the session's leaf inside every write transaction (`Capture._sync_path`) and grown or reloaded
 from the tree when they differ.
+
+After a compaction a branch path may hold only the branch's end (`base` > 0): what the latest
+compaction kept and what followed it, with the protected head beside it (`heads`). Positions on
+the branch stay absolute (`base` counts the messages before `ids[0]`), so the ids a capture
+derives are the same whether the path was read whole or not.
 """
 
 from __future__ import annotations
@@ -43,7 +48,15 @@ class BranchPath:
     # objects across turns, which tells identical messages apart in-process and makes a turn's
     # capture cost independent of the list's length.
     identity: dict[int, tuple[object, object, object, int]] = field(default_factory=dict)
+    base: int = 0  # messages on the branch before ids[0] (0: the path starts at the root)
+    base_turns: int = 0  # user messages among them
+    heads: dict[str, int] = field(default_factory=dict)  # fp -> seq of a head before ids[0]
     _by_seq: dict[int, int] | None = None
+
+    @property
+    def length(self) -> int:
+        """How many messages the branch holds (the position of the next one)."""
+        return self.base + len(self.ids)
 
     def extend(self, entries: Sequence[Entry]) -> None:
         for e in entries:
@@ -56,7 +69,9 @@ class BranchPath:
         self.ids.append(entry_id)
         self.seqs.append(seq)
         self.fps.append(fp)
-        self.turns.append((self.turns[-1] if self.turns else 0) + (1 if is_user else 0))
+        self.turns.append(
+            (self.turns[-1] if self.turns else self.base_turns) + (1 if is_user else 0)
+        )
         if self._by_seq is not None and seq >= 0:
             self._by_seq[seq] = len(self.seqs) - 1
 
@@ -100,6 +115,9 @@ class BranchPath:
             kept_from=self.kept_from
             if self.kept_from is not None and self.kept_from <= q
             else None,
+            base=self.base,
+            base_turns=self.base_turns,
+            heads=self.heads,
         )
 
     def copy(self) -> BranchPath:
@@ -110,6 +128,9 @@ class BranchPath:
             fps=list(self.fps),
             turns=list(self.turns),
             kept_from=self.kept_from,
+            base=self.base,
+            base_turns=self.base_turns,
+            heads=self.heads,
         )
 
 

@@ -58,6 +58,9 @@ class Plan:
         self.new: list[int] = []
         self.first_new_q = len(path.ids)
         self.branch: Branch | None = None
+        # Whether the whole branch could matter to this plan, where the path holds only its
+        # end (`BranchPath.base`): a list with no handoff, a head message not found, a branch.
+        self.needs_whole_path = False
 
 
 class Planner:
@@ -117,6 +120,11 @@ class Planner:
         plan = self._extend(
             session, path, items, at.q, live.last_handoff < 0, new, context, live.fps
         )
+        plan.needs_whole_path = (
+            live.last_handoff < 0
+            or plan.branch is not None
+            or any(result[i] is None for i in live.head)
+        )
         _remember_matches(live, plan, result, at.p)
         return plan
 
@@ -156,7 +164,7 @@ class Planner:
                 abandoned_leaf=path.leaf or "",
                 abandoned_seqs=path.seqs[q + 1 :],
             )
-        turns = plan.path.turns[-1] if plan.path.turns else 0
+        turns = plan.path.turns[-1] if plan.path.turns else plan.path.base_turns
         tool_names = _ToolNames(items)
         for i in new:
             obj = items[i]
@@ -166,7 +174,7 @@ class Planner:
                 fp = fingerprint(wire)
             role = str(wire.get("role") or "")
             turns += role == "user"
-            event_id = message_id(session, anchor, fp, len(plan.path.ids))
+            event_id = message_id(session, anchor, fp, plan.path.length)
             payload = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
             plan.events.append(
                 self._types.pending_payload(
@@ -390,6 +398,11 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
     first: dict[str, int] | None = None
     for i in live.head:
         q = live.known(i)
+        if q is None and path.heads:
+            seq = path.heads.get(live.fp(i))
+            if seq is not None:  # a head before the part of the branch the path holds
+                result[i] = seq
+                continue
         if q is None:
             if first is None:
                 first = {}

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from ..capture.describe import digest
+from ..capture.describe import digest, message_position
 from ..capture.events import text_parts
 from ..capture.hooks import HostRecorder
 from ..capture.path import BranchPath
@@ -233,6 +233,14 @@ class Capture(HostRecorder):
                         plan = self._planner.full(
                             session, path, items, result, context, rewound=rewound
                         )
+                        if plan.needs_whole_path and path.base:
+                            # Planned against the branch's end only, the list reached before
+                            # it: plan again against the whole branch.
+                            path = self._branch_path(w, w.leaf(session), whole=True)
+                            result[:] = [None] * len(items)
+                            plan = self._planner.full(
+                                session, path, items, result, context, rewound=rewound
+                            )
                     if plan.events:
                         end = w.end
                         events = self._events(session, plan, items, w.path)
@@ -356,9 +364,53 @@ class Capture(HostRecorder):
                 cached.leaf = leaf
                 cached.extend(grown)
                 return cached
+        return self._branch_path(w, leaf)
+
+    def _branch_path(self, w: TreeWriter, leaf: str | None, *, whole: bool = False) -> BranchPath:
+        """The branch at `leaf` as a capture aligns against it. After a compaction, only what
+        the compaction kept and what followed it (with its head beside it), so a session's
+        first capture does not read the history before; the whole branch when `whole`, or
+        when the positions of that end cannot be read back from its ids."""
         path = BranchPath(leaf=leaf)
-        path.extend(w.path(leaf))
+        if whole:
+            path.extend(w.path(leaf))
+            return path
+        recent = w.recent(leaf)
+        if not recent.complete:
+            bounds = self._bounds(recent.entries)
+            if bounds is None:
+                path.extend(w.path(leaf))
+                return path
+            path.base, path.base_turns = bounds
+            for head in recent.heads:
+                if head.kind == "message" and head.fp:
+                    path.heads.setdefault(head.fp, head.seq)
+        path.extend(recent.entries)
         return path
+
+    def _bounds(self, entries: Sequence[PathEntry]) -> tuple[int, int] | None:
+        """(messages before, user messages before) the first message of `entries`, a part of
+        a branch: the positions its ids were derived from, checked to run on one by one, and
+        the turn count its payload recorded. None when they cannot be trusted."""
+        messages = [e for e in entries if e.kind == "message"]
+        if not messages:
+            return None
+        digests: dict[str, str] = {}
+        first: int | None = None
+        for k, entry in enumerate(messages):
+            prefix = digests.get(entry.session)
+            if prefix is None:
+                prefix = digests[entry.session] = digest(entry.session)[:8]
+            position = message_position(entry.entry_id, prefix)
+            if position is None or (first is not None and position != first + k):
+                return None
+            if first is None:
+                first = position
+        assert first is not None
+        turn = self.tree.payloads([messages[0].seq]).get(messages[0].seq, {}).get("turn")
+        if not isinstance(turn, int) or isinstance(turn, bool):
+            return None
+        return first, turn - (messages[0].role == "user")
 
     # -- the tree's own entries around a plan ----------------------------------------------------
 

@@ -7,9 +7,10 @@ Invariant: a path is read from the folded tables only, and every walk is bounded
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-__all__ = ["PathEntry", "read_leaf", "read_path", "walk_since"]
+__all__ = ["PathEntry", "RecentPath", "read_leaf", "read_path", "read_recent", "walk_since"]
 
 _MAX_DEPTH = 10_000_000
 
@@ -48,6 +49,95 @@ def read_path(conn: sqlite3.Connection, leaf: str | None) -> list[PathEntry]:
         (leaf, _MAX_DEPTH),
     ).fetchall()
     return [PathEntry(*row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class RecentPath:
+    """The end of a branch: `entries` from some entry down to the leaf (root first), and the
+    latest compaction's protected head, which sits near the root, outside them. `complete`:
+    `entries` start at the root (the whole branch; `heads` is then empty)."""
+
+    entries: list[PathEntry]
+    complete: bool
+    heads: list[PathEntry] = field(default_factory=list)
+
+
+def read_recent(
+    conn: sqlite3.Connection,
+    leaf: str | None,
+    compaction_refs: Callable[[int], tuple[list[str], list[str]]],
+    *,
+    margin: int = 32,
+    chunk: int = 256,
+) -> RecentPath:
+    """The part of the branch at `leaf` that the latest compaction left in the context: from
+    `margin` messages before the earliest message it kept down to the leaf, and its head
+    entries. Read from the leaf upwards in growing steps, so the rows read grow with what the
+    compaction kept and what followed it, not with the history before it. A branch with no
+    compaction, or whose compaction refers to entries that are not its ancestors, is read
+    whole (`complete`). `compaction_refs(seq)`: the compaction entry's (kept entry ids, head
+    entry ids) from its payload."""
+    if leaf is None:
+        return RecentPath([], True)
+    walked: list[PathEntry] = []  # leaf first
+    heads: list[str] = []
+    needed: set[str] | None = None  # the kept entries still to reach, once a compaction is seen
+    margin_left = margin
+    current: str | None = leaf
+    while current is not None and len(walked) < _MAX_DEPTH:
+        rows = conn.execute(
+            "WITH RECURSIVE up(entry_id, parent_id, seq, kind, fp, session, target_id, role,"
+            " depth) AS (SELECT entry_id, parent_id, seq, kind, fp, session, target_id, role, 0"
+            " FROM session_entries WHERE entry_id = ?"
+            " UNION ALL"
+            " SELECT e.entry_id, e.parent_id, e.seq, e.kind, e.fp, e.session, e.target_id,"
+            " e.role, u.depth + 1 FROM session_entries e JOIN up u ON e.entry_id = u.parent_id"
+            " WHERE u.depth + 1 < ?"
+            ") SELECT entry_id, seq, kind, fp, session, target_id, role, parent_id FROM up"
+            " ORDER BY depth",
+            (current, chunk),
+        ).fetchall()
+        if not rows:
+            break
+        for row in rows:
+            entry = PathEntry(*row[:7])
+            walked.append(entry)
+            if needed is None:
+                if entry.kind == "compaction":
+                    if entry.target is None:
+                        break  # nothing kept to bound the read by: read it whole below
+                    kept, heads = compaction_refs(entry.seq)
+                    needed = {entry.target, *kept}
+            else:
+                needed.discard(entry.entry_id)
+                if not needed and entry.kind == "message":
+                    margin_left -= 1
+                    if margin_left <= 0:
+                        walked.reverse()
+                        return RecentPath(walked, False, _entries(conn, heads))
+        else:
+            current = rows[-1][7]
+            chunk = min(chunk * 2, 65_536)
+            continue
+        break
+    if current is None:  # reached the root: the whole branch was read
+        walked.reverse()
+        return RecentPath(walked, True)
+    return RecentPath(read_path(conn, leaf), True)
+
+
+def _entries(conn: sqlite3.Connection, ids: list[str]) -> list[PathEntry]:
+    """The entries with these ids, in the order given (ids the tree does not hold left out)."""
+    found: dict[str, PathEntry] = {}
+    for entry_id in dict.fromkeys(ids):
+        row = conn.execute(
+            "SELECT entry_id, seq, kind, fp, session, target_id, role FROM session_entries"
+            " WHERE entry_id = ?",
+            (entry_id,),
+        ).fetchone()
+        if row is not None:
+            found[entry_id] = PathEntry(*row)
+    return [found[i] for i in ids if i in found]
 
 
 def walk_since(

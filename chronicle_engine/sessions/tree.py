@@ -41,7 +41,7 @@ from .events import (
 )
 from .fold import FOLD_NAME, MIGRATIONS, SessionFold, apply_events, fold_pending
 from .fold import NAMESPACES as FOLDED_NAMESPACES
-from .paths import PathEntry, read_leaf, read_path, walk_since
+from .paths import PathEntry, RecentPath, read_leaf, read_path, read_recent, walk_since
 from .projection import project
 from .summary import abandoned_summary
 
@@ -68,6 +68,10 @@ class TreeWriter:
 
     def path(self, leaf: str | None) -> list[PathEntry]:
         return read_path(self.conn, leaf)
+
+    def recent(self, leaf: str | None) -> RecentPath:
+        """The end of the branch at `leaf` the latest compaction left in context (`read_recent`)."""
+        return read_recent(self.conn, leaf, self.tree.compaction_refs)
 
     def since(
         self, leaf: str | None, old_leaf: str | None, limit: int = 64
@@ -349,6 +353,15 @@ class SessionTree:
                 continue
             out.append(event)
         return out
+
+    def compaction_refs(self, seq: int) -> tuple[list[str], list[str]]:
+        """A compaction entry's (kept entry ids, head entry ids), as recorded."""
+        payload = self.payloads([seq]).get(seq, {})
+        kept, heads = payload.get("kept_entries"), payload.get("head_entries")
+        return (
+            [str(k) for k in kept] if isinstance(kept, list) else [],
+            [str(h) for h in heads] if isinstance(heads, list) else [],
+        )
 
     def payloads(self, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
         """Stored payloads by seq (the entries' data lives in the log, not in the fold)."""
