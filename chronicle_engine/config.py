@@ -125,7 +125,7 @@ _SECURITY: dict[str, Any] = {"security": True}
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", validate_default=False)
+    model_config = ConfigDict(frozen=True, extra="ignore", validate_default=False, defer_build=True)
 
 
 class CaptureSettings(_Section):

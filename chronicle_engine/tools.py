@@ -103,7 +103,7 @@ class ToolArgs(BaseModel):
     argument given as null, or as blank text where the model names it in `blank_is_absent`,
     counts as not given."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     blank_is_absent: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="before")

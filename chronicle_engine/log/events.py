@@ -31,7 +31,7 @@ Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 class DomainEvent(BaseModel):
     """Base of every event the log holds. Subclass with `frozen=True`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Decoded(NamedTuple, Generic[E]):
