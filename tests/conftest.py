@@ -69,3 +69,17 @@ def postgres_cluster():
 
     with start_cluster() as cluster:
         yield cluster
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path):
+    """A store's place on each backend in turn: a SQLite file, then a schema of its own on the
+    session's PostgreSQL server (`tests/postgres_support.py`; a server that cannot start fails
+    the test, it is never skipped)."""
+    from postgres_support import Target, own_schema
+
+    if request.param == "sqlite":
+        yield Target("sqlite", str(tmp_path / "log.db"))
+        return
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        yield Target("postgres", conninfo)

@@ -25,7 +25,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["PostgresCluster", "find_bin_dir", "start_cluster"]
+__all__ = [
+    "PostgresCluster",
+    "Target",
+    "find_bin_dir",
+    "own_schema",
+    "release_together",
+    "start_cluster",
+]
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
@@ -212,3 +219,70 @@ def _create_database(cluster: PostgresCluster) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def own_schema(cluster: PostgresCluster) -> Iterator[str]:
+    """A conninfo whose tables land in a schema of their own, dropped at the end: tests share
+    one server and nothing else."""
+    import uuid
+
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield cluster.conninfo(options=f"-c search_path={schema}")
+    finally:
+        with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@dataclass
+class Target:
+    """Where a store lives (a SQLite file or a PostgreSQL schema), and how to open another store
+    on it (another thread's or process's)."""
+
+    kind: str  # "sqlite" or "postgres"
+    where: str  # the file, or the conninfo
+
+    def open(self):  # -> SQLiteEventStore | PostgresEventStore
+        from chronicle_engine.log.store import SQLiteEventStore
+
+        if self.kind == "sqlite":
+            return SQLiteEventStore(self.where)
+        from chronicle_engine.log.postgres import PostgresEventStore
+
+        return PostgresEventStore(self.where)
+
+    def open_queue(self, clock, owner: str | None = None):  # -> (store, its job queue)
+        """A store here with the scheduler's queue tables migrated, and the queue on it."""
+        store = self.open()
+        if self.kind == "sqlite":
+            from chronicle_engine.scheduler.queue import JobQueue
+            from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
+
+            store.migrate(SCHEDULER_MIGRATIONS)
+            return store, JobQueue(store, clock=clock, owner=owner)
+        from chronicle_engine.scheduler.postgres import PG_SCHEDULER_MIGRATIONS, PostgresJobQueue
+
+        store.migrate(PG_SCHEDULER_MIGRATIONS)
+        return store, PostgresJobQueue(store, clock=clock, owner=owner)
+
+    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
+        from chronicle_engine.log.postgres import postgres_errors
+        from chronicle_engine.log.store import sqlite_errors
+
+        return sqlite_errors(what) if self.kind == "sqlite" else postgres_errors(what)
+
+
+def release_together(processes: list[subprocess.Popen[str]]) -> None:
+    """Wait until each process has printed `ready` (its store is open), then tell them all to
+    go at once, so they race from the first write."""
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()

@@ -8,59 +8,25 @@ server and nothing else.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from postgres_support import Target, release_together
 
 from chronicle_engine.errors import AppendOnlyViolation, StoreError
-from chronicle_engine.log.postgres import PostgresEventStore, postgres_errors
-from chronicle_engine.log.store import PendingEvent, SQLiteEventStore, sqlite_errors
+from chronicle_engine.log.postgres import PostgresEventStore
+from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
 from chronicle_engine.storable import escape_surrogates
 
 ROOT = Path(__file__).resolve().parents[1]
 DEADLINE_S = 120  # every concurrent run below ends well inside this
-
-
-@dataclass
-class Target:
-    """Where a log lives, and how to open another store on it (another thread's or process's)."""
-
-    kind: str  # "sqlite" or "postgres"
-    where: str  # the file, or the conninfo
-
-    def open(self) -> SQLiteEventStore | PostgresEventStore:
-        if self.kind == "sqlite":
-            return SQLiteEventStore(self.where)
-        return PostgresEventStore(self.where)
-
-    def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        return sqlite_errors(what) if self.kind == "sqlite" else postgres_errors(what)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    if request.param == "sqlite":
-        yield Target("sqlite", str(tmp_path / "log.db"))
-        return
-    import psycopg
-
-    cluster = request.getfixturevalue("postgres_cluster")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield Target("postgres", cluster.conninfo(options=f"-c search_path={schema}"))
-    with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture
@@ -357,12 +323,7 @@ def test_concurrent_appenders_in_threads_and_processes_lose_and_repeat_nothing(
     follow.start()
     for t in threads:
         t.start()
-    for process in processes:
-        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    for process in processes:
-        assert process.stdin is not None
-        process.stdin.write("go\n")
-        process.stdin.flush()
+    release_together(processes)
     go.set()
     for n, process in enumerate(processes):
         out, err = process.communicate(timeout=DEADLINE_S)

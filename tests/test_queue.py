@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_support import Target, own_schema
 from test_scheduler_support import (
     FakeClock,
     location,
@@ -16,7 +17,9 @@ from test_scheduler_support import (
 )
 
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.log.postgres import PostgresEventStore
 from chronicle_engine.log.store import SQLiteEventStore
+from chronicle_engine.scheduler.postgres import PG_SCHEDULER_MIGRATIONS, PostgresJobQueue
 from chronicle_engine.scheduler.queue import JobQueue, JobSpec, allocate
 from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
 from chronicle_engine.scheduler.sweeps import SweepReport
@@ -27,14 +30,27 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
     return location(request.param, tmp_path)
 
 
-def _queue(store: SQLiteEventStore, clock: FakeClock, **kwargs) -> JobQueue:
+def _queue(
+    store: SQLiteEventStore | PostgresEventStore, clock: FakeClock, **kwargs
+) -> JobQueue | PostgresJobQueue:
+    if isinstance(store, PostgresEventStore):
+        store.migrate(PG_SCHEDULER_MIGRATIONS)
+        return PostgresJobQueue(store, clock=clock, **kwargs)
     store.migrate(SCHEDULER_MIGRATIONS)
     return JobQueue(store, clock=clock, **kwargs)
 
 
-@pytest.fixture
-def store(where):
-    s = SQLiteEventStore(where)
+@pytest.fixture(params=["memory", "file", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path):
+    """The queue's store: SQLite in memory and in a file, and PostgreSQL (a schema of its own on
+    the session's server): the queue's tests are its contract, run against each."""
+    if request.param == "postgres":
+        with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+            s = PostgresEventStore(conninfo)
+            yield s
+            s.close()
+        return
+    s = SQLiteEventStore(location(request.param, tmp_path))
     yield s
     s.close()
 
@@ -73,10 +89,9 @@ def test_a_job_that_raises_is_retried_up_to_the_limit_then_failed_with_its_reaso
     core.shutdown()
 
 
-def test_a_lease_expiry_re_arms_an_abandoned_job(tmp_path: Path) -> None:
-    path = tmp_path / "q.db"
+def test_a_lease_expiry_re_arms_an_abandoned_job(target: Target) -> None:
     clock = FakeClock()
-    dead_store, live_store = SQLiteEventStore(path), SQLiteEventStore(path)
+    dead_store, live_store = target.open(), target.open()
     dead = _queue(dead_store, clock, lease_seconds=60, owner="dead-process")
     live = _queue(live_store, clock, lease_seconds=60, owner="live-process")
     job_id = dead.enqueue(JobSpec("sweep", "maintenance"))

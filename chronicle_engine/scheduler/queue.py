@@ -21,19 +21,33 @@ import math
 import os
 import sqlite3
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import ChronicleRuntimeError
 from ..log.store import SQLiteEventStore, sqlite_errors
 
-__all__ = ["JobSpec", "Job", "JobQueue", "RetryNextTick", "allocate", "LIVE", "FINISHED"]
+__all__ = [
+    "JobSpec",
+    "Job",
+    "JobQueue",
+    "JobQueueBase",
+    "QueueConnection",
+    "RetryNextTick",
+    "allocate",
+    "JOB_COLUMNS",
+    "job_from_row",
+    "LIVE",
+    "FINISHED",
+]
 
 LIVE = ("pending", "running")
 FINISHED = ("done", "failed")
 
-_COLUMNS = (
+JOB_COLUMNS = (
     "id, kind, job_class, key, payload, state, attempts, max_attempts, depends_on, available_at,"
     " enqueued_at, lease_until, lease_owner, started_at, finished_at, reason, result"
 )
@@ -96,7 +110,10 @@ class Job:
         }
 
 
-def _job(row: tuple[Any, ...]) -> Job:
+Row = tuple[Any, ...]
+
+
+def job_from_row(row: Row) -> Job:
     (
         id_,
         kind,
@@ -167,32 +184,336 @@ def allocate(total: int, weights: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
-class JobQueue:
-    """The `scheduler_jobs` table and the only code that changes it."""
+class QueueCursor(Protocol):
+    """What a query hands back, on either database."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Row | None: ...
+
+    def fetchall(self) -> list[Row]: ...
+
+    def __iter__(self) -> Iterator[Row]: ...
+
+
+class QueueConnection(Protocol):
+    """What the queue needs of a connection: one `execute` (sqlite3's and psycopg's both)."""
+
+    def execute(self, sql: str, params: Sequence[object] = ..., /) -> QueueCursor: ...
+
+
+Conn = TypeVar("Conn", bound=QueueConnection)
+Store = TypeVar("Store")
+
+
+class JobQueueBase(ABC, Generic[Store, Conn]):
+    """The queue's rules, written once for every database: SQL here uses `?` placeholders, which
+    `_sql` turns into the driver's. A store's queue gives its transaction, its reads and its
+    error mapping, and the four steps whose SQL the databases cannot share: enqueue, claim,
+    reclaim and firing a schedule (each must hold across hosts on a server database)."""
 
     def __init__(
         self,
-        store: SQLiteEventStore,
+        store: Store,
         *,
         clock: Callable[[], float],
         lease_seconds: float = 600.0,
         max_attempts: int = 5,
         owner: str | None = None,
     ) -> None:
+        """`store` holds the queue's tables, already migrated (its migrations: `schema.py` on
+        SQLite, `postgres.py` on PostgreSQL)."""
         self.store = store
         self.clock = clock
         self.lease_seconds = float(lease_seconds)
         self.max_attempts = max(1, int(max_attempts))
         self.owner = owner or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
+    # -- what each database gives ----------------------------------------------------------
+
+    @abstractmethod
+    def _atomic(self) -> AbstractContextManager[Conn]: ...
+
+    @abstractmethod
+    def _reading(self) -> AbstractContextManager[Conn]: ...
+
+    @abstractmethod
+    def _errors(self, what: str) -> AbstractContextManager[None]: ...
+
+    def _sql(self, text: str) -> str:
+        return text
+
+    _LOCK_ROW = ""
+    """What a read that is about to change its row appends (a row lock on a server database)."""
+
+    @abstractmethod
+    def _enqueue(self, conn: Conn, spec: JobSpec) -> int: ...
+
+    @abstractmethod
+    def claim(self, job_class: str | None = None, *, skip: Collection[int] = ()) -> Job | None:
+        """Lease the oldest runnable job (of `job_class`, if given, and not in `skip`), or None."""
+
+    @abstractmethod
+    def reclaim(self) -> list[Job]:
+        """Re-arm every running job whose lease has passed (or fail it, if out of attempts)."""
+
+    @abstractmethod
+    def fire(self, schedule: str, cron: str, due: float, spec: JobSpec) -> int | None:
+        """Enqueue `spec` for `schedule`'s due time `due` unless that time was already handled
+        (by this or another process); the job's id when this call fired it, else None. The
+        watermark moves in the transaction that enqueues the job."""
+
     # -- writing -------------------------------------------------------------------------
 
-    def enqueue(self, spec: JobSpec, conn: sqlite3.Connection | None = None) -> int:
+    def enqueue(self, spec: JobSpec, conn: Conn | None = None) -> int:
         """Queue `spec` unless its key is already live; returns the live job's id either way."""
         if conn is not None:
             return self._enqueue(conn, spec)
-        with sqlite_errors("enqueueing a job"), self.store.atomic() as c:
+        with self._errors("enqueueing a job"), self._atomic() as c:
             return self._enqueue(c, spec)
+
+    def _insert_values(self, spec: JobSpec, now: float) -> tuple[object, ...]:
+        return (
+            spec.kind,
+            spec.job_class,
+            spec.unit,
+            json.dumps(dict(spec.payload), sort_keys=True),
+            self.max_attempts,
+            spec.depends_on,
+            now + max(spec.delay, 0.0),
+            now,
+        )
+
+    def complete(
+        self,
+        job: Job,
+        result: Mapping[str, Any] | None = None,
+        follow_ups: Sequence[JobSpec] = (),
+        then: Callable[[Conn], None] | None = None,
+    ) -> bool:
+        """Mark a claimed job done, enqueue its follow-ups and run `then` in the same
+        transaction. False when the lease was lost meanwhile (another claim re-armed it); the
+        follow-ups are then dropped, because the job will run again."""
+        now = self.clock()
+        with self._errors("completing a job"), self._atomic() as conn:
+            cur = conn.execute(
+                self._sql(
+                    "UPDATE scheduler_jobs SET state = 'done', finished_at = ?, result = ?,"
+                    " lease_until = NULL, reason = NULL"
+                    " WHERE id = ? AND state = 'running' AND lease_owner = ?"
+                ),
+                (
+                    now,
+                    json.dumps(dict(result or {}), sort_keys=True, default=str),
+                    job.id,
+                    self.owner,
+                ),
+            )
+            if cur.rowcount != 1:
+                return False
+            for spec in follow_ups:
+                self._enqueue(conn, spec)
+            if then is not None:
+                then(conn)
+            return True
+
+    def fail(self, job: Job, reason: str, *, delay: float | None = None) -> Job | None:
+        """Record a failed attempt: back to pending after a backoff, or failed for good once the
+        attempts are used up. Returns the job as it now stands (None if the lease was lost)."""
+        now = self.clock()
+        with self._errors("failing a job"), self._atomic() as conn:
+            row = conn.execute(
+                self._sql(
+                    "SELECT attempts, max_attempts FROM scheduler_jobs"
+                    f" WHERE id = ? AND state = 'running' AND lease_owner = ?{self._LOCK_ROW}"
+                ),
+                (job.id, self.owner),
+            ).fetchone()
+            if row is None:
+                return None
+            attempts, max_attempts = int(row[0]), int(row[1])
+            if attempts >= max_attempts:
+                conn.execute(
+                    self._sql(
+                        "UPDATE scheduler_jobs SET state = 'failed', finished_at = ?, reason = ?,"
+                        " lease_until = NULL WHERE id = ?"
+                    ),
+                    (
+                        now,
+                        f"{reason} (gave up after {attempts} of {max_attempts} attempts)",
+                        job.id,
+                    ),
+                )
+                self._cascade(conn, now)
+            else:
+                wait = _backoff(attempts) if delay is None else max(delay, 0.0)
+                conn.execute(
+                    self._sql(
+                        "UPDATE scheduler_jobs SET state = 'pending', available_at = ?,"
+                        " reason = ?, lease_until = NULL, lease_owner = NULL WHERE id = ?"
+                    ),
+                    (now + wait, reason, job.id),
+                )
+            return self._get(conn, job.id)
+
+    _REARM = (
+        "UPDATE scheduler_jobs SET"
+        " state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,"
+        " finished_at = CASE WHEN attempts >= max_attempts THEN ? ELSE NULL END,"
+        " reason = 'lease expired: the claim by ' || COALESCE(lease_owner, 'an unknown owner')"
+        " || ' was abandoned or outran queue.lease_seconds'"
+        " || CASE WHEN attempts >= max_attempts"
+        "    THEN ' (gave up after ' || attempts || ' of ' || max_attempts || ' attempts)'"
+        "    ELSE '' END,"
+        " available_at = ?, lease_until = NULL, lease_owner = NULL"
+    )
+    """Re-arming expired leases (the caller adds which rows)."""
+
+    def prune(self, *, max_age_seconds: float, max_rows: int, limit: int) -> tuple[int, int]:
+        """Delete up to `limit` finished rows that are older than `max_age_seconds` or beyond the
+        newest `max_rows`, sparing any row a live job depends on. Returns (pruned, remaining).
+        A bound that is 0 or less is off."""
+        if max_age_seconds <= 0 and max_rows <= 0:
+            return 0, 0
+        now = self.clock()
+        age_cut = now - max_age_seconds if max_age_seconds > 0 else -math.inf
+        keep = max_rows if max_rows > 0 else -1
+        select = (
+            "WITH finished AS (SELECT id, finished_at, ROW_NUMBER() OVER"
+            " (ORDER BY finished_at DESC, id DESC) AS rn"
+            " FROM scheduler_jobs WHERE state IN ('done', 'failed'))"
+            " SELECT id FROM finished WHERE (finished_at < ? OR (? >= 0 AND rn > ?))"
+            " AND id NOT IN (SELECT depends_on FROM scheduler_jobs"
+            "   WHERE state IN ('pending', 'running') AND depends_on IS NOT NULL)"
+        )
+        params = (age_cut, keep, keep)
+        with self._errors("pruning finished jobs"), self._atomic() as conn:
+            ids = [
+                int(r[0])
+                for r in conn.execute(self._sql(f"{select} ORDER BY id LIMIT ?"), (*params, limit))
+            ]
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                conn.execute(
+                    self._sql(
+                        f"DELETE FROM scheduler_jobs WHERE id IN ({','.join('?' * len(chunk))})"
+                    ),
+                    chunk,
+                )
+            row = conn.execute(
+                self._sql(f"SELECT COUNT(*) FROM ({select}) AS left_over"), params
+            ).fetchone()
+        return len(ids), int(row[0]) if row else 0
+
+    def _cascade(self, conn: Conn, now: float) -> None:
+        # Loop: failing one dependent may fail the jobs that depend on it in turn.
+        while True:
+            cur = conn.execute(
+                self._sql(
+                    "UPDATE scheduler_jobs SET state = 'failed', finished_at = ?,"
+                    " reason = 'dependency ' || depends_on || ' failed', lease_until = NULL"
+                    " WHERE state = 'pending' AND depends_on IN"
+                    " (SELECT id FROM scheduler_jobs WHERE state = 'failed')"
+                ),
+                (now,),
+            )
+            if cur.rowcount <= 0:
+                return
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def watermarks(self) -> dict[str, float]:
+        """The last due time each schedule was fired for."""
+        with self._errors("reading schedule watermarks"), self._reading() as conn:
+            rows = conn.execute("SELECT schedule, last_due FROM scheduler_watermarks").fetchall()
+        return {str(s): float(d) for s, d in rows}
+
+    def note_outcome(self, schedule: str, text: str, conn: Conn | None = None) -> None:
+        """Record how a schedule's last run ended (in `conn`'s transaction when given)."""
+        if conn is None:
+            with self._errors("recording a schedule's outcome"), self._atomic() as c:
+                self.note_outcome(schedule, text, c)
+            return
+        conn.execute(
+            self._sql(
+                "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?"
+            ),
+            (self.clock(), text, schedule),
+        )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _get(self, conn: Conn, job_id: int) -> Job | None:
+        row = conn.execute(
+            self._sql(f"SELECT {JOB_COLUMNS} FROM scheduler_jobs WHERE id = ?"), (job_id,)
+        ).fetchone()
+        return job_from_row(row) if row else None
+
+    def get(self, job_id: int) -> Job | None:
+        with self._errors("reading a job"), self._reading() as conn:
+            return self._get(conn, job_id)
+
+    def jobs(self, *, state: str | None = None, limit: int = 100) -> list[Job]:
+        sql = f"SELECT {JOB_COLUMNS} FROM scheduler_jobs"
+        params: list[object] = []
+        if state is not None:
+            sql += " WHERE state = ?"
+            params.append(state)
+        sql += " ORDER BY id DESC LIMIT ?"
+        params.append(limit)
+        with self._errors("reading jobs"), self._reading() as conn:
+            return [job_from_row(r) for r in conn.execute(self._sql(sql), params)]
+
+    def next_wake(self) -> float | None:
+        """When the queue next needs attention: the earliest runnable job, or the earliest lease
+        to expire. A job waiting on a live dependency is woken by that dependency instead."""
+        with self._errors("reading the queue"), self._reading() as conn:
+            row = conn.execute(
+                "SELECT (SELECT MIN(j.available_at) FROM scheduler_jobs j"
+                " LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
+                " WHERE j.state = 'pending'"
+                " AND (j.depends_on IS NULL OR d.id IS NULL OR d.state IN ('done', 'failed'))),"
+                " (SELECT MIN(lease_until) FROM scheduler_jobs WHERE state = 'running')"
+            ).fetchone()
+        times = [float(t) for t in (row or ()) if t is not None]
+        return min(times) if times else None
+
+    def counts(self) -> dict[str, Any]:
+        """Rows per state, and per class for the live ones."""
+        by_state = {state: 0 for state in (*LIVE, *FINISHED)}
+        by_class: dict[str, dict[str, int]] = {}
+        with self._errors("reading the queue"), self._reading() as conn:
+            rows = conn.execute(
+                "SELECT state, job_class, COUNT(*) FROM scheduler_jobs GROUP BY state, job_class"
+            ).fetchall()
+            oldest_row = conn.execute(
+                "SELECT MIN(enqueued_at) FROM scheduler_jobs WHERE state = 'pending'"
+            ).fetchone()
+        oldest = oldest_row[0] if oldest_row else None
+        for state, job_class, n in rows:
+            by_state[state] = by_state.get(state, 0) + int(n)
+            if state in LIVE:
+                by_class.setdefault(job_class, {})[state] = int(n)
+        return {
+            **by_state,
+            "live_by_class": by_class,
+            "oldest_pending_age_s": None if oldest is None else round(self.clock() - oldest, 3),
+        }
+
+
+class JobQueue(JobQueueBase[SQLiteEventStore, sqlite3.Connection]):
+    """The `scheduler_jobs` table in SQLite and the only code that changes it. Every write runs
+    under SQLite's one writer, so a look and the write that follows it need no row lock."""
+
+    def _atomic(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self.store.atomic()
+
+    def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self.store.reading()
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return sqlite_errors(what)
 
     def _enqueue(self, conn: sqlite3.Connection, spec: JobSpec) -> int:
         now = self.clock()
@@ -205,16 +526,7 @@ class JobQueue:
         cur = conn.execute(
             "INSERT INTO scheduler_jobs(kind, job_class, key, payload, max_attempts, depends_on,"
             " available_at, enqueued_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                spec.kind,
-                spec.job_class,
-                spec.unit,
-                json.dumps(dict(spec.payload), sort_keys=True),
-                self.max_attempts,
-                spec.depends_on,
-                now + max(spec.delay, 0.0),
-                now,
-            ),
+            self._insert_values(spec, now),
         )
         job_id = cur.lastrowid
         assert job_id is not None
@@ -223,7 +535,6 @@ class JobQueue:
         return int(job_id)
 
     def claim(self, job_class: str | None = None, *, skip: Collection[int] = ()) -> Job | None:
-        """Lease the oldest runnable job (of `job_class`, if given, and not in `skip`), or None."""
         now = self.clock()
         where = (
             "j.state = 'pending' AND j.available_at <= ?"
@@ -255,72 +566,7 @@ class JobQueue:
             )
             return self._get(conn, int(row[0]))
 
-    def complete(
-        self,
-        job: Job,
-        result: Mapping[str, Any] | None = None,
-        follow_ups: Sequence[JobSpec] = (),
-        then: Callable[[sqlite3.Connection], None] | None = None,
-    ) -> bool:
-        """Mark a claimed job done, enqueue its follow-ups and run `then` in the same
-        transaction. False when the lease was lost meanwhile (another claim re-armed it); the
-        follow-ups are then dropped, because the job will run again."""
-        now = self.clock()
-        with sqlite_errors("completing a job"), self.store.atomic() as conn:
-            cur = conn.execute(
-                "UPDATE scheduler_jobs SET state = 'done', finished_at = ?, result = ?,"
-                " lease_until = NULL, reason = NULL"
-                " WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (
-                    now,
-                    json.dumps(dict(result or {}), sort_keys=True, default=str),
-                    job.id,
-                    self.owner,
-                ),
-            )
-            if cur.rowcount != 1:
-                return False
-            for spec in follow_ups:
-                self._enqueue(conn, spec)
-            if then is not None:
-                then(conn)
-            return True
-
-    def fail(self, job: Job, reason: str, *, delay: float | None = None) -> Job | None:
-        """Record a failed attempt: back to pending after a backoff, or failed for good once the
-        attempts are used up. Returns the job as it now stands (None if the lease was lost)."""
-        now = self.clock()
-        with sqlite_errors("failing a job"), self.store.atomic() as conn:
-            row = conn.execute(
-                "SELECT attempts, max_attempts FROM scheduler_jobs"
-                " WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (job.id, self.owner),
-            ).fetchone()
-            if row is None:
-                return None
-            attempts, max_attempts = int(row[0]), int(row[1])
-            if attempts >= max_attempts:
-                conn.execute(
-                    "UPDATE scheduler_jobs SET state = 'failed', finished_at = ?, reason = ?,"
-                    " lease_until = NULL WHERE id = ?",
-                    (
-                        now,
-                        f"{reason} (gave up after {attempts} of {max_attempts} attempts)",
-                        job.id,
-                    ),
-                )
-                self._cascade(conn, now)
-            else:
-                wait = _backoff(attempts) if delay is None else max(delay, 0.0)
-                conn.execute(
-                    "UPDATE scheduler_jobs SET state = 'pending', available_at = ?, reason = ?,"
-                    " lease_until = NULL, lease_owner = NULL WHERE id = ?",
-                    (now + wait, reason, job.id),
-                )
-            return self._get(conn, job.id)
-
     def reclaim(self) -> list[Job]:
-        """Re-arm every running job whose lease has passed (or fail it, if out of attempts)."""
         now = self.clock()
         with sqlite_errors("reclaiming abandoned jobs"), self.store.reading() as conn:
             expired = conn.execute(
@@ -339,125 +585,26 @@ class JobQueue:
             ]
             if not ids:
                 return []
-            marks = ",".join("?" * len(ids))
             conn.execute(
-                "UPDATE scheduler_jobs SET"
-                " state = CASE WHEN attempts >= max_attempts THEN 'failed' ELSE 'pending' END,"
-                " finished_at = CASE WHEN attempts >= max_attempts THEN ? ELSE NULL END,"
-                " reason = 'lease expired: the claim by ' || COALESCE(lease_owner, '?')"
-                " || ' was abandoned or outran queue.lease_seconds'"
-                " || CASE WHEN attempts >= max_attempts"
-                "    THEN ' (gave up after ' || attempts || ' of ' || max_attempts || ' attempts)'"
-                "    ELSE '' END,"
-                " available_at = ?, lease_until = NULL, lease_owner = NULL"
-                f" WHERE id IN ({marks})",
-                (now, now, *ids),
+                f"{self._REARM} WHERE id IN ({','.join('?' * len(ids))})", (now, now, *ids)
             )
             self._cascade(conn, now)
             return [j for i in ids if (j := self._get(conn, i)) is not None]
 
-    def prune(self, *, max_age_seconds: float, max_rows: int, limit: int) -> tuple[int, int]:
-        """Delete up to `limit` finished rows that are older than `max_age_seconds` or beyond the
-        newest `max_rows`, sparing any row a live job depends on. Returns (pruned, remaining).
-        A bound that is 0 or less is off."""
-        if max_age_seconds <= 0 and max_rows <= 0:
-            return 0, 0
+    def fire(self, schedule: str, cron: str, due: float, spec: JobSpec) -> int | None:
         now = self.clock()
-        age_cut = now - max_age_seconds if max_age_seconds > 0 else -math.inf
-        keep = max_rows if max_rows > 0 else -1
-        select = (
-            "WITH finished AS (SELECT id, finished_at, ROW_NUMBER() OVER"
-            " (ORDER BY finished_at DESC, id DESC) AS rn"
-            " FROM scheduler_jobs WHERE state IN ('done', 'failed'))"
-            " SELECT id FROM finished WHERE (finished_at < ? OR (? >= 0 AND rn > ?))"
-            " AND id NOT IN (SELECT depends_on FROM scheduler_jobs"
-            "   WHERE state IN ('pending', 'running') AND depends_on IS NOT NULL)"
-        )
-        params = (age_cut, keep, keep)
-        with sqlite_errors("pruning finished jobs"), self.store.atomic() as conn:
-            ids = [
-                int(r[0]) for r in conn.execute(f"{select} ORDER BY id LIMIT ?", (*params, limit))
-            ]
-            for start in range(0, len(ids), 500):
-                chunk = ids[start : start + 500]
-                conn.execute(
-                    f"DELETE FROM scheduler_jobs WHERE id IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                )
-            remaining = conn.execute(f"SELECT COUNT(*) FROM ({select})", params).fetchone()[0]
-        return len(ids), int(remaining)
-
-    @staticmethod
-    def _cascade(conn: sqlite3.Connection, now: float) -> None:
-        # Loop: failing one dependent may fail the jobs that depend on it in turn.
-        while True:
-            cur = conn.execute(
-                "UPDATE scheduler_jobs SET state = 'failed', finished_at = ?,"
-                " reason = 'dependency ' || depends_on || ' failed', lease_until = NULL"
-                " WHERE state = 'pending' AND depends_on IN"
-                " (SELECT id FROM scheduler_jobs WHERE state = 'failed')",
-                (now,),
+        with sqlite_errors(f"scheduling {schedule}"), self.store.atomic() as conn:
+            row = conn.execute(
+                "SELECT last_due FROM scheduler_watermarks WHERE schedule = ?", (schedule,)
+            ).fetchone()
+            if row is not None and float(row[0]) >= due:
+                return None
+            job_id = self._enqueue(conn, spec)
+            conn.execute(
+                "INSERT INTO scheduler_watermarks(schedule, cron, last_due, enqueued_at, job_id)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT(schedule) DO UPDATE SET"
+                " cron = excluded.cron, last_due = excluded.last_due,"
+                " enqueued_at = excluded.enqueued_at, job_id = excluded.job_id",
+                (schedule, cron, due, now, job_id),
             )
-            if cur.rowcount <= 0:
-                return
-
-    # -- reading -------------------------------------------------------------------------
-
-    @staticmethod
-    def _get(conn: sqlite3.Connection, job_id: int) -> Job | None:
-        row = conn.execute(
-            f"SELECT {_COLUMNS} FROM scheduler_jobs WHERE id = ?", (job_id,)
-        ).fetchone()
-        return _job(row) if row else None
-
-    def get(self, job_id: int) -> Job | None:
-        with sqlite_errors("reading a job"), self.store.reading() as conn:
-            return self._get(conn, job_id)
-
-    def jobs(self, *, state: str | None = None, limit: int = 100) -> list[Job]:
-        sql = f"SELECT {_COLUMNS} FROM scheduler_jobs"
-        params: list[Any] = []
-        if state is not None:
-            sql += " WHERE state = ?"
-            params.append(state)
-        sql += " ORDER BY id DESC LIMIT ?"
-        params.append(limit)
-        with sqlite_errors("reading jobs"), self.store.reading() as conn:
-            return [_job(r) for r in conn.execute(sql, params)]
-
-    def next_wake(self) -> float | None:
-        """When the queue next needs attention: the earliest runnable job, or the earliest lease
-        to expire. A job waiting on a live dependency is woken by that dependency instead."""
-        with sqlite_errors("reading the queue"), self.store.reading() as conn:
-            runnable = conn.execute(
-                "SELECT MIN(j.available_at) FROM scheduler_jobs j"
-                " LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
-                " WHERE j.state = 'pending'"
-                " AND (j.depends_on IS NULL OR d.id IS NULL OR d.state IN ('done', 'failed'))"
-            ).fetchone()[0]
-            lease = conn.execute(
-                "SELECT MIN(lease_until) FROM scheduler_jobs WHERE state = 'running'"
-            ).fetchone()[0]
-        times = [float(t) for t in (runnable, lease) if t is not None]
-        return min(times) if times else None
-
-    def counts(self) -> dict[str, Any]:
-        """Rows per state, and per class for the live ones."""
-        by_state = {state: 0 for state in (*LIVE, *FINISHED)}
-        by_class: dict[str, dict[str, int]] = {}
-        with sqlite_errors("reading the queue"), self.store.reading() as conn:
-            rows = conn.execute(
-                "SELECT state, job_class, COUNT(*) FROM scheduler_jobs GROUP BY state, job_class"
-            ).fetchall()
-            oldest = conn.execute(
-                "SELECT MIN(enqueued_at) FROM scheduler_jobs WHERE state = 'pending'"
-            ).fetchone()[0]
-        for state, job_class, n in rows:
-            by_state[state] = by_state.get(state, 0) + int(n)
-            if state in LIVE:
-                by_class.setdefault(job_class, {})[state] = int(n)
-        return {
-            **by_state,
-            "live_by_class": by_class,
-            "oldest_pending_age_s": None if oldest is None else round(self.clock() - oldest, 3),
-        }
+            return job_id

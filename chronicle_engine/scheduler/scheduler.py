@@ -192,8 +192,7 @@ class Scheduler:
     def _load(self) -> None:
         # Finding the summariser imports the context engine, which is slow the first time, so
         # it waits for the first consolidation job (on a draining hook, off the user's turn).
-        with sqlite_errors("reading schedule watermarks"), self._store.reading() as conn:
-            marks = dict(conn.execute("SELECT schedule, last_due FROM scheduler_watermarks"))
+        marks = self.queue.watermarks()
         self._next_due = {}
         for task, schedule in self.settings.schedules.items():
             if not schedule.active or task in self._unavailable:
@@ -225,26 +224,15 @@ class Scheduler:
         or another process). Returns whether this call enqueued it."""
         schedule = self.settings.schedules[task]
         due = latest_due(schedule.cron, now)
-        fired = False
-        with sqlite_errors(f"scheduling {task}"), self._store.atomic() as conn:
-            row = conn.execute(
-                "SELECT last_due FROM scheduler_watermarks WHERE schedule = ?", (task,)
-            ).fetchone()
-            mark = None if row is None else float(row[0])
-            if mark is None or mark < due:
-                job_id = self.queue.enqueue(
-                    JobSpec(task, TASKS[task], key=task, payload={"schedule": task, "due": due}),
-                    conn,
-                )
-                conn.execute(
-                    "INSERT INTO scheduler_watermarks(schedule, cron, last_due, enqueued_at, job_id)"
-                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT(schedule) DO UPDATE SET"
-                    " cron = excluded.cron, last_due = excluded.last_due,"
-                    " enqueued_at = excluded.enqueued_at, job_id = excluded.job_id",
-                    (task, schedule.cron, due, now, job_id),
-                )
-                mark = due
-                fired = True
+        job_id = self.queue.fire(
+            task,
+            schedule.cron,
+            due,
+            JobSpec(task, TASKS[task], key=task, payload={"schedule": task, "due": due}),
+        )
+        fired = job_id is not None
+        # Not fired: handled already (here or by another process), at `due` or later.
+        mark = due if fired else max(due, self.queue.watermarks().get(task, due))
         self._next_due[task] = next_due_after(schedule.cron, mark)
         if fired:
             self._queue_wake = min(self._queue_wake, now)
@@ -404,14 +392,7 @@ class Scheduler:
         schedule = job.payload.get("schedule")
         if not isinstance(schedule, str):
             return
-        if conn is None:
-            with sqlite_errors("recording a schedule's outcome"), self._store.atomic() as c:
-                self._note_outcome(job, state, text, c)
-            return
-        conn.execute(
-            "UPDATE scheduler_watermarks SET finished_at = ?, outcome = ? WHERE schedule = ?",
-            (self.clock(), f"{state}: {text}", schedule),
-        )
+        self.queue.note_outcome(schedule, f"{state}: {text}", conn)
 
     # -- consolidation ---------------------------------------------------------------------
 

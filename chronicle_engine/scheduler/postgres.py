@@ -1,0 +1,187 @@
+"""The scheduler's job queue and schedule watermarks on PostgreSQL, shared by every host that
+opens the same database.
+
+The same invariants as `queue.py` (tests/test_queue_contract.py runs both), made to hold across
+hosts instead of under SQLite's one writer:
+- A claim is `FOR UPDATE SKIP LOCKED`: concurrent claimers on any number of hosts each take a
+  different job, and none waits for another's claim to commit.
+- At most one live job per key is the partial unique index itself: an enqueue is `INSERT ...
+  ON CONFLICT DO NOTHING`, so two hosts enqueueing the same key at once store one job.
+- A schedule fires once per due time across the fleet: its watermark moves by one conditional
+  upsert (`ON CONFLICT ... DO UPDATE ... WHERE last_due < excluded.last_due`), which PostgreSQL
+  serialises on the row; only the transaction that moved it enqueues the run.
+
+PARTIAL: the queue and the watermarks alone. The sweep cursors and the consolidation fold's
+open units (the rest of the scheduler's tables) are still SQLite's, so the `Scheduler` itself
+does not run on PostgreSQL yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection, Iterator
+from contextlib import AbstractContextManager
+
+from ..errors import StoreBusy
+from ..log.postgres import Connection, PostgresEventStore, PostgresMigration, postgres_errors
+from .queue import JOB_COLUMNS, Job, JobQueueBase, JobSpec, job_from_row
+
+__all__ = ["PostgresJobQueue", "PG_SCHEDULER_MIGRATIONS"]
+
+_QUEUE = (
+    """
+    CREATE TABLE scheduler_jobs (
+        id           BIGSERIAL PRIMARY KEY,
+        kind         TEXT    NOT NULL,
+        job_class    TEXT    NOT NULL,
+        key          TEXT    NOT NULL,
+        payload      TEXT    NOT NULL DEFAULT '{}',
+        state        TEXT    NOT NULL DEFAULT 'pending'
+                     CHECK (state IN ('pending', 'running', 'done', 'failed')),
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        max_attempts INTEGER NOT NULL,
+        depends_on   BIGINT,
+        available_at DOUBLE PRECISION NOT NULL,
+        enqueued_at  DOUBLE PRECISION NOT NULL,
+        lease_until  DOUBLE PRECISION,
+        lease_owner  TEXT,
+        started_at   DOUBLE PRECISION,
+        finished_at  DOUBLE PRECISION,
+        reason       TEXT,
+        result       TEXT
+    )
+    """,
+    "CREATE UNIQUE INDEX scheduler_jobs_live_key ON scheduler_jobs(key)"
+    " WHERE state IN ('pending', 'running')",
+    "CREATE INDEX scheduler_jobs_runnable ON scheduler_jobs(state, job_class, available_at)",
+    "CREATE INDEX scheduler_jobs_by_dependency ON scheduler_jobs(depends_on)"
+    " WHERE depends_on IS NOT NULL",
+    "CREATE INDEX scheduler_jobs_finished ON scheduler_jobs(finished_at)"
+    " WHERE state IN ('done', 'failed')",
+    """
+    CREATE TABLE scheduler_watermarks (
+        schedule    TEXT PRIMARY KEY,
+        cron        TEXT NOT NULL,
+        last_due    DOUBLE PRECISION NOT NULL,
+        enqueued_at DOUBLE PRECISION NOT NULL,
+        job_id      BIGINT,
+        finished_at DOUBLE PRECISION,
+        outcome     TEXT
+    )
+    """,
+)
+
+
+def _m001_queue(conn: Connection) -> None:
+    for statement in _QUEUE:
+        conn.execute(statement)
+
+
+PG_SCHEDULER_MIGRATIONS: tuple[PostgresMigration, ...] = (
+    PostgresMigration("scheduler.m001_queue", _m001_queue),
+)
+
+# The one runnable job to lease: skip rows another claimer holds rather than wait for them.
+_RUNNABLE = (
+    "SELECT j.id FROM scheduler_jobs j LEFT JOIN scheduler_jobs d ON d.id = j.depends_on"
+    " WHERE j.state = 'pending' AND j.available_at <= %s"
+    " AND (j.depends_on IS NULL OR d.id IS NULL OR d.state = 'done'){more}"
+    " ORDER BY j.available_at, j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED"
+)
+
+
+class PostgresJobQueue(JobQueueBase[PostgresEventStore, Connection]):
+    """`scheduler_jobs` and `scheduler_watermarks` in PostgreSQL, and the only code that changes
+    them there (its store migrated with `PG_SCHEDULER_MIGRATIONS`). The same methods as
+    `JobQueue`; the rules they share are `JobQueueBase`'s."""
+
+    _LOCK_ROW = " FOR UPDATE"
+
+    def _atomic(self) -> AbstractContextManager[Connection]:
+        return self.store.atomic()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        yield self.store.connection
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return postgres_errors(what)
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", "%s")
+
+    def _enqueue(self, conn: Connection, spec: JobSpec) -> int:
+        now = self.clock()
+        # The live job of a key can finish between a refused insert and the look-up; then the
+        # insert is tried again (bounded: each round some live job of the key came and went).
+        for _ in range(8):
+            row = conn.execute(
+                "INSERT INTO scheduler_jobs(kind, job_class, key, payload, max_attempts,"
+                " depends_on, available_at, enqueued_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (key) WHERE state IN ('pending', 'running') DO NOTHING RETURNING id",
+                self._insert_values(spec, now),
+            ).fetchone()
+            if row is not None:
+                if spec.depends_on is not None:
+                    self._cascade(conn, now)
+                return int(row[0])
+            live = conn.execute(
+                "SELECT id FROM scheduler_jobs WHERE key = %s AND state IN ('pending', 'running')",
+                (spec.unit,),
+            ).fetchone()
+            if live is not None:
+                return int(live[0])
+        raise StoreBusy(f"the queue's key {spec.unit!r} kept changing hands; enqueue it later")
+
+    def claim(self, job_class: str | None = None, *, skip: Collection[int] = ()) -> Job | None:
+        now = self.clock()
+        more = ""
+        params: list[object] = [now]
+        if job_class is not None:
+            more += " AND j.job_class = %s"
+            params.append(job_class)
+        if skip:
+            more += " AND NOT (j.id = ANY(%s))"
+            params.append(list(skip))
+        with postgres_errors("claiming a job"), self.store.atomic() as conn:
+            row = conn.execute(
+                "UPDATE scheduler_jobs SET state = 'running', attempts = attempts + 1,"
+                " lease_until = %s, lease_owner = %s, started_at = %s"
+                f" WHERE id = ({_RUNNABLE.format(more=more)}) RETURNING {JOB_COLUMNS}",
+                (now + self.lease_seconds, self.owner, now, *params),
+            ).fetchone()
+        return job_from_row(row) if row else None
+
+    def reclaim(self) -> list[Job]:
+        now = self.clock()
+        with postgres_errors("reclaiming abandoned jobs"), self.store.atomic() as conn:
+            rows = conn.execute(
+                self._sql(self._REARM)
+                + " WHERE id IN (SELECT id FROM scheduler_jobs WHERE state = 'running'"
+                " AND lease_until < %s FOR UPDATE SKIP LOCKED) RETURNING id",
+                (now, now, now),
+            ).fetchall()
+            if not rows:
+                return []
+            self._cascade(conn, now)
+            return [j for i in sorted(int(r[0]) for r in rows) if (j := self._get(conn, i))]
+
+    def fire(self, schedule: str, cron: str, due: float, spec: JobSpec) -> int | None:
+        now = self.clock()
+        with postgres_errors(f"scheduling {schedule}"), self.store.atomic() as conn:
+            moved = conn.execute(
+                "INSERT INTO scheduler_watermarks(schedule, cron, last_due, enqueued_at)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (schedule) DO UPDATE SET"
+                " cron = excluded.cron, last_due = excluded.last_due,"
+                " enqueued_at = excluded.enqueued_at"
+                " WHERE scheduler_watermarks.last_due < excluded.last_due RETURNING schedule",
+                (schedule, cron, due, now),
+            ).fetchone()
+            if moved is None:
+                return None
+            job_id = self._enqueue(conn, spec)
+            conn.execute(
+                "UPDATE scheduler_watermarks SET job_id = %s WHERE schedule = %s",
+                (job_id, schedule),
+            )
+            return job_id
