@@ -270,6 +270,15 @@ class Target:
         store.migrate(PG_SCHEDULER_MIGRATIONS)
         return store, PostgresJobQueue(store, clock=clock, owner=owner)
 
+    def chronicle(self, store, name: str):  # -> the chronicle of that name in `store`
+        if self.kind == "sqlite":
+            from chronicle_engine.chronicle.store import SQLiteChronicleStore
+
+            return SQLiteChronicleStore(store, name)
+        from chronicle_engine.chronicle.postgres import PostgresChronicleStore
+
+        return PostgresChronicleStore(store, name)
+
     def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         from chronicle_engine.log.postgres import postgres_errors
         from chronicle_engine.log.store import sqlite_errors

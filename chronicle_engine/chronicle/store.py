@@ -18,14 +18,18 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Self, TypeVar
 
 from ..errors import ChronicleFork, SectionCollision, UsageError
-from ..log.store import Migration, SQLiteEventStore, run_script, sqlite_errors, utc_now
+from ..log.store import Migration, Row, SQLiteEventStore, run_script, utc_now
+from ..log.tables import SQLConnection, SQLiteTables, Tables
 from .sections import Anchor, Section
 
-__all__ = ["SQLiteChronicleStore", "CHRONICLE_MIGRATIONS"]
+__all__ = ["ChronicleStoreBase", "SQLiteChronicleStore", "CHRONICLE_MIGRATIONS"]
+
+Conn = TypeVar("Conn", bound=SQLConnection)
+Store = TypeVar("Store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sections (
@@ -86,7 +90,7 @@ _CURRENT = (
 )
 
 
-def _row(row: tuple[Any, ...]) -> Section:
+def _row(row: Row) -> Section:
     section_id, from_seq, to_seq, unit, supersedes, prose, pins, created_at, meta = row
     return Section(
         Anchor(section_id, from_seq, to_seq, unit, supersedes),
@@ -97,45 +101,56 @@ def _row(row: tuple[Any, ...]) -> Section:
     )
 
 
-class SQLiteChronicleStore:
-    """One named chronicle in the event store's database."""
+class ChronicleStoreBase(Tables[Store, Conn]):
+    """One named chronicle in a database: its reads, the checks that refuse a fork, and its
+    writes, written once for every database (SQL with `?` placeholders, which `_sql` turns into
+    the driver's). A database's store gives its transaction, its reads, its error mapping and
+    `_serialise`, which makes a write transaction the chronicle's one writer."""
 
-    def __init__(self, store: SQLiteEventStore, name: str = "default") -> None:
-        self.store = store
+    def __init__(self, store: Store, name: str = "default") -> None:
+        super().__init__(store)
         self.name = name
-        store.migrate(CHRONICLE_MIGRATIONS)
 
-    def named(self, name: str) -> SQLiteChronicleStore:
+    def named(self, name: str) -> Self:
         """Another chronicle in the same database."""
-        return SQLiteChronicleStore(self.store, name)
+        return type(self)(self.store, name)
+
+    def _serialise(self, conn: Conn) -> None:
+        """Hold this chronicle's writes to one transaction at a time until `conn`'s ends (the
+        checks below read, then write). Nothing where the database has one writer already."""
 
     @contextlib.contextmanager
-    def _conn(self, conn: sqlite3.Connection | None) -> Iterator[sqlite3.Connection]:
+    def _conn(self, conn: Conn | None) -> Iterator[Conn]:
         if conn is not None:
             yield conn
         else:
-            with self.store.reading() as c:
+            with self._reading() as c:
                 yield c
+
+    def _one(self, c: Conn, sql: str, params: Sequence[object]) -> Row | None:
+        return c.execute(self._sql(sql), params).fetchone()
 
     # -- reads ---------------------------------------------------------------------------
 
-    def get(self, section_id: str, conn: sqlite3.Connection | None = None) -> Section | None:
-        with sqlite_errors("reading a section"), self._conn(conn) as c:
-            row = c.execute(
+    def get(self, section_id: str, conn: Conn | None = None) -> Section | None:
+        with self._errors("reading a section"), self._conn(conn) as c:
+            row = self._one(
+                c,
                 f"SELECT {_COLUMNS} FROM sections WHERE chronicle = ? AND section_id = ?",
                 (self.name, section_id),
-            ).fetchone()
+            )
         return _row(row) if row else None
 
-    def successor(self, section_id: str, conn: sqlite3.Connection | None = None) -> str | None:
-        with sqlite_errors("reading a section"), self._conn(conn) as c:
-            row = c.execute(
+    def successor(self, section_id: str, conn: Conn | None = None) -> str | None:
+        with self._errors("reading a section"), self._conn(conn) as c:
+            row = self._one(
+                c,
                 "SELECT section_id FROM sections WHERE chronicle = ? AND supersedes = ?",
                 (self.name, section_id),
-            ).fetchone()
-        return row[0] if row else None
+            )
+        return str(row[0]) if row else None
 
-    def current_of(self, section_id: str, conn: sqlite3.Connection | None = None) -> str:
+    def current_of(self, section_id: str, conn: Conn | None = None) -> str:
         """Follow supersession to the current generation of a section's range."""
         seen = section_id
         while (nxt := self.successor(seen, conn)) is not None:
@@ -144,56 +159,56 @@ class SQLiteChronicleStore:
 
     def current(
         self,
-        conn: sqlite3.Connection | None = None,
+        conn: Conn | None = None,
         *,
         from_seq: int | None = None,
         to_seq: int | None = None,
     ) -> list[Section]:
         """Current sections ordered by range; optionally only those overlapping from..to."""
         where = ["s.chronicle = ?", _CURRENT]
-        params: list[Any] = [self.name]
+        params: list[object] = [self.name]
         if to_seq is not None:
             where.append("s.from_seq <= ?")
             params.append(to_seq)
         if from_seq is not None:
             where.append("s.to_seq >= ?")
             params.append(from_seq)
-        with sqlite_errors("reading sections"), self._conn(conn) as c:
+        with self._errors("reading sections"), self._conn(conn) as c:
             rows = c.execute(
-                f"SELECT {', '.join('s.' + x.strip() for x in _COLUMNS.split(','))}"
-                f" FROM sections s WHERE {' AND '.join(where)} ORDER BY s.from_seq",
+                self._sql(
+                    f"SELECT {', '.join('s.' + x.strip() for x in _COLUMNS.split(','))}"
+                    f" FROM sections s WHERE {' AND '.join(where)} ORDER BY s.from_seq"
+                ),
                 params,
             ).fetchall()
         return [_row(r) for r in rows]
 
-    def consolidated_through(self, conn: sqlite3.Connection | None = None) -> int:
-        with sqlite_errors("reading sections"), self._conn(conn) as c:
-            row = c.execute(
+    def consolidated_through(self, conn: Conn | None = None) -> int:
+        with self._errors("reading sections"), self._conn(conn) as c:
+            row = self._one(
+                c,
                 f"SELECT MAX(s.to_seq) FROM sections s WHERE s.chronicle = ? AND {_CURRENT}",
                 (self.name,),
-            ).fetchone()
-        return int(row[0] or 0)
+            )
+        return int(row[0] or 0) if row else 0
 
     def export(self) -> list[Section]:
         """Every row, superseded ones included, in the order they were written."""
-        with sqlite_errors("exporting sections"), self.store.reading() as c:
+        with self._errors("exporting sections"), self._reading() as c:
             rows = c.execute(
-                f"SELECT {_COLUMNS} FROM sections WHERE chronicle = ? ORDER BY written",
+                self._sql(f"SELECT {_COLUMNS} FROM sections WHERE chronicle = ? ORDER BY written"),
                 (self.name,),
             ).fetchall()
         return [_row(r) for r in rows]
 
     def __len__(self) -> int:
-        with sqlite_errors("counting sections"), self.store.reading() as c:
-            return int(
-                c.execute(
-                    "SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,)
-                ).fetchone()[0]
-            )
+        with self._errors("counting sections"), self._reading() as c:
+            row = self._one(c, "SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,))
+        return int(row[0]) if row else 0
 
     # -- writes --------------------------------------------------------------------------
 
-    def append(self, section: Section, conn: sqlite3.Connection | None = None) -> bool:
+    def append(self, section: Section, conn: Conn | None = None) -> bool:
         """Write a section unless its id is already stored (a replayed fold batch keeps the
         existing row). Returns whether it was written. Raises ChronicleFork on a fork."""
         with self._writing(conn) as c:
@@ -203,7 +218,7 @@ class SQLiteChronicleStore:
             self._insert(c, section)
             return True
 
-    def append_new(self, section: Section, conn: sqlite3.Connection | None = None) -> Section:
+    def append_new(self, section: Section, conn: Conn | None = None) -> Section:
         """The strict write: raises SectionCollision if the id is already stored."""
         with self._writing(conn) as c:
             existing = self.get(section.anchor.section_id, c)
@@ -228,39 +243,45 @@ class SQLiteChronicleStore:
                 written += 1
         return written
 
-    def purge(self, section_id: str, reason: str, conn: sqlite3.Connection | None = None) -> bool:
+    def purge(self, section_id: str, reason: str, conn: Conn | None = None) -> bool:
         """Blank the prose (and meta) of a superseded section: forgetting reached it. Its anchor
         stays, so the range and the supersession chain still read the same. Returns whether
         there was prose to blank. Only a superseded section can be purged (the current one is
         what the chronicle says; supersede it first)."""
         with self._writing(conn) as c:
             cur = c.execute(
-                "UPDATE sections SET prose = '', meta = ? WHERE chronicle = ? AND section_id = ?"
-                " AND prose != ''",
+                self._sql(
+                    "UPDATE sections SET prose = '', meta = ? WHERE chronicle = ?"
+                    " AND section_id = ? AND prose != ''"
+                ),
                 (json.dumps({"purged": reason}), self.name, section_id),
             )
             return cur.rowcount > 0
 
-    def reset(self, conn: sqlite3.Connection | None = None) -> None:
+    def reset(self, conn: Conn | None = None) -> None:
         """Remove every section of this chronicle: only for an acknowledged rebuild."""
         with self._writing(conn) as c:
-            c.execute("DELETE FROM sections WHERE chronicle = ?", (self.name,))
+            c.execute(self._sql("DELETE FROM sections WHERE chronicle = ?"), (self.name,))
 
     @contextlib.contextmanager
-    def _writing(self, conn: sqlite3.Connection | None) -> Iterator[sqlite3.Connection]:
-        with sqlite_errors(f"writing chronicle {self.name!r}"):
+    def _writing(self, conn: Conn | None) -> Iterator[Conn]:
+        with self._errors(f"writing chronicle {self.name!r}"):
             if conn is not None:
+                self._serialise(conn)
                 yield conn
             else:
-                with self.store.atomic() as c:
+                with self._atomic() as c:
+                    self._serialise(c)
                     yield c
 
-    def _insert(self, c: sqlite3.Connection, section: Section) -> Section:
+    def _insert(self, c: Conn, section: Section) -> Section:
         a = section.anchor
         created = section.created_at or utc_now()
         c.execute(
-            "INSERT INTO sections(chronicle, section_id, from_seq, to_seq, unit, supersedes, prose,"
-            " pins, created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._sql(
+                "INSERT INTO sections(chronicle, section_id, from_seq, to_seq, unit, supersedes,"
+                " prose, pins, created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
             (
                 self.name,
                 a.section_id,
@@ -278,7 +299,7 @@ class SQLiteChronicleStore:
             return section
         return Section(a, section.prose, section.pins, created, section.meta)
 
-    def _check(self, c: sqlite3.Connection, section: Section) -> None:
+    def _check(self, c: Conn, section: Section) -> None:
         a = section.anchor
         if a.from_seq > a.to_seq or a.from_seq < 1:
             raise UsageError(
@@ -311,3 +332,12 @@ class SQLiteChronicleStore:
                 f"{o.section_id!r} ({o.from_seq}..{o.to_seq}); supersede that section, over its "
                 "exact range, instead"
             )
+
+
+class SQLiteChronicleStore(ChronicleStoreBase[SQLiteEventStore, sqlite3.Connection], SQLiteTables):
+    """One named chronicle in the event store's SQLite database (its one writer keeps a check
+    and the write after it together)."""
+
+    def __init__(self, store: SQLiteEventStore, name: str = "default") -> None:
+        super().__init__(store, name)
+        store.migrate(CHRONICLE_MIGRATIONS)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import psycopg
@@ -52,8 +53,9 @@ from .store import (
     storable,
     utc_now,
 )
+from .tables import Tables
 
-__all__ = ["PostgresEventStore", "PostgresMigration", "postgres_errors"]
+__all__ = ["PostgresEventStore", "PostgresMigration", "PostgresTables", "postgres_errors"]
 
 Connection = psycopg.Connection[TupleRow]
 
@@ -521,3 +523,20 @@ class PostgresEventStore:
 
 def _conforms(store: PostgresEventStore) -> EventLogStore[Connection, PostgresMigration]:
     return store  # the type checker holds the PostgreSQL store to the port
+
+
+class PostgresTables(Tables[PostgresEventStore, Connection]):
+    """A room's tables in the PostgreSQL store's database (`tables.py`)."""
+
+    def _atomic(self) -> AbstractContextManager[Connection]:
+        return self.store.atomic()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        yield self.store.connection
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return postgres_errors(what)
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", "%s")

@@ -39,6 +39,7 @@ from ..errors import (
 from ..storable import escape_surrogates, escape_text, has_surrogate
 
 __all__ = [
+    "Row",
     "MAIN_THREAD_PATIENCE_MS",
     "Envelope",
     "StoredEvent",
@@ -833,3 +834,7 @@ def _chunked(conn: sqlite3.Connection, sql: str, values: list[Any]) -> Iterator[
 def row_to_event(row: tuple[Any, ...]) -> StoredEvent:
     """A row selected as EVENT_COLUMNS, as a StoredEvent (for folds that select their own rows)."""
     return StoredEvent(Envelope._make(row[:7]), read_payload(_raw_decode(row[7])[0]))
+
+
+Row = tuple[Any, ...]
+"""A row as either driver (sqlite3, psycopg) hands it back."""

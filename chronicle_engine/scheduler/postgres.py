@@ -18,12 +18,16 @@ does not run on PostgreSQL yet.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Collection, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Collection
 
 from ..errors import StoreBusy
-from ..log.postgres import Connection, PostgresEventStore, PostgresMigration, postgres_errors
+from ..log.postgres import (
+    Connection,
+    PostgresEventStore,
+    PostgresMigration,
+    PostgresTables,
+    postgres_errors,
+)
 from .queue import JOB_COLUMNS, Job, JobQueueBase, JobSpec, job_from_row
 
 __all__ = ["PostgresJobQueue", "PG_SCHEDULER_MIGRATIONS"]
@@ -90,25 +94,12 @@ _RUNNABLE = (
 )
 
 
-class PostgresJobQueue(JobQueueBase[PostgresEventStore, Connection]):
+class PostgresJobQueue(JobQueueBase[PostgresEventStore, Connection], PostgresTables):
     """`scheduler_jobs` and `scheduler_watermarks` in PostgreSQL, and the only code that changes
     them there (its store migrated with `PG_SCHEDULER_MIGRATIONS`). The same methods as
     `JobQueue`; the rules they share are `JobQueueBase`'s."""
 
     _LOCK_ROW = " FOR UPDATE"
-
-    def _atomic(self) -> AbstractContextManager[Connection]:
-        return self.store.atomic()
-
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[Connection]:
-        yield self.store.connection
-
-    def _errors(self, what: str) -> AbstractContextManager[None]:
-        return postgres_errors(what)
-
-    def _sql(self, text: str) -> str:
-        return text.replace("?", "%s")
 
     def _enqueue(self, conn: Connection, spec: JobSpec) -> int:
         now = self.clock()

@@ -21,21 +21,20 @@ import math
 import os
 import sqlite3
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from abc import abstractmethod
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import ChronicleRuntimeError
-from ..log.store import SQLiteEventStore, sqlite_errors
+from ..log.store import Row, SQLiteEventStore, sqlite_errors
+from ..log.tables import SQLConnection, SQLiteTables, Tables
 
 __all__ = [
     "JobSpec",
     "Job",
     "JobQueue",
     "JobQueueBase",
-    "QueueConnection",
     "RetryNextTick",
     "allocate",
     "JOB_COLUMNS",
@@ -110,9 +109,6 @@ class Job:
         }
 
 
-Row = tuple[Any, ...]
-
-
 def job_from_row(row: Row) -> Job:
     (
         id_,
@@ -184,30 +180,11 @@ def allocate(total: int, weights: Mapping[str, float]) -> dict[str, int]:
     return out
 
 
-class QueueCursor(Protocol):
-    """What a query hands back, on either database."""
-
-    @property
-    def rowcount(self) -> int: ...
-
-    def fetchone(self) -> Row | None: ...
-
-    def fetchall(self) -> list[Row]: ...
-
-    def __iter__(self) -> Iterator[Row]: ...
-
-
-class QueueConnection(Protocol):
-    """What the queue needs of a connection: one `execute` (sqlite3's and psycopg's both)."""
-
-    def execute(self, sql: str, params: Sequence[object] = ..., /) -> QueueCursor: ...
-
-
-Conn = TypeVar("Conn", bound=QueueConnection)
+Conn = TypeVar("Conn", bound=SQLConnection)
 Store = TypeVar("Store")
 
 
-class JobQueueBase(ABC, Generic[Store, Conn]):
+class JobQueueBase(Tables[Store, Conn]):
     """The queue's rules, written once for every database: SQL here uses `?` placeholders, which
     `_sql` turns into the driver's. A store's queue gives its transaction, its reads and its
     error mapping, and the four steps whose SQL the databases cannot share: enqueue, claim,
@@ -224,25 +201,13 @@ class JobQueueBase(ABC, Generic[Store, Conn]):
     ) -> None:
         """`store` holds the queue's tables, already migrated (its migrations: `schema.py` on
         SQLite, `postgres.py` on PostgreSQL)."""
-        self.store = store
+        super().__init__(store)
         self.clock = clock
         self.lease_seconds = float(lease_seconds)
         self.max_attempts = max(1, int(max_attempts))
         self.owner = owner or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     # -- what each database gives ----------------------------------------------------------
-
-    @abstractmethod
-    def _atomic(self) -> AbstractContextManager[Conn]: ...
-
-    @abstractmethod
-    def _reading(self) -> AbstractContextManager[Conn]: ...
-
-    @abstractmethod
-    def _errors(self, what: str) -> AbstractContextManager[None]: ...
-
-    def _sql(self, text: str) -> str:
-        return text
 
     _LOCK_ROW = ""
     """What a read that is about to change its row appends (a row lock on a server database)."""
@@ -502,18 +467,9 @@ class JobQueueBase(ABC, Generic[Store, Conn]):
         }
 
 
-class JobQueue(JobQueueBase[SQLiteEventStore, sqlite3.Connection]):
+class JobQueue(JobQueueBase[SQLiteEventStore, sqlite3.Connection], SQLiteTables):
     """The `scheduler_jobs` table in SQLite and the only code that changes it. Every write runs
     under SQLite's one writer, so a look and the write that follows it need no row lock."""
-
-    def _atomic(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self.store.atomic()
-
-    def _reading(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self.store.reading()
-
-    def _errors(self, what: str) -> AbstractContextManager[None]:
-        return sqlite_errors(what)
 
     def _enqueue(self, conn: sqlite3.Connection, spec: JobSpec) -> int:
         now = self.clock()
