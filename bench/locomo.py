@@ -54,6 +54,9 @@ from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vector_setup import add_embeddings_option, embed_everything, vector_config  # noqa: E402
+
 from provider import ChronicleMemoryProvider  # noqa: E402
 
 DEFAULT_DATA = Path("/work/shared/data/locomo/locomo-dev.json")
@@ -318,9 +321,13 @@ def run(
     *,
     limit_samples: int | None,
     show_misses: int,
+    pick: tuple[int, int] | None = None,
     variants: Sequence[str] = ("protocol",),
+    embeddings: str = "",
 ) -> tuple[dict[str, Score], dict[str, Score]]:
     samples = json.loads(data.read_text(encoding="utf-8"))
+    if pick:
+        samples = samples[pick[0] - 1 : pick[1]]
     if limit_samples:
         samples = samples[:limit_samples]
     ours = {variant: Score() for variant in variants}
@@ -336,7 +343,8 @@ def run(
                 plain = baseline.search(question, 10)
                 bases[kind].add(category, plain, relevant, time.perf_counter() - t0)
     if "protocol" in variants:
-        core = ChronicleCore.get(db_dir / "locomo.db")
+        config = vector_config(embeddings) if embeddings else None
+        core = ChronicleCore.get(db_dir / "locomo.db", config=config)
         try:
             started = time.perf_counter()
             dia: dict[str, dict[int, str]] = {}
@@ -348,6 +356,12 @@ def run(
                 f"ingested {turns} turns of {len(samples)} conversations through capture in "
                 f"{time.perf_counter() - started:.1f} s"
             )
+            if embeddings:
+                started = time.perf_counter()
+                embedded = embed_everything(core)
+                print(f"embedded {embedded} turns in {time.perf_counter() - started:.1f} s")
+                if embedded < turns:
+                    raise RuntimeError(f"only {embedded} of {turns} turns have a vector")
             for sample in samples:
                 user = str(sample["sample_id"])
                 for category, question, relevant in questions(sample):
@@ -384,6 +398,11 @@ def run(
     return ours, bases
 
 
+def _span(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    return int(first), int(last or first)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -393,8 +412,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--db", type=Path, default=None, help="directory for the database (default: a temp dir)"
     )
     parser.add_argument("--limit-samples", type=int, default=None)
+    parser.add_argument(
+        "--samples",
+        default="",
+        metavar="A-B",
+        help="only conversations A to B (1-based, inclusive): a half of the split, to tune on "
+        "one half and check on the other",
+    )
     parser.add_argument("--show-misses", type=int, default=0)
     parser.add_argument("--variant", choices=("protocol", "live", "both"), default="both")
+    add_embeddings_option(parser)
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "locomo.json"
     )
@@ -411,10 +438,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             db_dir,
             limit_samples=args.limit_samples,
             show_misses=args.show_misses,
+            pick=_span(args.samples) if args.samples else None,
             variants=variants,
+            embeddings=args.embeddings,
         )
     titles = {
-        "protocol": "chronicle_search (scope=messages, no model, no network)",
+        "protocol": "chronicle_search (scope=messages, no model, no network)"
+        if not args.embeddings
+        else f"chronicle_search (scope=messages, full text + vectors from {args.embeddings})",
         "live": "chronicle_search, captured live through sync_turn (no names, no dataset times)",
     }
     for variant, score in ours.items():

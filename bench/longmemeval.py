@@ -37,6 +37,7 @@ machine); the default is every scorable question.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -62,6 +63,9 @@ from chronicle_engine.recall.text import content_words, quote  # noqa: E402
 from chronicle_engine.recall.tools import RECALL_TOOLS  # noqa: E402
 from chronicle_engine.tools import dispatch  # noqa: E402
 from provider import ChronicleMemoryProvider  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from vector_setup import add_embeddings_option, embed_everything, vector_config  # noqa: E402
 
 DEFAULT_DATA = Path("/work/shared/data/longmemeval/longmemeval-s-dev.json")
 K = 10
@@ -119,6 +123,10 @@ def load(data: Path) -> list[Question]:
             )
         )
     return out
+
+
+def half_of(qid: str) -> int:
+    return int(hashlib.sha1(qid.encode()).hexdigest(), 16) % 2
 
 
 def spread(questions: list[Question], n: int | None) -> list[Question]:
@@ -241,16 +249,18 @@ def wire(turns: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": str(t["role"]), "content": str(t.get("content") or "")} for t in turns]
 
 
-def run_protocol(q: Question, db_dir: Path) -> tuple[list[str], float]:
+def run_protocol(q: Question, db_dir: Path, embeddings: str = "") -> tuple[list[str], float]:
     path = db_dir / f"{q.qid}.db"
     captured = path.exists()  # kept from an earlier run (--keep): the same haystack
-    core = ChronicleCore.get(path)
+    core = ChronicleCore.get(path, config=vector_config(embeddings) if embeddings else None)
     try:
         for sid, date, turns in [] if captured else q.sessions:
             core.capture.capture_messages(
                 sid, wire(turns), platform="longmemeval", created_at=date.isoformat()
             )
         turn_of = turn_map(core, q)
+        if embeddings:
+            embed_everything(core)
         args = {"query": q.text, "limit": K}
         t0 = time.perf_counter()
         answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args))
@@ -356,7 +366,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", choices=("protocol", "live", "both"), default="both")
     parser.add_argument("--questions", type=int, default=None, help="a spread subset of N")
     parser.add_argument("--types", default="", help="comma-separated question types")
+    parser.add_argument(
+        "--half",
+        choices=("even", "odd"),
+        default=None,
+        help="only the questions whose sha1(question_id) is even (or odd): tune on one half, "
+        "check on the other",
+    )
     parser.add_argument("--show-misses", type=int, default=0)
+    add_embeddings_option(parser)
     parser.add_argument(
         "--keep",
         type=Path,
@@ -374,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.types:
         wanted = set(args.types.split(","))
         questions = [q for q in questions if q.kind in wanted]
+    if args.half:
+        parity = 0 if args.half == "even" else 1
+        questions = [q for q in questions if half_of(q.qid) == parity]
     questions = spread(questions, args.questions)
     kinds = sorted({q.kind for q in questions})
     variants = ("protocol", "live") if args.variant == "both" else (args.variant,)
@@ -389,11 +410,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for variant in variants:
             if variant == "protocol" and args.keep:
                 args.keep.mkdir(parents=True, exist_ok=True)
-                ranked, elapsed = run_protocol(q, args.keep)
+                ranked, elapsed = run_protocol(q, args.keep, args.embeddings)
             else:
                 with tempfile.TemporaryDirectory(prefix="chronicle-lme-") as tmp:
-                    run = run_protocol if variant == "protocol" else run_live
-                    ranked, elapsed = run(q, Path(tmp))
+                    if variant == "protocol":
+                        ranked, elapsed = run_protocol(q, Path(tmp), args.embeddings)
+                    else:
+                        ranked, elapsed = run_live(q, Path(tmp))
             ours[variant].add(q, ranked, elapsed)
             top = set(ranked[:K])
             if (
