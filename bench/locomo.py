@@ -23,8 +23,13 @@ nDCG@10 (binary relevance), and the search latency. The baseline, computed here 
 turns and questions, is plain SQLite FTS5 bm25 over the turns with an OR of quoted content words
 ("speaker: text"; beside the live variant also over the text alone, which is what it captures).
 
-    python bench/locomo.py [--data PATH] [--db DIR] [--limit-samples N] [--show-misses N]
-                           [--variant protocol|live|both] [--out bench/out/locomo.json]
+sessions@10 is session-level recall: whether the 10 sessions Chronicle returns when asked for one
+result per session (`by_session`) hold every evidence turn's session, against plain FTS5's whole
+ranking collapsed to its first 10 distinct sessions.
+
+    python bench/locomo.py [--data PATH] [--db DIR] [--limit-samples N] [--samples A-B]
+                           [--show-misses N] [--variant protocol|live|both]
+                           [--embeddings URL] [--out bench/out/locomo.json]
 
 Writes the figures as JSON for bench/plots.py (recall@10 per category as the plotted metric;
 recall@5, nDCG@10 and latency beside it).
@@ -170,8 +175,10 @@ def ingest_live(
     return provider, by_seq
 
 
-def ask_live(provider: ChronicleMemoryProvider, question: str) -> list[dict[str, Any]]:
-    args = {"query": question, "scope": "messages", "limit": 10}
+def ask_live(
+    provider: ChronicleMemoryProvider, question: str, *, by_session: bool = False
+) -> list[dict[str, Any]]:
+    args = {"query": question, "scope": "messages", "limit": 10, "by_session": by_session}
     answer = json.loads(provider.handle_tool_call("chronicle_search", args))
     if "error" in answer:
         raise RuntimeError(f"chronicle_search failed: {answer['error']}")
@@ -212,13 +219,25 @@ class Baseline:
 # -- scoring -----------------------------------------------------------------------------------
 
 
-def ask(core: ChronicleCore, question: str, user: str) -> list[dict[str, Any]]:
+def ask(
+    core: ChronicleCore, question: str, user: str, *, by_session: bool = False
+) -> list[dict[str, Any]]:
     """The agent's own tool call: chronicle_search through the tool dispatch, JSON and all."""
-    args = {"query": question, "scope": "messages", "limit": 10}
+    args = {"query": question, "scope": "messages", "limit": 10, "by_session": by_session}
     answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args, user_id=user))
     if "error" in answer:
         raise RuntimeError(f"chronicle_search failed: {answer['error']}")
     return list(answer["results"])
+
+
+def session_of(dia_ids: set[str]) -> set[str]:
+    """'D9:11' -> 'D9'."""
+    return {d.split(":")[0] for d in dia_ids}
+
+
+def dataset_session(session: str | None) -> str:
+    """A captured session id ('conv-26-session-9', 'live-9') -> the dataset's session ('D9')."""
+    return f"D{session.rsplit('-', 1)[1]}" if session else ""
 
 
 def ndcg(ranked: Sequence[str], relevant: set[str], k: int = 10) -> float:
@@ -232,6 +251,7 @@ class Score:
         self.r5: dict[int, list[float]] = defaultdict(list)
         self.r10: dict[int, list[float]] = defaultdict(list)
         self.ndcg: dict[int, list[float]] = defaultdict(list)
+        self.sessions: dict[int, list[float]] = defaultdict(list)
         self.latency: list[float] = []
 
     def add(self, category: int, ranked: list[str], relevant: set[str], seconds: float) -> None:
@@ -239,6 +259,11 @@ class Score:
         self.r10[category].append(len(relevant & set(ranked[:10])) / len(relevant))
         self.ndcg[category].append(ndcg(ranked, relevant))
         self.latency.append(seconds)
+
+    def add_sessions(self, category: int, ranked: Sequence[str], relevant: set[str]) -> None:
+        """Whether the first 10 distinct sessions of `ranked` ("D9") hold every evidence turn's."""
+        top = list(dict.fromkeys(s for s in ranked if s))[:10]
+        self.sessions[category].append(float(session_of(relevant) <= set(top)))
 
     @staticmethod
     def _mean(values: Sequence[float]) -> float:
@@ -263,7 +288,10 @@ def report(name: str, score: Score) -> None:
     print(f"\n{name}")
     print(f"{'':12}{header}")
     print(f"{'questions':12}" + "".join(f"{n:>16}" for n in counts) + f"{sum(counts):>12}")
-    for label, table in (("recall@5", score.r5), ("recall@10", score.r10), ("nDCG@10", score.ndcg)):
+    tables = [("recall@5", score.r5), ("recall@10", score.r10), ("nDCG@10", score.ndcg)]
+    if score.sessions:
+        tables.append(("sessions@10", score.sessions))
+    for label, table in tables:
         cells = score.row(table)
         print(f"{label:12}" + "".join(f"{v:>16.3f}" for v in cells[:-1]) + f"{cells[-1]:>12.3f}")
     p50, p95 = score.latency_ms()
@@ -277,6 +305,7 @@ def as_json(score: Score) -> dict[str, Any]:
         "recall@5": dict(zip(labels, score.row(score.r5), strict=True)),
         "recall@10": dict(zip(labels, score.row(score.r10), strict=True)),
         "ndcg@10": dict(zip(labels, score.row(score.ndcg), strict=True)),
+        "session recall_all@10": dict(zip(labels, score.row(score.sessions), strict=True)),
         "latency_ms": {"p50": p50, "p95": p95, "queries": len(score.latency)},
     }
 
@@ -342,6 +371,8 @@ def run(
                 t0 = time.perf_counter()
                 plain = baseline.search(question, 10)
                 bases[kind].add(category, plain, relevant, time.perf_counter() - t0)
+                whole = baseline.search(question, -1)
+                bases[kind].add_sessions(category, [d.split(":")[0] for d in whole], relevant)
     if "protocol" in variants:
         config = vector_config(embeddings) if embeddings else None
         core = ChronicleCore.get(db_dir / "locomo.db", config=config)
@@ -370,6 +401,10 @@ def run(
                     elapsed = time.perf_counter() - t0
                     ranked = [dia[user].get(r["seq"], "") for r in results]
                     ours["protocol"].add(category, ranked, relevant, elapsed)
+                    grouped = ask(core, question, user, by_session=True)
+                    ours["protocol"].add_sessions(
+                        category, [dataset_session(r["session"]) for r in grouped], relevant
+                    )
                     if len(misses) < show_misses and not relevant & set(ranked):
                         misses.append((question, ranked, relevant))
         finally:
@@ -387,6 +422,10 @@ def run(
                     elapsed = time.perf_counter() - t0
                     ranked = [by_seq.get(r["seq"], "") for r in results]
                     ours["live"].add(category, ranked, relevant, elapsed)
+                    grouped = ask_live(provider, question, by_session=True)
+                    ours["live"].add_sessions(
+                        category, [dataset_session(r["session"]) for r in grouped], relevant
+                    )
             finally:
                 provider.shutdown()
         print(

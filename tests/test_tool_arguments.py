@@ -50,7 +50,7 @@ def test_the_schemas_hermes_sees_keep_their_names_and_required_arguments() -> No
         for t in TOOLS
     }
     assert seen == {
-        "chronicle_search": (["limit", "query", "scope", "session"], ["query"]),
+        "chronicle_search": (["by_session", "limit", "query", "scope", "session"], ["query"]),
         "chronicle_answer": (["question"], ["question"]),
         "chronicle_remember": (["text"], ["text"]),
         "chronicle_correct": (["id", "text"], ["id", "text"]),

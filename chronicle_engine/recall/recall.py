@@ -32,6 +32,7 @@ from ..sessions.capture import Capture
 from ..sessions.tree import SessionTree
 from . import answer, memory, prefetch, upkeep
 from .index import SCOPES, RecallIndex
+from .pool import pool_sessions
 from .reach import Window
 from .search import BELIEF_VISIBLE, belief_hit, belief_sources
 from .vectors import pack
@@ -118,21 +119,25 @@ class Recall:
         profile: str | None = None,
         limit: int | None = None,
         in_session: str | None = None,
+        by_session: bool = False,
     ) -> list[dict[str, Any]]:
         """chronicle_search: ranked results as JSON-ready dicts, each citing its seq (and section
-        id), session and time. `in_session`: the best turns of that one session."""
-        return [
-            h.as_dict()
-            for h in self.index.hits(
-                query,
-                session_id=session_id,
-                scope=scope,
-                user_id=user_id,
-                profile=profile,
-                limit=limit,
-                in_session=in_session,
-            )
-        ]
+        id), session and time. `in_session`: the best turns of that one session. `by_session`:
+        one result per session, the sessions holding the most of the evidence first."""
+        tuning = self.index.tuning
+        wanted = max(1, min(int(limit or tuning.search_limit), 100))
+        hits = self.index.hits(
+            query,
+            session_id=session_id,
+            scope=scope,
+            user_id=user_id,
+            profile=profile,
+            limit=max(tuning.candidates, wanted) if by_session else wanted,
+            in_session=in_session,
+        )
+        if by_session:
+            hits = pool_sessions(hits, k=tuning.rrf_k, limit=wanted)
+        return [h.as_dict() for h in hits]
 
     def embed_pending(self, limit: int = 64) -> int:
         """Embed up to `limit` messages that have no vector yet (newest first, then older ones).

@@ -33,6 +33,11 @@ class SearchArgs(ToolArgs):
     session: Annotated[Name, NonBlank] | None = Field(
         None, description="A session id from a result: that session's best turns."
     )
+    by_session: bool = Field(
+        False,
+        description="One result per session (its best match), the sessions holding the most "
+        "evidence first: for questions whose answer is spread over several conversations.",
+    )
 
 
 class AnswerArgs(ToolArgs):
@@ -56,7 +61,12 @@ class ForgetArgs(ToolArgs):
 
 def _search(recall: Recall, args: SearchArgs, **context: Any) -> dict[str, Any]:
     results = recall.search(
-        args.query, scope=args.scope, limit=args.limit, in_session=args.session, **_who(context)
+        args.query,
+        scope=args.scope,
+        limit=args.limit,
+        in_session=args.session,
+        by_session=args.by_session,
+        **_who(context),
     )
     return {"query": args.query, "scope": args.scope, "count": len(results), "results": results}
 
@@ -85,8 +95,8 @@ RECALL_TOOLS: tuple[ToolSpec[Recall], ...] = (
         "Search long-term memory (earlier messages of every session, remembered facts and "
         "preferences, compacted sections) by words. Each result has an id, its seq, session and "
         "time (when it was said); results cover several sessions. Pass a result's session to get "
-        "that session's best turns; pass a section's seq range to chronicle_expand for the "
-        "original messages.",
+        "that session's best turns, or by_session for one result per session; pass a section's "
+        "seq range to chronicle_expand for the original messages.",
         SearchArgs,
         _search,
     ),
