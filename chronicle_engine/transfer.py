@@ -5,10 +5,12 @@ Invariants:
   version and its kind ("events" or "sections"); every later line is one record. An import reads
   the header first and refuses anything else with a `FormatError` that names the line.
 - Importing events is idempotent: each keeps its id, session and timestamp, and an event whose id
-  is already in the log is skipped (`append_new`). It is all or nothing: one transaction, so a
-  malformed line (not UTF-8, a NUL byte, not JSON, an event this build could not read back) stops
-  the import with a `FormatError` naming the line, and nothing of the file is committed. New seqs are assigned in the file's order, so a
-  whole-log export imported into an empty database reproduces the same seqs.
+  is already in the log is skipped. It is all or nothing: one transaction, so a malformed line
+  (not UTF-8, a NUL byte, not JSON, an event this build could not read back) stops the import
+  with a `FormatError` naming the line, and nothing of the file is committed. Into an empty log
+  (of either store) every event keeps its seq, gaps included (`restore`), so a whole-log export
+  imported there reproduces the log exactly and sections carried after it cite the same
+  messages; into a log that holds events already, new ones get new seqs in the file's order.
 - Carrying a chronicle loads its sections as they were written, superseded ones included; the
   chronicle store's own checks refuse a carry that would fork it. Sections cite seq ranges of the
   log they were written from: carry them to a database holding that same log (a backup, a
@@ -25,13 +27,23 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .chronicle.sections import Anchor, Section
-from .chronicle.store import SQLiteChronicleStore
+from .chronicle.store import ChronicleStoreBase
 from .errors import FormatError, UsageError
-from .log.store import PendingEvent, SQLiteEventStore, StoredEvent, sqlite_errors
+from .log.store import (
+    PendingEvent,
+    SQLiteEventStore,
+    StoredEvent,
+    pending_of,
+    restored,
+    sqlite_errors,
+)
 from .sessions.jsonl import FORMAT as SESSION_FORMAT
+
+if TYPE_CHECKING:
+    from .log.postgres import PostgresEventStore
 
 __all__ = [
     "FORMAT",
@@ -153,12 +165,13 @@ def read_events(
     *,
     source: str = "input",
     refusal: Callable[[PendingEvent], str | None] | None = None,
-) -> Iterator[PendingEvent]:
-    """Parse an events export back into pending events that keep their ids and sessions.
-    `refusal` (`EventReader.refusal`) says why the log could not read an event back; such an
-    event is a FormatError naming its line."""
+) -> Iterator[StoredEvent]:
+    """Parse an events export back into the events it holds: their seqs in the log they were
+    exported from, ids, sessions and times. `refusal` (`EventReader.refusal`) says why the log
+    could not read an event back; such an event is a FormatError naming its line."""
     for number, r in _records(lines, "events", source):
         try:
+            seq = int(r["seq"])
             event = PendingEvent(
                 namespace=str(r["namespace"]),
                 type=str(r["type"]),
@@ -173,23 +186,28 @@ def read_events(
         why = refusal(event) if refusal is not None else None
         if why is not None:
             raise FormatError(f"{source}, line {number}: {why}; nothing was imported")
-        yield event
+        yield restored(seq, event)
 
 
 def import_events(
-    store: SQLiteEventStore,
-    events: Iterable[PendingEvent],
+    store: SQLiteEventStore | PostgresEventStore,
+    events: Iterable[StoredEvent],
     *,
     progress: Progress | None = None,
 ) -> tuple[int, int]:
-    """Append the events the log does not hold yet, all in one transaction (a FormatError
-    from `events` midway commits nothing). Returns (read, newly stored)."""
+    """Store the events the log does not hold yet, all in one transaction (a FormatError
+    from `events` midway commits nothing): at their own seqs into an empty log, else appended.
+    Returns (read, newly stored)."""
     seen = stored = 0
-    batch: list[PendingEvent] = []
+    batch: list[StoredEvent] = []
+    keep_seqs = store.last_seq() == 0
 
     def flush() -> None:
         nonlocal stored
-        stored += len(store.append_new(batch))
+        if keep_seqs:
+            stored += len(store.restore(batch))
+        else:
+            stored += len(store.append_new([pending_of(e) for e in batch]))
         if progress is not None:
             progress(len(batch))
         batch.clear()
@@ -218,7 +236,7 @@ def _section_record(section: Section) -> dict[str, Any]:
     }
 
 
-def write_sections(chronicle: SQLiteChronicleStore, out: IO[str]) -> int:
+def write_sections(chronicle: ChronicleStoreBase[Any, Any], out: IO[str]) -> int:
     """Carry out: every section of the chronicle, in the order written."""
     sections = chronicle.export()
     out.write(_header("sections", chronicle=chronicle.name) + "\n")

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from postgres_support import Target, release_together
 
-from chronicle_engine.errors import AppendOnlyViolation, StoreError
+from chronicle_engine.errors import AppendOnlyViolation, StoreError, UsageError
 from chronicle_engine.log.postgres import PostgresEventStore
-from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
+from chronicle_engine.log.store import Envelope, PendingEvent, SQLiteEventStore, StoredEvent
 from chronicle_engine.storable import escape_surrogates
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,3 +432,24 @@ def test_writers_killed_mid_append_lose_nothing_acknowledged(target: Target) -> 
     [after] = store.append([ev({"after": "kills"})])  # nothing left holding the log
     assert after.seq > seqs[-1]
     store.close()
+
+
+def test_restore_keeps_seqs_gaps_included_skips_held_ids_and_refuses_going_back(store) -> None:
+    events = [
+        StoredEvent(
+            Envelope(seq, f"e{seq}", "test", "Thing", 1, "2026-01-01T00:00:00Z", "s"), {"n": seq}
+        )
+        for seq in (1, 3, 4, 9)
+    ]
+    stored = store.restore(events[:2])
+    assert [e.seq for e in stored] == [1, 3]
+    assert [e.seq for e in store.restore(events)] == [4, 9]  # e1 and e3 are held: skipped
+    assert [(e.seq, e.envelope.id, e.payload) for e in store.read()] == [
+        (e.seq, e.envelope.id, e.payload) for e in events
+    ]
+    assert store.restore(events) == []  # a second import stores nothing
+    late = StoredEvent(Envelope(7, "late", "test", "Thing", 1, "2026-01-01T00:00:00Z", "s"), {})
+    with pytest.raises(UsageError, match="not above seq 9"):
+        store.restore([late])
+    [appended] = store.append([ev({"after": "restore"})])
+    assert appended.seq == 10 and store.last_seq() == 10

@@ -5,7 +5,8 @@ Invariants every store keeps (tests/test_log_contract.py runs the same tests aga
 - `seq` rises in commit order: a reader that has seen seq N never later finds an event below N
   it had not seen, so a fold's position (the last seq it read) is always safe to resume from,
   however many writers append at once. (Numbers may be skipped: SQLite's AUTOINCREMENT spends
-  one on a duplicate `append_new` ignores. The PostgreSQL store skips none.)
+  one on a duplicate `append_new` ignores. The PostgreSQL store skips none of its own; a log
+  restored from an export keeps its source's gaps.)
 - A payload reads back exactly as it was appended (after a lone surrogate is escaped, as
   `storable.py` says), whatever its size or script.
 - `append_new` stores an event whose id the log already holds nothing twice, across threads,
@@ -47,6 +48,11 @@ class EventLogStore(Protocol[Conn, Step]):
     def append_new(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         """Store the events whose id the log does not hold yet (the first of an id repeated in
         `events`); return those stored, in order. One transaction."""
+        ...
+
+    def restore(self, events: Sequence[StoredEvent]) -> list[StoredEvent]:
+        """Store exported events at their own seqs (ids held are skipped; the rest must rise
+        above the log's last seq). One transaction."""
         ...
 
     def read(

@@ -48,7 +48,10 @@ from .store import (
     Envelope,
     PendingEvent,
     StoredEvent,
+    pending_of,
     read_pages,
+    restorable,
+    restored,
     row_to_event,
     storable,
     utc_now,
@@ -362,6 +365,29 @@ class PostgresEventStore:
                 return self.connection.execute(sql, (cursor, *params, page)).fetchall()
 
         yield from read_pages(fetch, after, limit)
+
+    def restore(self, events: Sequence[StoredEvent]) -> list[StoredEvent]:
+        """Store exported events at the seqs they had in the log they came from (as the SQLite
+        store's `restore`): the counter's row lock is held while they are checked and written,
+        and the counter moves to the last of them. The seqs keep the source's gaps."""
+        with postgres_errors("restoring events"), self.atomic() as conn:
+            row = conn.execute("SELECT last FROM log_counter FOR UPDATE").fetchone()
+            last = int(row[0]) if row else 0
+            fresh = restorable(events, self.seqs_of(e.envelope.id for e in events), last)
+            if not fresh:
+                return []
+            pending, texts = storable([pending_of(e) for e in fresh])
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO events(seq, id, namespace, type, version, created_at, session,"
+                    " payload) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (src.seq, e.id, e.namespace, e.type, e.version, e.created_at, e.session, t)
+                        for src, e, t in zip(fresh, pending, texts, strict=True)
+                    ],
+                )
+            conn.execute("UPDATE log_counter SET last = %s", (fresh[-1].seq,))
+        return [restored(src.seq, e) for src, e in zip(fresh, pending, strict=True)]
 
     def get(self, seq: int) -> StoredEvent | None:
         with postgres_errors("reading an event"):

@@ -21,7 +21,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +55,9 @@ __all__ = [
     "EVENT_COLUMNS",
     "storable",
     "read_pages",
+    "pending_of",
+    "restorable",
+    "restored",
     "Payload",
 ]
 
@@ -551,6 +554,25 @@ class SQLiteEventStore:
                     )
         return stored
 
+    def restore(self, events: Sequence[StoredEvent]) -> list[StoredEvent]:
+        """Store exported events at the seqs they had in the log they came from, in one
+        transaction, so sections citing seq ranges stay true after a whole-log import (plain
+        appends would close the gaps `append_new` leaves). An id the log holds is skipped; the
+        rest must rise above the log's last seq, else UsageError and nothing is stored."""
+        with sqlite_errors("restoring events"), self.atomic() as conn:
+            last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+            fresh = restorable(events, self.seqs_of(e.envelope.id for e in events), last)
+            pending, texts = storable([pending_of(e) for e in fresh])
+            conn.executemany(
+                "INSERT INTO events(seq, id, namespace, type, version, created_at, session,"
+                " payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (src.seq, e.id, e.namespace, e.type, e.version, e.created_at, e.session, t)
+                    for src, e, t in zip(fresh, pending, texts, strict=True)
+                ],
+            )
+        return [restored(src.seq, e) for src, e in zip(fresh, pending, strict=True)]
+
     def read(
         self,
         *,
@@ -838,3 +860,44 @@ def row_to_event(row: tuple[Any, ...]) -> StoredEvent:
 
 Row = tuple[Any, ...]
 """A row as either driver (sqlite3, psycopg) hands it back."""
+
+
+def pending_of(event: StoredEvent) -> PendingEvent:
+    """A stored event on its way into another log: the same id, session and time."""
+    env = event.envelope
+    return PendingEvent(
+        env.namespace, env.type, env.version, event.payload, env.id, env.session, env.created_at
+    )
+
+
+def restored(seq: int, event: PendingEvent) -> StoredEvent:
+    return StoredEvent(
+        Envelope(
+            seq, event.id, event.namespace, event.type, event.version, event.created_at,
+            event.session,
+        ),
+        event.payload,
+    )  # fmt: skip
+
+
+def restorable(
+    events: Sequence[StoredEvent], held: Mapping[str, int], last: int
+) -> list[StoredEvent]:
+    """The events a restore stores (those whose id the log does not hold, first of an id),
+    after checking that their seqs rise above `last`, the log's last seq."""
+    fresh: list[StoredEvent] = []
+    seen = set(held)
+    for event in events:
+        if event.envelope.id in seen:
+            continue
+        seen.add(event.envelope.id)
+        floor = fresh[-1].seq if fresh else last
+        if event.seq <= floor:
+            raise UsageError(
+                f"event {event.envelope.id!r} would be restored at seq {event.seq}, not above "
+                f"seq {floor} the log already holds: restore a whole-log export into an empty "
+                "log (or one holding only an earlier part of the same log), or import it with "
+                "new seqs"
+            )
+        fresh.append(event)
+    return fresh
