@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ..log.store import SQLiteEventStore, sqlite_errors
 from .exits import CommandFailed, Exit
@@ -21,9 +21,36 @@ __all__ = [
     "chronicle_rows",
     "has_table",
     "LATEST",
+    "EventCount",
+    "SessionRow",
+    "ChronicleRow",
 ]
 
 LATEST = ("latest", "@")  # what --session accepts for the most recent conversation
+
+
+class EventCount(TypedDict):
+    namespace: str
+    type: str
+    count: int
+    first_seq: int
+    last_seq: int
+
+
+class SessionRow(TypedDict):
+    session: str
+    events: int
+    first_seq: int
+    last_seq: int
+    started: str
+    last_active: str
+
+
+class ChronicleRow(TypedDict):
+    chronicle: str
+    sections: int
+    current: int
+    through_seq: int
 
 
 def file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
@@ -43,26 +70,19 @@ def has_table(store: SQLiteEventStore, name: str) -> bool:
     return row is not None
 
 
-def event_counts(store: SQLiteEventStore) -> list[dict[str, Any]]:
+def event_counts(store: SQLiteEventStore) -> list[EventCount]:
     rows = store.type_counts()
     return [
-        {"namespace": ns, "type": t, "count": n, "first_seq": lo, "last_seq": hi}
+        EventCount(namespace=ns, type=t, count=n, first_seq=lo, last_seq=hi)
         for ns, t, n, lo, hi in rows
     ]
 
 
-def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[dict[str, Any]]:
+def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[SessionRow]:
     """Sessions seen in the log, most recent first."""
     rows = store.session_counts(limit)
     return [
-        {
-            "session": s,
-            "events": n,
-            "first_seq": lo,
-            "last_seq": hi,
-            "started": t0,
-            "last_active": t1,
-        }
+        SessionRow(session=s, events=n, first_seq=lo, last_seq=hi, started=t0, last_active=t1)
         for s, n, lo, hi, t0, t1 in rows
     ]
 
@@ -94,7 +114,7 @@ def resolve_session(store: SQLiteEventStore, given: str) -> str:
     )
 
 
-def chronicle_rows(store: SQLiteEventStore) -> list[dict[str, Any]]:
+def chronicle_rows(store: SQLiteEventStore) -> list[ChronicleRow]:
     """Each chronicle in the database with its section counts and the seq it is folded through."""
     if not has_table(store, "sections"):
         return []
@@ -106,6 +126,6 @@ def chronicle_rows(store: SQLiteEventStore) -> list[dict[str, Any]]:
             " MAX(s.to_seq) FROM sections s GROUP BY s.chronicle ORDER BY s.chronicle"
         ).fetchall()
     return [
-        {"chronicle": name, "sections": n, "current": cur, "through_seq": hi}
+        ChronicleRow(chronicle=name, sections=n, current=cur, through_seq=hi)
         for name, n, cur, hi in rows
     ]

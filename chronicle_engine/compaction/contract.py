@@ -10,7 +10,6 @@ shortened (it then starts with the original's first words and says how to restor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from ..messages import content_text, is_real_user, tool_call_ids
 
@@ -20,7 +19,7 @@ _PREFIX = 120
 
 
 def violations(
-    before: Sequence[Any], after: Sequence[Any], rewritten: Sequence[int] = ()
+    before: Sequence[object], after: Sequence[object], rewritten: Sequence[int] = ()
 ) -> list[str]:
     """What is wrong with `after` as the compaction of `before` (empty: nothing)."""
     problems: list[str] = []
@@ -44,12 +43,15 @@ def violations(
         j = i + 1
         if ids:
             found: set[str] = set()
-            while j < n and isinstance(after[j], dict) and after[j].get("role") == "tool":
-                result_id = after[j].get("tool_call_id")
+            while j < n:
+                result = after[j]
+                if not (isinstance(result, dict) and result.get("role") == "tool"):
+                    break
+                result_id = result.get("tool_call_id")
                 if result_id not in ids:
                     problems.append(f"message {j} answers a call its assistant did not make")
                 found.add(str(result_id))
-                if after[j].get("_db_persisted"):
+                if result.get("_db_persisted"):
                     problems.append(f"message {j} carries _db_persisted")
                 j += 1
             missing = set(ids) - found
@@ -57,10 +59,11 @@ def violations(
                 problems.append(f"message {i} lost the results of {sorted(missing)}")
         i = j
     for index in rewritten:
-        if 0 <= index < n and isinstance(after[index], dict) and "api_content" in after[index]:
+        message = after[index] if 0 <= index < n else None
+        if isinstance(message, dict) and "api_content" in message:
             problems.append(f"message {index} was rewritten but kept api_content")
     latest = next((m for m in reversed(before) if is_real_user(m)), None)
-    if latest is not None:
+    if isinstance(latest, dict):
         text = content_text(latest)
         shortened = {i for i in rewritten if 0 <= i < n}
         present = any(

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..config import ChronicleSettings
 from ..egress import endpoint_is_local, post_json
@@ -123,7 +122,7 @@ class Embedder:
             timeout_s=embeddings.timeout_s,
         )
 
-    def _warn(self, message: str, *args: Any) -> None:
+    def _warn(self, message: str, *args: object) -> None:
         with self._lock:
             if self._state.warned:
                 return
@@ -165,7 +164,7 @@ class Embedder:
         if not texts or not self._permitted():
             return None
         try:
-            data: Any = post_json(
+            data = post_json(
                 self.url + "/embeddings",
                 {"model": self.model, "input": list(texts)},
                 allow_remote=self.allow_remote,
@@ -173,8 +172,7 @@ class Embedder:
                 setting="recall.embeddings.allow_remote",
                 timeout=timeout_s or self.timeout_s,
             )
-            items = sorted(data["data"], key=lambda d: d.get("index", 0))
-            vectors = [[float(x) for x in item["embedding"]] for item in items]
+            vectors = _vectors(data)
             if len(vectors) != len(texts) or not all(vectors):
                 raise ValueError(f"expected {len(texts)} embeddings, got {len(vectors)}")
         except (EgressRefused, OSError, ValueError, KeyError, TypeError) as exc:
@@ -189,3 +187,18 @@ class Embedder:
             return None
         self._state.usable = True
         return vectors
+
+
+def _vectors(data: object) -> list[list[float]]:
+    """The vectors of an OpenAI-style embeddings answer, in `index` order (ValueError when the
+    answer has another shape)."""
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ValueError("the answer holds no list of embeddings under 'data'")
+    vectors: list[list[float]] = []
+    for item in sorted(items, key=lambda d: d.get("index", 0)):
+        embedding = item.get("embedding")
+        if not isinstance(embedding, list):
+            raise ValueError("an item of the answer holds no 'embedding' list")
+        vectors.append([float(x) for x in embedding])
+    return vectors

@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from ..chronicle.fold import ChronicleFold, Unit
 from ..chronicle.sections import AsyncSummarizer, Summarizer
@@ -39,9 +39,19 @@ from .schema import SCHEDULER_MIGRATIONS
 from .sweeps import SweepReport
 from .units import ClosedUnit, OpenUnit, UnitRules, advance
 
-__all__ = ["FOLD_NAME", "Conversations", "ConversationUnits", "Consolidator"]
+__all__ = ["FOLD_NAME", "Conversations", "ConversationUnits", "Consolidator", "OpenUnitRow"]
 
 FOLD_NAME = "scheduler.consolidation"
+
+
+class OpenUnitRow(TypedDict):
+    """A unit not closed yet, as maintenance status reports it."""
+
+    chronicle: str
+    session: str
+    from_seq: int
+    last_seq: int
+    turns: int
 
 
 class Conversations(Protocol):
@@ -131,7 +141,7 @@ class ConversationUnits:
             ends[unit.chronicle] = unit.to_seq
         return out
 
-    def save(self, conn: sqlite3.Connection, state: Any) -> None:
+    def save(self, conn: sqlite3.Connection, state: object) -> None:
         if not isinstance(state, _Planned):
             return
         conn.executemany(
@@ -278,7 +288,7 @@ class Consolidator:
             detail={"checked": len(rows), "reaped": reaped},
         )
 
-    def open_units(self, limit: int = 20) -> list[dict[str, Any]]:
+    def open_units(self, limit: int = 20) -> list[OpenUnitRow]:
         with sqlite_errors("reading open units"), self.store.reading() as conn:
             rows = conn.execute(
                 f"SELECT {_UNIT_COLUMNS} FROM consolidation_units WHERE open_from IS NOT NULL"
@@ -286,6 +296,6 @@ class Consolidator:
                 (limit,),
             ).fetchall()
         return [
-            {"chronicle": r[0], "session": r[1], "from_seq": r[2], "last_seq": r[3], "turns": r[5]}
+            OpenUnitRow(chronicle=r[0], session=r[1], from_seq=r[2], last_seq=r[3], turns=r[5])
             for r in rows
         ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..log.store import SQLiteEventStore, sqlite_errors
 from .queue import JobQueue
@@ -48,7 +48,7 @@ class TaskContext:
     now: float
 
 
-def _from_hook(task: str, answer: Any, cursor: int = 0) -> SweepReport:
+def _from_hook(task: str, answer: object, cursor: int = 0) -> SweepReport:
     if not isinstance(answer, Mapping):
         return SweepReport(task, processed=1, cursor=cursor, wrapped=True)
     return SweepReport(
@@ -135,7 +135,7 @@ def wal_checkpoint(ctx: TaskContext) -> SweepReport:
 
 def integrity(ctx: TaskContext) -> SweepReport:
     start = ctx.sweeps.load("integrity").cursor
-    problems: list[dict[str, Any]] = []
+    problems: list[dict[str, str]] = []
     last_seq = ctx.store.last_seq()
     with sqlite_errors("checking chronicle integrity"), ctx.store.reading() as conn:
         rows = conn.execute(

@@ -448,11 +448,13 @@ class Capture(HostRecorder):
             summary=abandoned_summary(self._texts(branch.abandoned_seqs)),
             abandoned_entries=len(branch.abandoned_seqs),
         )
+        leaf = plan.path.leaf
+        assert leaf is not None, "a branch's path ends at the entries the plan appends"
         return [
             *events,
             types.pending(summary, session=session, id=branch.entry_id),
             *plan.events,
-            types.pending(LeafMoved(target=plan.path.leaf), session=session),
+            types.pending(LeafMoved(target=leaf), session=session),
         ]
 
     def _carried(

@@ -4,9 +4,10 @@ machine. Read-only: it reports and says what to do; it never repairs behind your
 from __future__ import annotations
 
 import argparse
+from collections.abc import Container, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ..exits import CommandFailed, Exit
@@ -257,7 +258,7 @@ def _dependency_checks(s: Session) -> list[Check]:
 def _hermes_checks(s: Session) -> list[Check]:
     import yaml
 
-    raw: dict[str, Any] = s.config.raw
+    raw: Mapping[str, object] = s.config.raw
     home = s.config.hermes_home
     out: list[Check] = []
     if not raw:
@@ -271,7 +272,7 @@ def _hermes_checks(s: Session) -> list[Check]:
             )
         ]
 
-    def section(name: str) -> dict[str, Any]:
+    def section(name: str) -> Mapping[str, object]:
         value = raw.get(name)
         return value if isinstance(value, dict) else {}
 
@@ -298,21 +299,22 @@ def _hermes_checks(s: Session) -> list[Check]:
         )
     )
     enabled = section("plugins").get("enabled") or []
+    listed = isinstance(enabled, Container) and "chronicle" in enabled
     out.append(
         Check(
             "hermes",
             "plugins.enabled",
-            "ok" if "chronicle" in enabled else "fail",
+            "ok" if listed else "fail",
             "lists chronicle"
-            if "chronicle" in enabled
+            if listed
             else "does not list chronicle; run `hermes plugins enable chronicle`",
         )
     )
     window = section("model").get("context_length")
     if window is not None:
         try:
-            small = int(window) < MIN_CONTEXT
-        except (TypeError, ValueError):
+            small = int(window) < MIN_CONTEXT if isinstance(window, (int, float, str)) else True
+        except ValueError:
             small = True
         out.append(
             Check(

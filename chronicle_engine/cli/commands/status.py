@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..options import add_common_options
 
@@ -34,29 +34,34 @@ def run(s: Session) -> Outcome:
     core = s.core()
     store = core.store
     sessions = session_rows(store)
-    data: dict[str, Any] = {
+    files = file_sizes(s.db_path)
+    events, last_seq = store.count(), store.last_seq()
+    event_types = event_counts(store)
+    chronicles = chronicle_rows(store)
+    maintenance = core.scheduler.maintenance_status()
+    data = {
         "db_path": str(s.db_path),
-        "files": file_sizes(s.db_path),
-        "events": store.count(),
-        "last_seq": store.last_seq(),
+        "files": files,
+        "events": events,
+        "last_seq": last_seq,
         "sessions": len(sessions),
-        "event_types": event_counts(store),
-        "chronicles": chronicle_rows(store),
-        "maintenance": core.scheduler.maintenance_status(),
+        "event_types": event_types,
+        "chronicles": chronicles,
+        "maintenance": maintenance,
     }
 
     def draw(console: Console) -> None:
-        size = sum(data["files"].values())
-        console.print(f"[bold]Chronicle[/] {data['db_path']}  ({size / 1024:.0f} KiB on disk)")
+        size = sum(files.values())
+        console.print(f"[bold]Chronicle[/] {s.db_path}  ({size / 1024:.0f} KiB on disk)")
         console.print(
-            f"{data['events']} events through seq {data['last_seq']}, "
-            f"{data['sessions']} sessions, {len(data['chronicles'])} chronicles"
+            f"{events} events through seq {last_seq}, "
+            f"{len(sessions)} sessions, {len(chronicles)} chronicles"
         )
-        if data["event_types"]:
+        if event_types:
             t = Table(title="Events", title_justify="left")
             for col in ("namespace", "type", "count", "seqs"):
                 t.add_column(col, justify="right" if col in ("count",) else "left")
-            for row in data["event_types"]:
+            for row in event_types:
                 t.add_row(
                     row["namespace"],
                     row["type"],
@@ -64,20 +69,20 @@ def run(s: Session) -> Outcome:
                     f"{row['first_seq']}..{row['last_seq']}",
                 )
             console.print(t)
-        if data["chronicles"]:
+        if chronicles:
             t = Table(title="Chronicles", title_justify="left")
             for col in ("chronicle", "sections", "current", "folded through seq"):
                 t.add_column(col)
-            for row in data["chronicles"]:
+            for chronicle in chronicles:
                 t.add_row(
-                    row["chronicle"],
-                    str(row["sections"]),
-                    str(row["current"]),
-                    str(row["through_seq"]),
+                    chronicle["chronicle"],
+                    str(chronicle["sections"]),
+                    str(chronicle["current"]),
+                    str(chronicle["through_seq"]),
                 )
             console.print(t)
-        if data["maintenance"] is not None:
-            for line in summary(data["maintenance"]):
+        if maintenance is not None:
+            for line in summary(maintenance):
                 console.print(line)
         console.print("[dim]`chronicle maintenance` shows the schedules; --json prints all[/]")
 
