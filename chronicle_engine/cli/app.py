@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -47,10 +47,10 @@ class _Console(Console):
 
 @dataclass
 class Outcome:
-    data: Any
+    data: object
     draw: Callable[[Console], None] | None = None
     code: Exit = Exit.OK
-    rows: list[Any] | None = None  # what `--nl` prints, one JSON object per line
+    rows: Sequence[object] | None = None  # what `--nl` prints, one JSON object per line
 
 
 @dataclass
@@ -146,7 +146,7 @@ def code_for(exc: BaseException) -> Exit:
     return Exit.FAILED
 
 
-def when(stamp: Any, short: bool = False) -> str:
+def when(stamp: object, short: bool = False) -> str:
     """A stored ISO time as a reader wants it: local date and minute (`short`: no year)."""
     if not stamp:
         return ""
@@ -159,7 +159,7 @@ def when(stamp: Any, short: bool = False) -> str:
     return moment.astimezone().strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M")
 
 
-def clip(text: Any, full: bool, lines: int = 3, width: int = 240) -> str:
+def clip(text: object, full: bool, lines: int = 3, width: int = 240) -> str:
     """`text` whole with --full, else its first `lines` lines and `width` characters."""
     value = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
     if full:

@@ -24,9 +24,10 @@ import uuid
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from ..errors import ChronicleRuntimeError
+from ..jsontypes import JSONObject
 from ..log.store import Row, SQLiteEventStore, sqlite_errors
 from ..log.tables import SQLConnection, SQLiteTables, Tables
 
@@ -35,6 +36,8 @@ __all__ = [
     "Job",
     "JobQueue",
     "JobQueueBase",
+    "JobReport",
+    "QueueCounts",
     "RetryNextTick",
     "allocate",
     "JOB_COLUMNS",
@@ -45,6 +48,36 @@ __all__ = [
 
 LIVE = ("pending", "running")
 FINISHED = ("done", "failed")
+
+# A job as status and the command line show it ("class" is a keyword, hence this form).
+JobReport = TypedDict(
+    "JobReport",
+    {
+        "id": int,
+        "kind": str,
+        "class": str,
+        "key": str,
+        "state": str,
+        "attempts": int,
+        "max_attempts": int,
+        "depends_on": "int | None",
+        "reason": "str | None",
+        "result": "JSONObject | None",
+        "finished_at": "float | None",
+    },
+)
+
+
+class QueueCounts(TypedDict):
+    """Jobs per state (the table's CHECK allows these four), and per class for the live ones."""
+
+    pending: int
+    running: int
+    done: int
+    failed: int
+    live_by_class: dict[str, dict[str, int]]
+    oldest_pending_age_s: float | None
+
 
 JOB_COLUMNS = (
     "id, kind, job_class, key, payload, state, attempts, max_attempts, depends_on, available_at,"
@@ -93,7 +126,7 @@ class Job:
     reason: str | None
     result: dict[str, Any] | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JobReport:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -444,7 +477,7 @@ class JobQueueBase(Tables[Store, Conn]):
         times = [float(t) for t in (row or ()) if t is not None]
         return min(times) if times else None
 
-    def counts(self) -> dict[str, Any]:
+    def counts(self) -> QueueCounts:
         """Rows per state, and per class for the live ones."""
         by_state = {state: 0 for state in (*LIVE, *FINISHED)}
         by_class: dict[str, dict[str, int]] = {}
@@ -460,11 +493,14 @@ class JobQueueBase(Tables[Store, Conn]):
             by_state[state] = by_state.get(state, 0) + int(n)
             if state in LIVE:
                 by_class.setdefault(job_class, {})[state] = int(n)
-        return {
-            **by_state,
-            "live_by_class": by_class,
-            "oldest_pending_age_s": None if oldest is None else round(self.clock() - oldest, 3),
-        }
+        return QueueCounts(
+            pending=by_state["pending"],
+            running=by_state["running"],
+            done=by_state["done"],
+            failed=by_state["failed"],
+            live_by_class=by_class,
+            oldest_pending_age_s=None if oldest is None else round(self.clock() - oldest, 3),
+        )
 
 
 class JobQueue(JobQueueBase[SQLiteEventStore, sqlite3.Connection], SQLiteTables):

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
 from ..chronicle.store import CHRONICLE_MIGRATIONS
@@ -31,11 +31,11 @@ from ..config import Config
 from ..errors import StoreError, UsageError
 from ..log.events import EventReader
 from ..log.store import sqlite_errors
-from .consolidation import Consolidator, Conversations
+from .consolidation import Consolidator, Conversations, OpenUnitRow
 from .cron import latest_due, next_due_after
 from .events import JobFailed
 from .maintenance import MAINTENANCE, TaskContext
-from .queue import Job, JobQueue, JobSpec, RetryNextTick, allocate
+from .queue import Job, JobQueue, JobReport, JobSpec, QueueCounts, RetryNextTick, allocate
 from .schema import SCHEDULER_MIGRATIONS
 from .settings import JOB_CLASSES, TASKS, read_settings
 from .sweeps import SweepCursors, SweepReport
@@ -45,9 +45,61 @@ if TYPE_CHECKING:
     from ..recall.recall import Recall
 
 
-__all__ = ["Scheduler", "NOT_SCHEDULED"]
+__all__ = ["Scheduler", "NOT_SCHEDULED", "MaintenanceStatus", "ScheduleStatus"]
 
 log = logging.getLogger("chronicle_engine.scheduler")
+
+
+class ScheduleStatus(TypedDict):
+    task: str
+    key: str
+    cron: str
+    state: str
+    last_due: str | None
+    last_enqueued: str | None
+    last_finished: str | None
+    last_outcome: str | None
+    next_due: str | None
+    reason: NotRequired[str]
+
+
+class ConsolidationStatus(TypedDict, total=False):
+    """Either why consolidation is unavailable, or how far it has read."""
+
+    unavailable: str | None
+    position: int
+    log_end: int
+    behind: int
+    open_units: list[OpenUnitRow]
+
+
+class QueueStatus(QueueCounts):
+    recent_failures: list[JobReport]
+
+
+class SweepStatus(TypedDict):
+    cursor: int
+    passes: int
+    last: dict[str, object]
+
+
+class NotScheduled(TypedDict):
+    task: str
+    why: str
+
+
+class MaintenanceStatus(TypedDict):
+    """Per schedule: state, last run, next due; the queue; sweeps; consolidation's backlog;
+    and the tasks deliberately left unscheduled, with why."""
+
+    enabled: bool
+    now: str | None
+    schedules: list[ScheduleStatus]
+    queue: QueueStatus
+    sweeps: dict[str, SweepStatus]
+    consolidation: ConsolidationStatus
+    not_scheduled: list[NotScheduled]
+
 
 NOT_SCHEDULED: tuple[tuple[str, str], ...] = (
     (
@@ -455,7 +507,7 @@ class Scheduler:
         """Run queued jobs now, whatever the hook, until none is runnable or `max_jobs` ran."""
         return len(self._run_pending(max_jobs))
 
-    def run_due(self, max_jobs: int | None = None) -> list[dict[str, Any]]:
+    def run_due(self, max_jobs: int | None = None) -> list[JobReport]:
         """For a command line, never a hook: enqueue every schedule that is due now (not one per
         call), then run the queue until nothing is runnable. Returns each job run, as it ended."""
         now = self.clock()
@@ -485,7 +537,7 @@ class Scheduler:
 
     # -- reporting -----------------------------------------------------------------------------
 
-    def maintenance_status(self) -> dict[str, Any]:
+    def maintenance_status(self) -> MaintenanceStatus:
         """Per schedule: state, last run, next due; the queue; sweeps; consolidation's backlog;
         and the tasks deliberately left unscheduled, with why."""
         self._resolve()
@@ -501,7 +553,7 @@ class Scheduler:
         schedules = []
         for task, schedule in self.settings.schedules.items():
             mark = marks.get(task)
-            entry: dict[str, Any] = {
+            entry: ScheduleStatus = {
                 "task": task,
                 "key": schedule.key,
                 "cron": schedule.cron,
@@ -525,7 +577,7 @@ class Scheduler:
                     _iso(max(next_due_after(schedule.cron, mark[0]), now)) if mark else "now"
                 )
             schedules.append(entry)
-        consolidation: dict[str, Any]
+        consolidation: ConsolidationStatus
         if self._consolidator is None:
             consolidation = {"unavailable": self._unavailable.get("consolidate")}
         else:
@@ -541,7 +593,7 @@ class Scheduler:
             "enabled": self.settings.enabled,
             "now": _iso(now),
             "schedules": schedules,
-            "queue": {**self.queue.counts(), "recent_failures": failures},
+            "queue": QueueStatus(**self.queue.counts(), recent_failures=failures),
             "sweeps": {
                 name: {"cursor": s.cursor, "passes": s.passes, "last": s.report}
                 for name, s in self.sweeps.all().items()

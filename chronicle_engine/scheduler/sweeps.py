@@ -11,7 +11,6 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..log.store import SQLiteEventStore, sqlite_errors
 
@@ -28,15 +27,15 @@ class SweepReport:
     cursor: int = 0
     wrapped: bool = False
     skipped: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, object] = field(default_factory=dict)
 
     @property
     def more(self) -> bool:
         """Worth another run right away: it made progress and work is left."""
         return self.skipped is None and self.processed > 0 and self.remaining > 0
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "task": self.task,
             "processed": self.processed,
             "remaining": self.remaining,
@@ -55,7 +54,7 @@ class SweepState:
     name: str
     cursor: int = 0
     passes: int = 0
-    report: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, object] = field(default_factory=dict)
     updated_at: float | None = None
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..options import add_common_options
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ...scheduler.scheduler import MaintenanceStatus
     from ..app import Outcome, Session
 
 __all__ = ["add", "run", "summary"]
@@ -52,7 +53,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def summary(status: dict[str, Any]) -> list[str]:
+def summary(status: MaintenanceStatus) -> list[str]:
     """Maintenance in a few lines a person reads: on or off, the queue, consolidation."""
     if not status:
         return ["maintenance: no status"]
@@ -81,7 +82,7 @@ def summary(status: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _brief(value: Any) -> str:
+def _brief(value: object) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items() if v not in (None, "", [], {}))
     return str(value)
@@ -102,7 +103,7 @@ def run(s: Session) -> Outcome:
             scheduler.enqueue(task)
             queued.append(task)
         ran = scheduler.run_pending()
-    status: dict[str, Any] = scheduler.maintenance_status()
+    status = scheduler.maintenance_status()
     data = {"queued": queued, "ran": ran, "status": status}
 
     def draw(console: Console) -> None:
