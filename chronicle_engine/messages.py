@@ -7,7 +7,8 @@ host's live list can hold anything, and compaction must degrade rather than fail
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeVar, overload
 
 from .capture.events import HANDOFF_MARKER, text_parts
 from .capture.secrets import mask
@@ -77,7 +78,7 @@ _VIEW_TAIL_CHARS = 1_000
 _VIEW_ARGS_CHARS = 1_000
 
 
-def content_text(message: dict[str, Any]) -> str:
+def content_text(message: Mapping[str, object]) -> str:
     """The text of a message's content (every text part), without tool calls.
 
     Both read parts through capture's `text_parts`, but this is not `message_text`: it leaves
@@ -91,7 +92,7 @@ def content_text(message: dict[str, Any]) -> str:
     return "" if content is None else str(content)
 
 
-def tool_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
+def tool_calls(message: Mapping[str, object]) -> list[tuple[str, str, str]]:
     """(id, name, arguments) of every tool call an assistant message makes."""
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
@@ -110,7 +111,7 @@ def tool_calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def tool_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
+def tool_call_ids(message: Mapping[str, object]) -> tuple[str, ...]:
     """The ids of `tool_calls(message)` (without reading their names and arguments)."""
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
@@ -118,7 +119,7 @@ def tool_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
     return tuple(str(call.get("id") or "") for call in calls if isinstance(call, dict))
 
 
-def estimate_tokens(message: Any) -> int:
+def estimate_tokens(message: object) -> int:
     """A cheap upper-ish estimate (4 characters a token), like the host's own rough count."""
     if not isinstance(message, dict):
         return MESSAGE_OVERHEAD
@@ -158,7 +159,7 @@ def chars_for_tokens(tokens: int) -> int:
     return tokens * CHARS_PER_TOKEN
 
 
-def estimate_list_tokens(messages: list[Any]) -> int:
+def estimate_list_tokens(messages: Sequence[object]) -> int:
     return sum(estimate_tokens(m) for m in messages)
 
 
@@ -166,7 +167,7 @@ _LEAD = len(HANDOFF_MARKER) + len(HANDOFF_SIGNATURE) + 64
 _MARKER_FIRST = HANDOFF_MARKER[0]
 
 
-def _lead(message: dict[str, Any]) -> str:
+def _lead(message: Mapping[str, object]) -> str:
     """The start of the content, leading whitespace removed (without copying a long text)."""
     content = message.get("content")
     if isinstance(content, str):
@@ -174,7 +175,7 @@ def _lead(message: dict[str, Any]) -> str:
     return content_text(message)[:_LEAD].lstrip()
 
 
-def handoff_kind(message: Any) -> str | None:
+def handoff_kind(message: object) -> str | None:
     """'own' for a handoff this engine wrote (marker line, then Chronicle's signature), 'foreign'
     for another compressor's (Hermes' built-in shares the marker), None for anything else."""
     if not isinstance(message, dict):
@@ -191,25 +192,27 @@ def handoff_kind(message: Any) -> str | None:
     return "own" if rest.startswith(HANDOFF_SIGNATURE) else "foreign"
 
 
-def is_own_handoff(message: Any) -> bool:
+def is_own_handoff(message: object) -> bool:
     return handoff_kind(message) == "own"
 
 
-def is_foreign_handoff(message: Any) -> bool:
+def is_foreign_handoff(message: object) -> bool:
     """Another compressor's summary. It is not in the log, so it is the only record of what it
     summarised: kept verbatim, never dropped."""
     return handoff_kind(message) == "foreign"
 
 
-def is_real_user(message: Any) -> bool:
+def is_real_user(message: object) -> bool:
     """A request the person wrote, not host scaffolding that travels as role "user". Capture's
     speaker rules decide it, so compaction and the log never disagree on who wrote a message."""
     return is_person_request(message)
 
 
-def is_standing_instruction(message: Any) -> bool:
+def is_standing_instruction(message: object) -> bool:
     """A short request of the person's that states a rule ("never ...", "always ...")."""
-    return is_real_user(message) and states_a_rule(content_text(message))
+    return (
+        isinstance(message, dict) and is_real_user(message) and states_a_rule(content_text(message))
+    )
 
 
 def states_a_rule(text: str) -> bool:
@@ -224,7 +227,15 @@ def states_a_rule(text: str) -> bool:
     )
 
 
-def fresh_copy(message: Any) -> Any:
+_M = TypeVar("_M")
+_V = TypeVar("_V")
+
+
+@overload
+def fresh_copy(message: dict[str, _V]) -> dict[str, _V]: ...
+@overload
+def fresh_copy(message: _M) -> _M: ...
+def fresh_copy(message: object) -> object:
     """A copy for the compacted list, without the host's persistence marker."""
     if not isinstance(message, dict):
         return message
@@ -241,7 +252,11 @@ def _masked_text(text: str, head: int, tail: int) -> str:
     return f"{mask(text[:head])}\n[…{middle} characters…]{end}"
 
 
-def masked_view(message: Any) -> Any:
+@overload
+def masked_view(message: dict[str, _V]) -> dict[str, object]: ...
+@overload
+def masked_view(message: _M) -> _M: ...
+def masked_view(message: object) -> object:
     """What a summariser may read of a message: its text and tool-call arguments with every
     credential masked, a long text cut to its start and end (all a summariser reads of it).
     The wire message itself is untouched: the log keeps it exact for `chronicle_expand`."""

@@ -7,7 +7,7 @@ capture records it live or an import migrates it from an old export.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Required, TypedDict, Unpack
 
 from pydantic import TypeAdapter
 
@@ -86,14 +86,28 @@ def legacy_message_id(session: str, anchor: str, fp: str) -> str:
     return "m" + digest(session, anchor, fp)
 
 
-def describe(obj: Any, wire: dict[str, Any], fp: str, **context: Any) -> MessageCaptured:
+class DescribeContext(TypedDict, total=False):
+    """The keyword arguments of `describe_payload`."""
+
+    parent: Required[str | None]
+    turn: Required[int | None]
+    tool_name: str | None
+    user_id: str | None
+    profile: str | None
+    agent_context: str
+    platform: str | None
+
+
+def describe(
+    obj: object, wire: dict[str, object], fp: str, **context: Unpack[DescribeContext]
+) -> MessageCaptured:
     """The message described as an event (`describe_payload`'s arguments)."""
     return MessageCaptured.model_validate(describe_payload(obj, wire, fp, **context))
 
 
 def describe_payload(
-    obj: Any,
-    wire: dict[str, Any],
+    obj: object,
+    wire: dict[str, object],
     fp: str,
     *,
     parent: str | None,
@@ -103,7 +117,7 @@ def describe_payload(
     profile: str | None = None,
     agent_context: str = "primary",
     platform: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """`describe(...).model_dump(mode="json")`, built directly: capture stores one of these for
     every message of every turn, and validating a model only to dump it again was a tenth of a
     turn's cost. The same fields, in the same order, with the same JSON types
@@ -118,7 +132,8 @@ def describe_payload(
     )
     call_ids: list[str] = []
     if role == "assistant":
-        for call in wire.get("tool_calls") or ():
+        calls = wire.get("tool_calls")
+        for call in calls if isinstance(calls, list | tuple) else ():
             if isinstance(call, dict) and call.get("id"):
                 call_ids.append(str(call["id"]))
     elif role in ("tool", "function"):
@@ -150,8 +165,8 @@ def describe_payload(
     }
 
 
-_WIRE: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+_WIRE: TypeAdapter[dict[str, object]] = TypeAdapter(dict[str, object])
 
 
-def _text_or_none(value: Any) -> str | None:
+def _text_or_none(value: object) -> str | None:
     return None if value is None else str(value)

@@ -13,8 +13,8 @@ gateway/run.py, tools/process_registry.py, agent/skill_commands.py, agent/contex
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .events import HANDOFF_MARKER, Speaker, message_text, text_parts
 
@@ -99,7 +99,7 @@ class Attribution:
     person_text: str  # the person's own words ("" unless speaker == "person")
 
 
-def is_handoff(message: Any) -> bool:
+def is_handoff(message: object) -> bool:
     """A compaction handoff (ours or Hermes' built-in one): derived from the log, not part of it."""
     if not isinstance(message, dict):
         return False
@@ -245,7 +245,7 @@ def _outside(text: str, spans: list[tuple[int, int]]) -> str:
     return "\n".join(p.strip() for p in pieces if p.strip())
 
 
-def _wholly_host(message: dict[str, Any], text: str) -> bool:
+def _wholly_host(message: Mapping[str, object], text: str) -> bool:
     """A user-role message the host wrote from its first character to its last."""
     if is_handoff(message) or any(map(message.get, _SYNTHETIC_FLAGS)):
         return True
@@ -255,7 +255,7 @@ def _wholly_host(message: dict[str, Any], text: str) -> bool:
     return stripped.startswith(_MERGED_PRIOR_CONTEXT_HEADER) or _MERGED_SUMMARY_DELIMITER in text
 
 
-def is_person_request(message: Any) -> bool:
+def is_person_request(message: object) -> bool:
     """A user message holding words the person typed: not a handoff, not host scaffolding, not
     only frames. Read as a local chat in the primary context (the caller knows no platform), on
     the unmasked text: masking changes no frame, so the answer is the one capture records."""
@@ -274,7 +274,7 @@ def is_person_request(message: Any) -> bool:
 
 
 def attribute(
-    message: Any,
+    message: object,
     text: str,
     *,
     agent_context: str = "primary",
@@ -286,7 +286,7 @@ def attribute(
         return Attribution("assistant", [], "")
     if role in ("tool", "function"):
         return Attribution("tool", [], "")
-    if role != "user":
+    if role != "user" or not isinstance(message, dict):
         return Attribution("host", [(0, len(text))] if text else [], "")
     automated = agent_context not in PERSON_CONTEXTS or (platform or "") in _NOT_A_PERSON_PLATFORMS
     if _wholly_host(message, text):

@@ -109,9 +109,10 @@ def _redraw(
     kept_focus = meta.get("focus")
     focus = kept_focus if isinstance(kept_focus, str) else None
     if level > 1:
+        labels = (old.meta or {}).get("children", [])
         children = [
             child
-            for label in (old.meta or {}).get("children", [])
+            for label in (labels if isinstance(labels, list) else [])
             if (child := _child(store, base, str(label), redrawn)) is not None
         ]
         if children:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ..log.store import StoredEvent
 
@@ -82,7 +82,7 @@ class Section:
     prose: str
     pins: tuple[str, ...] = ()
     created_at: str = ""
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    meta: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +91,7 @@ class Consolidation:
 
     prose: str
     pins: tuple[str, ...] = ()
-    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    meta: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
 
 @runtime_checkable

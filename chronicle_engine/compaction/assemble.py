@@ -8,8 +8,7 @@ was cut and which `chronicle_expand` call returns the original.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..capture.shortened import ARGUMENTS_KEY, arguments_note, note, strip_note
 from ..messages import MESSAGE_OVERHEAD, chars_for_tokens, content_text, fresh_copy
@@ -37,7 +36,7 @@ def _cut_content(text: str, full: str, room: int, has_parts: bool, seq: int | No
     return keep + note(what, seq)
 
 
-def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
+def shorten(message: object, allowance: int, seq: int | None) -> tuple[object, bool]:
     """`message` cut to about `allowance` tokens, saying how to get the rest back, and whether
     anything had to be cut (a message already that short comes back as it was)."""
     if not isinstance(message, dict):
@@ -79,14 +78,14 @@ def shorten(message: Any, allowance: int, seq: int | None) -> tuple[Any, bool]:
 
 
 def assemble(
-    messages: Sequence[Any],
+    messages: Sequence[object],
     plan: Plan,
-    handoff: dict[str, Any],
+    handoff: Mapping[str, object],
     seqs: Sequence[int | None],
-) -> tuple[list[Any], list[int]]:
+) -> tuple[list[object], list[int]]:
     """The compacted list, and the output positions of the messages whose content was rewritten
     (the handoff counts as new, not rewritten)."""
-    out: list[Any] = []
+    out: list[object] = []
     rewritten: list[int] = []
 
     def put(index: int) -> None:

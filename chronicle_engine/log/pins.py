@@ -18,7 +18,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import Model, ModelRequestParameters
@@ -41,7 +41,7 @@ _VOLATILE = frozenset(
 Draw = Callable[[], Awaitable[ModelResponse]]
 
 
-def _strip(value: Any) -> Any:
+def _strip(value: object) -> object:
     if isinstance(value, dict):
         return {k: _strip(v) for k, v in value.items() if k not in _VOLATILE}
     if isinstance(value, list):
@@ -65,7 +65,7 @@ def request_key(
     return _KEY_PREFIX + hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _dump(tool: Any) -> Any:
+def _dump(tool: object) -> object:
     from dataclasses import asdict, is_dataclass
 
     if is_dataclass(tool) and not isinstance(tool, type):
@@ -92,7 +92,7 @@ class PinnedModel(WrapperModel):
 
     def __init__(
         self,
-        wrapped: Model,
+        wrapped: Model[object],  # bare `Model` means Model[Any]: its client type defaults to Any
         resolver: PinResolver,
         *,
         on_key: Callable[[str], None] | None = None,
