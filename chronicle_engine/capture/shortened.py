@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
 
 __all__ = [
     "ARGUMENTS_KEY",
@@ -79,7 +79,7 @@ def strip_note(text: str) -> str:
     return text[:at] if at >= 0 else text
 
 
-def _arguments_origin(message: dict[str, Any]) -> int | None:
+def _arguments_origin(message: Mapping[str, object]) -> int | None:
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
         return None
@@ -98,7 +98,7 @@ def _arguments_origin(message: dict[str, Any]) -> int | None:
     return None
 
 
-def origin(message: Any) -> int | None:
+def origin(message: object) -> int | None:
     """The seq of the logged message `message` is a shortened copy of, or None."""
     if not isinstance(message, dict):
         return None
@@ -110,7 +110,7 @@ def origin(message: Any) -> int | None:
     return _arguments_origin(message)
 
 
-def _text(content: Any) -> str:
+def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -124,14 +124,14 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _call_ids(message: dict[str, Any]) -> list[Any]:
+def _call_ids(message: Mapping[str, object]) -> list[object]:
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
         return []
     return [c.get("id") if isinstance(c, dict) else None for c in calls]
 
 
-def stands_for(copy: Any, original: Any) -> bool:
+def stands_for(copy: object, original: object) -> bool:
     """Whether `copy` is `original` cut by compaction: same role, call and result ids, and its
     content is the original's (or the original's first characters, then the note)."""
     if not isinstance(copy, dict) or not isinstance(original, dict):

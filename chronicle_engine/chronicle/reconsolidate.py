@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ..errors import ChronicleFork, UsageError
 from ..log.events import EventReader
@@ -58,7 +57,7 @@ def next_generation(
     summarize: Summarizer,
     *,
     admit: Callable[[StoredEvent], bool] | None = None,
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, object] | None = None,
 ) -> Section:
     """The next generation of the current section `section_id`, drawn but not written: for a
     caller that writes several in one transaction (forgetting does). Refuses a superseded
@@ -66,7 +65,7 @@ def next_generation(
     if is_async_summarizer(summarize):
         raise TypeError("reconsolidate() got an async summarizer; await reconsolidate_async()")
     old = _target(chronicle, section_id)
-    result: Any = summarize(_events(reader, old.anchor, admit))
+    result: object = summarize(_events(reader, old.anchor, admit))
     if inspect.isawaitable(result):
         close = getattr(result, "close", None)
         if callable(close):
@@ -75,7 +74,7 @@ def next_generation(
     return _generation(old, result, meta)
 
 
-def _generation(old: Section, result: object, meta: Mapping[str, Any] | None = None) -> Section:
+def _generation(old: Section, result: object, meta: Mapping[str, object] | None = None) -> Section:
     a = old.anchor
     return section_from(a.from_seq, a.to_seq, masked(result), meta=meta, supersedes=old)
 
@@ -119,7 +118,7 @@ async def reconsolidate_async(
     admit: Callable[[StoredEvent], bool] | None = None,
 ) -> Section:
     old = _target(chronicle, section_id)
-    result: Any = summarize(_events(reader, old.anchor, admit))
+    result: object = summarize(_events(reader, old.anchor, admit))
     if inspect.isawaitable(result):
         result = await result
     return _write(chronicle, _generation(old, result))

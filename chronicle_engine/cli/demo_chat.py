@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = ["Turn", "turns", "NEEDLE", "NEEDLE_QUERY"]
 
@@ -34,12 +33,12 @@ _TOPICS = [
 @dataclass(frozen=True)
 class Turn:
     number: int
-    user: dict[str, Any]
-    steps: tuple[dict[str, Any], ...]  # assistant tool calls and their tool results
-    answer: dict[str, Any]
+    user: dict[str, object]
+    steps: tuple[dict[str, object], ...]  # assistant tool calls and their tool results
+    answer: dict[str, object]
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[dict[str, object]]:
         return [self.user, *self.steps, self.answer]
 
 
@@ -59,9 +58,9 @@ def turns(count: int = 48) -> Iterator[Turn]:
         request = f"Turn {n}: please {topic} (round {round_}). Keep the changelog up to date."
         if n == 3:
             request += " Also, for later: " + NEEDLE
-        user = {"role": "user", "content": request}
+        user: dict[str, object] = {"role": "user", "content": request}
         call_id = f"call_{n:03d}"
-        call = {
+        call: dict[str, object] = {
             "role": "assistant",
             "content": None,
             "tool_calls": [
@@ -72,8 +71,12 @@ def turns(count: int = 48) -> Iterator[Turn]:
                 }
             ],
         }
-        result = {"role": "tool", "tool_call_id": call_id, "content": _output(topic, n)}
-        answer = {
+        result: dict[str, object] = {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": _output(topic, n),
+        }
+        answer: dict[str, object] = {
             "role": "assistant",
             "content": f"Done with turn {n}: I ran `{command}` and the change to {topic} is in "
             f"place; changelog entry {n} added.",

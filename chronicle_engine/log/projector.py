@@ -22,8 +22,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import sqlite3
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import ClassVar, Protocol, runtime_checkable
 
 from ..errors import GenerativeRebuild, UsageError
 from .events import EventReader
@@ -41,7 +41,9 @@ class Fold(Protocol):
 
     name: str
 
-    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+    def apply(
+        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
+    ) -> None:
         """Write the effect of `events` (already in seq order) inside the open transaction."""
         ...
 
@@ -50,16 +52,22 @@ class Fold(Protocol):
         ...
 
 
+class Reset(Protocol):
+    """Drops a fold's state: inside the rebuild's transaction when given one, else on its own."""
+
+    def __call__(self, conn: sqlite3.Connection | None = None, /) -> None: ...
+
+
 class GenerativeFold(Fold, Protocol):
     """A fold whose output a model writes. `prepare` draws; `apply` only writes."""
 
     generative: ClassVar[bool]
 
-    def prepare(self, events: Sequence[StoredEvent]) -> Any: ...
+    def prepare(self, events: Sequence[StoredEvent]) -> object: ...
 
 
 class AsyncGenerativeFold(GenerativeFold, Protocol):
-    async def prepare_async(self, events: Sequence[StoredEvent]) -> Any: ...
+    async def prepare_async(self, events: Sequence[StoredEvent]) -> object: ...
 
 
 def declared_namespaces(fold: object) -> frozenset[str] | None:
@@ -156,7 +164,7 @@ class Projector:
             if end is None:
                 return total
             pending = {f.name: self._pending(f, batch, positions) for f in self.folds}
-            prepared: dict[str, Any] = {}
+            prepared: dict[str, object] = {}
             for f in self.folds:
                 events = pending[f.name]
                 if not is_generative(f) or not events:
@@ -228,7 +236,7 @@ class Projector:
         self,
         pending: dict[str, list[StoredEvent]],
         positions: dict[str, int],
-        prepared: dict[str, Any],
+        prepared: dict[str, object],
         end: int,
     ) -> None:
         names = ", ".join(f.name for f in self.folds)
@@ -245,7 +253,7 @@ class Projector:
         self,
         name: str,
         *,
-        reset: Callable[..., None] | None = None,
+        reset: Reset | None = None,
         reset_in_transaction: bool = True,
         discard_generated: bool = False,
     ) -> int:
@@ -259,7 +267,7 @@ class Projector:
         self,
         name: str,
         *,
-        reset: Callable[..., None] | None = None,
+        reset: Reset | None = None,
         reset_in_transaction: bool = True,
         discard_generated: bool = False,
     ) -> int:
@@ -279,7 +287,7 @@ class Projector:
     def _reset(
         self,
         fold: Fold,
-        reset: Callable[..., None] | None,
+        reset: Reset | None,
         reset_in_transaction: bool,
         discard_generated: bool,
     ) -> None:

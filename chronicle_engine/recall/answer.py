@@ -10,7 +10,6 @@ weak evidence, instead of a guess.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..capture.secrets import mask
 from .gate import gate_words
@@ -22,15 +21,20 @@ __all__ = ["answer"]
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def _cite(hit: Hit) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": hit.id, "kind": hit.kind, "seq": hit.seq, "session": hit.session}
+def _cite(hit: Hit) -> dict[str, object]:
+    out: dict[str, object] = {
+        "id": hit.id,
+        "kind": hit.kind,
+        "seq": hit.seq,
+        "session": hit.session,
+    }
     out["time"] = hit.time
     if hit.kind == "section":
         out["section_id"] = hit.extra.get("section_id")
     return out
 
 
-def _evidence(hit: Hit) -> dict[str, Any]:
+def _evidence(hit: Hit) -> dict[str, object]:
     return {**_cite(hit), "text": hit.text}
 
 
@@ -41,7 +45,7 @@ def answer(
     session_id: str | None = None,
     user_id: str | None = None,
     profile: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     asked = gate_words(question if isinstance(question, str) else "")
     if not asked:
         return {

@@ -18,11 +18,10 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT
 from ..capture.secrets import mask
-from ..log.store import StoredEvent
+from ..log.store import Envelope, StoredEvent
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
 from .schema import create_message_index, message_index
@@ -73,7 +72,7 @@ def current_belief(conn: sqlite3.Connection, belief_id: str) -> str:
     return seen
 
 
-def _short_name(message: Any) -> str:
+def _short_name(message: object) -> str:
     name = message.get("name") if isinstance(message, dict) else None
     if isinstance(name, str) and 0 < len(name) <= 64:
         return mask(name)
@@ -86,7 +85,9 @@ class RecallFold:
     name = FOLD_NAME
     namespaces = (CHAT, RECALL)  # the projector reads no other payload for this fold
 
-    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+    def apply(
+        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
+    ) -> None:
         # The projector reads positions before its transaction opens; another thread or process
         # may have folded this batch meanwhile. The position read here, inside it, is the truth.
         row = conn.execute(
@@ -236,7 +237,7 @@ class RecallFold:
         scope: int,
         claim: Claim,
         belief_id: str,
-        env: Any,
+        env: Envelope,
         *,
         origin: str,
         supersedes: str | None = None,

@@ -6,18 +6,29 @@ the next read already sees it and a rebuild repeats it.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from ..capture.secrets import mask
 from ..errors import UsageError
+from ..log.events import DomainEvent
 from .events import MemoryCorrected, MemoryForgotten, MemoryRemembered
 from .fold import scope_number
 from .index import RecallIndex
 
-__all__ = ["remember", "forget", "correct"]
+__all__ = ["remember", "forget", "correct", "Forgotten"]
 
 
-def _append(recall: RecallIndex, event: Any, session_id: str | None) -> int:
+class Forgotten(TypedDict):
+    """What chronicle_forget answers."""
+
+    forgotten: str
+    include_source: bool
+    seq: int
+    messages: list[int]
+    sections_redrawn: NotRequired[list[str]]
+
+
+def _append(recall: RecallIndex, event: DomainEvent, session_id: str | None) -> int:
     stored = recall.store.append([recall.types.pending(event, session=session_id or None)])
     recall.catch_up()
     return stored[0].seq
@@ -30,7 +41,7 @@ def remember(
     session_id: str | None = None,
     user_id: str | None = None,
     profile: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     if not isinstance(text, str) or not text.strip():
         raise UsageError("chronicle_remember needs the text to keep")
     with recall.store.reading() as conn:
@@ -97,7 +108,7 @@ def forget(
     session_id: str | None = None,
     user_id: str | None = None,
     profile: str | None = None,
-) -> dict[str, Any]:
+) -> Forgotten:
     user, prof = _target(recall, target, session_id, user_id, profile)
     seq = _append(
         recall,
@@ -118,12 +129,12 @@ def forget(
                 (seq,),
             )
         )
-    return {
-        "forgotten": target.strip(),
-        "include_source": bool(include_source),
-        "seq": seq,
-        "messages": hidden,  # the message seqs this call hid (sections holding them are redrawn)
-    }
+    return Forgotten(
+        forgotten=target.strip(),
+        include_source=bool(include_source),
+        seq=seq,
+        messages=hidden,  # the message seqs this call hid (sections holding them are redrawn)
+    )
 
 
 def correct(
@@ -134,7 +145,7 @@ def correct(
     session_id: str | None = None,
     user_id: str | None = None,
     profile: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     if not isinstance(text, str) or not text.strip():
         raise UsageError("chronicle_correct needs the corrected text")
     user, prof = _target(recall, target, session_id, user_id, profile)

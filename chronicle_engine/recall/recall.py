@@ -273,7 +273,7 @@ class Recall:
         session_id: str | None = None,
         user_id: str | None = None,
         profile: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> memory.Forgotten:
         """chronicle_forget: hide an item of this user's memory from every read path, and
         have every section that held a forgotten message drawn again without it."""
         result = memory.forget(

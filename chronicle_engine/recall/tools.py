@@ -6,7 +6,7 @@ ChronicleError and turned into {"error": ...} by `tools.dispatch`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal, TypedDict
 
 from pydantic import Field
 
@@ -16,12 +16,23 @@ from .recall import Recall
 __all__ = ["RECALL_TOOLS"]
 
 
-def _who(context: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "session_id": context.get("session_id") or None,
-        "user_id": context.get("user_id"),
-        "profile": context.get("profile"),
-    }
+class _Who(TypedDict):
+    session_id: str | None
+    user_id: str | None
+    profile: str | None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _who(context: Mapping[str, object]) -> _Who:
+    """Who the call acts for, from the slot's context (its values are text or absent)."""
+    return _Who(
+        session_id=_text(context.get("session_id")) or None,
+        user_id=_text(context.get("user_id")),
+        profile=_text(context.get("profile")),
+    )
 
 
 class SearchArgs(ToolArgs):
@@ -59,7 +70,7 @@ class ForgetArgs(ToolArgs):
     reason: Words = ""
 
 
-def _search(recall: Recall, args: SearchArgs, **context: Any) -> dict[str, Any]:
+def _search(recall: Recall, args: SearchArgs, **context: object) -> Mapping[str, object]:
     results = recall.search(
         args.query,
         scope=args.scope,
@@ -71,21 +82,21 @@ def _search(recall: Recall, args: SearchArgs, **context: Any) -> dict[str, Any]:
     return {"query": args.query, "scope": args.scope, "count": len(results), "results": results}
 
 
-def _remember(recall: Recall, args: RememberArgs, **context: Any) -> dict[str, Any]:
+def _remember(recall: Recall, args: RememberArgs, **context: object) -> Mapping[str, object]:
     return recall.remember(args.text, **_who(context))
 
 
-def _forget(recall: Recall, args: ForgetArgs, **context: Any) -> dict[str, Any]:
+def _forget(recall: Recall, args: ForgetArgs, **context: object) -> Mapping[str, object]:
     return recall.forget(
         args.id, include_source=args.include_source, reason=args.reason, **_who(context)
     )
 
 
-def _correct(recall: Recall, args: CorrectArgs, **context: Any) -> dict[str, Any]:
+def _correct(recall: Recall, args: CorrectArgs, **context: object) -> Mapping[str, object]:
     return recall.correct(args.id, args.text, **_who(context))
 
 
-def _answer(recall: Recall, args: AnswerArgs, **context: Any) -> dict[str, Any]:
+def _answer(recall: Recall, args: AnswerArgs, **context: object) -> Mapping[str, object]:
     return recall.answer(args.question, **_who(context))
 
 

@@ -8,7 +8,7 @@ convention `MessageCaptured.parent` shares, so events written without a parent s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from ..log.events import DomainEvent, EventTypeRegistry
 
@@ -68,7 +68,7 @@ class CompactionRecorded(_Entry, frozen=True):
     kept_entries: list[str] = []
     # entry id -> the shortened copy the context holds in place of that message (a kept tool
     # result cut to fit, its note naming the original's seq)
-    shortened: dict[str, dict[str, Any]] = {}
+    shortened: dict[str, dict[str, object]] = {}
     tokens_before: int = 0
     tokens_after: int = 0
     summary: str = ""  # the handoff text the model sees in place of the folded entries
@@ -87,7 +87,7 @@ class ContextEdited(_Entry, frozen=True):
     only edits on the active path count, and the latest one for a target wins."""
 
     target: str
-    replacement: dict[str, Any] | None = None
+    replacement: dict[str, object] | None = None
 
 
 class Labeled(_Entry, frozen=True):

@@ -79,7 +79,9 @@ class SessionFold:
     name = FOLD_NAME
     namespaces = NAMESPACES
 
-    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+    def apply(
+        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
+    ) -> None:
         apply_events(conn, events)
 
     def reset(self, conn: sqlite3.Connection) -> None:
