@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Protocol
 
 from .chronicle.sections import Anchor, Section
-from .chronicle.store import ChronicleStoreBase
 from .errors import FormatError, UsageError
 from .log.store import (
     PendingEvent,
@@ -66,11 +65,25 @@ _BATCH = 500
 Progress = Callable[[int], None]
 
 
-def _header(kind: str, **extra: Any) -> str:
+def _header(kind: str, **extra: object) -> str:
     return json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "kind": kind, **extra})
 
 
-def _dump(record: dict[str, Any]) -> str:
+def _int(value: object) -> int:
+    """A whole number of a record (int() of what JSON holds; TypeError for a list or null)."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"expected a number, got {type(value).__name__}")
+
+
+def _mapping(value: object) -> dict[str, object]:
+    """An object of a record (dict() of what JSON holds; TypeError for a number or null)."""
+    if isinstance(value, dict | list | tuple):
+        return dict(value)
+    raise TypeError(f"expected an object, got {type(value).__name__}")
+
+
+def _dump(record: Mapping[str, object]) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -125,7 +138,7 @@ def _text(line: str | bytes, number: int, source: str) -> str:
 
 def _records(
     lines: Iterable[str | bytes], kind: str, source: str
-) -> Iterator[tuple[int, dict[str, Any]]]:
+) -> Iterator[tuple[int, dict[str, object]]]:
     number = 0
     header_seen = False
     for number, raw in enumerate(lines, start=1):  # noqa: B007 - reported after the loop
@@ -171,12 +184,12 @@ def read_events(
     could not read an event back; such an event is a FormatError naming its line."""
     for number, r in _records(lines, "events", source):
         try:
-            seq = int(r["seq"])
+            seq = _int(r["seq"])
             event = PendingEvent(
                 namespace=str(r["namespace"]),
                 type=str(r["type"]),
-                version=int(r["version"]),
-                payload=dict(r["payload"]),
+                version=_int(r["version"]),
+                payload=_mapping(r["payload"]),
                 id=str(r["id"]),
                 session=None if r.get("session") is None else str(r["session"]),
                 created_at=str(r["created_at"]),
@@ -226,7 +239,7 @@ def import_events(
 # -- chronicle carry ---------------------------------------------------------------------------
 
 
-def _section_record(section: Section) -> dict[str, Any]:
+def _section_record(section: Section) -> dict[str, object]:
     return {
         "anchor": asdict(section.anchor),
         "prose": section.prose,
@@ -236,7 +249,15 @@ def _section_record(section: Section) -> dict[str, Any]:
     }
 
 
-def write_sections(chronicle: ChronicleStoreBase[Any, Any], out: IO[str]) -> int:
+class _Exported(Protocol):
+    """A chronicle on any store, as carrying it out reads it."""
+
+    @property
+    def name(self) -> str: ...
+    def export(self) -> list[Section]: ...
+
+
+def write_sections(chronicle: _Exported, out: IO[str]) -> int:
     """Carry out: every section of the chronicle, in the order written."""
     sections = chronicle.export()
     out.write(_header("sections", chronicle=chronicle.name) + "\n")
@@ -250,20 +271,25 @@ def read_sections(lines: Iterable[str | bytes], *, source: str = "input") -> lis
     for number, r in _records(lines, "sections", source):
         try:
             a = r["anchor"]
+            if not isinstance(a, dict):
+                raise TypeError(f"the anchor is {type(a).__name__}, not an object")
+            pins = r.get("pins") or ()
+            if not isinstance(pins, Iterable):
+                raise TypeError(f"the pins are {type(pins).__name__}, not a list")
             anchor = Anchor(
                 section_id=str(a["section_id"]),
-                from_seq=int(a["from_seq"]),
-                to_seq=int(a["to_seq"]),
-                unit=int(a["unit"]),
+                from_seq=_int(a["from_seq"]),
+                to_seq=_int(a["to_seq"]),
+                unit=_int(a["unit"]),
                 supersedes=None if a.get("supersedes") is None else str(a["supersedes"]),
             )
             sections.append(
                 Section(
                     anchor=anchor,
                     prose=str(r["prose"]),
-                    pins=tuple(str(p) for p in r.get("pins") or ()),
+                    pins=tuple(str(p) for p in pins),
                     created_at=str(r.get("created_at") or ""),
-                    meta=dict(r.get("meta") or {}),
+                    meta=_mapping(r.get("meta") or {}),
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -271,13 +297,13 @@ def read_sections(lines: Iterable[str | bytes], *, source: str = "input") -> lis
     return sections
 
 
-def header_of(path: Path) -> dict[str, Any]:
+def header_of(path: Path) -> dict[str, object]:
     """The header line of an export file (to tell events from sections before importing)."""
     with path.open("rb") as fh:
         return header_of_lines(fh, str(path))
 
 
-def header_of_lines(lines: Iterable[str | bytes], source: str = "input") -> dict[str, Any]:
+def header_of_lines(lines: Iterable[str | bytes], source: str = "input") -> dict[str, object]:
     for number, raw in enumerate(lines, start=1):
         line = _text(raw, number, source)
         if line.strip():

@@ -9,8 +9,8 @@ place of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from typing import Literal
 
 from ..log.events import DomainEvent, EventTypeRegistry
 
@@ -44,7 +44,7 @@ class MessageCaptured(DomainEvent, frozen=True):
     """One message of a conversation, as sent or received."""
 
     role: str
-    message: dict[str, Any]
+    message: dict[str, object]
     fingerprint: str  # identity of the message within its conversation (idempotent capture)
     speaker: Speaker  # who wrote the message as a whole
     text: str = ""  # searchable text: content + tool calls, credentials masked
@@ -82,7 +82,7 @@ class MemoryWritten(DomainEvent, frozen=True):
     action: str
     target: str
     content: str = ""
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, object] = {}
 
 
 class DelegationObserved(DomainEvent, frozen=True):
@@ -107,7 +107,7 @@ def register_capture_events(types: EventTypeRegistry) -> None:
         types.register(HOST_NAMESPACE, cls.__name__, cls)
 
 
-def text_parts(content: Any) -> Iterator[str]:
+def text_parts(content: object) -> Iterator[str]:
     """The text of a wire message's content, part by part: a string content is one part; of a
     list, every part that is a string or carries a string `text`. Anything else holds none."""
     if isinstance(content, str):
@@ -122,10 +122,11 @@ def text_parts(content: Any) -> Iterator[str]:
                 yield part
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: Mapping[str, object]) -> str:
     """The readable text of a wire message: its content (every text part) and its tool calls."""
     pieces = list(text_parts(message.get("content")))
-    for call in message.get("tool_calls") or ():
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list | tuple) else ():
         if isinstance(call, dict):
             fn = call.get("function") or {}
             name = fn.get("name", "") if isinstance(fn, dict) else ""

@@ -19,7 +19,6 @@ import importlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..config import Config
 from ..messages import chars_for_tokens
@@ -45,7 +44,7 @@ characters of a tool result Hermes passes on whole."""
 
 
 # Hermes' documented `compression:` defaults: used only when the host is not importable.
-_DOCUMENTED_DEFAULTS: Mapping[str, Any] = {
+_DOCUMENTED_DEFAULTS: Mapping[str, float] = {
     "threshold": 0.50,
     "target_ratio": 0.20,
     "protect_first_n": 3,
@@ -89,7 +88,7 @@ class Policy:
         """The same budget in characters: what a section writer is given."""
         return chars_for_tokens(self.section_tokens)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {
             "context_length": self.context_length,
             "high_watermark_percent": round(self.high_percent, 4),
@@ -105,9 +104,11 @@ class Policy:
         }
 
 
-def _fraction(value: Any) -> float | None:
+def _fraction(value: object) -> float | None:
     """A share of the window from the host's own `compression:` values (0.75, or 75 meant as a
     percentage); None when it is not one."""
+    if not isinstance(value, int | float | str):
+        return None
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -117,7 +118,9 @@ def _fraction(value: Any) -> float | None:
     return number if 0.0 < number < 1.0 else None
 
 
-def _count(value: Any, default: int) -> int:
+def _count(value: object, default: int) -> int:
+    if not isinstance(value, int | float | str):
+        return default
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -126,7 +129,7 @@ def _count(value: Any, default: int) -> int:
 
 
 @functools.cache
-def _host_defaults() -> tuple[tuple[tuple[str, Any], ...], str]:
+def _host_defaults() -> tuple[tuple[tuple[str, object], ...], str]:
     try:
         # The host's own defaults, not a copy (already imported inside Hermes).
         module = sys.modules.get("hermes_cli.config") or importlib.import_module(
@@ -140,16 +143,14 @@ def _host_defaults() -> tuple[tuple[tuple[str, Any], ...], str]:
     return tuple(_DOCUMENTED_DEFAULTS.items()), "Hermes' documented default"
 
 
-def host_compression_defaults() -> tuple[dict[str, Any], str]:
+def host_compression_defaults() -> tuple[dict[str, object], str]:
     """Hermes' `compression:` defaults and where they came from: the installed host's
     `DEFAULT_CONFIG`, or its documented values when Hermes is not importable."""
     items, origin = _host_defaults()
     return dict(items), origin
 
 
-def model_threshold(
-    model: str, thresholds: Mapping[str, Any] | None, provider: str = ""
-) -> tuple[float, str] | None:
+def model_threshold(model: str, thresholds: object, provider: str = "") -> tuple[float, str] | None:
     """The per-model threshold of `compression.model_thresholds` (newer Hermes): the longest
     key that is a substring of the model name wins; a "provider:substring" key applies only on
     that provider and outranks a bare key of the same length. None when no key matches."""
@@ -177,7 +178,7 @@ def policy_from_config(
     *,
     model: str = "",
     provider: str = "",
-    model_thresholds: Mapping[str, Any] | None = None,
+    model_thresholds: Mapping[str, object] | None = None,
 ) -> Policy:
     """The policy for a window of `context_length` tokens under the user's settings.
     `model_thresholds`: the map a newer host assigns to the engine (default: the one in
@@ -187,7 +188,7 @@ def policy_from_config(
     defaults, origin = host_compression_defaults()
     sources: dict[str, str] = {}
 
-    def setting(key: str) -> tuple[Any, str]:
+    def setting(key: str) -> tuple[object, str]:
         if key in host:
             return host[key], "compression." + key
         return defaults.get(key, _DOCUMENTED_DEFAULTS.get(key)), f"{origin} compression.{key}"

@@ -8,7 +8,8 @@ engine's `Compaction` and the slot's context: `session_id` (the engine's current
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # the engine is built on the first compaction, not when tools
 __all__ = ["CONTEXT_TOOLS"]
 
 
-def _session(context: dict[str, Any]) -> str:
+def _session(context: Mapping[str, object]) -> str:
     session_id = context.get("session_id")
     if not session_id:
         raise UsageError(
@@ -81,7 +82,7 @@ class StatusArgs(ToolArgs):
     pass
 
 
-def _expand(compaction: Compaction, args: ExpandArgs, **context: Any) -> dict[str, Any]:
+def _expand(compaction: Compaction, args: ExpandArgs, **context: object) -> Mapping[str, object]:
     budget = args.max_tokens
     policy = context.get("policy")
     if budget is None and isinstance(policy, Policy):
@@ -99,21 +100,23 @@ def _expand(compaction: Compaction, args: ExpandArgs, **context: Any) -> dict[st
     )
 
 
-def _latest_with(messages: list[Any], text: str) -> int:
+def _latest_with(messages: list[object], text: str) -> int:
     """The index of the latest live message containing `text`."""
     needle = text.casefold()
     for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], dict) and needle in content_text(messages[i]).casefold():
+        message = messages[i]
+        if isinstance(message, dict) and needle in content_text(message).casefold():
             return i
     raise UsageError(f"no message in the current context contains {text!r}")
 
 
-def _pin(compaction: Compaction, args: PinArgs, **context: Any) -> dict[str, Any]:
+def _pin(compaction: Compaction, args: PinArgs, **context: object) -> Mapping[str, object]:
     session_id = _session(context)
     lo, hi = args.from_seq, args.to_seq
     text = args.text.strip()
     if lo is None and text:
-        messages = list(context.get("messages") or [])
+        live = context.get("messages") or []
+        messages: list[object] = list(live) if isinstance(live, Iterable) else []
         index = _latest_with(messages, text)
         seqs = compaction.capture.capture_messages(session_id, messages)
         lo = seqs[index]
@@ -134,7 +137,7 @@ def _pin(compaction: Compaction, args: PinArgs, **context: Any) -> dict[str, Any
     }
 
 
-def _edit(compaction: Compaction, args: EditArgs, **context: Any) -> dict[str, Any]:
+def _edit(compaction: Compaction, args: EditArgs, **context: object) -> Mapping[str, object]:
     """The edit is recorded in the session tree and made to the host's live list in place (the
     same dict, its private keys kept), so what the model is sent and the tree's projection stay
     the same list."""
@@ -142,7 +145,7 @@ def _edit(compaction: Compaction, args: EditArgs, **context: Any) -> dict[str, A
     if not args.hide and not args.replacement.strip():
         raise UsageError("give the replacement words, or hide=true to hide the message")
     live = context.get("messages")
-    messages: list[Any] = live if isinstance(live, list) else []
+    messages: list[object] = live if isinstance(live, list) else []
     seqs = compaction.capture.capture_messages(session_id, messages)
     if args.seq is not None:
         index = next((i for i, s in enumerate(seqs) if s == args.seq), None)
@@ -156,12 +159,12 @@ def _edit(compaction: Compaction, args: EditArgs, **context: Any) -> dict[str, A
     else:
         raise UsageError("give seq (a message's log position) or text (a phrase from it)")
     seq = seqs[index]
-    if seq is None or not isinstance(messages[index], dict):
+    target = messages[index]
+    if seq is None or not isinstance(target, dict):
         raise UsageError("that message is not part of the conversation log and cannot be edited")
-    if index == len(messages) - 1 or messages[index] is messages[-1]:
+    if index == len(messages) - 1 or target is messages[-1]:
         raise UsageError("the latest message is what the model is answering; it cannot be edited")
     replacement = compaction.edit_context(session_id, seq, None if args.hide else args.replacement)
-    target = messages[index]
     for key in [k for k in target if not str(k).startswith("_")]:
         del target[key]
     target.update(replacement)
@@ -173,7 +176,7 @@ def _edit(compaction: Compaction, args: EditArgs, **context: Any) -> dict[str, A
     }
 
 
-def _focus(compaction: Compaction, args: FocusArgs, **context: Any) -> dict[str, Any]:
+def _focus(compaction: Compaction, args: FocusArgs, **context: object) -> Mapping[str, object]:
     topic = args.topic.strip()
     compaction.set_focus(_session(context), topic)
     return {
@@ -182,8 +185,9 @@ def _focus(compaction: Compaction, args: FocusArgs, **context: Any) -> dict[str,
     }
 
 
-def _status(compaction: Compaction, args: StatusArgs, **context: Any) -> dict[str, Any]:
-    return compaction.status(_session(context), context.get("policy"))
+def _status(compaction: Compaction, args: StatusArgs, **context: object) -> Mapping[str, object]:
+    policy = context.get("policy")
+    return compaction.status(_session(context), policy if isinstance(policy, Policy) else None)
 
 
 CONTEXT_TOOLS: tuple[ToolSpec[Compaction], ...] = (

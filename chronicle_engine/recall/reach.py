@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = ["Window", "Reach"]
 
 
-def _marks(values: Sequence[Any]) -> str:
+def _marks(values: Sequence[object]) -> str:
     return ",".join("?" * len(values))
 
 
@@ -35,7 +34,7 @@ class Window:
     def holds(self, seq: int, session: str | None) -> bool:
         return (seq >= self.start and session in self.sessions) or seq in self.heads
 
-    def sql(self, seq: str, session: str) -> tuple[str, list[Any]]:
+    def sql(self, seq: str, session: str) -> tuple[str, list[str | int]]:
         """A condition true for a message in the window; `seq` and `session` name its columns
         (the session may be NULL: a row that is not a message, or one without a session)."""
         heads = sorted(self.heads)
@@ -63,10 +62,12 @@ class Reach:
             return False
         return self.outside is None or not self.outside.holds(seq, session)
 
-    def messages(self, seq: str = "m.seq", session: str = "m.session") -> tuple[str, list[Any]]:
+    def messages(
+        self, seq: str = "m.seq", session: str = "m.session"
+    ) -> tuple[str, list[str | int]]:
         """The SQL condition on a message's columns ("" when nothing is narrowed)."""
         parts: list[str] = []
-        params: list[Any] = []
+        params: list[str | int] = []
         if self.sessions is not None:
             parts.append(f"{session} IN ({_marks(self.sessions)})")
             params.extend(self.sessions)
@@ -79,11 +80,11 @@ class Reach:
             params.extend(values)
         return " AND ".join(parts), params
 
-    def beliefs(self, belief: str = "b") -> tuple[str, list[Any]]:
+    def beliefs(self, belief: str = "b") -> tuple[str, list[str | int]]:
         """The SQL condition on a belief (alias `belief`): said in `sessions`; and, outside a
         window, a belief stays unless every message it was drawn from is in the window."""
         parts: list[str] = []
-        params: list[Any] = []
+        params: list[str | int] = []
         if self.sessions is not None:
             parts.append(f"{belief}.session IN ({_marks(self.sessions)})")
             params.extend(self.sessions)

@@ -13,8 +13,7 @@ messages, dropping those that are not context (labels, names, usage).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from ..capture.events import HANDOFF_MARKER
 from .paths import PathEntry
@@ -23,20 +22,25 @@ __all__ = ["project", "BRANCH_SUMMARY_MARKER", "compaction_summary"]
 
 BRANCH_SUMMARY_MARKER = "[BRANCH SUMMARY — REFERENCE ONLY]"
 
-Payloads = Callable[[Sequence[int]], dict[int, dict[str, Any]]]
+Payloads = Callable[[Sequence[int]], Mapping[int, Mapping[str, object]]]
 
 
-def compaction_summary(payload: dict[str, Any]) -> str:
+def _ids(value: object) -> list[str]:
+    """A stored list of entry or section ids (absent or malformed: none)."""
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def compaction_summary(payload: Mapping[str, object]) -> str:
     summary = str(payload.get("summary") or "")
     if summary:
         return summary
-    ids = ", ".join(str(s) for s in payload.get("section_ids") or [])
+    ids = ", ".join(_ids(payload.get("section_ids")))
     return f"{HANDOFF_MARKER} Earlier messages are in chronicle sections {ids or '(none)'}."
 
 
 def project(
     path: Sequence[PathEntry], payloads: Payloads, *, branch_summaries: bool = True
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     latest = None
     for i in range(len(path) - 1, -1, -1):
         if path[i].kind == "compaction":
@@ -47,7 +51,7 @@ def project(
     ]
     data = payloads(wanted)
 
-    edits: dict[str, dict[str, Any] | None] = {}
+    edits: dict[str, dict[str, object] | None] = {}
     if latest is not None:
         # The copies the compaction cut to fit stand in for their originals; an edit after it wins.
         cut = data.get(path[latest].seq, {}).get("shortened")
@@ -58,29 +62,30 @@ def project(
             replacement = data.get(entry.seq, {}).get("replacement")
             edits[entry.target] = replacement if isinstance(replacement, dict) else None
 
-    ordered: list[PathEntry | dict[str, Any]] = []
+    ordered: list[PathEntry | dict[str, object]] = []
     if latest is None:
         ordered.extend(path)
     else:
         compaction = data.get(path[latest].seq, {})
         by_id = {e.entry_id: e for e in path[:latest]}
-        for head_id in compaction.get("head_entries") or []:
-            head = by_id.get(str(head_id))
+        head_ids = _ids(compaction.get("head_entries"))
+        for head_id in head_ids:
+            head = by_id.get(head_id)
             if head is not None:
                 ordered.append(head)
         ordered.append({"role": "user", "content": compaction_summary(compaction)})
-        kept_ids = [str(k) for k in compaction.get("kept_entries") or []]
+        kept_ids = _ids(compaction.get("kept_entries"))
         for kept_id in kept_ids:
             kept_entry = by_id.get(kept_id)
             if kept_entry is not None:
                 ordered.append(kept_entry)
         first = compaction.get("first_kept_entry")
         start = next((i for i in range(latest) if path[i].entry_id == first), latest)
-        placed = set(compaction.get("head_entries") or []) | set(kept_ids)
+        placed = set(head_ids) | set(kept_ids)
         ordered.extend(e for e in path[start:latest] if e.entry_id not in placed)
         ordered.extend(path[latest + 1 :])
 
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for item in ordered:
         if isinstance(item, dict):
             out.append(item)

@@ -188,7 +188,8 @@ def import_(s: Session) -> Outcome:
             "skipped": max(0, read - stored),
         }
     elif kind == "sections":
-        name = a.chronicle or header.get("chronicle") or "default"
+        named = header.get("chronicle")
+        name = a.chronicle or (named if isinstance(named, str) else "") or "default"
         with _lines(a.file, lines) as it:
             loaded = core.chronicle(name).load(transfer.read_sections(it, source=source))
         data = {"kind": "sections", "chronicle": name, "loaded": loaded}
