@@ -20,7 +20,6 @@ import json
 import reprlib
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Any
 
 from ..storable import escape_surrogates, has_surrogate
 
@@ -47,7 +46,7 @@ IDENTITY_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 (`api_content`, reasoning fields, timestamps, private `_` markers) are not identity."""
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         try:
@@ -63,7 +62,7 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
-def plain_json(value: Any, depth: int = 0) -> bool:
+def plain_json(value: object, depth: int = 0) -> bool:
     """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
     if isinstance(value, str):
         # isascii() is O(1); only other text is searched for a lone surrogate (UTF-8 has none).
@@ -84,7 +83,7 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def wire_message(message: Any) -> dict[str, Any]:
+def wire_message(message: object) -> dict[str, object]:
     """The message as it goes over the wire: private `_` keys removed, JSON-safe.
 
     A well-formed message comes back as a shallow copy whose `json.dumps` is byte-identical to the
@@ -96,7 +95,9 @@ def wire_message(message: Any) -> dict[str, Any]:
         if plain_json(wire):
             return wire
         if _shape_fault(wire) is not None:
-            wire = _repaired(wire)
+            repaired = _repaired(wire)
+            if isinstance(repaired, dict):  # (always: a dict is repaired into a dict)
+                wire = repaired
         try:
             text = json.dumps(
                 {str(k): v for k, v in wire.items()}, ensure_ascii=False, default=_json_default
@@ -135,7 +136,7 @@ _preview = reprlib.Repr()
 _preview.maxlevel, _preview.maxstring, _preview.maxother = 4, 200, 200
 
 
-class EscapedWire(dict[str, Any]):
+class EscapedWire(dict[str, object]):
     """A wire message whose text had lone surrogates, each written as the six characters of its
     escape (`caf\\udce9`), so it can be stored and indexed. `original` is the message as
     received, as ASCII JSON: `json.loads(original)` gives it back, surrogates included."""
@@ -158,7 +159,7 @@ MAX_DEPTH = 100
 few levels)."""
 
 
-def _shape_fault(value: Any, depth: int = 0, ancestors: set[int] | None = None) -> str | None:
+def _shape_fault(value: object, depth: int = 0, ancestors: set[int] | None = None) -> str | None:
     """Why `value` has no JSON form (a container inside itself, nesting beyond MAX_DEPTH), or
     None. Recursion is bounded by MAX_DEPTH."""
     if not isinstance(value, (dict, list, tuple, set, frozenset)):
@@ -177,7 +178,7 @@ def _shape_fault(value: Any, depth: int = 0, ancestors: set[int] | None = None) 
     return None
 
 
-def _repaired(value: Any, depth: int = 0, ancestors: tuple[int, ...] = ()) -> Any:
+def _repaired(value: object, depth: int = 0, ancestors: tuple[int, ...] = ()) -> object:
     """A copy of `value` with each node that has no JSON form (a container inside itself, one
     nested beyond MAX_DEPTH) replaced by a visible marker; everything else kept as it was."""
     if not isinstance(value, (dict, list, tuple, set, frozenset)):
@@ -192,7 +193,7 @@ def _repaired(value: Any, depth: int = 0, ancestors: tuple[int, ...] = ()) -> An
     return [_repaired(v, depth + 1, inner) for v in value]
 
 
-def _unrepresentable(value: Any, reason: str) -> str:
+def _unrepresentable(value: object, reason: str) -> str:
     """The visible marker that stands for `value`: why, and a bounded preview."""
     try:
         preview = _preview.repr(value)
@@ -208,20 +209,19 @@ _identity_json = json.JSONEncoder(
 ).encode
 
 
-def fingerprint(message: Any, *, _stored_form: bool = False) -> str:
+def fingerprint(message: object, *, _stored_form: bool = False) -> str:
     """A short, stable digest of the message's identity keys. The same for a message and its
     `wire_message`, so it can be taken from the host's dict without copying it."""
-    if not isinstance(message, dict):
-        message = wire_message(message)
-    ident = [message.get(k) for k in IDENTITY_KEYS]
-    if message.get("role") == "tool":
+    wire = message if isinstance(message, dict) else wire_message(message)
+    ident = [wire.get(k) for k in IDENTITY_KEYS]
+    if wire.get("role") == "tool":
         # Hermes drops a tool result's `name` when it reloads a session from its own database
         # (keeping `tool_name`); the tool_call_id already says which call the result answers.
         ident[IDENTITY_KEYS.index("name")] = None
     if not _stored_form and not plain_json(ident):
         # A lone surrogate, a cycle, nesting too deep, a foreign object: the fingerprint is the
         # one of the form wire_message stores, so a message and its wire form keep one.
-        return fingerprint(wire_message(message), _stored_form=True)
+        return fingerprint(wire_message(wire), _stored_form=True)
     data = _identity_json(ident).encode("utf-8")
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 

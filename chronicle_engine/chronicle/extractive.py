@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from ..capture.secrets import MASK_MARK
 from ..messages import content_text, is_real_user, masked_view, tool_calls
@@ -184,7 +183,10 @@ def _call_summary(name: str, arguments: str) -> str:
     return f"{name or 'tool'}({_one_line(shown, 90)})"
 
 
-def _outcome(result: dict[str, Any] | None, view: Callable[[Any], Any] = masked_view) -> str:
+def _outcome(
+    result: dict[str, object] | None,
+    view: Callable[[dict[str, object]], dict[str, object]] = masked_view,
+) -> str:
     if result is None:
         return "no result recorded"
     text = content_text(view(result))[:_SCAN_CHARS].strip()
@@ -259,7 +261,7 @@ def _spread(items: Sequence[int], count: int) -> list[int]:
     return [items[round(k * step)] for k in range(count)]
 
 
-def _fact_text(message: dict[str, Any], text: str | None = None) -> tuple[str, int]:
+def _fact_text(message: Mapping[str, object], text: str | None = None) -> tuple[str, int]:
     """The part of a message scanned for facts, and its weight (see `_facts`)."""
     if text is None:
         text = content_text(message)
@@ -399,7 +401,7 @@ def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
 
 
 def summarize_messages(
-    messages: Sequence[dict[str, Any]],
+    messages: Sequence[dict[str, object]],
     *,
     budget_chars: int,
     focus: str | None = None,
@@ -409,7 +411,7 @@ def summarize_messages(
     """Extractive prose for a folded run of wire messages, at most about `budget_chars` long.
     `clean`: indices of messages known to hold no credential (read unmasked)."""
     terms = focus_terms(focus)
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, object]] = {}
     for m in messages:
         if isinstance(m, dict) and m.get("role") == "tool":
             call_id = m.get("tool_call_id")
@@ -419,9 +421,11 @@ def summarize_messages(
     lines: list[_Line] = []
     scanned: list[tuple[str, int]] = []
     order = 0
-    views: dict[int, Any] = {id(messages[i]): messages[i] for i in clean if i < len(messages)}
+    views: dict[int, dict[str, object]] = {
+        id(messages[i]): messages[i] for i in clean if i < len(messages)
+    }
 
-    def view(raw: Any) -> Any:
+    def view(raw: dict[str, object]) -> dict[str, object]:
         # Masking is the costly part of reading a message; a tool result is read twice (as its
         # call's outcome, then as itself), so each message is masked once.
         seen = views.get(id(raw))

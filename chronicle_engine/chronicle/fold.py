@@ -19,7 +19,7 @@ import inspect
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from ..log.events import EventReader
 from ..log.store import StoredEvent
@@ -47,17 +47,17 @@ class Unit:
     from_seq: int
     to_seq: int
     events: Sequence[StoredEvent]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, object] = field(default_factory=dict)
 
 
 class Units(Protocol):
     """Where units close. `plan` is a pure function of the log and the state `save` kept."""
 
-    def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], Any]:
+    def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], object]:
         """The units `events` close, and the state to save with the fold's position."""
         ...
 
-    def save(self, conn: sqlite3.Connection, state: Any) -> None: ...
+    def save(self, conn: sqlite3.Connection, state: object) -> None: ...
 
     def reset(self, conn: sqlite3.Connection) -> None: ...
 
@@ -102,7 +102,7 @@ class BoundaryUnits:
             units.append(Unit(None, lo, hi, admitted))
         return units, None
 
-    def save(self, conn: sqlite3.Connection, state: Any) -> None:
+    def save(self, conn: sqlite3.Connection, state: object) -> None:
         return None
 
     def reset(self, conn: sqlite3.Connection) -> None:
@@ -112,7 +112,7 @@ class BoundaryUnits:
 @dataclass(slots=True)
 class Prepared:
     sections: list[tuple[str | None, Section]]
-    state: Any
+    state: object
 
 
 class ChronicleFold:
@@ -163,7 +163,7 @@ class ChronicleFold:
         units, state = self.units.plan(events)
         prepared = Prepared([], state)
         for unit in units:
-            result: Any = self.summarize(unit.events)
+            result: object = self.summarize(unit.events)
             if inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if callable(close):
@@ -179,13 +179,15 @@ class ChronicleFold:
         units, state = self.units.plan(events)
         prepared = Prepared([], state)
         for unit in units:
-            result: Any = self.summarize(unit.events)
+            result: object = self.summarize(unit.events)
             if inspect.isawaitable(result):
                 result = await result
             prepared.sections.append((unit.chronicle, self._section(unit, result)))
         return prepared
 
-    def apply(self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: Any) -> None:
+    def apply(
+        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
+    ) -> None:
         if not isinstance(prepared, Prepared):
             return
         for name, section in prepared.sections:

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..capture.secrets import mask
 from ..config import Config
@@ -75,7 +75,7 @@ _INSTRUCTIONS = (
 
 @dataclass(frozen=True, slots=True)
 class FoldInput:
-    messages: Sequence[dict[str, Any]]
+    messages: Sequence[dict[str, object]]
     label: str
     focus: str | None
     budget_chars: int
@@ -162,7 +162,7 @@ class ExtractiveWriter:
 
 
 def _render_for_model(
-    messages: Sequence[dict[str, Any]], clean: frozenset[int] = frozenset()
+    messages: Sequence[dict[str, object]], clean: frozenset[int] = frozenset()
 ) -> str | None:
     """The conversation as the model reads it, masked; None once it is longer than the model
     may be sent (messages past that point are not masked for nothing)."""
@@ -191,7 +191,7 @@ class ModelWriter:
 
     def __init__(
         self,
-        model: Callable[[], Model],
+        model: Callable[[], Model[object]],
         store: SQLiteEventStore,
         types: EventTypeRegistry,
         *,
@@ -371,7 +371,7 @@ def _openai_messages(messages: list[ModelMessage], info: AgentInfo) -> list[dict
     return out
 
 
-def _text_of_openai_response(response: Any) -> str:
+def _text_of_openai_response(response: object) -> str:
     choices = (
         response.get("choices")
         if isinstance(response, dict)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..log.projector import Projector
@@ -89,15 +88,19 @@ class SessionFold:
         conn.execute("DELETE FROM session_heads")
 
 
-def _head(conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
-    row: tuple[Any, ...] | None = conn.execute(
+# A session's head row: (conversation, lineage_root, leaf_id).
+_Head = tuple[str, str, str | None]
+
+
+def _head(conn: sqlite3.Connection, session: str) -> _Head | None:
+    row: _Head | None = conn.execute(
         "SELECT conversation, lineage_root, leaf_id FROM session_heads WHERE session = ?",
         (session,),
     ).fetchone()
     return row
 
 
-def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> tuple[Any, ...]:
+def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> _Head:
     row = _head(conn, session)
     if row is None:
         conn.execute(
@@ -109,8 +112,8 @@ def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> tuple[Any,
     return row
 
 
-def _entry_exists(conn: sqlite3.Connection, entry_id: str) -> tuple[Any, ...] | None:
-    row: tuple[Any, ...] | None = conn.execute(
+def _entry_exists(conn: sqlite3.Connection, entry_id: str) -> tuple[int, str] | None:
+    row: tuple[int, str] | None = conn.execute(
         "SELECT seq, session FROM session_entries WHERE entry_id = ?", (entry_id,)
     ).fetchone()
     return row
@@ -207,8 +210,8 @@ def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
 def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> None:
     """Fold `events` in order; the same result as `apply_event` one by one, in fewer statements:
     a run of tree entries is inserted at once and each session's leaf written once."""
-    heads: dict[str, list[Any]] = {}  # session -> [conversation, lineage_root, leaf]
-    rows: list[tuple[Any, ...]] = []
+    heads: dict[str, list[str | None]] = {}  # session -> [conversation, lineage_root, leaf]
+    rows: list[tuple[str, int, str, object, str, str | None, str | None, str | None]] = []
 
     def flush() -> None:
         if rows:

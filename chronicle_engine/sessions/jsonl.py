@@ -22,7 +22,6 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -49,7 +48,7 @@ __all__ = [
 FORMAT = "chronicle-session"
 VERSION = 2
 
-Record = dict[str, Any]
+Record = dict[str, object]
 
 
 def _kind(namespace: str, type_: str) -> str | None:
@@ -117,9 +116,9 @@ def export_session(tree: SessionTree, session_id: str, forgotten: Forgotten | No
 # -- migrations: each turns a version's records (with line numbers) into the next version's ----
 
 
-def _v1_to_v2(header: Record, records: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+def _v1_to_v2(header: Record, records: list[tuple[int, object]]) -> list[tuple[int, object]]:
     session = str(header.get("session") or "imported")
-    out: list[tuple[int, Any]] = []
+    out: list[tuple[int, object]] = []
     anchor = ""
     turn = 0
     for number, message in records:
@@ -152,12 +151,12 @@ def _v1_to_v2(header: Record, records: list[tuple[int, Any]]) -> list[tuple[int,
     return out
 
 
-MIGRATIONS: dict[int, Callable[[Record, list[tuple[int, Any]]], list[tuple[int, Any]]]] = {
+MIGRATIONS: dict[int, Callable[[Record, list[tuple[int, object]]], list[tuple[int, object]]]] = {
     1: _v1_to_v2,
 }
 
 
-def _parse(text: str) -> tuple[Record, list[tuple[int, Any]]]:
+def _parse(text: str) -> tuple[Record, list[tuple[int, object]]]:
     lines = text.splitlines()
     if not lines or not lines[0].strip():
         raise FormatError("line 1: empty file; expected a chronicle-session header")
@@ -167,7 +166,7 @@ def _parse(text: str) -> tuple[Record, list[tuple[int, Any]]]:
         raise FormatError(f"line 1: not JSON ({exc.msg}); expected the header") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise FormatError(f"line 1: not a {FORMAT} export (the header names another format)")
-    records: list[tuple[int, Any]] = []
+    records: list[tuple[int, object]] = []
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -180,7 +179,7 @@ def _parse(text: str) -> tuple[Record, list[tuple[int, Any]]]:
     return header, records
 
 
-def _pending(tree: SessionTree, number: int, record: Any) -> PendingEvent:
+def _pending(tree: SessionTree, number: int, record: object) -> PendingEvent:
     if not isinstance(record, dict):
         raise FormatError(f"line {number}: expected a JSON object")
     event = record.get("event")
