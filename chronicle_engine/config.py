@@ -24,10 +24,11 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.json_schema import JsonDict
 
 from .errors import UsageError
 
@@ -54,23 +55,26 @@ __all__ = [
 log = logging.getLogger("chronicle_engine.config")
 
 
-def _not_a_flag(value: Any) -> Any:
+def _not_a_flag(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("a boolean is not a number here")
     return value
 
 
-def _a_flag(value: Any) -> Any:
+def _a_flag(value: object) -> object:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {type(value).__name__}")
     return value
 
 
-def _share_of_window(value: Any) -> Any:
+def _share_of_window(value: object) -> object:
     """0.75, or 75 meant as a percentage; strictly between 0 and 1 once read."""
     if value is None:
         return None
-    number = float(_not_a_flag(value))
+    checked = _not_a_flag(value)
+    if not isinstance(checked, int | float | str):
+        raise ValueError(f"expected a number, got {type(checked).__name__}")
+    number = float(checked)
     if 1.0 < number <= 100.0:
         number /= 100.0
     if not 0.0 < number < 1.0:
@@ -78,11 +82,11 @@ def _share_of_window(value: Any) -> Any:
     return number
 
 
-def _lower_word(value: Any) -> Any:
+def _lower_word(value: object) -> object:
     return value.strip().lower() if isinstance(value, str) else value
 
 
-def _hook_names(value: Any) -> Any:
+def _hook_names(value: object) -> object:
     if isinstance(value, str):
         raise ValueError("expected a list of hook names")
     return value
@@ -102,13 +106,13 @@ DEFAULT_ROLE_WEIGHTS: dict[str, float] = {
 }
 
 
-def _role_weights(value: Any) -> Any:
+def _role_weights(value: object) -> object:
     """The user's weights over the defaults; an entry that is not a number is left out."""
     if not isinstance(value, Mapping):
         raise ValueError("expected a mapping of speaker kind to weight")
     weights = dict(DEFAULT_ROLE_WEIGHTS)
     for kind, weight in value.items():
-        if isinstance(weight, bool):
+        if isinstance(weight, bool) or not isinstance(weight, int | float | str):
             continue
         try:
             weights[str(kind)] = float(weight)
@@ -117,11 +121,11 @@ def _role_weights(value: Any) -> Any:
     return weights
 
 
-def _dormant(reason: str) -> dict[str, Any]:
+def _dormant(reason: str) -> JsonDict:
     return {"dormant": reason}
 
 
-_SECURITY: dict[str, Any] = {"security": True}
+_SECURITY: JsonDict = {"security": True}
 
 
 class _Section(BaseModel):
@@ -486,7 +490,7 @@ class Key:
     """One setting as the docs and the audit see it: its dotted path under `chronicle:`."""
 
     path: str
-    default: Any
+    default: object
     doc: str
     dormant: str | None = None  # a reason, when nothing reads the key yet
     security: bool = False
@@ -515,8 +519,8 @@ KEYS: tuple[Key, ...] = tuple(_walk(ChronicleSettings))
 REMOVED: dict[str, tuple[str, bool]] = {}
 
 
-def _flatten(data: Mapping[str, Any], declared: set[str], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flatten(data: Mapping[str, object], declared: set[str], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in data.items():
         path = f"{prefix}{key}"
         if isinstance(value, Mapping) and path not in declared:
@@ -526,13 +530,16 @@ def _flatten(data: Mapping[str, Any], declared: set[str], prefix: str = "") -> d
     return out
 
 
-def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _nest(flat: Mapping[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for path, value in flat.items():
         *parents, leaf = path.split(".")
         node = out
         for part in parents:
-            node = node.setdefault(part, {})
+            child = node.get(part)
+            if not isinstance(child, dict):  # (a declared key's value is never descended into)
+                child = node[part] = {}
+            node = child
         node[leaf] = value
     return out
 
@@ -546,7 +553,7 @@ def _declared_path(loc: tuple[int | str, ...], declared: set[str]) -> str | None
     return None
 
 
-def _validate(flat: dict[str, Any], declared: set[str]) -> ChronicleSettings:
+def _validate(flat: dict[str, object], declared: set[str]) -> ChronicleSettings:
     """The settings, each unusable value replaced by its default with a warning naming it."""
     defaults = {k.path: k.default for k in KEYS}
     for _ in range(len(flat) + 1):
@@ -577,18 +584,18 @@ class Config:
 
     def __init__(
         self,
-        values: Mapping[str, Any] | None = None,
+        values: Mapping[str, object] | None = None,
         *,
-        compression: Mapping[str, Any] | None = None,
+        compression: Mapping[str, object] | None = None,
         hermes_home: str | os.PathLike[str] | None = None,
-        raw: Mapping[str, Any] | None = None,
+        raw: Mapping[str, object] | None = None,
     ) -> None:
         declared = {k.path for k in KEYS}
-        self.compression: dict[str, Any] = dict(compression or {})
+        self.compression: dict[str, object] = dict(compression or {})
         self.hermes_home = Path(hermes_home) if hermes_home else None
-        self.raw: dict[str, Any] = dict(raw or {})
+        self.raw: dict[str, object] = dict(raw or {})
         self.unknown: list[str] = []
-        accepted: dict[str, Any] = {}
+        accepted: dict[str, object] = {}
         for path, value in _flatten(values or {}, declared).items():
             if path in REMOVED:
                 instead, security = REMOVED[path]
@@ -610,7 +617,7 @@ class Config:
             accepted[path] = value
         self.settings = _validate(accepted, declared)
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> dict[str, object]:
         """Every key's value in force, by dotted path (for reports, not for reading a setting)."""
         return _flatten(self.settings.model_dump(), {k.path for k in KEYS})
 
@@ -637,7 +644,7 @@ def load_hermes_config(hermes_home: str | os.PathLike[str] | None = None) -> Con
     for the unreadable case."""
     home = Path(hermes_home) if hermes_home else _hermes_home()
     path = home / "config.yaml"
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     if path.exists():
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

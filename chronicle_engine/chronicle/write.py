@@ -148,7 +148,7 @@ class WriterSummarizer:
         self.focus = focus
 
     def __call__(self, events: Sequence[StoredEvent]) -> Consolidation:
-        messages = [e.payload.get("message", {}) for e in events]
+        messages = [_message(e) for e in events]
         # Capture masks every message it records: one whose masked text holds no mark had no
         # credential, and is read as it is (masking again is most of what a long draw costs).
         clean = frozenset(
@@ -165,3 +165,9 @@ class WriterSummarizer:
             clean=clean,
         )
         return Consolidation(section.prose, section.pins, section.meta)
+
+
+def _message(event: StoredEvent) -> dict[str, object]:
+    """The wire message a captured event holds ({} when it holds none)."""
+    message = event.payload.get("message", {})
+    return message if isinstance(message, dict) else {}

@@ -8,7 +8,7 @@ older version, step by step. Stored rows are never rewritten: an upcast happens 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Annotated, Any, Generic, Literal, NamedTuple, TypeVar, Union
+from typing import Annotated, Generic, Literal, NamedTuple, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound="DomainEvent")
-Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+Upcaster = Callable[[dict[str, object]], dict[str, object]]
 
 
 class DomainEvent(BaseModel):
@@ -51,7 +51,7 @@ class EventTypeRegistry:
     def __init__(self) -> None:
         self._by_key: dict[tuple[str, str], tuple[type[DomainEvent], int]] = {}
         self._by_class: dict[type[DomainEvent], tuple[str, str, int]] = {}
-        self._adapters: dict[str, TypeAdapter[Any]] = {}
+        self._adapters: dict[str, TypeAdapter[dict[str, object]]] = {}
 
     def event(
         self, namespace: str, type_: str, *, version: int = 1
@@ -97,7 +97,7 @@ class EventTypeRegistry:
     def knows(self, namespace: str, type_: str) -> bool:
         return (namespace, type_) in self._by_key
 
-    def adapter(self, namespace: str) -> TypeAdapter[Any]:
+    def adapter(self, namespace: str) -> TypeAdapter[dict[str, object]]:
         """The namespace's decoder: one TypeAdapter over the discriminated union of its event
         classes, validating `{"type": <type name>, "event": <payload at its current version>}`
         into the same dict with `event` an instance of the registered class. Built on first
@@ -116,7 +116,7 @@ class EventTypeRegistry:
                     f"no event class is registered in namespace {namespace!r}; register them "
                     "before reading"
                 )
-            union: Any = Union[tuple(members)] if len(members) > 1 else members[0]  # noqa: UP007
+            union = Union[tuple(members)] if len(members) > 1 else members[0]  # noqa: UP007
             found = TypeAdapter(Annotated[union, Field(discriminator="type")])
             self._adapters[namespace] = found
         return found
@@ -141,7 +141,7 @@ class EventTypeRegistry:
     def pending_payload(
         self,
         cls: type[DomainEvent],
-        payload: dict[str, Any],
+        payload: dict[str, object],
         *,
         session: str | None = None,
         id: str | None = None,
@@ -151,7 +151,7 @@ class EventTypeRegistry:
         payload itself, which must be exactly what `cls(**payload).model_dump(mode="json")`
         gives (its own tests check that)."""
         namespace, type_, version = self.key_of(cls)
-        extra: dict[str, Any] = {}
+        extra: dict[str, str] = {}
         if id is not None:
             extra["id"] = id
         if created_at is not None:
@@ -176,8 +176,8 @@ class UpcastRegistry:
         self._steps[(namespace, type_, from_version)] = step
 
     def upcast(
-        self, namespace: str, type_: str, version: int, target: int, payload: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, namespace: str, type_: str, version: int, target: int, payload: dict[str, object]
+    ) -> dict[str, object]:
         while version < target:
             step = self._steps.get((namespace, type_, version))
             if step is None:
@@ -269,7 +269,8 @@ class EventReader:
             if len(known) == len(payload):
                 raise
             validated = adapter.validate_python({"type": env.type, "event": known})
-        decoded: DomainEvent = validated["event"]
+        decoded = validated["event"]
+        assert isinstance(decoded, DomainEvent)  # the adapter validates into the event's class
         return decoded
 
     def typed(

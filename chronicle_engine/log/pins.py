@@ -131,7 +131,9 @@ class ReplayPins:
         for event in events:
             env = event.envelope
             if env.namespace == BOOKKEEPING_NAMESPACE and env.type == "PinPromoted":
-                pins.setdefault(event.payload["key"], event.payload["response"])
+                key, response = event.payload["key"], event.payload["response"]
+                if isinstance(key, str) and isinstance(response, str):
+                    pins.setdefault(key, response)
         return cls(pins)
 
     def __contains__(self, key: str) -> bool:
@@ -166,7 +168,9 @@ class PinLedger:
         for event in self.store.read(
             after=self._committed_through, namespaces=[BOOKKEEPING_NAMESPACE]
         ):
-            committed.setdefault(event.payload["key"], event.payload["response"])
+            key, response = event.payload["key"], event.payload["response"]
+            if isinstance(key, str) and isinstance(response, str):
+                committed.setdefault(key, response)
             self._committed_through = event.seq
         self._committed = committed
         return committed

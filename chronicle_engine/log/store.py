@@ -88,7 +88,7 @@ No event model has a field of this name (their extra fields are forbidden)."""
 _SHORTEST_SHARED = 24
 
 
-def _stored_payload(payload: dict[str, Any]) -> dict[str, Any]:
+def _stored_payload(payload: dict[str, object]) -> dict[str, object]:
     """The payload as the row holds it: each top-level string that repeats an earlier string of
     the payload (top-level, or one level down, as a message's content) is stored once."""
     if _SAME in payload:
@@ -113,14 +113,16 @@ def _stored_payload(payload: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
-def read_payload(stored: dict[str, Any]) -> dict[str, Any]:
+def read_payload(stored: dict[str, object]) -> dict[str, object]:
     """The payload a row holds, as it was appended (shared text put back in its fields)."""
     same = stored.pop(_SAME, None)
     if not isinstance(same, dict):
         return stored
     for key, path in same.items():
-        value: Any = stored
+        value: object = stored
         for step in path:
+            if not isinstance(value, dict):
+                raise TypeError(f"the shared text of {key!r} points into a {type(value).__name__}")
             value = value[step]
         stored[key] = value
     return stored
@@ -149,9 +151,11 @@ class Envelope(NamedTuple):
     session: str | None
 
 
-Payload: TypeAlias = dict[str, Any]
-"""An event's payload as plain JSON data. (An alias: a NamedTuple field spelled with `Any` would
-make every module that names StoredEvent carry an explicit Any.)"""
+Payload: TypeAlias = dict[str, object]
+"""An event's payload as plain JSON data; a reader narrows each field it takes (isinstance)."""
+
+EventRow: TypeAlias = tuple[int, str, str, str, int, str, str | None, str]
+"""A row of `events` selected as EVENT_COLUMNS: the envelope's fields, then the payload's JSON."""
 
 
 class StoredEvent(NamedTuple):
@@ -175,7 +179,7 @@ class PendingEvent:
     namespace: str
     type: str
     version: int
-    payload: dict[str, Any]
+    payload: dict[str, object]
     id: str = field(default_factory=new_event_id)
     session: str | None = None
     created_at: str = field(default_factory=utc_now)
@@ -590,7 +594,7 @@ class SQLiteEventStore:
         in the (namespace, type) index: the right plan when those namespaces fill most of the
         range (a fold catching up), the wrong one for a rare namespace read from the start."""
         where = ["seq > ?"]
-        params: list[Any] = []
+        params: list[str | int] = []
         if upto is not None:
             where.append("seq <= ?")
             params.append(upto)
@@ -613,7 +617,7 @@ class SQLiteEventStore:
             f" WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         )
 
-        def fetch(cursor: int, page: int) -> list[tuple[Any, ...]]:
+        def fetch(cursor: int, page: int) -> list[EventRow]:
             with sqlite_errors("reading events"), self.reading() as conn:
                 return conn.execute(sql, (cursor, *params, page)).fetchall()
 
@@ -653,19 +657,27 @@ class SQLiteEventStore:
         """The events at `seqs` (the ones the log holds), by seq."""
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq IN ({{}})"
         with sqlite_errors("reading events"), self.reading() as conn:
-            return {int(row[0]): row_to_event(row) for row in _chunked(conn, sql, list(seqs))}
+            return {
+                int(row[0]): row_to_event(row)
+                for rows in _chunked(conn, sql, list(seqs))
+                for row in rows
+            }
 
     def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
         """The seq of each event id the log holds (ids it does not hold are left out)."""
         sql = "SELECT id, seq FROM events WHERE id IN ({})"
         with sqlite_errors("looking events up by id"), self.reading() as conn:
-            return {str(i): int(seq) for i, seq in _chunked(conn, sql, list(ids))}
+            return {str(i): int(seq) for rows in _chunked(conn, sql, list(ids)) for i, seq in rows}
 
     def holds(self, seqs: Iterable[int]) -> set[int]:
         """Which of `seqs` the log holds."""
         sql = "SELECT seq FROM events WHERE seq IN ({})"
         with sqlite_errors("looking events up by seq"), self.reading() as conn:
-            return {int(seq) for (seq,) in _chunked(conn, sql, list(dict.fromkeys(seqs)))}
+            return {
+                int(seq)
+                for rows in _chunked(conn, sql, list(dict.fromkeys(seqs)))
+                for (seq,) in rows
+            }
 
     def any_after(
         self,
@@ -676,7 +688,7 @@ class SQLiteEventStore:
     ) -> bool:
         """Whether the log holds an event past `after` (of those namespaces; of that session)."""
         where = ["seq > ?"]
-        params: list[Any] = [after]
+        params: list[str | int] = [after]
         if session is not None:
             where.append("session = ?")  # the session's index, from `after` on
             params.append(session)
@@ -731,14 +743,14 @@ class SQLiteEventStore:
             ).fetchall()
         return [(str(ns), str(t), int(n), int(lo), int(hi)) for ns, t, n, lo, hi in rows]
 
-    def session_counts(self, limit: int | None = None) -> list[tuple[Any, ...]]:
+    def session_counts(self, limit: int | None = None) -> list[tuple[str, int, int, int, str, str]]:
         """(session, events, first seq, last seq, first created_at, last created_at) of every
         session the log holds events of, most recent first."""
         sql = (
             "SELECT session, COUNT(*), MIN(seq), MAX(seq), MIN(created_at), MAX(created_at)"
             " FROM events WHERE session IS NOT NULL GROUP BY session ORDER BY MAX(seq) DESC"
         )
-        params: tuple[Any, ...] = ()
+        params: tuple[int, ...] = ()
         if limit is not None:
             sql += " LIMIT ?"
             params = (limit,)
@@ -821,7 +833,7 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
 
 
 def read_pages(
-    fetch: Callable[[int, int], Sequence[tuple[Any, ...]]], after: int, limit: int | None
+    fetch: Callable[[int, int], Sequence[EventRow]], after: int, limit: int | None
 ) -> Iterator[StoredEvent]:
     """The events `fetch(cursor, page)` returns (at most `page` rows past seq `cursor`, as
     EVENT_COLUMNS, in seq order), a page at a time from `after`, `limit` of them at most: a
@@ -846,19 +858,22 @@ EVENT_COLUMNS = "seq, id, namespace, type, version, created_at, session, payload
 """The columns of `events`, in the order `row_to_event` reads them."""
 
 
-def _chunked(conn: sqlite3.Connection, sql: str, values: list[Any]) -> Iterator[tuple[Any, ...]]:
-    """The rows of `sql` (its `{}` an `IN` list) over `values`, a chunk of them at a time."""
+def _chunked(
+    conn: sqlite3.Connection, sql: str, values: Sequence[str | int]
+) -> Iterator[sqlite3.Cursor]:
+    """The rows of `sql` (its `{}` an `IN` list) over `values`: a cursor per chunk of them."""
     for start in range(0, len(values), _CHUNK):
         part = values[start : start + _CHUNK]
-        yield from conn.execute(sql.format(",".join("?" * len(part))), part).fetchall()
+        yield conn.execute(sql.format(",".join("?" * len(part))), part)
 
 
-def row_to_event(row: tuple[Any, ...]) -> StoredEvent:
+def row_to_event(row: EventRow) -> StoredEvent:
     """A row selected as EVENT_COLUMNS, as a StoredEvent (for folds that select their own rows)."""
     return StoredEvent(Envelope._make(row[:7]), read_payload(_raw_decode(row[7])[0]))
 
 
-Row = tuple[Any, ...]
+# The drivers type a row's values as Any (sqlite3's fetchone, psycopg's TupleRow): a boundary.
+Row: TypeAlias = tuple[Any, ...]  # type: ignore[explicit-any]
 """A row as either driver (sqlite3, psycopg) hands it back."""
 
 

@@ -72,6 +72,11 @@ def current_belief(conn: sqlite3.Connection, belief_id: str) -> str:
     return seen
 
 
+def _text(value: object) -> str | None:
+    """A payload's text field (None when absent)."""
+    return value if isinstance(value, str) else None
+
+
 def _short_name(message: object) -> str:
     name = message.get("name") if isinstance(message, dict) else None
     if isinstance(name, str) and 0 < len(name) <= 64:
@@ -130,7 +135,7 @@ class RecallFold:
         text = p.get("text")
         if not isinstance(text, str) or not text.strip():
             return
-        scope = scope_number(conn, p.get("user_id"), p.get("profile"), create=True)
+        scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")), create=True)
         assert scope is not None
         speaker = str(p.get("speaker") or "host")
         agent_context = str(p.get("agent_context") or "primary")
@@ -286,7 +291,7 @@ class RecallFold:
         text = p.get("text")
         if not isinstance(text, str) or not text.strip():
             return
-        scope = scope_number(conn, p.get("user_id"), p.get("profile"), create=True)
+        scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")), create=True)
         assert scope is not None
         note = mask(text.strip())
         claim = Claim("note", "note " + norm_key(note)[:120], note, 1, note)
@@ -295,7 +300,7 @@ class RecallFold:
     def _forgotten(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
         p = event.payload
         target = str(p.get("target") or "")
-        scope = scope_number(conn, p.get("user_id"), p.get("profile"))
+        scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")))
         if scope is None or not target:
             return
         if target.startswith("m") and target[1:].isdigit():
@@ -327,7 +332,7 @@ class RecallFold:
         p = event.payload
         target = str(p.get("target") or "")
         text = p.get("text")
-        scope = scope_number(conn, p.get("user_id"), p.get("profile"))
+        scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")))
         if scope is None or not isinstance(text, str) or not text.strip():
             return
         env = event.envelope

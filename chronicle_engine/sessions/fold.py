@@ -198,13 +198,11 @@ def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
     elif env.type == "SessionSwitched":
         _switch(conn, event)
     elif env.type == "LeafMoved":
-        target = event.payload.get("target")
+        leaf = event.payload.get("target")
         session = env.session or ""
-        if isinstance(target, str) and _entry_exists(conn, target):
+        if isinstance(leaf, str) and _entry_exists(conn, leaf):
             _ensure_head(conn, session, env.seq)
-            conn.execute(
-                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (target, session)
-            )
+            conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (leaf, session))
 
 
 def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> None:

@@ -145,7 +145,8 @@ def redact(event: StoredEvent, forgotten: Forgotten) -> StoredEvent:
         out["shortened"] = {
             k: _message(c) if origin(c) in forgotten.seqs else c for k, c in copies.items()
         }
-    if payload.get("summary") and _cites(payload.get("section_ids") or (), forgotten.seqs):
+    cited = payload.get("section_ids")
+    if payload.get("summary") and _cites(cited if isinstance(cited, list) else (), forgotten.seqs):
         out["summary"] = WITHDRAWN
     return event if out == payload else StoredEvent(env, out)
 

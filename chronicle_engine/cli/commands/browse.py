@@ -238,7 +238,8 @@ def own_tool_traffic(store: SQLiteEventStore, hits: list[dict[str, Any]]) -> set
         for earlier in store.read(
             after=max(0, seq - _LOOKBACK), upto=seq - 1, session=event.envelope.session
         ):
-            calls = (earlier.payload.get("message") or {}).get("tool_calls") or []
+            said = earlier.payload.get("message")
+            calls = (said.get("tool_calls") if isinstance(said, dict) else None) or []
             if any(c.get("id") == call_id and _call_name(c).startswith(_OWN_TOOL) for c in calls):
                 own.add(seq)
                 break
