@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypedDict
 
 from ..capture.secrets import mask
 from ..config import Config
@@ -120,7 +120,7 @@ class Recall:
         limit: int | None = None,
         in_session: str | None = None,
         by_session: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, object]]:
         """chronicle_search: ranked results as JSON-ready dicts, each citing its seq (and section
         id), session and time. `in_session`: the best turns of that one session. `by_session`:
         one result per session, the sessions holding the most of the evidence first."""
@@ -189,7 +189,7 @@ class Recall:
 
     # -- per-turn memory -----------------------------------------------------------------------
 
-    def queue_prefetch(self, query: str, *, session_id: str = "", **context: Any) -> None:
+    def queue_prefetch(self, query: str, *, session_id: str = "", **context: object) -> None:
         """Work ahead for the next turn (Hermes calls this after a turn, off the main thread):
         fold what was just captured and embed a few messages, so the next prefetch finds the
         projection current. Nothing is searched: Hermes passes the turn that just ended, and
@@ -204,7 +204,7 @@ class Recall:
                 "queue_prefetch", "chronicle recall: queue_prefetch failed (%s)", exc
             )
 
-    def prefetch(self, query: str, *, session_id: str = "", **context: Any) -> str:
+    def prefetch(self, query: str, *, session_id: str = "", **context: object) -> str:
         """Memory relevant to the new message, or "" (never raises)."""
         try:
             if session_id and context:
@@ -244,7 +244,7 @@ class Recall:
         session_id: str | None = None,
         user_id: str | None = None,
         profile: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
 
         return answer.answer(
             self.index, question, session_id=session_id, user_id=user_id, profile=profile
@@ -257,7 +257,7 @@ class Recall:
         session_id: str | None = None,
         user_id: str | None = None,
         profile: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """chronicle_remember: keep the agent's note, as an event."""
 
         return memory.remember(
@@ -297,7 +297,7 @@ class Recall:
         session_id: str | None = None,
         user_id: str | None = None,
         profile: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """chronicle_correct: record what is true instead, superseding the item."""
 
         return memory.correct(
@@ -306,7 +306,7 @@ class Recall:
 
     # -- for other parts -----------------------------------------------------------------------
 
-    def sweep_beliefs(self, cursor: int = 0, budget: int = 1000) -> dict[str, Any]:
+    def sweep_beliefs(self, cursor: int = 0, budget: int = 1000) -> dict[str, object]:
         """Scheduler hook: check beliefs for consistency from `cursor`, `budget` at a time."""
 
         self.catch_up()
@@ -361,7 +361,7 @@ class Recall:
         user_id: str | None = None,
         profile: str | None = None,
         kind: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, object]]:
         """The user's current beliefs (not superseded, not forgotten), oldest first."""
 
         self.catch_up()
@@ -370,7 +370,7 @@ class Recall:
             if n is None:
                 return []
             where = ["b.scope = ?", BELIEF_VISIBLE]
-            params: list[Any] = [n]
+            params: list[str | int] = [n]
             if kind:
                 where.append("b.kind = ?")
                 params.append(kind)
@@ -384,5 +384,22 @@ class Recall:
             return [belief_hit(row, 0.0, sources[row[0]]).as_dict() for row in rows]
 
 
-def _live_fields(context: dict[str, Any]) -> dict[str, Any]:
-    return {k: context.get(k) for k in ("user_id", "profile", "agent_context", "platform")}
+class _Live(TypedDict):
+    user_id: str | None
+    profile: str | None
+    agent_context: str | None
+    platform: str | None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _live_fields(context: Mapping[str, object]) -> _Live:
+    """Who a live session belongs to, from the slot's context (its values are text or absent)."""
+    return _Live(
+        user_id=_text(context.get("user_id")),
+        profile=_text(context.get("profile")),
+        agent_context=_text(context.get("agent_context")),
+        platform=_text(context.get("platform")),
+    )

@@ -31,7 +31,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from ..capture.secrets import mask
 from ..config import RecallSettings
@@ -72,10 +71,10 @@ class Hit:
     session: str | None = None
     time: str = ""
     text: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "id": self.id,
             "kind": self.kind,
             "seq": self.seq,
@@ -221,7 +220,7 @@ class MessageSearch:
         # Narrowed, each match is checked against its message row before the LIMIT; the seq
         # span (a lineage's) bounds the index walk itself.
         source, narrow = table, ""
-        params: list[Any] = []
+        params: list[str | int] = []
         if reach is not None and reach.narrowed:
             condition, params = reach.messages("m.seq", "m.session")
             source = f"{table} JOIN recall_messages m ON m.seq = {table}.rowid"
@@ -332,7 +331,7 @@ class MessageSearch:
 
 
 def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = None) -> Hit:
-    extra: dict[str, Any] = {"role": row.role, "speaker": row.speaker}
+    extra: dict[str, object] = {"role": row.role, "speaker": row.speaker}
     if row.name:
         extra["name"] = row.name
     if corrected_by:
@@ -430,9 +429,13 @@ def belief_sources(conn: sqlite3.Connection, beliefs: Iterable[str]) -> dict[str
     return out
 
 
-def belief_hit(row: Sequence[Any], score: float, sources: list[int]) -> Hit:
+# A belief's row, as _BELIEF_COLUMNS selects it.
+BeliefRow = tuple[str, str, str, str, int, str, str, int, str | None, str, str | None]
+
+
+def belief_hit(row: BeliefRow, score: float, sources: list[int]) -> Hit:
     bid, kind, key, value, polarity, text, origin, source_seq, session, at, supersedes = row
-    extra: dict[str, Any] = {
+    extra: dict[str, object] = {
         "type": kind,
         "key": key,
         "value": mask(value),
@@ -469,7 +472,7 @@ def rank_beliefs(
     if not words:
         return []
     where = ["recall_beliefs_fts MATCH ?", "b.scope = ?", BELIEF_VISIBLE]
-    params: list[Any] = [match_any(words), scope]
+    params: list[str | int] = [match_any(words), scope]
     if origins:
         where.append(f"b.origin IN ({','.join('?' * len(origins))})")
         params.extend(origins)

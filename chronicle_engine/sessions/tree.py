@@ -19,13 +19,13 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.shortened import edited_note
 from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
-from ..log.events import EventReader
+from ..log.events import DomainEvent, EventReader
 from ..log.projector import Projector
 from ..log.store import PendingEvent, StoredEvent, sqlite_errors
 from .events import (
@@ -95,6 +95,24 @@ class TreeWriter:
             self.end = max(self.end, stored[-1].seq)
         existing.update((e.envelope.id, e.seq) for e in stored)
         return [existing[e.id] for e in events]
+
+
+# A session's head row: conversation, lineage_root, parent_session, fork_seq, reason, leaf_id.
+_HeadRow = tuple[str, str, str | None, int | None, str, str | None]
+
+
+class Usage(TypedDict):
+    """Token totals over a session's lineage, and by source."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    by_source: dict[str, dict[str, int]]
+
+
+def _tokens(value: object) -> int:
+    """A usage entry's token count (absent: 0)."""
+    return int(value) if isinstance(value, int | float | str) and value else 0
 
 
 class SessionTree:
@@ -191,7 +209,7 @@ class SessionTree:
             except (StoreBusy, StoreReadOnly):
                 log.debug("chronicle: the session tree reads as folded so far (no writes now)")
 
-    def _append(self, session: str, events: Sequence[Any]) -> list[int]:
+    def _append(self, session: str, events: Sequence[DomainEvent]) -> list[int]:
         pending = [self.types.pending(e, session=session) for e in events]
         try:
             with self.writing() as w:
@@ -228,8 +246,8 @@ class SessionTree:
 
     # -- reading the lineage ------------------------------------------------------------------
 
-    def _head(self, conn: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = conn.execute(
+    def _head(self, conn: sqlite3.Connection, session: str) -> _HeadRow | None:
+        row: _HeadRow | None = conn.execute(
             "SELECT conversation, lineage_root, parent_session, fork_seq, reason, leaf_id"
             " FROM session_heads WHERE session = ?",
             (session,),
@@ -363,21 +381,23 @@ class SessionTree:
             [str(h) for h in heads] if isinstance(heads, list) else [],
         )
 
-    def payloads(self, seqs: Sequence[int]) -> dict[int, dict[str, Any]]:
+    def payloads(self, seqs: Sequence[int]) -> dict[int, dict[str, object]]:
         """Stored payloads by seq (the entries' data lives in the log, not in the fold)."""
         return {seq: e.payload for seq, e in self.reader.get_many(seqs).items()}
 
     # -- the projection -------------------------------------------------------------------------
 
-    def projection(self, session_id: str, *, branch_summaries: bool = True) -> list[dict[str, Any]]:
+    def projection(
+        self, session_id: str, *, branch_summaries: bool = True
+    ) -> list[dict[str, object]]:
         """The messages a model sees for this session: its active branch, with the latest
         compaction and the context edits applied (see `projection.py`)."""
         return project(self.path(session_id), self.payloads, branch_summaries=branch_summaries)
 
     # -- moving around the tree ------------------------------------------------------------------
 
-    def _entry(self, conn: sqlite3.Connection, entry_id: str) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = conn.execute(
+    def _entry(self, conn: sqlite3.Connection, entry_id: str) -> tuple[str, int, str, str] | None:
+        row: tuple[str, int, str, str] | None = conn.execute(
             "SELECT e.entry_id, e.seq, e.kind, h.conversation FROM session_entries e"
             " JOIN session_heads h ON h.session = e.session WHERE e.entry_id = ?",
             (entry_id,),
@@ -410,7 +430,7 @@ class SessionTree:
         ):
             common += 1
         abandoned = old_path[common:]
-        events: list[Any] = [LeafMoved(target=str(entry_id))]
+        events: list[DomainEvent] = [LeafMoved(target=str(entry_id))]
         if abandoned and summary != "":
             text = summary if summary is not None else self._summarise(abandoned)
             events.append(
@@ -450,7 +470,7 @@ class SessionTree:
             )
 
     def edit_context(
-        self, session_id: str, target: str, replacement: dict[str, Any] | None = None
+        self, session_id: str, target: str, replacement: Mapping[str, object] | None = None
     ) -> int:
         """Hide (`replacement` None) or replace an earlier entry in future context. The entry
         itself stays in the log, exports and accounting; branching back before the edit brings
@@ -461,7 +481,7 @@ class SessionTree:
         )
         return self._append(str(session_id), [edit])[0]
 
-    def edit_message(self, session_id: str, seq: int, content: str | None) -> dict[str, Any]:
+    def edit_message(self, session_id: str, seq: int, content: str | None) -> dict[str, object]:
         """Hide (`content` None) or replace the words of the message logged at `seq` in the
         session's future context: a context edit whose replacement is the message with its
         content changed and a note naming the original (so capture takes the edited copy for
@@ -532,7 +552,7 @@ class SessionTree:
         summary: str = "",
         head_seqs: Sequence[int] = (),
         kept_seqs: Sequence[int] = (),
-        shortened: Mapping[int, dict[str, Any]] | None = None,
+        shortened: Mapping[int, Mapping[str, object]] | None = None,
     ) -> int:
         """A compaction entry on the session's branch. `first_kept_seq` is the seq of the first
         message kept verbatim after the handoff (capture aligns the next live list from it);
@@ -570,7 +590,7 @@ class SessionTree:
         )
         return self._append(str(session_id), [event])[0]
 
-    def usage(self, session_id: str) -> dict[str, Any]:
+    def usage(self, session_id: str) -> Usage:
         """Token totals over the session's lineage, every branch included, by source."""
         sessions = self.lineage(session_id)
         with self.store.reading() as conn:
@@ -582,7 +602,7 @@ class SessionTree:
                     sessions,
                 )
             ]
-        totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        totals = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         by_source: dict[str, dict[str, int]] = {}
         for payload in self.payloads(seqs).values():
             source = str(payload.get("source") or "host")
@@ -591,10 +611,14 @@ class SessionTree:
             )
             for key, value in (
                 ("calls", 1),
-                ("prompt_tokens", int(payload.get("prompt_tokens") or 0)),
-                ("completion_tokens", int(payload.get("completion_tokens") or 0)),
+                ("prompt_tokens", _tokens(payload.get("prompt_tokens"))),
+                ("completion_tokens", _tokens(payload.get("completion_tokens"))),
             ):
                 bucket[key] += value
                 totals[key] += value
-        totals["by_source"] = by_source
-        return totals
+        return Usage(
+            calls=totals["calls"],
+            prompt_tokens=totals["prompt_tokens"],
+            completion_tokens=totals["completion_tokens"],
+            by_source=by_source,
+        )
