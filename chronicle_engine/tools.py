@@ -22,9 +22,8 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import Annotated, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -35,6 +34,7 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from .errors import ChronicleError
 
@@ -68,7 +68,7 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def _no_flag(value: Any) -> Any:
+def _no_flag(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("must be a whole number, not true or false")
     return value
@@ -108,7 +108,7 @@ class ToolArgs(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _null_is_absent(cls, data: Any) -> Any:
+    def _null_is_absent(cls, data: object) -> object:
         if not isinstance(data, Mapping):
             return data
         return {
@@ -121,11 +121,20 @@ class ToolArgs(BaseModel):
 
 Target = TypeVar("Target")
 """The subsystem a tool's handler is given."""
+_Target_contra = TypeVar("_Target_contra", contravariant=True)
+_Args = TypeVar("_Args", bound=ToolArgs)
+_Args_contra = TypeVar("_Args_contra", bound=ToolArgs, contravariant=True)
 
-Handler = Callable[..., Mapping[str, Any]]
+
+class Handler(Protocol[_Target_contra, _Args_contra]):
+    """What runs a tool: the subsystem, the validated arguments, the slot's context."""
+
+    def __call__(
+        self, target: _Target_contra, args: _Args_contra, /, **context: object
+    ) -> Mapping[str, object]: ...
 
 
-def _clean(node: Any) -> Any:
+def _clean(node: object) -> object:
     if isinstance(node, dict):
         out = {k: _clean(v) for k, v in node.items() if k != "title"}
         variants = out.get("anyOf")
@@ -142,38 +151,63 @@ def _clean(node: Any) -> Any:
     return node
 
 
-def parameters_schema(model: type[ToolArgs]) -> dict[str, Any]:
+def parameters_schema(model: type[ToolArgs]) -> dict[str, object]:
     """The JSON schema of `model` as a tool's `parameters`: an object, its properties with their
     types, bounds and descriptions, and the required names (no titles; an optional argument is
     its own type, not "that or null")."""
-    raw = model.model_json_schema()
-    cleaned = _clean(raw)
-    out: dict[str, Any] = {"type": "object", "properties": cleaned.get("properties", {})}
-    if cleaned.get("required"):
-        out["required"] = list(cleaned["required"])
+    cleaned = _clean(model.model_json_schema())
+    schema = cleaned if isinstance(cleaned, dict) else {}
+    out: dict[str, object] = {"type": "object", "properties": schema.get("properties", {})}
+    if schema.get("required"):
+        out["required"] = list(schema["required"])
     return out
 
 
-@dataclass(frozen=True, slots=True)
 class ToolSpec(Generic[Target]):
-    name: str
-    description: str
-    arguments: type[ToolArgs]
-    handler: Handler = field(compare=False)
+    """A tool: its name and description, its arguments model, and the handler that runs it
+    on `Target` (which sees its arguments as that model, validated)."""
+
+    __slots__ = ("name", "description", "arguments", "_run")
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        arguments: type[_Args],
+        handler: Handler[Target, _Args],
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.arguments: type[ToolArgs] = arguments
+
+        def run(
+            target: Target, parsed: ToolArgs, context: Mapping[str, object]
+        ) -> Mapping[str, object]:
+            if not isinstance(parsed, arguments):
+                raise TypeError(f"{name} takes {arguments.__name__}, not {type(parsed).__name__}")
+            return handler(target, parsed, **context)
+
+        self._run = run
+
+    def run(
+        self, target: Target, parsed: ToolArgs, context: Mapping[str, object]
+    ) -> Mapping[str, object]:
+        """The handler's answer to arguments validated by `arguments`."""
+        return self._run(target, parsed, context)
 
     @property
-    def parameters(self) -> dict[str, Any]:
+    def parameters(self) -> dict[str, object]:
         return parameters_schema(self.arguments)
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, object]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-def schemas(tools: Iterable[ToolSpec[Target]]) -> list[dict[str, Any]]:
+def schemas(tools: Iterable[ToolSpec[Target]]) -> list[dict[str, object]]:
     return [t.schema() for t in tools]
 
 
-_SAID: dict[str, Callable[[dict[str, Any]], str]] = {
+_SAID: dict[str, Callable[[ErrorDetails], str]] = {
     "missing": lambda e: "is required",
     "string_type": lambda e: "must be text",
     "string_unicode": lambda e: "must be valid text",
@@ -198,7 +232,7 @@ def _explain(tool: str, exc: ValidationError) -> str:
         name = str(loc[0]) if loc else "arguments"
         kind = str(error.get("type", ""))
         if kind in _SAID:
-            text = _SAID[kind](dict(error))
+            text = _SAID[kind](error)
         elif kind == "value_error":
             text = str(error.get("msg", "")).removeprefix("Value error, ")
         else:
@@ -207,11 +241,11 @@ def _explain(tool: str, exc: ValidationError) -> str:
     return f"{tool}: " + "; ".join(dict.fromkeys(said))
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return _scrub(json.dumps(value, ensure_ascii=False, default=str))
 
 
-def _arguments(args: Any) -> Mapping[str, Any] | None:
+def _arguments(args: object) -> Mapping[str, object] | None:
     if args is None:
         return {}
     if isinstance(args, str):  # some hosts pass the model's JSON text as it came
@@ -223,7 +257,7 @@ def _arguments(args: Any) -> Mapping[str, Any] | None:
 
 
 def dispatch(
-    tools: Iterable[ToolSpec[Target]], target: Target, name: str, args: Any, **context: Any
+    tools: Iterable[ToolSpec[Target]], target: Target, name: str, args: object, **context: object
 ) -> str:
     """Run the named tool and return its JSON result; errors come back as {"error": ...}."""
     for tool in tools:
@@ -239,7 +273,7 @@ def dispatch(
     except ValidationError as exc:
         return _json({"error": _explain(name, exc)})
     try:
-        return _json(tool.handler(target, parsed, **context))
+        return _json(tool.run(target, parsed, context))
     except ChronicleError as exc:
         return _json({"error": str(exc)})
     except Exception as exc:  # a tool must never raise into the host's loop

@@ -82,7 +82,7 @@ class StatusArgs(ToolArgs):
     pass
 
 
-def _expand(compaction: Compaction, args: ExpandArgs, **context: object) -> Mapping[str, object]:
+def _expand(compaction: Compaction, args: ExpandArgs, /, **context: object) -> Mapping[str, object]:
     budget = args.max_tokens
     policy = context.get("policy")
     if budget is None and isinstance(policy, Policy):
@@ -110,7 +110,7 @@ def _latest_with(messages: list[object], text: str) -> int:
     raise UsageError(f"no message in the current context contains {text!r}")
 
 
-def _pin(compaction: Compaction, args: PinArgs, **context: object) -> Mapping[str, object]:
+def _pin(compaction: Compaction, args: PinArgs, /, **context: object) -> Mapping[str, object]:
     session_id = _session(context)
     lo, hi = args.from_seq, args.to_seq
     text = args.text.strip()
@@ -137,7 +137,7 @@ def _pin(compaction: Compaction, args: PinArgs, **context: object) -> Mapping[st
     }
 
 
-def _edit(compaction: Compaction, args: EditArgs, **context: object) -> Mapping[str, object]:
+def _edit(compaction: Compaction, args: EditArgs, /, **context: object) -> Mapping[str, object]:
     """The edit is recorded in the session tree and made to the host's live list in place (the
     same dict, its private keys kept), so what the model is sent and the tree's projection stay
     the same list."""
@@ -176,7 +176,7 @@ def _edit(compaction: Compaction, args: EditArgs, **context: object) -> Mapping[
     }
 
 
-def _focus(compaction: Compaction, args: FocusArgs, **context: object) -> Mapping[str, object]:
+def _focus(compaction: Compaction, args: FocusArgs, /, **context: object) -> Mapping[str, object]:
     topic = args.topic.strip()
     compaction.set_focus(_session(context), topic)
     return {
@@ -185,7 +185,7 @@ def _focus(compaction: Compaction, args: FocusArgs, **context: object) -> Mappin
     }
 
 
-def _status(compaction: Compaction, args: StatusArgs, **context: object) -> Mapping[str, object]:
+def _status(compaction: Compaction, args: StatusArgs, /, **context: object) -> Mapping[str, object]:
     policy = context.get("policy")
     return compaction.status(_session(context), policy if isinstance(policy, Policy) else None)
 

@@ -70,7 +70,7 @@ class ForgetArgs(ToolArgs):
     reason: Words = ""
 
 
-def _search(recall: Recall, args: SearchArgs, **context: object) -> Mapping[str, object]:
+def _search(recall: Recall, args: SearchArgs, /, **context: object) -> Mapping[str, object]:
     results = recall.search(
         args.query,
         scope=args.scope,
@@ -82,21 +82,21 @@ def _search(recall: Recall, args: SearchArgs, **context: object) -> Mapping[str,
     return {"query": args.query, "scope": args.scope, "count": len(results), "results": results}
 
 
-def _remember(recall: Recall, args: RememberArgs, **context: object) -> Mapping[str, object]:
+def _remember(recall: Recall, args: RememberArgs, /, **context: object) -> Mapping[str, object]:
     return recall.remember(args.text, **_who(context))
 
 
-def _forget(recall: Recall, args: ForgetArgs, **context: object) -> Mapping[str, object]:
+def _forget(recall: Recall, args: ForgetArgs, /, **context: object) -> Mapping[str, object]:
     return recall.forget(
         args.id, include_source=args.include_source, reason=args.reason, **_who(context)
     )
 
 
-def _correct(recall: Recall, args: CorrectArgs, **context: object) -> Mapping[str, object]:
+def _correct(recall: Recall, args: CorrectArgs, /, **context: object) -> Mapping[str, object]:
     return recall.correct(args.id, args.text, **_who(context))
 
 
-def _answer(recall: Recall, args: AnswerArgs, **context: object) -> Mapping[str, object]:
+def _answer(recall: Recall, args: AnswerArgs, /, **context: object) -> Mapping[str, object]:
     return recall.answer(args.question, **_who(context))
 
 
