@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Protocol
 
 import yaml
 from rich.console import Console
@@ -40,7 +40,7 @@ SYSTEM_PROMPT = "You are Hermes Agent. " * 200  # stands in for Hermes' own syst
 COMPRESSION = {"threshold": 0.75, "target_ratio": 0.25, "protect_first_n": 1, "protect_last_n": 6}
 
 
-def _tokens(messages: list[dict[str, Any]]) -> int:
+def _tokens(messages: list[dict[str, object]]) -> int:
     return (len(SYSTEM_PROMPT) + len(json.dumps(messages, ensure_ascii=False))) // 4
 
 
@@ -68,17 +68,54 @@ def load_plugin() -> ModuleType:
     return module
 
 
+class _ToolSlot(Protocol):
+    def handle_tool_call(self, name: str, args: dict[str, object], /, **kwargs: object) -> str: ...
+
+
+class MemorySlot(_ToolSlot, Protocol):
+    """What the demo calls on the plugin's memory provider, in Hermes' order."""
+
+    def initialize(self, session_id: str, /, **kwargs: object) -> None: ...
+    def on_turn_start(self, turn_number: int, message: str, /) -> None: ...
+    def prefetch(self, query: str, /, *, session_id: str = "") -> str: ...
+    def sync_turn(
+        self,
+        user_content: str,
+        assistant_content: str,
+        /,
+        *,
+        session_id: str = "",
+        messages: list[dict[str, object]] | None = None,
+    ) -> None: ...
+    def queue_prefetch(self, query: str, /, *, session_id: str = "") -> None: ...
+    def on_session_end(self, messages: list[dict[str, object]], /) -> None: ...
+    def on_session_switch(self, new_session_id: str, /, **kwargs: object) -> None: ...
+
+
+class ContextSlot(_ToolSlot, Protocol):
+    """What the demo calls on the plugin's context engine, in Hermes' order."""
+
+    def update_model(self, **kwargs: object) -> None: ...
+    def on_session_start(self, session_id: str, /, **kwargs: object) -> None: ...
+    def should_compress(self, prompt_tokens: int, /) -> bool: ...
+    def compress(
+        self, messages: list[dict[str, object]], /, *, current_tokens: int
+    ) -> list[dict[str, object]]: ...
+    def on_session_end(self, session_id: str, messages: list[dict[str, object]], /) -> None: ...
+    def update_from_response(self, usage: dict[str, int], /) -> None: ...
+
+
 class _Slots:
     """Both loaders' registration surfaces at once."""
 
     def __init__(self) -> None:
-        self.provider: Any = None
-        self.engine: Any = None
+        self.provider: MemorySlot | None = None
+        self.engine: ContextSlot | None = None
 
-    def register_memory_provider(self, provider: Any) -> None:
+    def register_memory_provider(self, provider: MemorySlot) -> None:
         self.provider = provider
 
-    def register_context_engine(self, engine: Any) -> None:
+    def register_context_engine(self, engine: ContextSlot) -> None:
         self.engine = engine
 
 
@@ -96,14 +133,14 @@ class Compaction:
 @dataclass
 class DemoHost:
     home: Path
-    provider: Any
-    engine: Any
+    provider: MemorySlot
+    engine: ContextSlot
     session_id: str = "demo_0001"
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    sent: list[dict[str, Any]] = field(default_factory=list)  # every message, as first held
+    messages: list[dict[str, object]] = field(default_factory=list)
+    sent: list[dict[str, object]] = field(default_factory=list)  # every message, as first held
     compactions: list[Compaction] = field(default_factory=list)
     prefetched: list[tuple[int, str]] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)  # one per model call
+    calls: list[dict[str, object]] = field(default_factory=list)  # one per model call
     _sessions: int = 1
     _turn: int = 0
 
@@ -128,7 +165,7 @@ class DemoHost:
             self.session_id, hermes_home=str(self.home), platform="cli", agent_context="primary"
         )
 
-    def _append(self, message: dict[str, Any]) -> None:
+    def _append(self, message: dict[str, object]) -> None:
         self.sent.append(copy.deepcopy(message))
         self.messages.append(message)
 
@@ -188,11 +225,11 @@ class DemoHost:
     def turn(
         self,
         number: int,
-        user: dict[str, Any],
-        steps: tuple[dict[str, Any], ...],
-        answer: dict[str, Any],
+        user: dict[str, object],
+        steps: tuple[dict[str, object], ...],
+        answer: dict[str, object],
     ) -> None:
-        text = user["content"]
+        text = str(user["content"])
         self._turn = number
         self.provider.on_turn_start(number, text)
         recalled = self.provider.prefetch(text, session_id="")
@@ -205,19 +242,21 @@ class DemoHost:
                 self._respond(_tokens(self.messages), "")
             self._append(step)
         self._maybe_compress(number, _tokens(self.messages))
-        self._respond(_tokens(self.messages), answer["content"])
+        said = str(answer["content"])
+        self._respond(_tokens(self.messages), said)
         self._append(answer)
-        self.provider.sync_turn(
-            text, answer["content"], session_id=self.session_id, messages=self.messages
-        )
+        self.provider.sync_turn(text, said, session_id=self.session_id, messages=self.messages)
         self.provider.queue_prefetch(text, session_id=self.session_id)
 
-    def tool(self, slot: Any, name: str, args: dict[str, Any], **kwargs: Any) -> Any:
-        return json.loads(slot.handle_tool_call(name, args, **kwargs))
+    def tool(
+        self, slot: _ToolSlot, name: str, args: dict[str, object], **kwargs: object
+    ) -> dict[str, object]:
+        answer = json.loads(slot.handle_tool_call(name, args, **kwargs))
+        return answer if isinstance(answer, dict) else {"error": f"{name} answered {answer!r}"}
 
-    def expand(self, section_id: str) -> list[dict[str, Any]]:
+    def expand(self, section_id: str) -> list[dict[str, object]]:
         """The agent's own tool, through the engine, every page of it (bounded)."""
-        messages: list[dict[str, Any]] = []
+        messages: list[dict[str, object]] = []
         page = 1
         for _ in range(1000):
             result = self.tool(
@@ -228,9 +267,11 @@ class DemoHost:
             )
             if "error" in result:
                 raise CommandFailed(f"chronicle_expand failed: {result['error']}", Exit.FAILED)
-            messages += [m["message"] for m in result.get("messages", [])]
+            returned = result.get("messages", [])
+            for m in returned if isinstance(returned, list) else []:
+                messages.append(m["message"])
             nxt = result.get("next")
-            if not nxt:
+            if not isinstance(nxt, dict) or not nxt:
                 break
             page = int(nxt["page"])
         return messages
@@ -307,9 +348,12 @@ def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
     found = host.tool(host.provider, "chronicle_search", {"query": NEEDLE_QUERY, "limit": 3})
     if "error" in found:
         raise CommandFailed(f"chronicle_search failed: {found['error']}", Exit.FAILED)
-    hits: list[dict[str, Any]] = list(found.get("results") or [])
+    results = found.get("results")
+    hits: list[dict[str, object]] = (
+        [h for h in results if isinstance(h, dict)] if isinstance(results, list) else []
+    )
     first = sections[0] if sections else None
-    expanded: list[dict[str, Any]] = []
+    expanded: list[dict[str, object]] = []
     if first is not None:
         expanded = host.expand(first.anchor.section_id)
     originals = [json.dumps(m, ensure_ascii=False) for m in host.sent]
@@ -322,13 +366,14 @@ def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
     needle_found = any(needle in json.dumps(h, ensure_ascii=False) for h in hits)
     recalled = [n for n, text in host.prefetched if needle in text]
 
-    expand_info: dict[str, Any] = {
-        "section": first.anchor.section_id if first else None,
+    shown_section = first.anchor.section_id if first else None
+    expand_info: dict[str, object] = {
+        "section": shown_section,
         "messages": len(restored),
         "bytes": sum(len(r.encode()) for r in restored),
         "identical": identical,
     }
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "turns": len(list(turns())),
         "messages_sent": len(host.sent),
         "messages_in_context": len(host.messages),
@@ -425,7 +470,7 @@ def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
         if restored:
             console.print(f"  first: {restored[0][:200]}")
         console.rule("[bold]next[/]")
-        for line in _next_steps(kept, expand_info["section"]):
+        for line in _next_steps(kept, shown_section):
             console.print(line)
 
     return Outcome(data, draw, Exit.OK if ok else Exit.FAILED)

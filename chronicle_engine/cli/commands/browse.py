@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from ..exits import CommandFailed, Exit
 from ..options import add_common_options, add_list_options, add_session_option, examples
@@ -197,14 +198,16 @@ def search(s: Session) -> Outcome:
     return Outcome(data, draw, Exit.OK if hits else Exit.NOT_FOUND, rows=hits)
 
 
-def _whole_text(core: ChronicleCore, hit: dict[str, Any]) -> Any:
+def _whole_text(core: ChronicleCore, hit: Mapping[str, object]) -> object:
     """A hit's text is an excerpt; --full reads the message or the section whole."""
-    if hit.get("kind") == "message":
-        event = core.store.get(int(hit["seq"]))
+    seq = hit.get("seq")
+    if hit.get("kind") == "message" and isinstance(seq, int):
+        event = core.store.get(seq)
         if event is not None and isinstance(event.payload.get("text"), str):
             return event.payload["text"] or hit.get("text")
-    if hit.get("kind") == "section" and hit.get("chronicle") and hit.get("section_id"):
-        section = core.chronicle(hit["chronicle"]).get(hit["section_id"])
+    name, section_id = hit.get("chronicle"), hit.get("section_id")
+    if hit.get("kind") == "section" and isinstance(name, str) and isinstance(section_id, str):
+        section = core.chronicle(name).get(section_id) if name and section_id else None
         if section is not None:
             return section.prose
     return hit.get("text")
@@ -214,13 +217,15 @@ _OWN_TOOL = "chronicle_"
 _LOOKBACK = 64  # events before a tool result searched for the call it answers
 
 
-def own_tool_traffic(store: SQLiteEventStore, hits: list[dict[str, Any]]) -> set[int]:
+def own_tool_traffic(store: SQLiteEventStore, hits: Sequence[Mapping[str, object]]) -> set[int]:
     """Seqs of message hits that are the agent's own chronicle_* calls or their results."""
     own: set[int] = set()
     for hit in hits:
+        seq = hit.get("seq")
+        if not isinstance(seq, int):
+            continue
         if hit.get("kind") != "message" or hit.get("role") not in ("assistant", "tool"):
             continue
-        seq = int(hit["seq"])
         event = store.get(seq)
         message = event.payload.get("message") if event is not None else None
         if event is None or not isinstance(message, dict):
@@ -246,7 +251,7 @@ def own_tool_traffic(store: SQLiteEventStore, hits: list[dict[str, Any]]) -> set
     return own
 
 
-def _call_name(call: Any) -> str:
+def _call_name(call: object) -> str:
     function = call.get("function") if isinstance(call, dict) else None
     return str((function or {}).get("name") or "") if isinstance(function, dict) else ""
 
@@ -463,15 +468,16 @@ def tree(s: Session) -> Outcome:
         placed.update(lineage)
         lineages.append(lineage)
     marks = _session_marks(core.reader, {sid for lin in lineages for sid in lin})
-    data: dict[str, list[dict[str, Any]]] = {
+    named = [(tree_api.chronicle_name(lin[-1]) if lin else None, lin) for lin in lineages]
+    data = {
         "lineages": [
             {
-                "chronicle": tree_api.chronicle_name(lin[-1]) if lin else None,
+                "chronicle": chronicle,
                 "sessions": [
                     {"session": sid, **rows.get(sid, {}), **marks.get(sid, {})} for sid in lin
                 ],
             }
-            for lin in lineages
+            for chronicle, lin in named
         ]
     }
 
@@ -479,21 +485,23 @@ def tree(s: Session) -> Outcome:
         if not lineages:
             console.print("no sessions yet")
             return
-        for entry in data["lineages"]:
-            root = Tree(f"[bold]conversation[/] {entry['chronicle']}")
+        for chronicle, lin in named:
+            root = Tree(f"[bold]conversation[/] {chronicle}")
             node = root
-            for info in entry["sessions"]:
-                label = info["session"]
-                if info.get("reason"):
-                    label = f"↳ ({info['reason']} of {info.get('parent') or '-'}) " + label
-                if "events" in info:
+            for sid in lin:
+                label = sid
+                mark = marks.get(sid, _SessionMark(compactions=[]))
+                if "reason" in mark:
+                    label = f"↳ ({mark['reason']} of {mark.get('parent') or '-'}) " + label
+                if sid in rows:
+                    row = rows[sid]
                     label += (
-                        f"  [dim]{info['events']} events, seq {info['first_seq']}.."
-                        f"{info['last_seq']}, {when(info.get('started'))} to "
-                        f"{when(info.get('last_active'))}[/]"
+                        f"  [dim]{row['events']} events, seq {row['first_seq']}.."
+                        f"{row['last_seq']}, {when(row['started'])} to "
+                        f"{when(row['last_active'])}[/]"
                     )
                 node = node.add(label)
-                for c in info.get("compactions", []):
+                for c in mark["compactions"]:
                     node.add(
                         f"[yellow]compaction[/] at seq {c['seq']}: sections "
                         f"{', '.join(c['sections']) or '-'}; tokens {c['tokens_before']:,} → "
@@ -502,19 +510,33 @@ def tree(s: Session) -> Outcome:
             console.print(root, soft_wrap=False)  # wrapped under its guides, not cut
 
     flat = [
-        {"chronicle": entry["chronicle"], **info}
-        for entry in data["lineages"]
-        for info in entry["sessions"]
+        {"chronicle": chronicle, "session": sid, **rows.get(sid, {}), **marks.get(sid, {})}
+        for chronicle, lin in named
+        for sid in lin
     ]
     return Outcome(data, draw, rows=flat)
 
 
-def _session_marks(reader: EventReader, sessions: set[str]) -> dict[str, dict[str, Any]]:
+class _CompactionMark(TypedDict):
+    seq: int
+    sections: list[str]
+    tokens_before: int
+    tokens_after: int
+    first_kept_seq: int | None
+
+
+class _SessionMark(TypedDict):
+    compactions: list[_CompactionMark]
+    reason: NotRequired[str]
+    parent: NotRequired[str]
+
+
+def _session_marks(reader: EventReader, sessions: set[str]) -> dict[str, _SessionMark]:
     """Per session: how it started (switch reason, parent) and its compaction points."""
     from ...sessions.events import NAMESPACE as SESSION_NS
     from ...sessions.events import CompactionRecorded, SessionSwitched
 
-    marks: dict[str, dict[str, Any]] = {sid: {"compactions": []} for sid in sessions}
+    marks = {sid: _SessionMark(compactions=[]) for sid in sessions}
     if not sessions:
         return marks
     for e in reader.typed(sessions=sorted(sessions), namespaces=[SESSION_NS]):
