@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TypeVar, overload
+from typing import TypeGuard, TypeVar, overload
 
 from .capture.events import HANDOFF_MARKER, text_parts
 from .capture.secrets import mask
@@ -192,7 +192,7 @@ def handoff_kind(message: object) -> str | None:
     return "own" if rest.startswith(HANDOFF_SIGNATURE) else "foreign"
 
 
-def is_own_handoff(message: object) -> bool:
+def is_own_handoff(message: object) -> TypeGuard[dict[str, object]]:
     return handoff_kind(message) == "own"
 
 

@@ -29,7 +29,6 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..capture import shortened
 from ..capture.align import plain_json, wire_message
@@ -84,7 +83,7 @@ log = logging.getLogger("chronicle_engine.compaction")
 class Outcome:
     """What one pass did. `messages` is None when there was nothing to do (or it failed)."""
 
-    messages: list[Any] | None
+    messages: list[object] | None
     reason: str = ""
     tokens_before: int = 0
     tokens_after: int = 0
@@ -114,7 +113,7 @@ class _Pass:
 
     session_id: str
     name: str  # the conversation's chronicle
-    messages: list[Any]
+    messages: list[object]
     seqs: list[int | None]
     policy: Policy
     plan: Plan
@@ -239,7 +238,7 @@ class Compaction:
                     state.ledgers.append(Decoded(event.envelope, ledger))
         return state
 
-    def _record(self, session_id: str, event: Any) -> StoredEvent:
+    def _record(self, session_id: str, event: DomainEvent) -> StoredEvent:
         (stored,) = self._store.append([self._types.pending(event, session=session_id)])
         return stored
 
@@ -259,7 +258,7 @@ class Compaction:
     def unpin(self, session_id: str, from_seq: int, to_seq: int) -> None:
         self._record(session_id, ContextUnpinned(from_seq=from_seq, to_seq=to_seq))
 
-    def edit_context(self, session_id: str, seq: int, content: str | None) -> dict[str, Any]:
+    def edit_context(self, session_id: str, seq: int, content: str | None) -> dict[str, object]:
         """Hide (`content` None) or replace a message in the session's context from now on; the
         log keeps the original. Returns the message as the context holds it now."""
         return self._sessions.edit_message(session_id, seq, content)
@@ -333,7 +332,7 @@ class Compaction:
             return set()
 
     def _previous_view(
-        self, names: Sequence[str], messages: Sequence[Any]
+        self, names: Sequence[str], messages: Sequence[object]
     ) -> tuple[list[ViewSection], str | None, int]:
         """The view the latest handoff in `messages` shows, its role, and how far it reaches.
         `names`: the conversation's chronicle first, then those of the sessions it branched from."""
@@ -342,6 +341,8 @@ class Compaction:
             return [], None, 0
         citations = cited(content_text(latest))
         through = max((hi for _, _, _, hi in citations), default=0)
+        said = latest.get("role")
+        role = said if isinstance(said, str) else None
         view: list[ViewSection] = []
         for level, section_id, _, _ in citations:
             found = self._find(names, level, section_id)
@@ -351,16 +352,16 @@ class Compaction:
                     section_id,
                     names[0],
                 )
-                return self.derive_view(names[0], through), latest.get("role"), through
+                return self.derive_view(names[0], through), role, through
             view.append(ViewSection(level, found))
-        return view, latest.get("role"), through
+        return view, role, through
 
     # -- compress ----------------------------------------------------------------------------
 
     def compress(
         self,
         session_id: str,
-        messages: Sequence[Any],
+        messages: Sequence[object],
         *,
         policy: Policy,
         current_tokens: int | None = None,
@@ -452,7 +453,7 @@ class Compaction:
             Carried((), before.older, before.older_from, before.older_to),
         )
 
-    def _original(self, seq: int, message: Any) -> Any:
+    def _original(self, seq: int, message: object) -> object:
         """What a section summarises: the logged original of a copy an earlier pass cut."""
         if shortened.origin(message) != seq:
             return message
@@ -461,7 +462,7 @@ class Compaction:
 
     def facts(
         self,
-        messages: Sequence[Any],
+        messages: Sequence[object],
         seqs: Sequence[int | None],
         *,
         through: int,
@@ -498,7 +499,7 @@ class Compaction:
         session_id: str,
         name: str,
         lineage: Sequence[str],
-        messages: list[Any],
+        messages: list[object],
         seqs: list[int | None],
         *,
         policy: Policy,
@@ -531,7 +532,7 @@ class Compaction:
         session_id: str,
         name: str,
         lineage: Sequence[str],
-        messages: list[Any],
+        messages: list[object],
         seqs: list[int | None],
         *,
         policy: Policy,
@@ -565,7 +566,7 @@ class Compaction:
             else Carried()
         )
         most, _ = self._standing(
-            before, policy, [(seqs[i], content_text(messages[i])) for i in instructions]
+            before, policy, [(seqs[i], _text(messages[i])) for i in instructions]
         )
         reserve += handoff_tokens(most) if most else 0
         the_plan = self.plan_for(
@@ -632,7 +633,10 @@ class Compaction:
                 if hidden:  # a forgotten message is folded (it leaves) but never summarised
                     pairs = [(s, m) for s, m in pairs if s not in hidden]
                 # As the log holds them: a lone surrogate escaped, a cycle marked (`wire_message`).
-                members = [m if plain_json(m) else wire_message(m) for _, m in pairs]
+                members = [
+                    m if isinstance(m, dict) and plain_json(m) else wire_message(m)
+                    for _, m in pairs
+                ]
                 extra = (
                     {"memory_context": p.memory_context.strip()}
                     if p.memory_context.strip() and index == len(gaps) - 1
@@ -679,7 +683,7 @@ class Compaction:
         standing, d.carried = self._standing(
             p.standing_before,
             policy,
-            [(p.seqs[i], content_text(p.messages[i])) for i in p.instructions if i in dropped],
+            [(p.seqs[i], _text(p.messages[i])) for i in p.instructions if i in dropped],
         )
         if standing:
             d.text += "\n\n" + standing  # after the settled prefix, like the memory below
@@ -837,7 +841,7 @@ class Compaction:
         page_size: int | None = None,
         max_tokens: int | None = None,
         continue_from: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The original messages of a section or a seq range, byte for byte.
 
         By budget (the default): as many messages as fit `max_tokens` (the default budget, at
@@ -846,7 +850,7 @@ class Compaction:
         section" is one more call, and a section that fits the budget is one call. By page
         (`page` or `page_size` given, as before): page N of messages at most `page_size` each."""
         names = self._sessions.chronicle_names(session_id)
-        result: dict[str, Any] = {}
+        result: dict[str, object] = {}
         if section_id:
             view = self.resolve(names, section_id)
             if view is None:
@@ -886,13 +890,13 @@ class Compaction:
 
     def _restore(
         self,
-        result: dict[str, Any],
+        result: dict[str, object],
         expanded: _Expanded,
         lo: int,
         hi: int,
         max_tokens: int | None,
         continue_from: int | None,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """Expand by budget: see `expand`."""
         budget = min(RESTORE_MAX_TOKENS, max(1, int(max_tokens or RESTORE_TOKENS)))
         start = lo if continue_from is None else max(lo, int(continue_from))
@@ -937,12 +941,12 @@ class Compaction:
             self._expanded = expanded
         return expanded
 
-    def status(self, session_id: str, policy: Policy | None = None) -> dict[str, Any]:
+    def status(self, session_id: str, policy: Policy | None = None) -> dict[str, object]:
         state = self.lineage_state(session_id)
         passes = state.passes
         last = passes[-1].event if passes else None
         saved = sum(max(0, p.event.tokens_before - p.event.tokens_after) for p in passes)
-        carries: list[dict[str, Any]] = []
+        carries: list[dict[str, object]] = []
         if last is not None:
             names = self._sessions.chronicle_names(session_id)
             for label in last.view:
@@ -998,7 +1002,7 @@ class Compaction:
             "ledger": _ledger_totals(self._visible(state.ledgers)),
         }
 
-    def ledgers(self, session_id: str) -> list[dict[str, Any]]:
+    def ledgers(self, session_id: str) -> list[dict[str, object]]:
         """Each pass's ledger over the conversation, oldest first: what it folded, and what its
         prose kept and left out, by entity and by message."""
         return [
@@ -1019,7 +1023,7 @@ class Compaction:
             out.append(Decoded(d.envelope, event))
         return out
 
-    def has_content(self, messages: Sequence[Any], policy: Policy) -> bool:
+    def has_content(self, messages: Sequence[object], policy: Policy) -> bool:
         """Whether a forced pass would fold anything (the gateway's `/compress` preflight).
         Nothing is captured: every message is taken as recorded and not yet folded."""
         seqs: list[int | None] = [
@@ -1033,7 +1037,7 @@ class Compaction:
 
 
 def message_facts(
-    messages: Sequence[Any],
+    messages: Sequence[object],
     seqs: Sequence[int | None],
     *,
     through: int,
@@ -1113,7 +1117,12 @@ EXPAND_PAGE_CHARS = 60_000
 over 100,000 characters with a short preview, so a page stays well under that."""
 
 
-def _ledger_totals(ledgers: Sequence[Decoded[PassLedger]]) -> dict[str, Any] | None:
+def _text(message: object) -> str:
+    """A standing instruction's words (`is_standing_instruction` holds only for a dict)."""
+    return content_text(message) if isinstance(message, dict) else ""
+
+
+def _ledger_totals(ledgers: Sequence[Decoded[PassLedger]]) -> dict[str, object] | None:
     """The ledgers of a conversation added up, with the last pass's lists (None: no pass)."""
     if not ledgers:
         return None
@@ -1146,7 +1155,7 @@ def _ledger_totals(ledgers: Sequence[Decoded[PassLedger]]) -> dict[str, Any] | N
 
 
 def _note_hidden_and_oversized(
-    result: dict[str, Any], expanded: _Expanded, chunk: Sequence[StoredEvent], limit: int
+    result: dict[str, object], expanded: _Expanded, chunk: Sequence[StoredEvent], limit: int
 ) -> None:
     if expanded.forgotten:
         # chronicle_forget(..., include_source) hid them

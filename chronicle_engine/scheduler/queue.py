@@ -24,10 +24,10 @@ import uuid
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import TypedDict, TypeVar
 
 from ..errors import ChronicleRuntimeError
-from ..jsontypes import JSONObject
+from ..jsontypes import JSON, JSONObject
 from ..log.store import Row, SQLiteEventStore, sqlite_errors
 from ..log.tables import SQLConnection, SQLiteTables, Tables
 
@@ -97,7 +97,7 @@ class JobSpec:
     kind: str
     job_class: str
     key: str = ""
-    payload: Mapping[str, Any] = field(default_factory=dict)
+    payload: Mapping[str, JSON] = field(default_factory=dict)
     depends_on: int | None = None
     delay: float = 0.0
 
@@ -112,7 +112,7 @@ class Job:
     kind: str
     job_class: str
     key: str
-    payload: dict[str, Any]
+    payload: JSONObject
     state: str
     attempts: int
     max_attempts: int
@@ -124,7 +124,7 @@ class Job:
     started_at: float | None
     finished_at: float | None
     reason: str | None
-    result: dict[str, Any] | None
+    result: JSONObject | None
 
     def as_dict(self) -> JobReport:
         return {
@@ -286,7 +286,7 @@ class JobQueueBase(Tables[Store, Conn]):
     def complete(
         self,
         job: Job,
-        result: Mapping[str, Any] | None = None,
+        result: Mapping[str, object] | None = None,
         follow_ups: Sequence[JobSpec] = (),
         then: Callable[[Conn], None] | None = None,
     ) -> bool:
@@ -532,7 +532,7 @@ class JobQueue(JobQueueBase[SQLiteEventStore, sqlite3.Connection], SQLiteTables)
             "j.state = 'pending' AND j.available_at <= ?"
             " AND (j.depends_on IS NULL OR d.id IS NULL OR d.state = 'done')"
         )
-        params: list[Any] = [now]
+        params: list[float | str | int] = [now]
         if job_class is not None:
             where += " AND j.job_class = ?"
             params.append(job_class)

@@ -93,7 +93,9 @@ def ledger(s: Session) -> Outcome:
             console.print(f"no compaction in {session}'s conversation yet")
             return
         for row in rows:
-            left = ", ".join(row["left_out"][:8]) or "-"
+            left_out = row["left_out"]
+            left = ", ".join(map(str, left_out[:8])) if isinstance(left_out, list) else ""
+            left = left or "-"
             console.print(
                 f"seq {row['from_seq']}..{row['to_seq']}: {row['folded_messages']} messages folded, "
                 f"{row['messages_kept']} named in prose; entities {row['entities']}: "
