@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
 from test_compaction_engine import Host, core, small_policy, turn  # noqa: F401 - fixture
 
 from chronicle_engine.chronicle.extractive import STRIP
 from chronicle_engine.cli import Exit, main
+from chronicle_engine.compaction.ledger import _pieces, _quoted
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.tools import dispatch
@@ -112,3 +115,17 @@ def test_forgetting_a_message_withdraws_the_words_of_its_ledgers(core: Chronicle
     assert stored is not None
     exported = redact.redact(stored, redact.Forgotten.read(core.store, [target]))
     assert all(exported.payload[k] == [] for k in LEDGER_WORDS)
+
+
+_TEXT = st.text(alphabet=st.sampled_from("ab c\n.\u00e9"), max_size=60)
+
+
+@given(text=_TEXT, start=st.integers(0, 60), length=st.integers(0, 60), other=_TEXT)
+def test_an_opening_is_found_quoted_exactly_where_a_substring_search_finds_it(
+    text: str, start: int, length: int, other: str
+) -> None:
+    # An opening as the ledger forms it (whitespace-normalised), from this text or another.
+    for source in (text, other):
+        opening = " ".join(source[start : start + length].split())
+        lowered = text.lower()
+        assert _quoted(opening, lowered, _pieces(lowered)) == (opening in lowered)

@@ -50,6 +50,20 @@ def _words(text: str) -> set[str]:
     return {w.strip(STRIP).lower() for w in text.split()}
 
 
+def _pieces(lowered: str) -> set[str]:
+    """The runs of `lowered` between single spaces: a text holds " w " (w without whitespace)
+    only when w is one of them, so an opening whose inner word is missing cannot be quoted."""
+    return set(lowered.split(" "))
+
+
+def _quoted(opening: str, lowered: str, pieces: set[str]) -> bool:
+    """Whether `lowered` holds `opening` (whitespace-normalised, so its words are separated by
+    single spaces). The words strictly inside the opening are checked against `pieces` first:
+    a miss needs no scan of the whole text (the first and last words may be partial)."""
+    inner = opening.split(" ")[1:-1]
+    return all(w in pieces for w in inner) and opening in lowered
+
+
 def _ranges(seqs: Sequence[int]) -> list[list[int]]:
     out: list[list[int]] = []
     for seq in sorted(seqs):
@@ -72,6 +86,7 @@ def ledger_of(
     shown = _words(handoff)
     written = _words(prose)
     lowered_handoff, lowered_prose = handoff.lower(), prose.lower()
+    handoff_pieces, prose_pieces = _pieces(lowered_handoff), _pieces(lowered_prose)
     order: dict[str, str] = {}  # lower-cased entity -> as first seen
     kept: list[int] = []
     left: list[int] = []
@@ -83,7 +98,10 @@ def ledger_of(
         quoted = (
             not named
             and len(opening) >= 12
-            and (opening in lowered_handoff or opening in lowered_prose)
+            and (
+                _quoted(opening, lowered_handoff, handoff_pieces)
+                or _quoted(opening, lowered_prose, prose_pieces)
+            )
         )
         (kept if named or quoted else left).append(seq)
     in_handoff = [v for k, v in order.items() if k in shown]
