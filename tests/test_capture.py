@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chronicle_engine.capture.align import plain_json
 from chronicle_engine.capture.events import HANDOFF_MARKER
 from chronicle_engine.core import ChronicleCore
 
@@ -613,3 +614,52 @@ def test_going_back_to_a_reply_left_earlier_returns_to_that_branch(core):
     assert core.capture.capture_turn("s", live) == 0  # the entry is already in the log
     core.sessions.refresh()
     assert [m["content"] for m in core.sessions.projection("s")] == ["ok", "Done."]
+
+
+_LEAVES = (
+    st.text(alphabet=st.sampled_from("a\u00e9\ud800"), max_size=3)
+    | st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.tuples(st.integers())
+)
+_JSONISH = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(alphabet=st.sampled_from("k\ud800"), max_size=2) | st.integers(),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+def _plain_by_definition(value: object, depth: int = 0) -> bool:
+    """json.dumps takes it as it is: str keys, no lone surrogate, finite floats, no tuples."""
+    if isinstance(value, str):
+        return not any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if value is None or isinstance(value, (bool, int)):
+        return True
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if depth > 32:
+        return False
+    if isinstance(value, list):
+        return all(_plain_by_definition(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(
+            isinstance(k, str) and _plain_by_definition(k) and _plain_by_definition(v, depth + 1)
+            for k, v in value.items()
+        )
+    return False
+
+
+@given(value=_JSONISH)
+def test_plain_json_agrees_with_its_definition(value: object) -> None:
+    assert plain_json(value) == _plain_by_definition(value)
+    assert plain_json([value]) == _plain_by_definition([value])
+    assert plain_json({"k": value}) == _plain_by_definition({"k": value})

@@ -19,9 +19,9 @@ import hashlib
 import json
 import reprlib
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from ..storable import escape_surrogates, has_surrogate
+from ..storable import SURROGATE, escape_surrogates, has_surrogate
 
 __all__ = [
     "fingerprint",
@@ -66,21 +66,32 @@ def plain_json(value: object, depth: int = 0) -> bool:
     """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
     if isinstance(value, str):
         # isascii() is O(1); only other text is searched for a lone surrogate (UTF-8 has none).
-        return not has_surrogate(value)
+        return value.isascii() or SURROGATE.search(value) is None
     if value is None or isinstance(value, (bool, int)):
         return True
     if isinstance(value, float):
         return value == value and value not in (float("inf"), float("-inf"))
     if depth > 32:
         return False
+    # Every message of a long list passes here: strings and None, most of what a message
+    # holds, are checked in the loop rather than by a call each.
+    items: Iterable[object]
     if isinstance(value, list):
-        return all(plain_json(v, depth + 1) for v in value)
-    if isinstance(value, dict):
-        return all(
-            isinstance(k, str) and not has_surrogate(k) and plain_json(v, depth + 1)
-            for k, v in value.items()
-        )
-    return False
+        items = value
+    elif isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str) or (not k.isascii() and SURROGATE.search(k) is not None):
+                return False
+        items = value.values()
+    else:
+        return False
+    for v in items:
+        if isinstance(v, str):
+            if not v.isascii() and SURROGATE.search(v) is not None:
+                return False
+        elif v is not None and not plain_json(v, depth + 1):
+            return False
+    return True
 
 
 def wire_message(message: object) -> dict[str, object]:
