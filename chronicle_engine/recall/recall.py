@@ -31,6 +31,8 @@ from ..log.events import EventReader
 from ..sessions.capture import Capture
 from ..sessions.tree import SessionTree
 from . import answer, memory, prefetch, upkeep
+from .events import NAMESPACE as RECALL
+from .fold import FOLD_NAME
 from .index import SCOPES, RecallIndex
 from .pool import pool_sessions
 from .reach import Window
@@ -344,7 +346,10 @@ class Recall:
         """Every message seq that was forgotten (an export leaves their words out, a new
         section does not summarise them). `current=False` skips the catch-up: forgetting folds
         before it returns, so only a caller that must see other processes' latest needs it."""
-        if current:
+        # Only recall's own events (forgetting among them) add to what is hidden: when none
+        # is past the fold's position, the table is current without indexing the messages
+        # logged since (a search indexes those when it needs them).
+        if current and self._store.any_after(self._store.position(FOLD_NAME), namespaces=(RECALL,)):
             self.catch_up()
         with self._store.reading() as conn:
             return {
