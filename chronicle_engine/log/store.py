@@ -376,8 +376,10 @@ class SQLiteEventStore:
         return self.busy_timeout_ms if budget is None else budget
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """The process's write lock, waited for as long as this thread's patience allows."""
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """One transaction; nested calls become savepoints. The only way anything writes."""
+        # The process's write lock, waited for as long as this thread's patience allows (taken
+        # here rather than through a nested context manager: every append passes this way).
         budget = getattr(self._local, "budget_ms", None)
         if not self._write_lock.acquire(timeout=-1 if budget is None else budget / 1000):
             raise StoreBusy(
@@ -385,14 +387,6 @@ class SQLiteEventStore:
                 f"{budget} ms; retry later"
             )
         try:
-            yield
-        finally:
-            self._write_lock.release()
-
-    @contextlib.contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
-        """One transaction; nested calls become savepoints. The only way anything writes."""
-        with self._locked():
             conn = self.connection
             if self._depth == 0:
                 self._begin(conn)
@@ -437,6 +431,8 @@ class SQLiteEventStore:
                 else:
                     self._depth -= 1
                     conn.execute(f"RELEASE {name}")
+        finally:
+            self._write_lock.release()
 
     @property
     def depth(self) -> int:
@@ -815,11 +811,14 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
     """The events as they are stored, and their payloads' JSON. A lone surrogate (no UTF-8
     form, see `storable.py`) in a payload or a session id is escaped, so one bad string never
     stops a write; capture has already escaped a message's and kept its original."""
-    texts = [_encode(_stored_payload(e.payload)) for e in events]
-    if all(
-        not has_surrogate(t) and not has_surrogate(e.session or "")
-        for e, t in zip(events, texts, strict=True)
-    ):
+    texts: list[str] = []
+    clean = True
+    for e in events:  # one loop, no call per check: every append passes here
+        text = _encode(_stored_payload(e.payload))
+        texts.append(text)
+        if clean and not (text.isascii() and (e.session is None or e.session.isascii())):
+            clean = not has_surrogate(text) and not has_surrogate(e.session or "")
+    if clean:
         return events, texts
     events = [
         dataclasses.replace(
