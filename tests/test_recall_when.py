@@ -6,9 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_recall_support import open_core, say
 
-from chronicle_engine.recall.when import Moment, named_time
+from chronicle_engine.recall.when import _PATTERNS, Moment, named_time
 
 
 def ts(*parts: int) -> float:
@@ -68,3 +70,26 @@ def test_the_named_time_lifts_its_messages(core):
     )
     assert plain[0]["id"] == f"m{august}"
     assert dated[0]["id"] == f"m{may}"
+
+
+_WORDS = [
+    "in",
+    "on",
+    "of",
+    "during",
+    "May",
+    "may",
+    "Sept.",
+    "\u017fep",
+    "apr\u0130l",
+    "JUNE",
+    "dec",
+]
+_WORDS += ["21st", "3", "2023", "1999", "x2020", ",", "I", "turn", "the", "logs"]
+
+
+@given(st.lists(st.sampled_from(_WORDS), max_size=7).map(" ".join))
+def test_a_query_names_a_time_exactly_when_a_pattern_reads_one(query: str) -> None:
+    # (the days here are all real ones: a pattern's match of an impossible day is skipped)
+    matched = any(pattern.search(query) for pattern in _PATTERNS)
+    assert (named_time(query) is not None) == matched
