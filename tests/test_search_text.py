@@ -7,6 +7,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chronicle_engine.recall import text as text_module
 from chronicle_engine.recall.porter import stem
 from chronicle_engine.recall.text import (
     TOKENIZER,
@@ -89,6 +90,26 @@ def test_the_context_column_keeps_the_end_of_the_turn_before():
     assert context_tail("Short one. Really short?") == "Short one. Really short?"
     long_sentence = " ".join(f"w{i}" for i in range(40))
     assert context_tail(long_sentence).split() == [f"w{i}" for i in range(15, 40)]
+
+
+_PIECES = ["a", "word", "longerword", "\u67dc", ".", "!", "?", " ", "  ", "\n", ". ", "? "]
+
+
+@given(
+    text=st.lists(st.sampled_from(_PIECES), max_size=120).map("".join),
+    limit=st.integers(1, 8),
+    tail=st.integers(1, 40),
+)
+def test_a_long_turn_read_from_its_end_keeps_what_the_whole_turn_gives(
+    text: str, limit: int, tail: int
+) -> None:
+    whole = text_module._sentences_tail(text.strip(), limit, cut=False) or ""
+    default = text_module._TAIL_CHARS
+    text_module._TAIL_CHARS = tail  # so short texts are cut too
+    try:
+        assert context_tail(text, limit) == whole
+    finally:
+        text_module._TAIL_CHARS = default
 
 
 def test_inflections_share_a_stem_and_prefixes_do_not():

@@ -93,14 +93,36 @@ def context_tail(before: str, limit: int = CONTEXT_WORDS) -> str:
     (the last sentence alone cut to its last `limit` words when it is longer). An answer is
     found by the question it answers, which ends the turn before; the rest of a long reply would
     only add its words."""
+    text = before.strip()
+    # A long message (a tool's output) is read from its end only: the answer is the same
+    # unless the loop reaches the cut sentence undecided, and then the whole is read.
+    if len(text) > _TAIL_CHARS:
+        found = _sentences_tail(text[-_TAIL_CHARS:], limit, cut=True)
+        if found is not None:
+            return found
+    return _sentences_tail(text, limit, cut=False) or ""
+
+
+_TAIL_CHARS = 1000  # of a long message, read first (25 words are rarely more than 300)
+
+
+def _sentences_tail(text: str, limit: int, *, cut: bool) -> str | None:
+    """`context_tail` of `text`; when `cut` (`text` is the end of a longer one, so its first
+    sentence may be only the end of a sentence), None where the answer depends on how that
+    sentence began. A cut sentence has at most the words of the whole one: more than `limit`
+    of them, or more than the room left, decides as the whole one would."""
     kept: list[str] = []
     count = 0
-    for sentence in reversed(_SENTENCE_END.split(before.strip())):
+    sentences = _SENTENCE_END.split(text)
+    for i in range(len(sentences) - 1, -1, -1):
+        sentence = sentences[i]
         words = index_text(sentence).split()
         if not kept and len(words) > limit:
             return " ".join(words[-limit:])
         if count + len(words) > limit:
             break
+        if cut and i == 0:
+            return None
         kept.append(sentence)
         count += len(words)
     return " ".join(reversed(kept))
