@@ -13,7 +13,7 @@ from test_compaction_engine import Host, core, small_policy, turn  # noqa: F401 
 
 from chronicle_engine.chronicle.extractive import STRIP
 from chronicle_engine.cli import Exit, main
-from chronicle_engine.compaction.ledger import _pieces, _quoted
+from chronicle_engine.compaction.ledger import _pieces, _quoted, _words
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.tools import dispatch
@@ -129,3 +129,8 @@ def test_an_opening_is_found_quoted_exactly_where_a_substring_search_finds_it(
         opening = " ".join(source[start : start + length].split())
         lowered = text.lower()
         assert _quoted(opening, lowered, _pieces(lowered)) == (opening in lowered)
+
+
+@given(st.text(alphabet=st.sampled_from("aΣσς.'\" \n!İ"), max_size=40))
+def test_the_words_of_a_text_are_its_words_each_stripped_and_lower_cased(text: str) -> None:
+    assert _words(text) == {w.strip(STRIP).lower() for w in text.split()}

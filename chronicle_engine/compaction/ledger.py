@@ -47,7 +47,9 @@ def _words(text: str) -> set[str]:
     """The words of `text` as an entity is read (split at whitespace, stripped of the same
     punctuation), lower-cased: an entity is named when it is one of them. One pass over the
     text, so checking thousands of entities does not scan the prose once for each."""
-    return {w.strip(STRIP).lower() for w in text.split()}
+    # Lower-cased whole (no letter lower-cases across whitespace, or into punctuation), and
+    # each distinct word stripped once: prose repeats its words.
+    return {w.strip(STRIP) for w in set(text.lower().split())}
 
 
 def _pieces(lowered: str) -> set[str]:
@@ -92,9 +94,11 @@ def ledger_of(
     left: list[int] = []
     for seq, message in folded:
         entities, opening = _entities(message)
+        named = False
         for entity in entities:
-            order.setdefault(entity.lower(), entity)
-        named = any(e.lower() in shown or e.lower() in written for e in entities)
+            key = entity.lower()
+            order.setdefault(key, entity)
+            named = named or key in shown or key in written
         quoted = (
             not named
             and len(opening) >= 12
