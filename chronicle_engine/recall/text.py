@@ -80,6 +80,8 @@ def normalize(text: str) -> str:
 
 def index_text(text: str) -> str:
     """`text` as a message index reads it: every CJK character a word of its own."""
+    if text.isascii():  # no CJK character is ASCII: most text needs no search (4 KB of it, often)
+        return text
     return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
 
 
@@ -143,7 +145,7 @@ def tokens(text: str) -> list[str]:
 def _pieces(word: str) -> list[str]:
     """A word of the tokenizer split the way `index_text` splits it: each CJK character alone,
     the runs of other characters between them kept whole."""
-    return _PIECE.findall(word) if _CJK.search(word) else [word]
+    return [word] if word.isascii() or not _CJK.search(word) else _PIECE.findall(word)
 
 
 def content_words(text: str, *, min_len: int = 2) -> list[str]:
