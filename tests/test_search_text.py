@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import unicodedata
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from chronicle_engine.recall.text import (
     context_tail,
     index_text,
     match_any,
+    normalize,
     query_words,
     quote,
     stems,
@@ -141,3 +144,11 @@ def test_content_words_drop_function_words():
         "agencies",
     ]
     assert match_any([]) == ""
+
+
+@given(st.text(alphabet=st.sampled_from("aZ é\u0301\u212aİ柜6"), max_size=12))
+def test_normalize_folds_as_the_unicode_definition_does(text: str) -> None:
+    decomposed = unicodedata.normalize("NFD", text.lower())
+    assert normalize(text) == unicodedata.normalize(
+        "NFC", re.sub("[\u0300-\u036f]", "", decomposed)
+    )

@@ -74,7 +74,10 @@ def normalize(text: str) -> str:
     """Lowercase with the Latin diacritics removed, as the tokenizer folds them. No compatibility
     folding (the tokenizer keeps "６" and "ﬁ" as they are); kana keep their voicing marks and
     Hangul syllables stay whole."""
-    decomposed = unicodedata.normalize("NFD", text.lower())
+    lowered = text.lower()
+    if lowered.isascii():  # (O(1)) ASCII has no diacritic and is its own NFD and NFC
+        return lowered
+    decomposed = unicodedata.normalize("NFD", lowered)
     return unicodedata.normalize("NFC", _DIACRITIC.sub("", decomposed))
 
 
