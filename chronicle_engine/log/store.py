@@ -276,6 +276,14 @@ def sqlite_errors(what: str) -> Iterator[None]:
         raise StoreError(f"{what}: {exc}") from exc
 
 
+class _ThreadState(threading.local):
+    """One thread's connection and lock patience. Unset, each reads None from the class: a
+    getattr with a default would raise and format an AttributeError first, twice an append."""
+
+    conn: sqlite3.Connection | None = None
+    budget_ms: int | None = None
+
+
 class SQLiteEventStore:
     """The append-only log in one SQLite database (a file in WAL mode, or `":memory:"`)."""
 
@@ -290,7 +298,7 @@ class SQLiteEventStore:
         self.in_memory = self.path == ":memory:" or self.path.startswith("file::memory:")
         self.busy_timeout_ms = busy_timeout_ms
         self._write_lock = threading.RLock()
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._depth = 0  # savepoint nesting of the thread holding the write lock
@@ -337,7 +345,7 @@ class SQLiteEventStore:
                     if self._shared is None:
                         self._shared = self._open()
             return self._shared
-        conn = getattr(self._local, "conn", None)
+        conn = self._local.conn
         if conn is None:
             conn = self._open()
             self._local.conn = conn
@@ -357,7 +365,7 @@ class SQLiteEventStore:
         """Within the block, this thread waits at most `budget_ms` for a lock, SQLite's or this
         process's write lock, then gets StoreBusy: for calls on Hermes' main thread (compress,
         tools), which must degrade quickly rather than hold the turn for the busy timeout."""
-        previous = getattr(self._local, "budget_ms", None)
+        previous = self._local.budget_ms
         budget = int(budget_ms if previous is None else min(previous, budget_ms))
         self._local.budget_ms = budget
         conn = None if self.in_memory else self.connection
@@ -372,7 +380,7 @@ class SQLiteEventStore:
                     conn.execute(f"PRAGMA busy_timeout = {previous or self.busy_timeout_ms}")
 
     def _wait_ms(self) -> int:
-        budget = getattr(self._local, "budget_ms", None)
+        budget = self._local.budget_ms
         return self.busy_timeout_ms if budget is None else budget
 
     @contextlib.contextmanager
@@ -380,7 +388,7 @@ class SQLiteEventStore:
         """One transaction; nested calls become savepoints. The only way anything writes."""
         # The process's write lock, waited for as long as this thread's patience allows (taken
         # here rather than through a nested context manager: every append passes this way).
-        budget = getattr(self._local, "budget_ms", None)
+        budget = self._local.budget_ms
         if not self._write_lock.acquire(timeout=-1 if budget is None else budget / 1000):
             raise StoreBusy(
                 f"another thread of this process held {self.path}'s write lock for more than "
