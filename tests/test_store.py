@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 
@@ -57,6 +58,78 @@ def test_text_a_payload_repeats_is_stored_once_and_read_back_exactly(
     assert store.get_many([stored.seq])[stored.seq].payload == payload
     with pytest.raises(UsageError):
         store.append([PendingEvent("test", "Said", 1, {"@same": {}}, session="s")])
+
+
+def test_a_captured_message_leaves_its_defaults_out_of_the_row_and_reads_back_whole(
+    store: SQLiteEventStore,
+) -> None:
+    from chronicle_engine.capture.events import MESSAGE_DEFAULTS, MESSAGE_FIELDS, MessageCaptured
+
+    said = "the boiler service is due in October, said the engineer"
+    event = MessageCaptured(
+        role="user",
+        message={"role": "user", "content": said},
+        fingerprint="f" * 32,
+        speaker="person",
+        text=said,
+        person_text=said,
+        turn=3,
+        parent="m1",
+    )
+    payload = event.model_dump(mode="json")
+    (stored,) = store.append(
+        [PendingEvent("chronicle.chat", "MessageCaptured", 1, payload, session="s")]
+    )
+    with store.reading() as conn:
+        (row,) = conn.execute("SELECT payload FROM events WHERE seq = ?", (stored.seq,)).fetchone()
+    kept = json.loads(row)
+    assert kept["@t"] == 1 and row.count(said) == 1
+    left_out = {
+        "role",
+        "text",
+        "user_id",
+        "profile",
+        "agent_context",
+        "tool_call_ids",
+        "host_spans",
+    }
+    assert not left_out & set(kept)
+    assert kept["turn"] == 3 and kept["parent"] == "m1"  # not their defaults: kept
+    first, second = store.get(stored.seq), store.get(stored.seq)
+    assert first is not None and second is not None
+    assert first.payload == payload and list(first.payload) == list(payload)  # order kept
+    first.payload["tool_call_ids"].append("c1")  # each read owns its lists
+    assert second.payload["tool_call_ids"] == []
+    # The template is part of the stored format: it must say what the model says.
+    assert tuple(MessageCaptured.model_fields) == MESSAGE_FIELDS
+    assert {
+        name: info.default
+        for name, info in MessageCaptured.model_fields.items()
+        if not info.is_required()
+    } == MESSAGE_DEFAULTS
+    # A searchable text that is not the content (a credential masked) is stored.
+    masked = event.model_copy(update={"text": "the boiler [masked]", "person_text": ""})
+    (other,) = store.append(
+        [
+            PendingEvent(
+                "chronicle.chat",
+                "MessageCaptured",
+                1,
+                masked.model_dump(mode="json"),
+                session="s",
+            )
+        ]
+    )
+    got = store.get(other.seq)
+    assert got is not None and got.payload == masked.model_dump(mode="json")
+    assert got.payload["text"] == "the boiler [masked]" and got.payload["person_text"] == ""
+    # Another version of the type is stored whole.
+    (other,) = store.append(
+        [PendingEvent("chronicle.chat", "MessageCaptured", 2, payload, session="s")]
+    )
+    with store.reading() as conn:
+        (row,) = conn.execute("SELECT payload FROM events WHERE seq = ?", (other.seq,)).fetchone()
+    assert "@t" not in json.loads(row) and "agent_context" in json.loads(row)
 
 
 def test_read_filters_and_pages(store: SQLiteEventStore) -> None:

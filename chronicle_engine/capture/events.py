@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Literal
 
 from ..log.events import DomainEvent, EventTypeRegistry
+from ..log.store import register_payload_template
 
 __all__ = [
     "NAMESPACE",
@@ -25,6 +26,8 @@ __all__ = [
     "HANDOFF_MARKER",
     "Speaker",
     "MessageCaptured",
+    "MESSAGE_FIELDS",
+    "MESSAGE_DEFAULTS",
     "register_capture_events",
     "message_text",
     "text_parts",
@@ -99,6 +102,56 @@ class CompressionAhead(DomainEvent, frozen=True):
 
     messages: int = 0
     captured: int = 0
+
+
+MESSAGE_FIELDS = (
+    "role",
+    "message",
+    "fingerprint",
+    "speaker",
+    "text",
+    "person_text",
+    "host_spans",
+    "turn",
+    "user_id",
+    "profile",
+    "agent_context",
+    "tool_name",
+    "tool_call_ids",
+    "parent",
+    "original",
+)
+MESSAGE_DEFAULTS: dict[str, object] = {
+    "text": "",
+    "person_text": "",
+    "host_spans": [],
+    "turn": None,
+    "user_id": None,
+    "profile": None,
+    "agent_context": "primary",
+    "tool_name": None,
+    "tool_call_ids": [],
+    "parent": None,
+    "original": None,
+}
+MESSAGE_COPIES: dict[str, tuple[str, ...]] = {
+    "role": ("message", "role"),
+    "text": ("message", "content"),
+}
+"""The stored form of a MessageCaptured payload (template 1 of the log): its fields in order,
+the defaults a row leaves out, and the fields left out when they repeat the message's own (the
+role; the searchable text of a message without credentials or tool calls is its content). Part
+of the stored format: a change takes a new tag."""
+
+register_payload_template(
+    NAMESPACE,
+    "MessageCaptured",
+    1,
+    tag=1,
+    fields=MESSAGE_FIELDS,
+    defaults=MESSAGE_DEFAULTS,
+    copies=MESSAGE_COPIES,
+)
 
 
 def register_capture_events(types: EventTypeRegistry) -> None:

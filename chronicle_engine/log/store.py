@@ -14,6 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -52,6 +53,7 @@ __all__ = [
     "run_script",
     "row_to_event",
     "read_payload",
+    "register_payload_template",
     "EVENT_COLUMNS",
     "storable",
     "read_pages",
@@ -88,16 +90,92 @@ No event model has a field of this name (their extra fields are forbidden)."""
 _SHORTEST_SHARED = 24
 
 
-def _stored_payload(payload: dict[str, object]) -> dict[str, object]:
+_TEMPLATE = "@t"
+"""Key of a stored payload naming the template it was written with (`register_payload_template`):
+the fields left out of the row hold the template's defaults."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    tag: int
+    filled: dict[str, object]  # every field in the event's order, a left-out field's default
+    defaults: dict[str, object]  # the fields a row may leave out, and their values
+    mutable: tuple[str, ...]  # defaults that are lists or dicts: each read gets its own
+    copies: dict[str, tuple[str, ...]]  # field -> the path of the text it defaults to
+
+
+_TEMPLATES: dict[int, _Template] = {}
+_TEMPLATE_OF: dict[tuple[str, str, int], _Template] = {}
+
+
+def register_payload_template(
+    namespace: str,
+    type_: str,
+    version: int,
+    *,
+    tag: int,
+    fields: Sequence[str],
+    defaults: Mapping[str, object],
+    copies: dict[str, tuple[str, ...]] | None = None,
+) -> None:
+    """Store payloads of this event type without the fields that hold their default: a row
+    keeps `{"@t": tag}` instead (a captured message leaves out ten fields of nulls, empty lists
+    and "primary", about a third of its row). A field of `copies` defaults to the text at its
+    path instead (a message's searchable text is usually its content): it is left out when it
+    equals that text, and stored otherwise. A tag is part of the stored format: rows written
+    with it are read with it forever, so a changed field list or default takes a new tag, and
+    the old one stays registered for the rows that have it. `fields`: every field, in the
+    order the payload is read back in."""
+    copies = dict(copies or {})
+    plain = {k: v for k, v in defaults.items() if k not in copies}
+    template = _Template(
+        tag,
+        {key: defaults.get(key) for key in fields},
+        plain,
+        tuple(k for k, v in plain.items() if isinstance(v, (list, dict))),
+        copies,
+    )
+    known = _TEMPLATES.get(tag)
+    if known is not None and known != template:
+        raise UsageError(f"payload template {tag} is already registered with other fields")
+    _TEMPLATES[tag] = template
+    _TEMPLATE_OF[(namespace, type_, version)] = template
+
+
+def _is_default(value: object, default: object) -> bool:
+    return type(value) is type(default) and value == default
+
+
+def _text_at(payload: Mapping[str, object], path: Sequence[str]) -> str | None:
+    value: object = payload
+    for step in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value if isinstance(value, str) else None
+
+
+def _stored_payload(
+    payload: dict[str, object], template: _Template | None = None
+) -> dict[str, object]:
     """The payload as the row holds it: each top-level string that repeats an earlier string of
-    the payload (top-level, or one level down, as a message's content) is stored once."""
-    if _SAME in payload:
-        raise UsageError(f"a payload may not have a field named {_SAME!r}; it marks shared text")
+    the payload (top-level, or one level down, as a message's content) is stored once, and
+    with a template, a field holding its default is left out."""
+    if _SAME in payload or _TEMPLATE in payload:
+        raise UsageError(
+            f"a payload may not have a field named {_SAME!r} or {_TEMPLATE!r}; they mark"
+            " shared text and left-out defaults"
+        )
+    copied: set[str] = set()
+    if template is not None:
+        for key, path in template.copies.items():
+            if key in payload and payload[key] == _text_at(payload, path):
+                copied.add(key)
     seen: dict[str, list[str]] = {}
     same: dict[str, list[str]] = {}
     for key, value in payload.items():
         if isinstance(value, str):
-            if len(value) >= _SHORTEST_SHARED:
+            if len(value) >= _SHORTEST_SHARED and key not in copied:
                 if value in seen:
                     same[key] = seen[value]
                 else:
@@ -106,15 +184,43 @@ def _stored_payload(payload: dict[str, object]) -> dict[str, object]:
             for inner, text in value.items():
                 if isinstance(text, str) and len(text) >= _SHORTEST_SHARED:
                     seen.setdefault(text, [key, inner])
-    if not same:
+    if template is not None:
+        defaults = template.defaults
+        # A shared field is left out as well: its text comes back from the path `@same` names.
+        stored = {
+            key: value
+            for key, value in payload.items()
+            if key not in same
+            and key not in copied
+            and not (key in defaults and _is_default(value, defaults[key]))
+        }
+        stored[_TEMPLATE] = template.tag
+    elif not same:
         return payload
-    stored = {key: None if key in same else value for key, value in payload.items()}
-    stored[_SAME] = same
+    else:
+        stored = {key: None if key in same else value for key, value in payload.items()}
+    if same:
+        stored[_SAME] = same
     return stored
 
 
 def read_payload(stored: dict[str, object]) -> dict[str, object]:
-    """The payload a row holds, as it was appended (shared text put back in its fields)."""
+    """The payload a row holds, as it was appended (left-out defaults and shared text put back
+    in their fields). A row of a template this process has not registered raises KeyError."""
+    tag = stored.pop(_TEMPLATE, None)
+    if tag is not None:
+        if not isinstance(tag, int) or tag not in _TEMPLATES:
+            raise KeyError(f"payload template {tag!r} is not registered in this process")
+        template = _TEMPLATES[tag]
+        filled = template.filled.copy()
+        filled.update(stored)
+        for key in template.mutable:
+            if key not in stored:
+                filled[key] = copy.copy(template.defaults[key])
+        for key, path in template.copies.items():
+            if key not in stored:
+                filled[key] = _text_at(filled, path)
+        stored = filled
     same = stored.pop(_SAME, None)
     if not isinstance(same, dict):
         return stored
@@ -822,7 +928,7 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
     texts: list[str] = []
     clean = True
     for e in events:  # one loop, no call per check: every append passes here
-        text = _encode(_stored_payload(e.payload))
+        text = _encode(_stored_payload(e.payload, _template_of(e)))
         texts.append(text)
         if clean and not (text.isascii() and (e.session is None or e.session.isascii())):
             clean = not has_surrogate(text) and not has_surrogate(e.session or "")
@@ -836,7 +942,11 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
         )
         for e in events
     ]
-    return events, [_encode(_stored_payload(e.payload)) for e in events]
+    return events, [_encode(_stored_payload(e.payload, _template_of(e))) for e in events]
+
+
+def _template_of(event: PendingEvent) -> _Template | None:
+    return _TEMPLATE_OF.get((event.namespace, event.type, event.version))
 
 
 def read_pages(
