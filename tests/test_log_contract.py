@@ -214,7 +214,7 @@ def test_reopening_applies_no_migration_twice(target: Target) -> None:
 
 _WRITER = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
     sys.path.insert(0, {root!r})
     from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
     kind, where, name, batches, shared = {args!r}
@@ -233,6 +233,7 @@ _WRITER = textwrap.dedent(
         ids = [f"shared-{{(b * 3 + j) % shared}}" for j in range(3)]
         stored += [e.envelope.id for e in store.append_new(
             [PendingEvent("test", "Shared", 1, {{"id": i}}, id=i) for i in ids])]
+        time.sleep(0.002)  # let the others in, however the machine schedules us
     store.close()
     print(json.dumps(stored))
     """
@@ -277,6 +278,7 @@ def test_concurrent_appenders_in_threads_and_processes_lose_and_repeat_nothing(
                         [PendingEvent("test", "Shared", 1, {"id": i}, id=i) for i in wanted]
                     )
                 ]
+                time.sleep(0.002)  # let the others in, however the machine schedules us
             stored_by[name] = ids
         except BaseException as exc:  # asserted below
             errors.append(exc)
