@@ -27,6 +27,7 @@ BENCHES: dict[str, list[str]] = {
     "hooks": ["bench/hooks.py"],
     "compress": ["bench/compress.py", "--repeat", "7"],
     "vs_builtin": ["bench/vs_builtin.py"],
+    "compaction_tokens": ["bench/compaction_tokens.py"],
     "locomo": ["bench/locomo.py"],
     "search_scale": ["bench/search_scale.py", "--messages", "100000"],
 }
