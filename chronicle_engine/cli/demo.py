@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import yaml
 from rich.console import Console
@@ -31,6 +31,9 @@ from rich.table import Table
 from ..capture.events import HANDOFF_MARKER
 from .app import CommandFailed, Exit, Outcome, Session
 from .demo_chat import NEEDLE, NEEDLE_QUERY, turns
+
+if TYPE_CHECKING:
+    from ..chronicle.sections import Section
 
 __all__ = ["run_demo"]
 
@@ -308,6 +311,13 @@ def run_demo(s: Session) -> Outcome:
 
 
 def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
+    host = _chat(home, db)
+    seen = _Findings.of(host, db)
+    return Outcome(seen.data(), lambda console: seen.draw(console, kept), seen.exit())
+
+
+def _chat(home: Path, db: Path) -> DemoHost:
+    """The scripted chat, through the plugin registered as Hermes registers it."""
     (home / "config.yaml").write_text(
         yaml.safe_dump(
             {
@@ -333,77 +343,107 @@ def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
     host.start()
     for t in turns():
         host.turn(t.number, t.user, t.steps, t.answer)
+    return host
 
-    from ..core import ChronicleCore
 
-    core = ChronicleCore.get(db)
-    lineage = core.sessions.lineage(host.session_id)
-    chronicle_name = core.sessions.chronicle_name(host.session_id)
-    chronicle = core.chronicle(chronicle_name)
-    sections = chronicle.current()
-    handoff = next(
-        (m for m in host.messages if str(m.get("content") or "").startswith(HANDOFF_MARKER)), None
-    )
-    # The agent's own search tool, through the memory provider, as the model would call it.
-    found = host.tool(host.provider, "chronicle_search", {"query": NEEDLE_QUERY, "limit": 3})
-    if "error" in found:
-        raise CommandFailed(f"chronicle_search failed: {found['error']}", Exit.FAILED)
-    results = found.get("results")
-    hits: list[dict[str, object]] = (
-        [h for h in results if isinstance(h, dict)] if isinstance(results, list) else []
-    )
-    first = sections[0] if sections else None
-    expanded: list[dict[str, object]] = []
-    if first is not None:
-        expanded = host.expand(first.anchor.section_id)
-    originals = [json.dumps(m, ensure_ascii=False) for m in host.sent]
-    restored = [json.dumps(m, ensure_ascii=False) for m in expanded]
-    identical = bool(restored) and any(
-        originals[i : i + len(restored)] == restored
-        for i in range(len(originals) - len(restored) + 1)
-    )
-    needle = NEEDLE.split("vault path is ")[1].rstrip(".")
-    needle_found = any(needle in json.dumps(h, ensure_ascii=False) for h in hits)
-    recalled = [n for n, text in host.prefetched if needle in text]
+@dataclass
+class _Findings:
+    """What the chat left, looked at through the agent's own tools and the log."""
 
-    shown_section = first.anchor.section_id if first else None
-    expand_info: dict[str, object] = {
-        "section": shown_section,
-        "messages": len(restored),
-        "bytes": sum(len(r.encode()) for r in restored),
-        "identical": identical,
-    }
-    data: dict[str, object] = {
-        "turns": len(list(turns())),
-        "messages_sent": len(host.sent),
-        "messages_in_context": len(host.messages),
-        "compactions": [c.__dict__ for c in host.compactions],
-        "handoff": handoff.get("content") if handoff else None,
-        "lineage": lineage,
-        "chronicle": chronicle_name,
-        "sections": [
-            {
-                "id": x.anchor.section_id,
-                "from_seq": x.anchor.from_seq,
-                "to_seq": x.anchor.to_seq,
-                "prose": x.prose,
-            }
-            for x in sections
-        ],
-        "search": {"query": NEEDLE_QUERY, "hits": hits, "found": needle_found},
-        "expand": expand_info,
-        "prefetched_turns": [n for n, _ in host.prefetched],
-        "needle_prefetched_turns": recalled,
-    }
-    ok = (
-        len(host.compactions) >= 2
-        and handoff is not None
-        and identical
-        and bool(sections)
-        and needle_found
-    )
+    host: DemoHost
+    lineage: list[str]
+    chronicle_name: str
+    sections: list[Section]
+    handoff: dict[str, object] | None
+    hits: list[dict[str, object]]
+    needle_found: bool
+    restored: list[str]
+    identical: bool
 
-    def draw(console: Console) -> None:
+    @classmethod
+    def of(cls, host: DemoHost, db: Path) -> _Findings:
+        from ..core import ChronicleCore
+
+        core = ChronicleCore.get(db)
+        chronicle_name = core.sessions.chronicle_name(host.session_id)
+        sections = core.chronicle(chronicle_name).current()
+        handoff = next(
+            (m for m in host.messages if str(m.get("content") or "").startswith(HANDOFF_MARKER)),
+            None,
+        )
+        # The agent's own search tool, through the memory provider, as the model would call it.
+        found = host.tool(host.provider, "chronicle_search", {"query": NEEDLE_QUERY, "limit": 3})
+        if "error" in found:
+            raise CommandFailed(f"chronicle_search failed: {found['error']}", Exit.FAILED)
+        results = found.get("results")
+        hits = [h for h in results if isinstance(h, dict)] if isinstance(results, list) else []
+        expanded = host.expand(sections[0].anchor.section_id) if sections else []
+        originals = [json.dumps(m, ensure_ascii=False) for m in host.sent]
+        restored = [json.dumps(m, ensure_ascii=False) for m in expanded]
+        identical = bool(restored) and any(
+            originals[i : i + len(restored)] == restored
+            for i in range(len(originals) - len(restored) + 1)
+        )
+        needle = NEEDLE.split("vault path is ")[1].rstrip(".")
+        return cls(
+            host=host,
+            lineage=core.sessions.lineage(host.session_id),
+            chronicle_name=chronicle_name,
+            sections=sections,
+            handoff=handoff,
+            hits=hits,
+            needle_found=any(needle in json.dumps(h, ensure_ascii=False) for h in hits),
+            restored=restored,
+            identical=identical,
+        )
+
+    @property
+    def shown_section(self) -> str | None:
+        return self.sections[0].anchor.section_id if self.sections else None
+
+    def exit(self) -> Exit:
+        ok = (
+            len(self.host.compactions) >= 2
+            and self.handoff is not None
+            and self.identical
+            and bool(self.sections)
+            and self.needle_found
+        )
+        return Exit.OK if ok else Exit.FAILED
+
+    def data(self) -> dict[str, object]:
+        host = self.host
+        needle = NEEDLE.split("vault path is ")[1].rstrip(".")
+        return {
+            "turns": len(list(turns())),
+            "messages_sent": len(host.sent),
+            "messages_in_context": len(host.messages),
+            "compactions": [c.__dict__ for c in host.compactions],
+            "handoff": self.handoff.get("content") if self.handoff else None,
+            "lineage": self.lineage,
+            "chronicle": self.chronicle_name,
+            "sections": [
+                {
+                    "id": x.anchor.section_id,
+                    "from_seq": x.anchor.from_seq,
+                    "to_seq": x.anchor.to_seq,
+                    "prose": x.prose,
+                }
+                for x in self.sections
+            ],
+            "search": {"query": NEEDLE_QUERY, "hits": self.hits, "found": self.needle_found},
+            "expand": {
+                "section": self.shown_section,
+                "messages": len(self.restored),
+                "bytes": sum(len(r.encode()) for r in self.restored),
+                "identical": self.identical,
+            },
+            "prefetched_turns": [n for n, _ in host.prefetched],
+            "needle_prefetched_turns": [n for n, text in host.prefetched if needle in text],
+        }
+
+    def draw(self, console: Console, kept: Path | None) -> None:
+        host = self.host
         console.rule(
             "[bold]Chronicle demo[/]: a scripted long chat through the real plugin, offline"
         )
@@ -412,43 +452,12 @@ def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
             f"{CONTEXT_LENGTH:,} tokens; Chronicle compacts above "
             f"{int(getattr(host.engine, 'threshold_tokens', 0)):,} tokens"
         )
-        t = Table(title="Compactions", title_justify="left")
-        for col in ("turn", "session", "messages", "tokens"):
-            t.add_column(col)
-        for c in host.compactions:
-            t.add_row(
-                str(c.turn),
-                f"{c.old_session} → {c.new_session}",
-                f"{c.messages_before} → {c.messages_after}",
-                f"{c.tokens_before:,} → {c.tokens_after:,}",
-            )
-        console.print(t)
-        if handoff is not None:
-            lines = str(handoff["content"]).splitlines()
-            shown = "\n".join(lines[:HANDOFF_LINES])
-            if len(lines) > HANDOFF_LINES:
-                shown += f"\n… ({len(lines) - HANDOFF_LINES} more lines)"
-            console.print(
-                Panel(shown, title="the handoff the model sees now (start)", expand=False),
-                soft_wrap=False,
-            )
-        t = Table(
-            title="Chronicle sections (each cites the seq range it covers)", title_justify="left"
-        )
-        t.add_column("section")
-        t.add_column("seqs", justify="right")
-        t.add_column("prose", overflow="fold")
-        for x in sections:
-            prose = " ".join(x.prose.split())
-            t.add_row(
-                x.anchor.section_id,
-                f"{x.anchor.from_seq}..{x.anchor.to_seq}",
-                prose[:160] + ("…" if len(prose) > 160 else ""),
-            )
-        console.print(t)
+        self._draw_compactions(console)
+        self._draw_sections(console)
+        hits, found = self.hits, self.needle_found
         console.print(
             f"[bold]search[/] (the agent's chronicle_search tool) {NEEDLE_QUERY!r}: "
-            f"{len(hits)} hits, {'the' if needle_found else '[bold red]NOT the[/]'} turn-3 note "
+            f"{len(hits)} hits, {'the' if found else '[bold red]NOT the[/]'} turn-3 note "
             "among them; top hit:"
         )
         if hits:
@@ -461,19 +470,56 @@ def _run(s: Session, home: Path, db: Path, kept: Path | None) -> Outcome:
             f"[bold]prefetch[/]: memory was injected before {len(host.prefetched)} of "
             f"{len(list(turns()))} turns"
         )
-        verdict = "[bold green]identical[/]" if identical else "[bold red]DIFFERENT[/]"
+        verdict = "[bold green]identical[/]" if self.identical else "[bold red]DIFFERENT[/]"
+        size = sum(len(r.encode()) for r in self.restored)
         console.print(
-            f"[bold]expand[/] {expand_info['section']}: {len(restored)} original messages, "
-            f"{expand_info['bytes']:,} bytes (via the agent's chronicle_expand tool) — byte for "
+            f"[bold]expand[/] {self.shown_section}: {len(self.restored)} original messages, "
+            f"{size:,} bytes (via the agent's chronicle_expand tool) — byte for "
             f"byte {verdict} to what the host sent"
         )
-        if restored:
-            console.print(f"  first: {restored[0][:200]}")
+        if self.restored:
+            console.print(f"  first: {self.restored[0][:200]}")
         console.rule("[bold]next[/]")
-        for line in _next_steps(kept, shown_section):
+        for line in _next_steps(kept, self.shown_section):
             console.print(line)
 
-    return Outcome(data, draw, Exit.OK if ok else Exit.FAILED)
+    def _draw_compactions(self, console: Console) -> None:
+        t = Table(title="Compactions", title_justify="left")
+        for col in ("turn", "session", "messages", "tokens"):
+            t.add_column(col)
+        for c in self.host.compactions:
+            t.add_row(
+                str(c.turn),
+                f"{c.old_session} → {c.new_session}",
+                f"{c.messages_before} → {c.messages_after}",
+                f"{c.tokens_before:,} → {c.tokens_after:,}",
+            )
+        console.print(t)
+        if self.handoff is not None:
+            lines = str(self.handoff["content"]).splitlines()
+            shown = "\n".join(lines[:HANDOFF_LINES])
+            if len(lines) > HANDOFF_LINES:
+                shown += f"\n… ({len(lines) - HANDOFF_LINES} more lines)"
+            console.print(
+                Panel(shown, title="the handoff the model sees now (start)", expand=False),
+                soft_wrap=False,
+            )
+
+    def _draw_sections(self, console: Console) -> None:
+        t = Table(
+            title="Chronicle sections (each cites the seq range it covers)", title_justify="left"
+        )
+        t.add_column("section")
+        t.add_column("seqs", justify="right")
+        t.add_column("prose", overflow="fold")
+        for x in self.sections:
+            prose = " ".join(x.prose.split())
+            t.add_row(
+                x.anchor.section_id,
+                f"{x.anchor.from_seq}..{x.anchor.to_seq}",
+                prose[:160] + ("…" if len(prose) > 160 else ""),
+            )
+        console.print(t)
 
 
 def _next_steps(kept: Path | None, section: str | None) -> list[str]:
