@@ -16,6 +16,7 @@ from ..options import add_common_options
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ...core import ChronicleCore
     from ..app import Outcome, Session
 
 MIN_CONTEXT = 64_000
@@ -87,9 +88,8 @@ def run(s: Session) -> Outcome:
 
 
 def _database_checks(s: Session) -> list[Check]:
-    from ...capture.events import NAMESPACE as CHAT
     from ...log.store import sqlite_errors
-    from ..inventory import chronicle_rows, has_table
+    from ..inventory import has_table
 
     core = s.core()
     store = core.store
@@ -137,47 +137,57 @@ def _database_checks(s: Session) -> list[Check]:
         )
     )
     if has_table(store, "sections"):
-        forks = []
-        orphans = []
-        last_seq = store.last_seq()
-        for row in chronicle_rows(store):
-            current = core.chronicle(row["chronicle"]).current()
-            for sec in current:
-                lo, hi = sec.anchor.from_seq, sec.anchor.to_seq
-                held = hi <= last_seq and any(
-                    True for _ in store.read(after=lo - 1, upto=hi, namespaces=[CHAT], limit=1)
+        out += _chronicle_checks(core)
+    return out
+
+
+def _chronicle_checks(core: ChronicleCore) -> list[Check]:
+    """Current sections never overlap, and each cites messages this log holds."""
+    from ...capture.events import NAMESPACE as CHAT
+    from ..inventory import chronicle_rows
+
+    store = core.store
+    out: list[Check] = []
+    forks = []
+    orphans = []
+    last_seq = store.last_seq()
+    for row in chronicle_rows(store):
+        current = core.chronicle(row["chronicle"]).current()
+        for sec in current:
+            lo, hi = sec.anchor.from_seq, sec.anchor.to_seq
+            held = hi <= last_seq and any(
+                True for _ in store.read(after=lo - 1, upto=hi, namespaces=[CHAT], limit=1)
+            )
+            if not held:
+                orphans.append(f"{row['chronicle']} {sec.anchor.section_id}")
+        for prev, nxt in zip(current, current[1:], strict=False):
+            if nxt.anchor.from_seq <= prev.anchor.to_seq:
+                forks.append(
+                    f"{row['chronicle']}: {prev.anchor.section_id} overlaps {nxt.anchor.section_id}"
                 )
-                if not held:
-                    orphans.append(f"{row['chronicle']} {sec.anchor.section_id}")
-            for prev, nxt in zip(current, current[1:], strict=False):
-                if nxt.anchor.from_seq <= prev.anchor.to_seq:
-                    forks.append(
-                        f"{row['chronicle']}: {prev.anchor.section_id} overlaps {nxt.anchor.section_id}"
-                    )
-        out.append(
-            Check(
-                "chronicle",
-                "no forks",
-                "fail" if forks else "ok",
-                "; ".join(forks)
-                + " — supersede one of them (`reconsolidate`) or carry a clean export"
-                if forks
-                else f"{len(chronicle_rows(store))} chronicles, current sections never overlap",
-            )
+    out.append(
+        Check(
+            "chronicle",
+            "no forks",
+            "fail" if forks else "ok",
+            "; ".join(forks) + " — supersede one of them (`reconsolidate`) or carry a clean export"
+            if forks
+            else f"{len(chronicle_rows(store))} chronicles, current sections never overlap",
         )
-        out.append(
-            Check(
-                "chronicle",
-                "sections have their log",
-                "fail" if orphans else "ok",
-                f"{len(orphans)} current sections cite messages this log does not hold "
-                f"({', '.join(orphans[:5])}{', …' if len(orphans) > 5 else ''}): sections were "
-                "carried without their log. Import the session or events export they came from "
-                "(`chronicle import FILE`), or `chronicle expand` cannot restore them"
-                if orphans
-                else "every current section's seq range holds captured messages",
-            )
+    )
+    out.append(
+        Check(
+            "chronicle",
+            "sections have their log",
+            "fail" if orphans else "ok",
+            f"{len(orphans)} current sections cite messages this log does not hold "
+            f"({', '.join(orphans[:5])}{', …' if len(orphans) > 5 else ''}): sections were "
+            "carried without their log. Import the session or events export they came from "
+            "(`chronicle import FILE`), or `chronicle expand` cannot restore them"
+            if orphans
+            else "every current section's seq range holds captured messages",
         )
+    )
     return out
 
 
@@ -256,11 +266,8 @@ def _dependency_checks(s: Session) -> list[Check]:
 
 
 def _hermes_checks(s: Session) -> list[Check]:
-    import yaml
-
     raw: Mapping[str, object] = s.config.raw
     home = s.config.hermes_home
-    out: list[Check] = []
     if not raw:
         where = home / "config.yaml" if home else "config.yaml"
         return [
@@ -277,82 +284,66 @@ def _hermes_checks(s: Session) -> list[Check]:
         return value if isinstance(value, dict) else {}
 
     provider = section("memory").get("provider")
-    out.append(
-        Check(
-            "hermes",
-            "memory.provider",
-            "ok" if provider == "chronicle" else "fail",
-            "chronicle"
-            if provider == "chronicle"
-            else f"is {provider!r}; set memory.provider: chronicle",
-        )
-    )
     engine = section("context").get("engine")
-    out.append(
-        Check(
-            "hermes",
-            "context.engine",
-            "ok" if engine == "chronicle" else "fail",
-            "chronicle"
-            if engine == "chronicle"
-            else f"is {engine!r}; set context.engine: chronicle (else Hermes uses its built-in compressor)",
-        )
-    )
     enabled = section("plugins").get("enabled") or []
     listed = isinstance(enabled, Container) and "chronicle" in enabled
-    out.append(
-        Check(
-            "hermes",
-            "plugins.enabled",
-            "ok" if listed else "fail",
-            "lists chronicle"
-            if listed
-            else "does not list chronicle; run `hermes plugins enable chronicle`",
-        )
-    )
+    out = [
+        _expect("memory.provider", provider == "chronicle", "chronicle",
+                f"is {provider!r}; set memory.provider: chronicle"),
+        _expect("context.engine", engine == "chronicle", "chronicle",
+                f"is {engine!r}; set context.engine: chronicle (else Hermes uses its built-in "
+                "compressor)"),
+        _expect("plugins.enabled", listed, "lists chronicle",
+                "does not list chronicle; run `hermes plugins enable chronicle`"),
+    ]  # fmt: skip
     window = section("model").get("context_length")
     if window is not None:
-        try:
-            small = int(window) < MIN_CONTEXT if isinstance(window, (int, float, str)) else True
-        except ValueError:
-            small = True
-        out.append(
-            Check(
-                "hermes",
-                "model.context_length",
-                "fail" if small else "ok",
-                f"{window}" + (f"; Hermes refuses windows under {MIN_CONTEXT}" if small else ""),
-            )
-        )
+        out.append(_window_check(window))
     if home is not None:
-        manifest = Path(home) / "plugins" / "chronicle" / "plugin.yaml"
-        if manifest.exists():
-            try:
-                kind = (yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}).get("kind")
-            except (OSError, yaml.YAMLError) as exc:
-                kind = f"unreadable ({exc})"
-            out.append(
-                Check(
-                    "hermes",
-                    "plugin.yaml kind",
-                    "ok" if kind == "standalone" else "fail",
-                    "standalone"
-                    if kind == "standalone"
-                    else f"is {kind!r}; must be standalone or the context engine never registers "
-                    "(reinstall: `hermes plugins install ... --force`)",
-                )
-            )
-        else:
-            out.append(
-                Check(
-                    "hermes",
-                    "plugin installed",
-                    "warn",
-                    f"{manifest.parent} not found; install with "
-                    "`hermes plugins install <repo url> --enable`",
-                )
-            )
+        out.append(_manifest_check(Path(home) / "plugins" / "chronicle" / "plugin.yaml"))
     return out
+
+
+def _expect(name: str, holds: bool, ok: str, fix: str) -> Check:
+    """A setting Hermes needs for Chronicle: `ok` when it holds, else `fix` says what to do."""
+    return Check("hermes", name, "ok" if holds else "fail", ok if holds else fix)
+
+
+def _window_check(window: object) -> Check:
+    try:
+        small = int(window) < MIN_CONTEXT if isinstance(window, (int, float, str)) else True
+    except ValueError:
+        small = True
+    return Check(
+        "hermes",
+        "model.context_length",
+        "fail" if small else "ok",
+        f"{window}" + (f"; Hermes refuses windows under {MIN_CONTEXT}" if small else ""),
+    )
+
+
+def _manifest_check(manifest: Path) -> Check:
+    import yaml
+
+    if not manifest.exists():
+        return Check(
+            "hermes",
+            "plugin installed",
+            "warn",
+            f"{manifest.parent} not found; install with "
+            "`hermes plugins install <repo url> --enable`",
+        )
+    try:
+        kind = (yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}).get("kind")
+    except (OSError, yaml.YAMLError) as exc:
+        kind = f"unreadable ({exc})"
+    return _expect(
+        "plugin.yaml kind",
+        kind == "standalone",
+        "standalone",
+        f"is {kind!r}; must be standalone or the context engine never registers "
+        "(reinstall: `hermes plugins install ... --force`)",
+    )
 
 
 # -- egress ------------------------------------------------------------------------------------
