@@ -35,6 +35,11 @@ def _positive(value: str) -> int:
 
 
 def add(sub: argparse._SubParsersAction) -> None:
+    for adder in (_add_search, _add_expand, _add_sections, _add_tree):
+        adder(sub)
+
+
+def _add_search(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "search",
         help="search everything Chronicle holds (log, sections, beliefs)",
@@ -71,6 +76,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_common_options(p)
     p.set_defaults(run=search)
 
+
+def _add_expand(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "expand",
         help="a section (or seq range) back to the original messages, byte for byte",
@@ -93,6 +100,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_common_options(p)
     p.set_defaults(run=expand)
 
+
+def _add_sections(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sections",
         help="the chronicle sections of a conversation",
@@ -110,6 +119,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_common_options(p)
     p.set_defaults(run=sections)
 
+
+def _add_tree(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tree",
         help="the session tree: lineages, branches and compaction points",
@@ -283,44 +294,7 @@ def expand(s: Session) -> Outcome:
     a = s.args
     core = s.core()
     session = s.session_id(a.session)
-    section: Section | None = None
-    owner: str | None = None
-    names = _chronicle_for(s, session, a.chronicle)
-    for name in names:
-        found = core.chronicle(name).get(a.target)
-        if found is not None:
-            section, owner = found, name
-            break
-    if section is None and session:
-        # A condensed section ("L2:1-90") lives in a level chronicle the compaction part names.
-        name = core.sessions.chronicle_name(session)
-        view = core.compaction.resolve(name, a.target)
-        if view is not None:
-            section, owner = view.section, name
-    if section is not None:
-        lo, hi = section.anchor.from_seq, section.anchor.to_seq
-    else:
-        m = _RANGE.match(a.target)
-        if not m:
-            where = f"conversation {session!r}" if session else "any chronicle"
-            hint = ""
-            like = _SECTION_LIKE.match(a.target)
-            if like and not like.group(3):
-                hint = f"; for the seq range write {like.group(1)}..{like.group(2)}"
-            current = [
-                sec.anchor.section_id for name in names for sec in core.chronicle(name).current()
-            ]
-            shown = ", ".join(current[:8]) + (", …" if len(current) > 8 else "")
-            raise CommandFailed(
-                f"no section {a.target!r} in {where} (current sections: {shown or 'none'}; "
-                f"`chronicle sections` lists them){hint}",
-                Exit.NOT_FOUND,
-            )
-        lo, hi = int(m.group(1)), int(m.group(2))
-        if lo > hi:
-            raise CommandFailed(
-                f"empty range {a.target!r}: the first seq is after the last", Exit.USAGE
-            )
+    section, owner, lo, hi = _expand_target(s, core, session)
 
     if session:
         sessions = core.sessions
@@ -371,6 +345,53 @@ def expand(s: Session) -> Outcome:
             wrapped(console, clip(body or "", a.full))
 
     return Outcome(data, draw, Exit.OK if messages else Exit.NOT_FOUND, rows=rows)
+
+
+def _expand_target(
+    s: Session, core: ChronicleCore, session: str | None
+) -> tuple[Section | None, str | None, int, int]:
+    """What `chronicle expand TARGET` names: a section (with its chronicle) and its seq range,
+    or a plain seq range written LO..HI."""
+    a = s.args
+    section: Section | None = None
+    owner: str | None = None
+    names = _chronicle_for(s, session, a.chronicle)
+    for name in names:
+        found = core.chronicle(name).get(a.target)
+        if found is not None:
+            section, owner = found, name
+            break
+    if section is None and session:
+        # A condensed section ("L2:1-90") lives in a level chronicle the compaction part names.
+        name = core.sessions.chronicle_name(session)
+        view = core.compaction.resolve(name, a.target)
+        if view is not None:
+            section, owner = view.section, name
+    if section is not None:
+        lo, hi = section.anchor.from_seq, section.anchor.to_seq
+    else:
+        m = _RANGE.match(a.target)
+        if not m:
+            where = f"conversation {session!r}" if session else "any chronicle"
+            hint = ""
+            like = _SECTION_LIKE.match(a.target)
+            if like and not like.group(3):
+                hint = f"; for the seq range write {like.group(1)}..{like.group(2)}"
+            current = [
+                sec.anchor.section_id for name in names for sec in core.chronicle(name).current()
+            ]
+            shown = ", ".join(current[:8]) + (", …" if len(current) > 8 else "")
+            raise CommandFailed(
+                f"no section {a.target!r} in {where} (current sections: {shown or 'none'}; "
+                f"`chronicle sections` lists them){hint}",
+                Exit.NOT_FOUND,
+            )
+        lo, hi = int(m.group(1)), int(m.group(2))
+        if lo > hi:
+            raise CommandFailed(
+                f"empty range {a.target!r}: the first seq is after the last", Exit.USAGE
+            )
+    return section, owner, lo, hi
 
 
 def _sessions_of_chronicle(s: Session, owner: str | None, lo: int, hi: int) -> set[str] | None:
