@@ -49,6 +49,7 @@ from chronicle_engine.compaction.timing import (  # noqa: E402
     READ_PRICE,
     WRITE_PRICE,
 )
+from chronicle_engine.core import ChronicleCore  # noqa: E402
 
 __all__ = ["Life", "live", "main"]
 
@@ -80,7 +81,7 @@ class Life:
         return out
 
 
-def _calls(core: Any, session: str, label: str, budget: int) -> tuple[int, int]:
+def _calls(core: ChronicleCore, session: str, label: str, budget: int) -> tuple[int, int]:
     """(the section's tokens, the calls that restore it whole at `budget`)."""
     calls, cursor, tokens = 0, None, 0
     for _ in range(10_000):

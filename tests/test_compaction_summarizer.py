@@ -25,6 +25,7 @@ from chronicle_engine.chronicle.writers import (
     writer_from_config,
 )
 from chronicle_engine.config import Config
+from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import UsageError
 from chronicle_engine.log.bookkeeping import BOOKKEEPING_NAMESPACE
 
@@ -54,7 +55,7 @@ FOLD = [
 
 
 @pytest.fixture
-def core(tmp_path: Any) -> Iterator[Any]:
+def core(tmp_path: Any) -> Iterator[ChronicleCore]:
     c = core_for(tmp_path / "writers.db")
     yield c
     c.shutdown()
@@ -95,7 +96,7 @@ def test_condensed_prose_keeps_each_parts_facts() -> None:
 
 
 def test_hermes_auxiliary_model_is_called_for_compression(
-    core: Any, monkeypatch: pytest.MonkeyPatch
+    core: ChronicleCore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import agent.auxiliary_client as aux
 
@@ -149,7 +150,7 @@ def stub() -> Iterator[str]:
 
 
 def test_a_local_openai_compatible_server_writes_the_prose(
-    core: Any, stub: str, monkeypatch: pytest.MonkeyPatch
+    core: ChronicleCore, stub: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SUMMARY_KEY", "sk-local")
     config = Config(
@@ -172,7 +173,7 @@ def test_a_local_openai_compatible_server_writes_the_prose(
     assert "Focus on: rollback" in body["messages"][-1]["content"]
 
 
-def test_an_off_host_endpoint_is_refused_unless_allowed(core: Any) -> None:
+def test_an_off_host_endpoint_is_refused_unless_allowed(core: ChronicleCore) -> None:
     with pytest.raises(UsageError, match="summarizer_allow_remote"):
         endpoint_model(
             "https://summaries.invalid/v1", "m", api_key=None, timeout=1, allow_remote=False
@@ -188,7 +189,7 @@ def test_an_off_host_endpoint_is_refused_unless_allowed(core: Any) -> None:
     assert isinstance(writer_from_config(config, core.store, core.types), ExtractiveWriter)
 
 
-def test_an_unreachable_server_falls_back_to_the_extractive_prose(core: Any) -> None:
+def test_an_unreachable_server_falls_back_to_the_extractive_prose(core: ChronicleCore) -> None:
     writer = ModelWriter(
         lambda: endpoint_model(
             "http://127.0.0.1:9/v1", "m", api_key=None, timeout=2, allow_remote=False
@@ -209,7 +210,7 @@ def _fold(n: int, deadline: float | None = None) -> FoldInput:
 
 
 def test_hung_draws_hold_a_bounded_pool_not_a_thread_each(
-    core: Any, monkeypatch: pytest.MonkeyPatch
+    core: ChronicleCore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import chronicle_engine.chronicle.writers as summarizer
 
@@ -236,7 +237,7 @@ def test_hung_draws_hold_a_bounded_pool_not_a_thread_each(
         writer.close()
 
 
-def test_one_ledger_serves_every_draw_and_keeps_no_rejected_answer(core: Any) -> None:
+def test_one_ledger_serves_every_draw_and_keeps_no_rejected_answer(core: ChronicleCore) -> None:
     answers = iter(["   ", "User: rotate the key", "User: rotate the other key"])
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -255,7 +256,7 @@ def test_one_ledger_serves_every_draw_and_keeps_no_rejected_answer(core: Any) ->
     assert [p.payload["key"] for p in pins] == [*first.pins, *second.pins]
 
 
-def test_no_model_is_asked_past_the_callers_deadline(core: Any) -> None:
+def test_no_model_is_asked_past_the_callers_deadline(core: ChronicleCore) -> None:
     calls: list[float] = []
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

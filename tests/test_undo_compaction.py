@@ -21,6 +21,7 @@ from agent.memory_manager import MemoryManager
 from agent.model_metadata import estimate_messages_tokens_rough
 from test_compaction_support import rotate, slots, tool_step, wire
 
+from chronicle_engine.core import ChronicleCore
 from chronicle_engine.messages import is_own_handoff
 
 WINDOW, OVERHEAD = 64_000, 40_000
@@ -48,7 +49,7 @@ def _key(message: dict[str, Any]) -> str:
     return json.dumps(wire(message), sort_keys=True)
 
 
-def _projected(core: Any, session: str) -> list[str]:
+def _projected(core: ChronicleCore, session: str) -> list[str]:
     return [_key(m) for m in core.sessions.projection(session, branch_summaries=False)]
 
 
