@@ -206,7 +206,15 @@ def _m002_sections_index(conn: sqlite3.Connection) -> None:
 def _m003_links(conn: sqlite3.Connection) -> None:
     # Ranking reads each hit's neighbours; a narrow index answers that without touching the
     # wide rows (their text), which at a million messages are mostly not in the page cache.
+    # (m008 drops it again: ranking reads the strongest hits' rows anyway, `prev` among them.)
     run_script(conn, _LINKS)
+
+
+def _m008_drop_links(conn: sqlite3.Connection) -> None:
+    # The turn before a hit is read from the hit's own row, which ranking reads anyway; the
+    # narrow (seq, prev) index was a second copy of both (17 bytes a message) that a cold
+    # search paid a page read per hit to walk.
+    conn.execute("DROP INDEX IF EXISTS recall_messages_links")
 
 
 def _reindex_messages(conn: sqlite3.Connection) -> None:
@@ -256,6 +264,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m005_forget", _m005_forget),
     Migration("recall.m006_context_tail", _m006_context_tail),
     Migration("recall.m007_person_once", _m007_person_once),
+    Migration("recall.m008_drop_links", _m008_drop_links),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

@@ -28,7 +28,7 @@ import heapq
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -274,8 +274,17 @@ class MessageSearch:
             return []
         # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
         # lift a turn into the results, and every link costs a lookup.
-        sources = sorted(base, key=lambda s: -base[s])[:_NEIGHBOUR_SOURCES]
-        links = _links(conn, sources) if t.neighbour_weight else {}
+        strongest = sorted(base, key=lambda s: -base[s])
+        sources = strongest[:_NEIGHBOUR_SOURCES]
+        # The strongest hits' rows are read first, a chunk's worth (ranking reads at least one
+        # chunk anyway): each row says the turn before it (`prev`), so a link costs a lookup of
+        # the turn after only, and no index beside the rows is walked for it.
+        known = (
+            message_rows(conn, strongest[: max(_ROW_CHUNK, _NEIGHBOUR_SOURCES)], text=text)
+            if t.neighbour_weight
+            else {}
+        )
+        links = _links(conn, sources, known) if t.neighbour_weight else {}
         relevance: dict[int, float] = defaultdict(float)
         for seq, score in base.items():
             relevance[seq] += score
@@ -300,7 +309,8 @@ class MessageSearch:
             if len(best) == wanted and best[0] > relevance[ordered[start]] * ceiling:
                 break
             chunk = ordered[start : start + _ROW_CHUNK]
-            rows = message_rows(conn, chunk, text=text)
+            rows = message_rows(conn, [seq for seq in chunk if seq not in known], text=text)
+            rows.update((seq, known[seq]) for seq in chunk if seq in known)
             for seq in chunk:
                 row = rows.get(seq)
                 if row is None:
@@ -348,19 +358,31 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
     )
 
 
-def _links(conn: sqlite3.Connection, seqs: Iterable[int]) -> dict[int, list[int]]:
-    """seq -> the turns just before and after it in its session, for each visible seq."""
+def _links(
+    conn: sqlite3.Connection, seqs: Iterable[int], known: Mapping[int, MessageRow]
+) -> dict[int, list[int]]:
+    """seq -> the turns just before and after it in its session. The turn before is a row's
+    `prev`: taken from `known` (rows already read), else read by seq; the turns after are found
+    through the index on `prev`."""
     wanted = list(seqs)
     out: dict[int, list[int]] = {}
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i : i + 500]
-        marks = ",".join("?" * len(chunk))
+    unread = []
+    for seq in wanted:
+        row = known.get(seq)
+        if row is None:
+            unread.append(seq)
+        else:
+            out[seq] = [row.prev] if row.prev is not None else []
+    for i in range(0, len(unread), 500):
+        chunk = unread[i : i + 500]
         for seq, prev in conn.execute(
-            "SELECT seq, prev FROM recall_messages INDEXED BY recall_messages_links"
-            f" WHERE seq IN ({marks})",
+            f"SELECT seq, prev FROM recall_messages WHERE seq IN ({','.join('?' * len(chunk))})",
             chunk,
         ):
             out[seq] = [prev] if prev is not None else []
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        marks = ",".join("?" * len(chunk))
         for seq, prev in conn.execute(
             f"SELECT seq, prev FROM recall_messages WHERE prev IN ({marks})", chunk
         ):
@@ -490,7 +512,7 @@ def rank_beliefs(
     return [belief_hit(row[:-1], float(row[-1]), sources[row[0]]) for row in rows]
 
 
-_SECTION_CHUNK = 20
+_SECTION_SPARE = 2
 
 
 def rank_sections(
@@ -547,8 +569,10 @@ def rank_sections(
             if len(ranked) >= budget:
                 break
     hits: list[Hit] = []
-    # Twice the limit: one chunk answers unless many candidates are superseded or forgotten.
-    size = max(2 * limit, _SECTION_CHUNK)
+    # The limit and a few more: one chunk answers unless several candidates are superseded,
+    # forgotten or another user's. Each candidate read costs its row (prose, about two pages),
+    # a probe for a successor and one for its first message: cold, a page read apiece.
+    size = limit + _SECTION_SPARE
     for i in range(0, len(ranked), size):
         chunk = ranked[i : i + size]
         hits.extend(_visible_sections(conn, scope, chunk, chronicles))
