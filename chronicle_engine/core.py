@@ -40,11 +40,26 @@ if TYPE_CHECKING:
     from .sessions.capture import Capture
     from .sessions.tree import SessionTree
 
-__all__ = ["ChronicleCore"]
+__all__ = ["ChronicleCore", "vocabulary"]
 
 _Part = TypeVar("_Part")
 
 log = logging.getLogger("chronicle_engine.core")
+
+
+def vocabulary() -> EventTypeRegistry:
+    """Every event type any room writes, registered."""
+    types = EventTypeRegistry()
+    for register in (
+        register_builtin_events,
+        register_capture_events,
+        register_session_events,
+        register_recall_events,
+        register_context_events,
+        register_scheduler_events,
+    ):
+        register(types)
+    return types
 
 
 class ChronicleCore:
@@ -57,19 +72,10 @@ class ChronicleCore:
         self.config = config or Config()
         self.db_path = str(db_path)
         self.store = SQLiteEventStore(db_path, busy_timeout_ms=self.config.settings.busy_timeout_ms)
-        self.types = EventTypeRegistry()
-        self.upcasts = UpcastRegistry()
         # The whole vocabulary is known from the start, so any reader (the CLI, an export, a
         # rebuild) can decode every event before the subsystem that writes it is first used.
-        for register in (
-            register_builtin_events,
-            register_capture_events,
-            register_session_events,
-            register_recall_events,
-            register_context_events,
-            register_scheduler_events,
-        ):
-            register(self.types)
+        self.types = vocabulary()
+        self.upcasts = UpcastRegistry()
         self.reader = EventReader(self.store, self.upcasts, self.types)
         self._closed = False
         self._subsystems: dict[str, object] = {}
@@ -138,9 +144,12 @@ class ChronicleCore:
 
     @property
     def sessions(self) -> SessionTree:
+        from .sessions.tables import SQLiteSessionTables
         from .sessions.tree import SessionTree
 
-        return self._subsystem("sessions", lambda core: SessionTree(core.reader))
+        return self._subsystem(
+            "sessions", lambda core: SessionTree(core.reader, SQLiteSessionTables(core.store))
+        )
 
     @property
     def capture(self) -> Capture:

@@ -28,6 +28,7 @@ from pathlib import Path
 __all__ = [
     "PostgresCluster",
     "Target",
+    "TreeParts",
     "find_bin_dir",
     "own_schema",
     "release_together",
@@ -279,11 +280,47 @@ class Target:
 
         return PostgresChronicleStore(store, name)
 
+    def tree(self, store=None) -> TreeParts:
+        """The session tree and capture over a store here (a new one unless given), built as
+        the core builds them, with the store's own session tables."""
+        from chronicle_engine.config import Config
+        from chronicle_engine.core import vocabulary
+        from chronicle_engine.log.events import EventReader, UpcastRegistry
+        from chronicle_engine.sessions.capture import Capture
+        from chronicle_engine.sessions.tree import SessionTree
+
+        store = store if store is not None else self.open()
+        types = vocabulary()
+        reader = EventReader(store, UpcastRegistry(), types)
+        if self.kind == "sqlite":
+            from chronicle_engine.sessions.tables import SQLiteSessionTables
+
+            tables = SQLiteSessionTables(store)
+        else:
+            from chronicle_engine.sessions.postgres import PostgresSessionTables
+
+            tables = PostgresSessionTables(store)
+        tree = SessionTree(reader, tables)
+        return TreeParts(store, reader, tree, Capture(tree, Config()))
+
     def errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         from chronicle_engine.log.postgres import postgres_errors
         from chronicle_engine.log.store import sqlite_errors
 
         return sqlite_errors(what) if self.kind == "sqlite" else postgres_errors(what)
+
+
+@dataclass
+class TreeParts:
+    """What the session-tree tests use of a core (`ChronicleCore` has the same names)."""
+
+    store: object
+    reader: object
+    sessions: object
+    capture: object
+
+    def shutdown(self) -> None:
+        self.store.close()
 
 
 def release_together(processes: list[subprocess.Popen[str]]) -> None:

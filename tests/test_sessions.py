@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -18,8 +19,19 @@ from chronicle_engine.sessions.jsonl import export_jsonl, import_jsonl
 from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "postgres"])
 def core(request, tmp_path):
+    """The tree on each store: SQLite in memory and in a WAL file (through the core), and
+    PostgreSQL (a schema of its own on the session's server, the tree built as the core builds
+    it: nothing selects PostgreSQL for a whole core yet)."""
+    if request.param == "postgres":
+        from postgres_support import Target, own_schema
+
+        with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+            parts = Target("postgres", conninfo).tree()
+            yield parts
+            parts.shutdown()
+        return
     path = ":memory:" if request.param == "memory" else tmp_path / "sessions.db"
     c = ChronicleCore(path)
     yield c
@@ -366,3 +378,85 @@ def test_law_rebuild_reopen_and_carry_give_the_same_tree_and_projection(ops, tmp
     import_jsonl(carried.sessions, exported)
     assert carried.sessions.projection("s") == projection
     carried.shutdown()
+
+
+def _tree_tables(parts) -> tuple[list, list]:
+    with parts.sessions.tables.reading("test") as conn:
+        entries = conn.execute(
+            "SELECT entry_id, seq, session, parent_id, kind, fp, role, target_id"
+            " FROM session_entries ORDER BY seq"
+        ).fetchall()
+        heads = conn.execute(
+            "SELECT session, conversation, lineage_root, parent_session, fork_seq, reason,"
+            " leaf_id, started_seq FROM session_heads ORDER BY session"
+        ).fetchall()
+    return [tuple(r) for r in entries], [tuple(r) for r in heads]
+
+
+def test_a_rebuild_and_a_reopen_give_the_same_tree_on_each_store(target):
+    parts = target.tree()
+    seqs = _build_conversation(parts)
+    parts.sessions.switch("s2", parent_session_id="s", reason="compression")
+    parts.capture.capture_messages("s2", [u("after the rotation"), a("still here")])
+    parts.sessions.branch("s", entry_of(parts, "s", seqs[0]))
+    projections = {s: parts.sessions.projection(s) for s in ("s", "s2")}
+    before = _tree_tables(parts)
+    assert before[0] and before[1]
+    Projector(parts.sessions.tables, parts.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    assert _tree_tables(parts) == before
+    parts.shutdown()
+    reopened = target.tree()
+    assert {s: reopened.sessions.projection(s) for s in ("s", "s2")} == projections
+    assert reopened.sessions.lineage("s2") == ["s", "s2"]
+    reopened.shutdown()
+
+
+def test_hosts_writing_one_tree_at_once_fold_every_entry_once(target):
+    """Four writers with their own store (their own connection: on PostgreSQL, four hosts)
+    capture their own sessions and record usage in a shared one, all at once."""
+    writers, turns = 4, 12
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(writers)
+
+    def host(n: int) -> None:
+        parts = target.tree()
+        try:
+            barrier.wait(timeout=60)
+            live: list[dict] = []
+            for i in range(turns):
+                live += [u(f"host {n} asks {i}"), a(f"host {n} answers {i}")]
+                parts.capture.capture_messages(f"h{n}", json.loads(json.dumps(live)))
+                parts.sessions.record_usage(
+                    "shared", prompt_tokens=1, completion_tokens=1, source="host"
+                )
+        except BaseException as exc:  # reported below, with the host's number
+            errors.append(exc)
+        finally:
+            parts.shutdown()
+
+    threads = [threading.Thread(target=host, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    parts = target.tree()
+    for n in range(writers):
+        contents = [m["content"] for m in parts.sessions.projection(f"h{n}")]
+        assert contents == [
+            x for i in range(turns) for x in (f"host {n} asks {i}", f"host {n} answers {i}")
+        ]
+    assert parts.sessions.usage("shared")["calls"] == writers * turns
+    entries, _ = _tree_tables(parts)
+    tree_events = [
+        e
+        for e in parts.store.read(namespaces=["chronicle.chat", "chronicle.session"])
+        if e.envelope.type in ("MessageCaptured", "UsageRecorded")
+    ]
+    assert sorted(e[0] for e in entries) == sorted(e.envelope.id for e in tree_events)
+    assert len(entries) == writers * turns * 3
+    before = _tree_tables(parts)
+    Projector(parts.sessions.tables, parts.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    assert _tree_tables(parts) == before
+    parts.shutdown()

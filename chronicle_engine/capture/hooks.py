@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import StoreBusy, StoreError, StoreReadOnly
 from ..log.events import DomainEvent, EventReader
+from ..log.port import LogStore
 from ..log.store import PendingEvent, StoredEvent
 from ..storable import escape_text
 from .events import (
@@ -70,7 +71,7 @@ def _mask_strings(value: object) -> object:
 class HostRecorder:
     """Appends the host's reports straight to the log (they are no tree entries)."""
 
-    def __init__(self, reader: EventReader, keep_aside: KeepAside) -> None:
+    def __init__(self, reader: EventReader[LogStore], keep_aside: KeepAside) -> None:
         self._host_log = reader
         self._host_keep_aside = keep_aside
 

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypedDict
 
 from ..log.events import EventTypeRegistry
-from ..log.store import PendingEvent, SQLiteEventStore
+from ..log.port import LogStore
+from ..log.store import PendingEvent
 from . import shortened
 from .align import RUN, align, embed, fingerprint, wire_message
 from .describe import describe_payload, digest, message_id
@@ -66,7 +67,7 @@ class Plan:
 class Planner:
     """Plans captures against a log (read only: the stored originals of shortened copies)."""
 
-    def __init__(self, store: SQLiteEventStore, types: EventTypeRegistry) -> None:
+    def __init__(self, store: LogStore, types: EventTypeRegistry) -> None:
         self._store = store
         self._types = types
 

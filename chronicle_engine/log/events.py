@@ -12,8 +12,10 @@ from typing import Annotated, Generic, Literal, NamedTuple, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from ..errors import UnknownEventType, UsageError
+from .port import LogStore
 from .store import Envelope, PendingEvent, SQLiteEventStore, StoredEvent
 
 __all__ = [
@@ -25,6 +27,9 @@ __all__ = [
 ]
 
 E = TypeVar("E", bound="DomainEvent")
+# The reader's store: SQLite's unless a reader is built over another (covariant: a reader of
+# either store is a reader of `LogStore`).
+S = DefaultedTypeVar("S", bound=LogStore, default=SQLiteEventStore, covariant=True)
 Upcaster = Callable[[dict[str, object]], dict[str, object]]
 
 
@@ -190,12 +195,11 @@ class UpcastRegistry:
         return payload
 
 
-class EventReader:
-    """Reads the log with every payload upcast to its current version; decodes on request."""
+class EventReader(Generic[S]):
+    """Reads the log with every payload upcast to its current version; decodes on request.
+    `S` is the store's type (SQLite's unless said otherwise)."""
 
-    def __init__(
-        self, store: SQLiteEventStore, upcasts: UpcastRegistry, types: EventTypeRegistry
-    ) -> None:
+    def __init__(self, store: S, upcasts: UpcastRegistry, types: EventTypeRegistry) -> None:
         self.store = store
         self.upcasts = upcasts
         self.types = types

@@ -16,7 +16,8 @@ Invariants every store keeps (tests/test_log_contract.py runs the same tests aga
   by `migrate` when a store opens.
 
 Two stores implement it: `store.SQLiteEventStore` (the embedded default, the one the core uses)
-and `postgres.PostgresEventStore` (partial: the log alone; nothing above the log runs on it yet).
+and `postgres.PostgresEventStore` (partial: the rooms above with a twin of their own run on it;
+nothing selects it for a whole core yet).
 The SQLite-only parts (`patience`, `checkpoint`, `reading`, the `sqlite3.Connection` a fold
 writes its own tables through) are not part of this port: they are what moving a room's tables
 to PostgreSQL has to replace.
@@ -27,11 +28,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import Never, Protocol, TypeVar
 
 from .store import Migration, PendingEvent, SQLiteEventStore, StoredEvent
 
-__all__ = ["EventLogStore"]
+__all__ = ["EventLogStore", "LogStore"]
 
 Conn = TypeVar("Conn", covariant=True)
 Step = TypeVar("Step", contravariant=True)
@@ -116,3 +117,8 @@ class EventLogStore(Protocol[Conn, Step]):
 
 def _sqlite_conforms(store: SQLiteEventStore) -> EventLogStore[sqlite3.Connection, Migration]:
     return store  # the type checker holds the SQLite store to the port
+
+
+LogStore = EventLogStore[object, Never]
+"""Either store, as a reader that neither writes through its connection nor migrates it sees it
+(the event reader, a room whose tables come from its own `Tables`)."""

@@ -1,10 +1,11 @@
 """The event log on PostgreSQL (psycopg 3): the same port as the SQLite store, for a log shared
 by several hosts.
 
-PARTIAL: this is the log alone (events, fold positions, migrations). Nothing above the log runs
-on PostgreSQL yet (recall's full-text index, the scheduler's queue, chronicle sections and the
-session tree are SQLite tables), so no setting selects this store; the contract suite
-(tests/test_log_contract.py) runs it beside the SQLite store.
+PARTIAL: the log (events, fold positions, migrations) and the tables of the rooms that have a
+PostgreSQL twin (`PostgresTables`: the scheduler's queue, chronicle sections, the session tree).
+Recall's full-text index, the sweep cursors and the consolidation units are still SQLite's, so
+no setting selects this store yet; the contract suites (tests/test_log_contract.py and the
+rooms' suites parametrised by `target`) run it beside the SQLite store.
 
 Invariants:
 - Append-only in the database: triggers refuse UPDATE, DELETE and TRUNCATE of `events`.
@@ -41,6 +42,7 @@ from ..errors import (
     StoreError,
     StoreFull,
     StoreReadOnly,
+    UsageError,
 )
 from .port import EventLogStore
 from .store import (
@@ -56,9 +58,15 @@ from .store import (
     storable,
     utc_now,
 )
-from .tables import Tables
+from .tables import SQLCursor, Statements, Tables
 
-__all__ = ["PostgresEventStore", "PostgresMigration", "PostgresTables", "postgres_errors"]
+__all__ = [
+    "PostgresEventStore",
+    "PostgresMigration",
+    "PostgresTables",
+    "QmarkConnection",
+    "postgres_errors",
+]
 
 Connection = psycopg.Connection[TupleRow]
 
@@ -194,6 +202,13 @@ def postgres_errors(what: str) -> Iterator[None]:
         raise StoreError(f"{what}: {exc}") from exc
 
 
+class _ThreadState(threading.local):
+    """One thread's connection and how deeply it is nested in `atomic()`."""
+
+    conn: Connection | None = None
+    depth: int = 0
+
+
 class PostgresEventStore:
     """The append-only log in one PostgreSQL database (`conninfo`: a libpq connection string or
     URI; a password belongs in PGPASSWORD or a .pgpass file, not in it)."""
@@ -209,7 +224,7 @@ class PostgresEventStore:
         self.conninfo = conninfo
         self.busy_timeout_ms = busy_timeout_ms
         self.connect_timeout_s = connect_timeout_s
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._connections: list[Connection] = []
         self._connections_lock = threading.Lock()
         self._closed = False
@@ -237,7 +252,7 @@ class PostgresEventStore:
         """This thread's connection."""
         if self._closed:
             raise StoreError("the PostgreSQL store is closed; open a new one")
-        conn: Connection | None = getattr(self._local, "conn", None)
+        conn = self._local.conn
         if conn is None or conn.closed:
             conn = self._open()
             self._local.conn = conn
@@ -247,8 +262,22 @@ class PostgresEventStore:
     def atomic(self) -> Iterator[Connection]:
         """One transaction; nested calls become savepoints. The only way anything writes."""
         conn = self.connection
-        with postgres_errors("committing"), conn.transaction():
-            yield conn
+        self._local.depth += 1
+        try:
+            with postgres_errors("committing"), conn.transaction():
+                yield conn
+        finally:
+            self._local.depth -= 1
+
+    @property
+    def depth(self) -> int:
+        """How deeply this thread is nested in `atomic()` (1: the outermost transaction)."""
+        return self._local.depth
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection to read from (this thread's)."""
+        yield self.connection
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -516,6 +545,11 @@ class PostgresEventStore:
         return int(row[0]) if row else 0
 
     @staticmethod
+    def errors(what: str) -> AbstractContextManager[None]:
+        """This store's driver errors turned into Chronicle's own (`postgres_errors`)."""
+        return postgres_errors(what)
+
+    @staticmethod
     def set_position(conn: Connection, fold: str, position: int) -> None:
         with postgres_errors("moving a fold position"):
             conn.execute(
@@ -557,12 +591,38 @@ class PostgresTables(Tables[PostgresEventStore, Connection]):
     def _atomic(self) -> AbstractContextManager[Connection]:
         return self.store.atomic()
 
-    @contextlib.contextmanager
-    def _reading(self) -> Iterator[Connection]:
-        yield self.store.connection
+    def _reading(self) -> AbstractContextManager[Connection]:
+        return self.store.reading()
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         return postgres_errors(what)
 
     def _sql(self, text: str) -> str:
         return text.replace("?", "%s")
+
+    def statements(self, conn: object) -> Statements:
+        if isinstance(conn, QmarkConnection):
+            return conn
+        if isinstance(conn, psycopg.Connection):
+            return QmarkConnection(conn)
+        raise UsageError(f"a PostgreSQL store's tables take its psycopg connection, not {conn!r}")
+
+    @property
+    def depth(self) -> int:
+        return self.store.depth
+
+
+class QmarkConnection:
+    """A psycopg connection that reads SQL written with `?` placeholders (`tables.Statements`):
+    the one dialect a room's small SQL functions write for both databases."""
+
+    def __init__(self, raw: Connection) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[object] = (), /) -> SQLCursor:
+        return self.raw.execute(sql.replace("?", "%s"), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object:
+        with self.raw.cursor() as cursor:
+            cursor.executemany(sql.replace("?", "%s"), rows)
+        return None

@@ -23,42 +23,62 @@ import inspect
 import itertools
 import sqlite3
 from collections.abc import Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import ClassVar, Generic, Protocol, runtime_checkable
+
+from typing_extensions import TypeVar
 
 from ..errors import GenerativeRebuild, UsageError
 from .events import EventReader
-from .store import SQLiteEventStore, StoredEvent, sqlite_errors
+from .port import LogStore
+from .store import StoredEvent
+
+# The connection a store's `atomic()` hands its folds: sqlite3's unless the store is another.
+C = TypeVar("C", default=sqlite3.Connection)
+C_in = TypeVar("C_in", contravariant=True, default=sqlite3.Connection)
 
 __all__ = ["Fold", "GenerativeFold", "AsyncGenerativeFold", "Projector", "prepares_async"]
 
 
 @runtime_checkable
-class Fold(Protocol):
-    """A deterministic fold: same log, same state.
+class Fold(Protocol[C_in]):
+    """A deterministic fold: same log, same state. `C_in`: the connection it writes through.
 
     A fold may also declare `namespaces` (a collection of namespace names, read once when the
     projector is made): it is then given only events of those namespaces."""
 
     name: str
 
-    def apply(
-        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
-    ) -> None:
+    def apply(self, conn: C_in, events: Sequence[StoredEvent], prepared: object) -> None:
         """Write the effect of `events` (already in seq order) inside the open transaction."""
         ...
 
-    def reset(self, conn: sqlite3.Connection) -> None:
+    def reset(self, conn: C_in) -> None:
         """Drop the fold's state (for a rebuild), inside the open transaction."""
         ...
 
 
-class Reset(Protocol):
+class Reset(Protocol[C_in]):
     """Drops a fold's state: inside the rebuild's transaction when given one, else on its own."""
 
-    def __call__(self, conn: sqlite3.Connection | None = None, /) -> None: ...
+    def __call__(self, conn: C_in | None = None, /) -> None: ...
 
 
-class GenerativeFold(Fold, Protocol):
+class FoldedStore(Protocol[C]):
+    """What the projector needs of a store: the log, its transaction and fold positions."""
+
+    def atomic(self) -> AbstractContextManager[C]: ...
+
+    def position(self, fold: str) -> int: ...
+
+    def last_seq(self) -> int: ...
+
+    def set_position(self, conn: C, fold: str, position: int, /) -> None: ...
+
+    def errors(self, what: str) -> AbstractContextManager[None]: ...
+
+
+class GenerativeFold(Fold[sqlite3.Connection], Protocol):
     """A fold whose output a model writes. `prepare` draws; `apply` only writes."""
 
     generative: ClassVar[bool]
@@ -104,14 +124,14 @@ def _refuse_async(fold: object) -> None:
         )
 
 
-class Projector:
+class Projector(Generic[C]):
     """Drives a set of folds over the log, each from its own position."""
 
     def __init__(
         self,
-        store: SQLiteEventStore,
-        reader: EventReader,
-        folds: Sequence[Fold],
+        store: FoldedStore[C],
+        reader: EventReader[LogStore],
+        folds: Sequence[Fold[C]],
         *,
         batch_size: int = 1000,
     ) -> None:
@@ -177,7 +197,7 @@ class Projector:
             self._apply(pending, positions, prepared, end)
             total += len(batch)
 
-    def fold_within(self, conn: sqlite3.Connection, *, after: int, upto: int) -> int:
+    def fold_within(self, conn: C, *, after: int, upto: int) -> int:
         """Fold the events in (after, upto] into every fold, inside the caller's open write
         transaction, a batch at a time (memory bounded by `batch_size`, however far behind).
         For a writer whose folds must be caught up before it appends in the same transaction
@@ -224,7 +244,7 @@ class Projector:
         return batch, positions, end
 
     def _pending(
-        self, fold: Fold, batch: list[StoredEvent], positions: dict[str, int]
+        self, fold: Fold[C], batch: list[StoredEvent], positions: dict[str, int]
     ) -> list[StoredEvent]:
         events = _pending_for(batch, positions[fold.name])
         namespaces = self._namespaces[fold.name]
@@ -240,7 +260,7 @@ class Projector:
         end: int,
     ) -> None:
         names = ", ".join(f.name for f in self.folds)
-        with sqlite_errors(f"folding the log into {names}"), self.store.atomic() as conn:
+        with self.store.errors(f"folding the log into {names}"), self.store.atomic() as conn:
             for f in self.folds:
                 if pending[f.name]:
                     f.apply(conn, pending[f.name], prepared.get(f.name))
@@ -253,7 +273,7 @@ class Projector:
         self,
         name: str,
         *,
-        reset: Reset | None = None,
+        reset: Reset[C] | None = None,
         reset_in_transaction: bool = True,
         discard_generated: bool = False,
     ) -> int:
@@ -267,7 +287,7 @@ class Projector:
         self,
         name: str,
         *,
-        reset: Reset | None = None,
+        reset: Reset[C] | None = None,
         reset_in_transaction: bool = True,
         discard_generated: bool = False,
     ) -> int:
@@ -276,7 +296,7 @@ class Projector:
         projector = Projector(self.store, self.reader, [fold], batch_size=self.batch_size)
         return await projector.catch_up_async()
 
-    def _fold(self, name: str) -> Fold:
+    def _fold(self, name: str) -> Fold[C]:
         for f in self.folds:
             if f.name == name:
                 return f
@@ -286,8 +306,8 @@ class Projector:
 
     def _reset(
         self,
-        fold: Fold,
-        reset: Reset | None,
+        fold: Fold[C],
+        reset: Reset[C] | None,
         reset_in_transaction: bool,
         discard_generated: bool,
     ) -> None:

@@ -882,6 +882,11 @@ class SQLiteEventStore:
         return int(row[0]) if row else 0
 
     @staticmethod
+    def errors(what: str) -> contextlib.AbstractContextManager[None]:
+        """This store's driver errors turned into Chronicle's own (`sqlite_errors`)."""
+        return sqlite_errors(what)
+
+    @staticmethod
     def set_position(conn: sqlite3.Connection, fold: str, position: int) -> None:
         conn.execute(
             "INSERT INTO fold_positions(fold, position) VALUES (?, ?)"

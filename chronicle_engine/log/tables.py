@@ -6,19 +6,27 @@ transaction, reads and error mapping its store gives. `SQLiteTables` gives SQLit
 `postgres.PostgresTables` gives PostgreSQL's and turns `?` into psycopg's `%s`. What the rules
 cannot share (a row lock, an upsert that must hold across hosts) each room's PostgreSQL twin
 writes itself.
+
+A room whose SQL runs in many small functions handed a connection (the session tree's fold and
+path readers) takes `Statements` instead: a connection that reads `?` placeholders on either
+database (`statements` gives it; on SQLite it is the connection itself). Its SQL keeps to what
+both dialects read alike: `?` only as a placeholder, no literal `%`, `ON CONFLICT` rather than
+`INSERT OR ...`, no `rowid` unless the PostgreSQL table declares a column of that name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Generic, Protocol, TypeVar
 
+from ..errors import UsageError
 from .store import Row, SQLiteEventStore, sqlite_errors
 
-__all__ = ["SQLConnection", "SQLCursor", "SQLiteTables", "Tables"]
+__all__ = ["SQLConnection", "SQLCursor", "SQLiteTables", "Statements", "Tables"]
 
 
 class SQLCursor(Protocol):
@@ -38,6 +46,12 @@ class SQLConnection(Protocol):
     """What a room's SQL needs of a connection: sqlite3's and psycopg's `execute` both fit."""
 
     def execute(self, sql: str, params: Sequence[object] = ..., /) -> SQLCursor: ...
+
+
+class Statements(SQLConnection, Protocol):
+    """A connection that reads SQL with `?` placeholders on either database."""
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object: ...
 
 
 Store = TypeVar("Store")
@@ -66,6 +80,56 @@ class Tables(ABC, Generic[Store, Conn]):
         """`text` with its `?` placeholders in the driver's form."""
         return text
 
+    @abstractmethod
+    def statements(self, conn: object) -> Statements:
+        """`conn` (this store's connection, or one `statements` already gave) reading `?`
+        placeholders."""
+
+    @property
+    @abstractmethod
+    def depth(self) -> int:
+        """How deeply this thread is nested in the store's transactions (0: in none)."""
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[Statements]:
+        """One transaction (a savepoint when nested), its errors as Chronicle's own."""
+        with self._errors(what), self._atomic() as conn:
+            yield self.statements(conn)
+
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[Statements]:
+        """A connection to read from, its errors as Chronicle's own."""
+        with self._errors(what), self._reading() as conn:
+            yield self.statements(conn)
+
+    # A room that folds the log through these tables hands them to its Projector as the store
+    # (`projector.FoldedStore`): the fold then writes through `Statements` on either database.
+
+    def atomic(self) -> AbstractContextManager[Statements]:
+        return self.writing("writing")
+
+    def errors(self, what: str) -> AbstractContextManager[None]:
+        return self._errors(what)
+
+    def position(self, fold: str) -> int:
+        with self.reading("reading a fold position") as conn:
+            return self.read_position(conn, fold)
+
+    @staticmethod
+    def read_position(conn: Statements, fold: str) -> int:
+        """A fold's position as `conn` sees it (the log's `fold_positions`)."""
+        row = conn.execute("SELECT position FROM fold_positions WHERE fold = ?", (fold,)).fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
+    def set_position(conn: Statements, fold: str, position: int, /) -> None:
+        """Move a fold's position in `conn`'s transaction (the fold's own writes beside it)."""
+        conn.execute(
+            "INSERT INTO fold_positions(fold, position) VALUES (?, ?)"
+            " ON CONFLICT(fold) DO UPDATE SET position = excluded.position",
+            (fold, position),
+        )
+
 
 class SQLiteTables(Tables[SQLiteEventStore, sqlite3.Connection]):
     """A room's tables in the SQLite store's database."""
@@ -78,3 +142,12 @@ class SQLiteTables(Tables[SQLiteEventStore, sqlite3.Connection]):
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         return sqlite_errors(what)
+
+    def statements(self, conn: object) -> Statements:
+        if isinstance(conn, sqlite3.Connection):
+            return conn
+        raise UsageError(f"a SQLite store's tables take its sqlite3 connection, not {conn!r}")
+
+    @property
+    def depth(self) -> int:
+        return self.store.depth

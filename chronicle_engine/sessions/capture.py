@@ -38,7 +38,7 @@ from ..capture.plan import Branch, Context, Plan, Planner
 from ..capture.speaker import is_handoff
 from ..config import Config
 from ..errors import StoreBusy, StoreError, StoreReadOnly
-from ..log.store import PendingEvent, sqlite_errors, utc_now
+from ..log.store import PendingEvent, utc_now
 from ..storable import escape_text
 from .events import BranchSummarized, CompactionRecorded, LeafMoved
 from .paths import PathEntry, read_leaf, read_path
@@ -320,7 +320,7 @@ class Capture(HostRecorder):
             kept = self._offline.get(session)
         if kept is not None:
             return kept
-        with sqlite_errors("reading the session tree"), self.tree.store.reading() as conn:
+        with self.tree.tables.reading("reading the session tree") as conn:
             leaf = read_leaf(conn, session)
             path = BranchPath(leaf=leaf)
             path.extend(read_path(conn, leaf))
@@ -497,7 +497,7 @@ class Capture(HostRecorder):
         return event if isinstance(event, CompactionRecorded) else None
 
     def _read_path(self, leaf: str | None) -> list[PathEntry]:
-        with sqlite_errors("reading the session tree"), self.tree.store.reading() as conn:
+        with self.tree.tables.reading("reading the session tree") as conn:
             return read_path(conn, leaf)
 
     def _texts(self, seqs: Sequence[int]) -> list[tuple[str, str]]:

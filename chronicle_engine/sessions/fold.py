@@ -8,6 +8,8 @@ Invariants:
   catches up anything another writer appended), so the tables are never behind the writer.
 - An entry's parent is fixed when it is folded: the event's `parent`, or the session's leaf at
   that point of the log when the event named none.
+- The fold's SQL is one dialect for both stores (`log/tables.py`'s `Statements`): the same
+  statements fold the tree into SQLite (these migrations) and PostgreSQL (`postgres.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..log.projector import Projector
 from ..log.store import Migration, StoredEvent, run_script
+from ..log.tables import Statements, Tables
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
 
@@ -78,12 +81,10 @@ class SessionFold:
     name = FOLD_NAME
     namespaces = NAMESPACES
 
-    def apply(
-        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
-    ) -> None:
+    def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         apply_events(conn, events)
 
-    def reset(self, conn: sqlite3.Connection) -> None:
+    def reset(self, conn: Statements) -> None:
         conn.execute("DELETE FROM session_entries")
         conn.execute("DELETE FROM session_heads")
 
@@ -92,7 +93,7 @@ class SessionFold:
 _Head = tuple[str, str, str | None]
 
 
-def _head(conn: sqlite3.Connection, session: str) -> _Head | None:
+def _head(conn: Statements, session: str) -> _Head | None:
     row: _Head | None = conn.execute(
         "SELECT conversation, lineage_root, leaf_id FROM session_heads WHERE session = ?",
         (session,),
@@ -100,7 +101,7 @@ def _head(conn: sqlite3.Connection, session: str) -> _Head | None:
     return row
 
 
-def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> _Head:
+def _ensure_head(conn: Statements, session: str, seq: int) -> _Head:
     row = _head(conn, session)
     if row is None:
         conn.execute(
@@ -112,7 +113,7 @@ def _ensure_head(conn: sqlite3.Connection, session: str, seq: int) -> _Head:
     return row
 
 
-def _entry_exists(conn: sqlite3.Connection, entry_id: str) -> tuple[int, str] | None:
+def _entry_exists(conn: Statements, entry_id: str) -> tuple[int, str] | None:
     row: tuple[int, str] | None = conn.execute(
         "SELECT seq, session FROM session_entries WHERE entry_id = ?", (entry_id,)
     ).fetchone()
@@ -120,7 +121,7 @@ def _entry_exists(conn: sqlite3.Connection, entry_id: str) -> tuple[int, str] | 
 
 
 def _add_entry(
-    conn: sqlite3.Connection,
+    conn: Statements,
     event: StoredEvent,
     kind: str,
     fp: str | None,
@@ -136,14 +137,14 @@ def _add_entry(
     elif parent == "":
         parent = None
     conn.execute(
-        "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind, fp, role,"
-        " target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO session_entries(entry_id, seq, session, parent_id, kind, fp, role,"
+        " target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         (env.id, env.seq, session, parent, kind, fp, role, target),
     )
     conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (env.id, session))
 
 
-def _switch(conn: sqlite3.Connection, event: StoredEvent) -> None:
+def _switch(conn: Statements, event: StoredEvent) -> None:
     env = event.envelope
     session = env.session or ""
     parent_session = str(event.payload.get("parent_session") or "")
@@ -187,7 +188,7 @@ def _switch(conn: sqlite3.Connection, event: StoredEvent) -> None:
         )
 
 
-def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
+def apply_event(conn: Statements, event: StoredEvent) -> None:
     env = event.envelope
     entry = _entry_of(event)
     if entry is not None:
@@ -205,7 +206,7 @@ def apply_event(conn: sqlite3.Connection, event: StoredEvent) -> None:
             conn.execute("UPDATE session_heads SET leaf_id = ? WHERE session = ?", (leaf, session))
 
 
-def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> None:
+def apply_events(conn: Statements, events: Sequence[StoredEvent]) -> None:
     """Fold `events` in order; the same result as `apply_event` one by one, in fewer statements:
     a run of tree entries is inserted at once and each session's leaf written once."""
     heads: dict[str, list[str | None]] = {}  # session -> [conversation, lineage_root, leaf]
@@ -214,8 +215,8 @@ def apply_events(conn: sqlite3.Connection, events: Sequence[StoredEvent]) -> Non
     def flush() -> None:
         if rows:
             conn.executemany(
-                "INSERT OR IGNORE INTO session_entries(entry_id, seq, session, parent_id, kind,"
-                " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO session_entries(entry_id, seq, session, parent_id, kind,"
+                " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 rows,
             )
             rows.clear()
@@ -273,14 +274,14 @@ def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | No
     return (kind, None, None, target if isinstance(target, str) else None)
 
 
-def fold_pending(projector: Projector, conn: sqlite3.Connection) -> tuple[int, int]:
-    """Fold every event not yet folded, inside the caller's write transaction. Returns (the
-    fold's position before, the log's end now): nobody else appends while the caller writes.
-    `projector` drives the one SessionFold; the backlog streams through it in batches (a
-    store bulk-built or imported far ahead of the fold is never held in memory at once)."""
-    store = projector.store
-    position = store.position(FOLD_NAME, conn)
-    end = store.last_seq()
+def fold_pending(projector: Projector[Statements], conn: Statements) -> tuple[int, int]:
+    """Fold every event not yet folded, inside the caller's write transaction `conn`. Returns
+    (the fold's position before, the log's end now): nobody else appends while the caller
+    writes. `projector` drives the one SessionFold over the tree's tables; the backlog streams
+    through it in batches (a store bulk-built or imported far ahead of the fold is never held
+    in memory at once)."""
+    position = Tables.read_position(conn, FOLD_NAME)
+    end = projector.store.last_seq()
     if end > position:
         projector.fold_within(conn, after=position, upto=end)
     return position, end

@@ -61,7 +61,7 @@ def _kind(namespace: str, type_: str) -> str | None:
 
 def export_session(tree: SessionTree, session_id: str, forgotten: Forgotten | None = None) -> str:
     conversation = tree.conversation(session_id)
-    with tree.store.reading() as conn:
+    with tree.tables.reading("exporting a session") as conn:
         sessions = [
             row[0]
             for row in conn.execute(
@@ -69,7 +69,7 @@ def export_session(tree: SessionTree, session_id: str, forgotten: Forgotten | No
                 (conversation,),
             )
         ]
-        parents = dict(
+        parents: dict[str, str | None] = dict(
             conn.execute(
                 "SELECT entry_id, parent_id FROM session_entries WHERE session IN"
                 f" ({','.join('?' * len(sessions))})",

@@ -1,14 +1,16 @@
 """Reading paths of the session tree: from a leaf back to its root.
 
 Invariant: a path is read from the folded tables only, and every walk is bounded, so a cycle
-(which the fold never creates, but a hand-edited import could) cannot hang a reader.
+(which the fold never creates, but a hand-edited import could) cannot hang a reader. The SQL is
+one dialect for both stores (`log/tables.py`'s `Statements`).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from ..log.tables import Statements
 
 __all__ = ["PathEntry", "RecentPath", "read_leaf", "read_path", "read_recent", "walk_since"]
 
@@ -26,13 +28,13 @@ class PathEntry:
     role: str | None = None  # a message's role
 
 
-def read_leaf(conn: sqlite3.Connection, session: str) -> str | None:
+def read_leaf(conn: Statements, session: str) -> str | None:
     """The session's leaf entry id as `conn` sees it (None for a session the tree has not seen)."""
     row = conn.execute("SELECT leaf_id FROM session_heads WHERE session = ?", (session,)).fetchone()
     return row[0] if row else None
 
 
-def read_path(conn: sqlite3.Connection, leaf: str | None) -> list[PathEntry]:
+def read_path(conn: Statements, leaf: str | None) -> list[PathEntry]:
     """The entries from the root down to `leaf`."""
     if leaf is None:
         return []
@@ -63,7 +65,7 @@ class RecentPath:
 
 
 def read_recent(
-    conn: sqlite3.Connection,
+    conn: Statements,
     leaf: str | None,
     compaction_refs: Callable[[int], tuple[list[str], list[str]]],
     *,
@@ -126,7 +128,7 @@ def read_recent(
     return RecentPath(read_path(conn, leaf), True)
 
 
-def _entries(conn: sqlite3.Connection, ids: list[str]) -> list[PathEntry]:
+def _entries(conn: Statements, ids: list[str]) -> list[PathEntry]:
     """The entries with these ids, in the order given (ids the tree does not hold left out)."""
     found: dict[str, PathEntry] = {}
     for entry_id in dict.fromkeys(ids):
@@ -141,7 +143,7 @@ def _entries(conn: sqlite3.Connection, ids: list[str]) -> list[PathEntry]:
 
 
 def walk_since(
-    conn: sqlite3.Connection, leaf: str | None, old_leaf: str | None, limit: int = 64
+    conn: Statements, leaf: str | None, old_leaf: str | None, limit: int = 64
 ) -> list[PathEntry] | None:
     """Entries from just after `old_leaf` down to `leaf` (root first) when `old_leaf` is an
     ancestor of `leaf` within `limit` steps; None otherwise."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypedDict
@@ -26,8 +25,10 @@ from ..capture.shortened import edited_note
 from ..capture.spill import Claim, Spill, kept_aside
 from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.events import DomainEvent, EventReader
+from ..log.port import LogStore
 from ..log.projector import Projector
-from ..log.store import PendingEvent, StoredEvent, sqlite_errors
+from ..log.store import PendingEvent, StoredEvent
+from ..log.tables import Statements
 from .events import (
     SWITCH_REASONS,
     BranchSummarized,
@@ -39,11 +40,12 @@ from .events import (
     SessionSwitched,
     UsageRecorded,
 )
-from .fold import FOLD_NAME, MIGRATIONS, SessionFold, apply_events, fold_pending
+from .fold import FOLD_NAME, SessionFold, apply_events, fold_pending
 from .fold import NAMESPACES as FOLDED_NAMESPACES
 from .paths import PathEntry, RecentPath, read_leaf, read_path, read_recent, walk_since
 from .projection import project
 from .summary import abandoned_summary
+from .tables import SessionTables
 
 __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 
@@ -58,7 +60,7 @@ _HOST_REASONS = {"new_session": "new", "undo": "rewound"}
 class TreeWriter:
     """Appends events and folds them into the tree inside one write transaction."""
 
-    def __init__(self, tree: SessionTree, conn: sqlite3.Connection, end: int) -> None:
+    def __init__(self, tree: SessionTree, conn: Statements, end: int) -> None:
         self.tree = tree
         self.conn = conn
         self.end = end  # the log's last seq, as this transaction has written it
@@ -118,14 +120,14 @@ def _tokens(value: object) -> int:
 class SessionTree:
     """Sessions as an append-only tree; see the module docstring."""
 
-    def __init__(self, reader: EventReader) -> None:
+    def __init__(self, reader: EventReader[LogStore], tables: SessionTables) -> None:
         self.reader = reader
         self.store = reader.store
         self.types = reader.types
-        self.store.migrate(MIGRATIONS)
-        self._catch_up = Projector(self.store, reader, [SessionFold()], batch_size=2000)
+        self.tables = tables
+        self._catch_up = Projector(tables, reader, [SessionFold()], batch_size=2000)
         self._refresh_lock = threading.Lock()
-        self.spill = Spill.beside(self.store.path)
+        self.spill = Spill.beside(tables.spill_path) if tables.spill_path is not None else None
         self._replay_listeners: list[Callable[[set[str]], None]] = []
         self._kept_listeners: list[Callable[[Sequence[PendingEvent]], None]] = []
 
@@ -138,14 +140,14 @@ class SessionTree:
         kept while the database refused writes, so those events keep their order."""
         with contextlib.ExitStack() as stack:
             claim: Claim | None = None
-            with sqlite_errors("writing the session tree"), self.store.atomic() as conn:
+            with self.tables.writing("writing the session tree") as conn:
                 position, end = fold_pending(self._catch_up, conn)
                 writer = TreeWriter(self, conn, end)
-                if self.spill is not None and self.store.depth == 1 and self.spill.waiting():
+                if self.spill is not None and self.tables.depth == 1 and self.spill.waiting():
                     claim = self._replay(stack, writer)
                 yield writer
                 if writer.end != position:
-                    self.store.set_position(conn, FOLD_NAME, writer.end)
+                    self.tables.set_position(conn, FOLD_NAME, writer.end)
             if claim is not None:
                 claim.settle()  # committed: the spill may go
 
@@ -153,7 +155,7 @@ class SessionTree:
         assert self.spill is not None
         # A write that changes nothing: a read-only database refuses it here, before the spill
         # (which grows while the database stays read-only) is read for nothing.
-        writer.conn.execute("DELETE FROM fold_positions WHERE 0")
+        writer.conn.execute("DELETE FROM fold_positions WHERE 1 = 0")
         try:
             claim = stack.enter_context(self.spill.claim())
         except OSError as exc:
@@ -163,7 +165,8 @@ class SessionTree:
             return claim
         end = writer.end
         try:
-            with self.store.atomic():  # a savepoint: a replay that fails leaves this write whole
+            # a savepoint: a replay that fails leaves this write whole
+            with self.tables.writing("writing the spill's events"):
                 writer.append(claim.events)
         except StoreError:
             raise
@@ -246,7 +249,7 @@ class SessionTree:
 
     # -- reading the lineage ------------------------------------------------------------------
 
-    def _head(self, conn: sqlite3.Connection, session: str) -> _HeadRow | None:
+    def _head(self, conn: Statements, session: str) -> _HeadRow | None:
         row: _HeadRow | None = conn.execute(
             "SELECT conversation, lineage_root, parent_session, fork_seq, reason, leaf_id"
             " FROM session_heads WHERE session = ?",
@@ -263,7 +266,7 @@ class SessionTree:
         chain: list[tuple[str, int | None]] = []
         seen: set[str] = set()
         bound: int | None = None
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             current: str | None = session
             while current is not None and current not in seen:
                 seen.add(current)
@@ -283,7 +286,7 @@ class SessionTree:
         from any of them reaches every section the conversation ever cited."""
         self.refresh()
         session = str(session_id)
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             head = self._head(conn, session)
             if head is None:
                 return [session]
@@ -303,7 +306,7 @@ class SessionTree:
         """This session's chronicle, then those of the sessions it branched from (a handoff
         copied into a branch cites sections of its parent's chronicle)."""
         chain = self.scope(session_id)
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             roots = {s: (head[1] if (head := self._head(conn, s)) else s) for s, _ in chain}
         names: list[str] = []
         asked: set[str] = set()
@@ -321,20 +324,20 @@ class SessionTree:
     def conversation(self, session_id: str) -> str:
         """The tree a session's entries belong to (shared by its branches and continuations)."""
         self.refresh()
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             head = self._head(conn, str(session_id))
         return str(head[0]) if head else str(session_id)
 
     def leaf(self, session_id: str) -> str | None:
         self.refresh()
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             head = self._head(conn, str(session_id))
         return head[5] if head else None
 
     def path(self, session_id: str) -> list[PathEntry]:
         """The entries on the session's active branch, root first."""
         self.refresh()
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             head = self._head(conn, str(session_id))
             return read_path(conn, head[5] if head else None)
 
@@ -342,14 +345,14 @@ class SessionTree:
         """How many messages the session's scope holds in the log (every branch)."""
         segments = self.scope(session_id)
         total = 0
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             for session, bound in segments:
                 row = conn.execute(
                     "SELECT COUNT(*) FROM session_entries WHERE session = ? AND kind = 'message'"
                     " AND seq <= ?",
                     (session, bound if bound is not None else 2**62),
                 ).fetchone()
-                total += int(row[0])
+                total += int(row[0]) if row else 0
         return total
 
     def message_events(self, session_id: str, from_seq: int, to_seq: int) -> list[StoredEvent]:
@@ -396,7 +399,7 @@ class SessionTree:
 
     # -- moving around the tree ------------------------------------------------------------------
 
-    def _entry(self, conn: sqlite3.Connection, entry_id: str) -> tuple[str, int, str, str] | None:
+    def _entry(self, conn: Statements, entry_id: str) -> tuple[str, int, str, str] | None:
         row: tuple[str, int, str, str] | None = conn.execute(
             "SELECT e.entry_id, e.seq, e.kind, h.conversation FROM session_entries e"
             " JOIN session_heads h ON h.session = e.session WHERE e.entry_id = ?",
@@ -410,7 +413,7 @@ class SessionTree:
         where the new branch continues (generated when None). Returns the new leaf's id."""
         session = str(session_id)
         self.refresh()
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             target = self._entry(conn, str(entry_id))
             head = self._head(conn, session)
         conversation = head[0] if head else session
@@ -448,7 +451,7 @@ class SessionTree:
         return str(leaf)
 
     def _path_to(self, entry_id: str) -> list[PathEntry]:
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             return read_path(conn, entry_id)
 
     def _summarise(self, entries: Sequence[PathEntry]) -> str:
@@ -535,7 +538,7 @@ class SessionTree:
         if seq is None:
             return None
         self.refresh()
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             row = conn.execute(
                 "SELECT entry_id FROM session_entries WHERE seq = ?", (int(seq),)
             ).fetchone()
@@ -593,7 +596,7 @@ class SessionTree:
     def usage(self, session_id: str) -> Usage:
         """Token totals over the session's lineage, every branch included, by source."""
         sessions = self.lineage(session_id)
-        with self.store.reading() as conn:
+        with self.tables.reading("reading the session tree") as conn:
             seqs = [
                 int(row[0])
                 for row in conn.execute(

@@ -1,0 +1,65 @@
+"""Where the session tree's tables live: what the tree needs of its database, on either store.
+
+The tree's fold and readers write one dialect (`log/tables.py`'s `Statements`); a store's
+session tables give them its transaction, its reads, its error mapping and its migrations, and
+stand in for the store when the tree's Projector folds the log (`projector.FoldedStore`).
+`SQLiteSessionTables` is the embedded default; `postgres.PostgresSessionTables` its twin.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from ..log.store import SQLiteEventStore
+from ..log.tables import SQLiteTables, Statements
+from .fold import MIGRATIONS
+
+__all__ = ["SessionTables", "SQLiteSessionTables"]
+
+
+class SessionTables(Protocol):
+    """The session tree's tables in one database (built migrated)."""
+
+    @property
+    def spill_path(self) -> str | None:
+        """The database file the spill keeps refused writes beside (None: no spill)."""
+        ...
+
+    @property
+    def depth(self) -> int: ...
+
+    def writing(self, what: str) -> AbstractContextManager[Statements]: ...
+
+    def reading(self, what: str) -> AbstractContextManager[Statements]: ...
+
+    # `projector.FoldedStore[Statements]`: the tree's Projector folds through these.
+
+    def atomic(self) -> AbstractContextManager[Statements]: ...
+
+    def errors(self, what: str) -> AbstractContextManager[None]: ...
+
+    def position(self, fold: str) -> int: ...
+
+    def last_seq(self) -> int: ...
+
+    def set_position(self, conn: Statements, fold: str, position: int, /) -> None: ...
+
+
+class SQLiteSessionTables(SQLiteTables):
+    """The session tree's tables in the SQLite store's database."""
+
+    def __init__(self, store: SQLiteEventStore) -> None:
+        super().__init__(store)
+        store.migrate(MIGRATIONS)
+
+    @property
+    def spill_path(self) -> str | None:
+        return self.store.path
+
+    def last_seq(self) -> int:
+        return self.store.last_seq()
+
+
+def _conforms(tables: SQLiteSessionTables) -> SessionTables:
+    return tables  # the type checker holds the SQLite tables to the protocol
