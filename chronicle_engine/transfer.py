@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from .log.postgres import PostgresEventStore
 
 __all__ = [
+    "copy_log",
+    "copy_sections",
     "FORMAT",
     "FORMAT_VERSION",
     "write_events",
@@ -295,6 +297,68 @@ def read_sections(lines: Iterable[str | bytes], *, source: str = "input") -> lis
         except (KeyError, TypeError, ValueError) as exc:
             raise FormatError(f"{source}, line {number}: malformed section ({exc!r})") from None
     return sections
+
+
+# -- moving a whole database to another store ---------------------------------------------------
+
+
+def copy_log(
+    source: SQLiteEventStore | PostgresEventStore,
+    dest: SQLiteEventStore | PostgresEventStore,
+    *,
+    progress: Progress | None = None,
+) -> tuple[int, int]:
+    """Copy every event of `source` into `dest` at its own seq (gaps kept, payloads exactly),
+    a batch per transaction, so a copy that was interrupted resumes where it stopped. `dest`
+    must be empty or hold a beginning of this very log (the same ids at the same seqs): a log
+    of its own would leave carried sections citing the wrong messages, so it is refused before
+    anything is written. Returns (events `dest` already held, events copied)."""
+    held = dest.last_seq()
+    if held:
+        theirs = dest.read()
+        for ours in source.read(upto=held):
+            other = next(theirs, None)
+            if other is None or (other.seq, other.envelope.id) != (ours.seq, ours.envelope.id):
+                raise UsageError(
+                    "the destination already holds a log that is not the beginning of this one "
+                    f"(at seq {ours.seq}); migrate into an empty database"
+                )
+        if next(theirs, None) is not None:
+            raise UsageError(
+                "the destination holds events past this log's end; migrate into an empty database"
+            )
+    already = dest.count() if held else 0
+    copied = 0
+    batch: list[StoredEvent] = []
+    for event in source.read(after=held):
+        batch.append(event)
+        if len(batch) >= _BATCH:
+            copied += len(dest.restore(batch))
+            if progress is not None:
+                progress(len(batch))
+            batch.clear()
+    if batch:
+        copied += len(dest.restore(batch))
+        if progress is not None:
+            progress(len(batch))
+    return already, copied
+
+
+class _Loaded(_Exported, Protocol):
+    """A chronicle on any store, as carrying it in and listing a database's chronicles see it."""
+
+    def named(self, name: str) -> _Loaded: ...
+    def chronicles(self) -> list[str]: ...
+    def load(self, sections: Iterable[Section]) -> int: ...
+
+
+def copy_sections(source: _Loaded, dest: _Loaded) -> dict[str, int]:
+    """Carry every chronicle of `source`'s database into `dest`'s (which must hold the same log:
+    `copy_log` first), superseded sections included; sections already there are skipped.
+    Returns the sections newly written, by chronicle."""
+    return {
+        name: dest.named(name).load(source.named(name).export()) for name in source.chronicles()
+    }
 
 
 def header_of(path: Path) -> dict[str, object]:

@@ -201,6 +201,12 @@ class ChronicleStoreBase(Tables[Store, Conn]):
             ).fetchall()
         return [_row(r) for r in rows]
 
+    def chronicles(self) -> list[str]:
+        """The name of every chronicle this database holds sections of (byte order)."""
+        with self._errors("listing chronicles"), self._reading() as c:
+            rows = c.execute("SELECT DISTINCT chronicle FROM sections").fetchall()
+        return sorted(str(r[0]) for r in rows)
+
     def __len__(self) -> int:
         with self._errors("counting sections"), self._reading() as c:
             row = self._one(c, "SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import backup, browse, carry, context, demo, doctor, maintenance, status
+from . import backup, browse, carry, context, demo, doctor, maintenance, migrate, status
 
 __all__ = ["GROUPS"]
 
-GROUPS = (demo, status, browse, context, carry, backup, doctor, maintenance)
+GROUPS = (demo, status, browse, context, carry, migrate, backup, doctor, maintenance)
