@@ -26,7 +26,7 @@ from typing import Generic, Protocol, TypeVar
 from ..errors import UsageError
 from .store import Row, SQLiteEventStore, sqlite_errors
 
-__all__ = ["SQLConnection", "SQLCursor", "SQLiteTables", "Statements", "Tables"]
+__all__ = ["SQLConnection", "SQLCursor", "SQLiteTables", "Statements", "TableAccess", "Tables"]
 
 
 class SQLCursor(Protocol):
@@ -52,6 +52,14 @@ class Statements(SQLConnection, Protocol):
     """A connection that reads SQL with `?` placeholders on either database."""
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object: ...
+
+
+class TableAccess(Protocol):
+    """A room's tables as its `Statements` reach them, whatever the store (any `Tables`)."""
+
+    def writing(self, what: str) -> AbstractContextManager[Statements]: ...
+
+    def reading(self, what: str) -> AbstractContextManager[Statements]: ...
 
 
 Store = TypeVar("Store")

@@ -11,9 +11,11 @@ hosts instead of under SQLite's one writer:
   upsert (`ON CONFLICT ... DO UPDATE ... WHERE last_due < excluded.last_due`), which PostgreSQL
   serialises on the row; only the transaction that moved it enqueues the run.
 
-PARTIAL: the queue and the watermarks alone. The sweep cursors and the consolidation fold's
-open units (the rest of the scheduler's tables) are still SQLite's, so the `Scheduler` itself
-does not run on PostgreSQL yet.
+Sweep cursors (`scheduler_sweeps`) are here too; `sweeps.SweepCursors` reads and writes them
+with the same SQL on both stores (over `PostgresTables`).
+
+PARTIAL: the consolidation fold's open units are still a SQLite table and the `Scheduler` reads
+its store directly, so the `Scheduler` itself does not run on PostgreSQL yet.
 """
 
 from __future__ import annotations
@@ -81,8 +83,24 @@ def _m001_queue(conn: Connection) -> None:
         conn.execute(statement)
 
 
+_SWEEPS = """
+    CREATE TABLE scheduler_sweeps (
+        name       TEXT PRIMARY KEY,
+        cursor     BIGINT  NOT NULL DEFAULT 0,
+        passes     INTEGER NOT NULL DEFAULT 0,
+        report     TEXT    NOT NULL DEFAULT '{}',
+        updated_at DOUBLE PRECISION
+    )
+"""
+
+
+def _m002_sweeps(conn: Connection) -> None:
+    conn.execute(_SWEEPS)  # read and written by `sweeps.SweepCursors`, one SQL for both stores
+
+
 PG_SCHEDULER_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("scheduler.m001_queue", _m001_queue),
+    PostgresMigration("scheduler.m002_sweeps", _m002_sweeps),
 )
 
 # The one runnable job to lease: skip rows another claimer holds rather than wait for them.

@@ -31,6 +31,7 @@ from ..config import Config
 from ..errors import StoreError, UsageError
 from ..log.events import EventReader
 from ..log.store import sqlite_errors
+from ..log.tables import SQLiteTables
 from .consolidation import Consolidator, Conversations, OpenUnitRow
 from .cron import latest_due, next_due_after
 from .events import JobFailed
@@ -174,7 +175,7 @@ class Scheduler:
             lease_seconds=self.settings.lease_seconds,
             max_attempts=self.settings.max_attempts,
         )
-        self.sweeps = SweepCursors(self._store, clock=self.clock)
+        self.sweeps = SweepCursors(SQLiteTables(self._store), clock=self.clock)
         self._summarize = summarize
         self._consolidator: Consolidator | None = None
         self._resolved = False

@@ -3,16 +3,19 @@
 A sweep never pretends to be finished. Each run visits at most its row budget, saves where it
 stopped, and reports `processed` and `remaining`; the next run resumes from the cursor. When a pass
 reaches the end, the cursor returns to the start and `passes` counts one more.
+
+The cursors are one table on either store (`Statements`: the same SQL on SQLite and PostgreSQL;
+the PostgreSQL table is `postgres.py`'s). A sweep runs as a job, and the queue runs one live job
+per key across every host, so two hosts never save the same cursor at once.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..log.store import SQLiteEventStore, sqlite_errors
+from ..log.tables import Statements, TableAccess
 
 __all__ = ["SweepReport", "SweepState", "SweepCursors"]
 
@@ -59,30 +62,24 @@ class SweepState:
 
 
 class SweepCursors:
-    """The `scheduler_sweeps` table: one cursor per sweep."""
+    """The `scheduler_sweeps` table: one cursor per sweep, in `tables`' database."""
 
-    def __init__(self, store: SQLiteEventStore, *, clock: Callable[[], float]) -> None:
-        self.store = store
+    def __init__(self, tables: TableAccess, *, clock: Callable[[], float]) -> None:
+        self.tables = tables
         self.clock = clock
 
     def load(self, name: str) -> SweepState:
-        with sqlite_errors("reading a sweep cursor"), self.store.reading() as conn:
-            row = conn.execute(
-                "SELECT cursor, passes, report, updated_at FROM scheduler_sweeps WHERE name = ?",
-                (name,),
-            ).fetchone()
-        if row is None:
-            return SweepState(name)
-        return SweepState(name, int(row[0]), int(row[1]), json.loads(row[2]), row[3])
+        with self.tables.reading("reading a sweep cursor") as conn:
+            return self._load(conn, name)
 
-    def save(self, report: SweepReport, conn: sqlite3.Connection | None = None) -> SweepState:
+    def save(self, report: SweepReport, conn: Statements | None = None) -> SweepState:
         """Persist where `report` stopped; a wrapped pass resets the cursor and counts a pass."""
         if conn is not None:
             return self._save(conn, report)
-        with sqlite_errors("saving a sweep cursor"), self.store.atomic() as c:
+        with self.tables.writing("saving a sweep cursor") as c:
             return self._save(c, report)
 
-    def _save(self, conn: sqlite3.Connection, report: SweepReport) -> SweepState:
+    def _save(self, conn: Statements, report: SweepReport) -> SweepState:
         state = self._load(conn, report.task)
         cursor = 0 if report.wrapped else report.cursor
         passes = state.passes + (1 if report.wrapped else 0)
@@ -102,7 +99,7 @@ class SweepCursors:
         return SweepState(report.task, cursor, passes, report.as_dict(), now)
 
     @staticmethod
-    def _load(conn: sqlite3.Connection, name: str) -> SweepState:
+    def _load(conn: Statements, name: str) -> SweepState:
         row = conn.execute(
             "SELECT cursor, passes, report, updated_at FROM scheduler_sweeps WHERE name = ?",
             (name,),
@@ -112,7 +109,7 @@ class SweepCursors:
         return SweepState(name, int(row[0]), int(row[1]), json.loads(row[2]), row[3])
 
     def all(self) -> dict[str, SweepState]:
-        with sqlite_errors("reading sweep cursors"), self.store.reading() as conn:
+        with self.tables.reading("reading sweep cursors") as conn:
             rows = conn.execute(
                 "SELECT name, cursor, passes, report, updated_at FROM scheduler_sweeps ORDER BY name"
             ).fetchall()
