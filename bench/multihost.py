@@ -1,6 +1,6 @@
 """Several hosts capturing into one store at once: SQLite and PostgreSQL side by side.
 
-    python bench/multihost.py [--processes 4] [--threads 4] [--seconds 60]
+    python bench/multihost.py [--processes 4] [--threads 4] [--seconds 60] [--pause-ms 0]
                               [--conninfo "host=... dbname=..."]
 
 Each of P processes (standing in for a Hermes host) opens the store once and builds the session
@@ -11,6 +11,8 @@ hands the same list again (a repeated hook call), which must store nothing. When
 the parent checks the log and the tree: messages lost, stored twice, exceptions raised into the
 host (each must be 0), and every session's projection equal to the list its thread sent.
 Per store it prints turns/s, messages/s and p50/p99 of one capture, with the machine's load.
+`--pause-ms` makes each thread wait between its turns (a person reading and typing); at 0 every
+thread captures back to back, which measures the store saturated, not a turn's own latency.
 
 PARTIAL (issue 17): this is capture through the session tree, the part of `sync_turn` that
 writes the store. Recall's index, the scheduler (consolidation exactly once) and compaction do
@@ -65,7 +67,9 @@ def _parts(kind: str, where: str):  # -> (store, session tree, capture), as the 
     return store, tree, Capture(tree, Config())
 
 
-def _host(kind: str, where: str, name: str, threads: int, seconds: float, start_at: float) -> str:
+def _host(
+    kind: str, where: str, name: str, threads: int, seconds: float, start_at: float, pause: float
+) -> str:
     """One process: `threads` chats until the time is up. Returns JSON: what each session was
     sent, the capture latencies, the repeated turns that stored something, the exceptions."""
     store, _tree, capture = _parts(kind, where)
@@ -108,6 +112,8 @@ def _host(kind: str, where: str, name: str, threads: int, seconds: float, start_
                     errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             times.append(time.perf_counter() - began)
+            if pause:
+                time.sleep(pause)
             if again:
                 repeated += stored
             else:
@@ -128,14 +134,18 @@ def _host(kind: str, where: str, name: str, threads: int, seconds: float, start_
     )
 
 
-def run(kind: str, where: str, processes: int, threads: int, seconds: float) -> dict[str, object]:
+def run(
+    kind: str, where: str, processes: int, threads: int, seconds: float, pause_ms: float
+) -> dict[str, object]:
     store, tree, _capture = _parts(kind, where)  # migrates before the hosts start
     start_at = time.time() + 3.0  # every host's threads begin together
     cpu_before = os.times()
     context = multiprocessing.get_context("spawn")
     with context.Pool(processes) as pool:
         results = [
-            pool.apply_async(_host, (kind, where, f"h{p}", threads, seconds, start_at))
+            pool.apply_async(
+                _host, (kind, where, f"h{p}", threads, seconds, start_at, pause_ms / 1000)
+            )
             for p in range(processes)
         ]
         outputs = [json.loads(r.get(timeout=seconds + 600)) for r in results]
@@ -165,6 +175,7 @@ def run(kind: str, where: str, processes: int, threads: int, seconds: float) -> 
         "hosts": processes,
         "threads_each": threads,
         "seconds": seconds,
+        "pause_ms": pause_ms,
         "turns": turns,
         "turns_per_s": round(turns / seconds, 1),
         "messages": len(said),
@@ -190,6 +201,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--pause-ms", type=float, default=0.0, help="each thread's wait between turns"
+    )
     parser.add_argument("--conninfo", help="an existing PostgreSQL database (else a throwaway one)")
     args = parser.parse_args()
     print(
@@ -202,7 +216,7 @@ def main() -> None:
             }
         )
     )
-    shape = (args.processes, args.threads, args.seconds)
+    shape = (args.processes, args.threads, args.seconds, args.pause_ms)
     with tempfile.TemporaryDirectory() as tmp:
         print(json.dumps(run("sqlite", str(Path(tmp) / "chronicle.db"), *shape)))
     if args.conninfo:
