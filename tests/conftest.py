@@ -71,6 +71,27 @@ def postgres_cluster():
         yield cluster
 
 
+@pytest.fixture(params=["memory", "file", "postgres"])
+def chat_core(request: pytest.FixtureRequest, tmp_path):
+    """The session tree and capture on each store: SQLite in memory and in a WAL file (a whole
+    core), and PostgreSQL (a schema of its own on the session's server, the tree and capture
+    built as the core builds them: nothing selects PostgreSQL for a whole core yet). Both have
+    `store`, `reader`, `sessions`, `capture` and `shutdown()`."""
+    if request.param == "postgres":
+        from postgres_support import Target, own_schema
+
+        with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+            parts = Target("postgres", conninfo).tree()
+            yield parts
+            parts.shutdown()
+        return
+    from chronicle_engine.core import ChronicleCore
+
+    core = ChronicleCore(":memory:" if request.param == "memory" else tmp_path / "chat.db")
+    yield core
+    core.shutdown()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path):
     """A store's place on each backend in turn: a SQLite file, then a schema of its own on the

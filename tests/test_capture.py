@@ -14,12 +14,9 @@ from chronicle_engine.capture.events import HANDOFF_MARKER
 from chronicle_engine.core import ChronicleCore
 
 
-@pytest.fixture(params=["memory", "file"])
-def core(request, tmp_path):
-    path = ":memory:" if request.param == "memory" else tmp_path / "capture.db"
-    c = ChronicleCore(path)
-    yield c
-    c.shutdown()
+@pytest.fixture
+def core(chat_core):
+    return chat_core
 
 
 def captured(core: ChronicleCore, session: str | None = None) -> list[dict]:
@@ -261,13 +258,12 @@ def test_a_rewind_starts_a_branch_and_keeps_the_old_one(core):
     assert len(captured(core)) == 6
 
 
-def test_a_new_core_on_the_same_file_resumes_alignment(tmp_path):
-    path = tmp_path / "restart.db"
+def test_a_new_core_on_the_same_file_resumes_alignment(target):
     live = [u("x"), a("y")] * 3
-    first = ChronicleCore(path)
+    first = target.tree()
     before = first.capture.capture_messages("s1", live)
     first.shutdown()
-    second = ChronicleCore(path)
+    second = target.tree()
     live = fresh(live) + [u("x"), a("y")]
     after = second.capture.capture_messages("s1", live)
     assert after[:6] == before
@@ -275,8 +271,8 @@ def test_a_new_core_on_the_same_file_resumes_alignment(tmp_path):
     second.shutdown()
 
 
-def test_concurrent_captures_record_each_message_once(tmp_path):
-    core = ChronicleCore(tmp_path / "threads.db")
+def test_concurrent_captures_record_each_message_once(target):
+    core = target.tree()
     live: list[dict] = []
     for turn in range(20):
         live += [u(f"q{turn % 3}"), a("same answer")]
@@ -504,15 +500,15 @@ def test_a_stored_payload_is_strict_json(core):
     assert json.loads(raw, parse_constant=refuse)["message"]["score"] is None
 
 
-def test_an_edited_last_turn_after_a_restart_branches(tmp_path):
+def test_an_edited_last_turn_after_a_restart_branches(target):
     """No cached branch (a restart): a list that rewrites the last turn branches, even when an
     earlier reply has the abandoned reply's fingerprint ("Done." twice)."""
-    first = ChronicleCore(tmp_path / "c.db")
+    first = target.tree()
     first.capture.capture_messages(
         "s", [u("rename the file"), a("Done."), u("delete the tmp dir"), a("Done.")]
     )
     first.shutdown()
-    second = ChronicleCore(tmp_path / "c.db")
+    second = target.tree()
     try:
         edited = [u("rename the file"), a("Done."), u("keep the tmp dir"), a("Kept.")]
         second.capture.capture_messages("s", edited, return_seqs=False)
@@ -523,11 +519,11 @@ def test_an_edited_last_turn_after_a_restart_branches(tmp_path):
         second.shutdown()
 
 
-def test_a_turn_another_process_stored_first_stays_on_the_branch(tmp_path):
+def test_a_turn_another_process_stored_first_stays_on_the_branch(target):
     """Two processes capture the same conversation: the second finds the turn already on the
     branch after its last known message and records nothing, rather than branching away from
     the very same messages."""
-    one, two = ChronicleCore(tmp_path / "x.db"), ChronicleCore(tmp_path / "x.db")
+    one, two = target.tree(), target.tree()
     try:
         live_one = [u("one"), a("two")]
         live_two = [dict(m) for m in live_one]

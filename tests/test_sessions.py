@@ -19,23 +19,9 @@ from chronicle_engine.sessions.jsonl import export_jsonl, import_jsonl
 from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
 
 
-@pytest.fixture(params=["memory", "file", "postgres"])
-def core(request, tmp_path):
-    """The tree on each store: SQLite in memory and in a WAL file (through the core), and
-    PostgreSQL (a schema of its own on the session's server, the tree built as the core builds
-    it: nothing selects PostgreSQL for a whole core yet)."""
-    if request.param == "postgres":
-        from postgres_support import Target, own_schema
-
-        with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
-            parts = Target("postgres", conninfo).tree()
-            yield parts
-            parts.shutdown()
-        return
-    path = ":memory:" if request.param == "memory" else tmp_path / "sessions.db"
-    c = ChronicleCore(path)
-    yield c
-    c.shutdown()
+@pytest.fixture
+def core(chat_core):
+    return chat_core
 
 
 def u(text: str) -> dict:
