@@ -2,8 +2,8 @@
 by several hosts.
 
 PARTIAL: the log (events, fold positions, migrations) and the tables of the rooms that have a
-PostgreSQL twin (`PostgresTables`: the scheduler's queue, chronicle sections, the session tree).
-Recall's full-text index, the sweep cursors and the consolidation units are still SQLite's, so
+PostgreSQL twin (`PostgresTables`: the scheduler's queue and sweep cursors, chronicle sections,
+the session tree). Recall's full-text index and the consolidation units are still SQLite's, so
 no setting selects this store yet; the contract suites (tests/test_log_contract.py and the
 rooms' suites parametrised by `target`) run it beside the SQLite store.
 
