@@ -22,7 +22,7 @@ def core(request, tmp_path):
 
 
 def hit(n: int, session: str | None) -> Hit:
-    return Hit(f"m{n}", "message", 1.0 / n, seq=n, session=session, text=f"turn {n}")
+    return Hit(f"m{n}", "message", 1.0 / n, seq=n, session=session, raw=f"turn {n}")
 
 
 def test_a_session_with_several_hits_outranks_one_with_a_single_better_hit() -> None:
@@ -61,3 +61,26 @@ def test_by_session_returns_distinct_sessions_that_plain_search_leaves_out(core)
         dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args | {"by_session": "x"})
     )
     assert "error" in bad
+
+
+def test_by_session_masks_only_the_results_it_shows(core, monkeypatch) -> None:
+    # Pooling ranks a hundred candidates to show a few: only the shown are masked (each once).
+    import chronicle_engine.recall.search as search_module
+
+    masked: list[str] = []
+    real_mask = search_module.mask
+
+    def counting_mask(text: str) -> str:
+        masked.append(text)
+        return real_mask(text)
+
+    for n in range(30):
+        say(core, f"trip-{n}", f"Day {n} of the trip: the ferry to the island left late again.")
+        say(core, f"trip-{n}", f"The ferry ticket for day {n} cost {n + 10} euros.")
+    monkeypatch.setattr(search_module, "mask", counting_mask)
+    args = {"query": "ferry island ticket", "scope": "messages", "limit": 3, "by_session": True}
+    answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args))
+    shown = answer["results"]
+    assert len(shown) == 3 and len({r["session"] for r in shown}) == 3
+    assert sorted(masked) == sorted(r["text"] for r in shown)
+    assert all(r["session_hits"] >= 1 and "ferry" in r["text"] for r in shown)

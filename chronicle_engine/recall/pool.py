@@ -32,15 +32,6 @@ def pool_sessions(hits: Sequence[Hit], *, k: int, limit: int) -> list[Hit]:
         best.setdefault(key, hit)
     ordered = sorted(weight, key=lambda key: -weight[key])[:limit]
     return [
-        Hit(
-            best[key].id,
-            best[key].kind,
-            weight[key],
-            best[key].seq,
-            best[key].session,
-            best[key].time,
-            best[key].text,
-            best[key].extra | {"session_hits": count[key]},
-        )
+        best[key].rescored(weight[key], best[key].extra | {"session_hits": count[key]})
         for key in ordered
     ]

@@ -62,7 +62,11 @@ _SNIPPET = 600
 
 @dataclass
 class Hit:
-    """One search result. `id` is what the memory tools take ("m12", "b12.0", "s:chat/3-9")."""
+    """One search result. `id` is what the memory tools take ("m12", "b12.0", "s:chat/3-9").
+
+    `raw` is the stored text, not yet masked; `text` is what may be shown: `raw` masked and cut
+    (`snippet`), worked out when first read. A search ranks and pools many more hits than it
+    shows (a `by_session` search pools a hundred to show ten), and only the shown are masked."""
 
     id: str
     kind: str  # message | belief | section
@@ -70,8 +74,22 @@ class Hit:
     seq: int | None = None
     session: str | None = None
     time: str = ""
-    text: str = ""
+    raw: str = field(default="", repr=False)
     extra: dict[str, object] = field(default_factory=dict)
+    _shown: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        if self._shown is None:
+            self._shown = snippet(self.raw)
+        return self._shown
+
+    def rescored(self, score: float, extra: dict[str, object] | None = None) -> Hit:
+        """This hit with another score (and `extra`), its text masked only if already shown."""
+        hit = Hit(self.id, self.kind, score, self.seq, self.session, self.time, self.raw)
+        hit.extra = self.extra if extra is None else extra
+        hit._shown = self._shown
+        return hit
 
     def as_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -353,7 +371,7 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
         seq=row.seq,
         session=row.session,
         time=row.at,
-        text=snippet(row.body),
+        raw=row.body,
         extra=extra,
     )
 
@@ -477,7 +495,7 @@ def belief_hit(row: BeliefRow, score: float, sources: list[int]) -> Hit:
         seq=source_seq,
         session=session,
         time=at,
-        text=snippet(text),
+        raw=text,
         extra=extra,
     )
 
@@ -638,7 +656,7 @@ def _visible_sections(
                 seq=lo,
                 session=owner[1],
                 time=created_at,
-                text=snippet(prose),
+                raw=prose,
                 extra={"section_id": section_id, "chronicle": chronicle, "seq_range": [lo, hi]},
             )
         )
@@ -681,10 +699,4 @@ def fuse(lists: Sequence[tuple[float, Sequence[Hit]]], *, k: int, limit: int) ->
             scores[hit.id] += weight / (k + rank)
             first.setdefault(hit.id, hit)
     ordered = sorted(scores, key=lambda i: -scores[i])[:limit]
-    out = []
-    for i in ordered:
-        hit = first[i]
-        out.append(
-            Hit(hit.id, hit.kind, scores[i], hit.seq, hit.session, hit.time, hit.text, hit.extra)
-        )
-    return out
+    return [first[i].rescored(scores[i]) for i in ordered]
