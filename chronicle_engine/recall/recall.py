@@ -138,7 +138,7 @@ class Recall:
             in_session=in_session,
         )
         if by_session:
-            hits = pool_sessions(hits, k=tuning.rrf_k, limit=wanted)
+            hits = pool_sessions(hits, k=wanted, limit=wanted)
         return [h.as_dict() for h in hits]
 
     def embed_pending(self, limit: int = 64) -> int:
