@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_compaction_engine import Host, core, small_policy, turn  # noqa: F401 - fixture
 
-from chronicle_engine.chronicle.extractive import STRIP
+from chronicle_engine.chronicle.extractive import STRIP, _candidate_words, _take, facts_in
 from chronicle_engine.cli import Exit, main
 from chronicle_engine.compaction.ledger import _pieces, _quoted, _words
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
@@ -134,3 +134,18 @@ def test_an_opening_is_found_quoted_exactly_where_a_substring_search_finds_it(
 @given(st.text(alphabet=st.sampled_from("aΣσς.'\" \n!İ"), max_size=40))
 def test_the_words_of_a_text_are_its_words_each_stripped_and_lower_cased(text: str) -> None:
     assert _words(text) == {w.strip(STRIP).lower() for w in text.split()}
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab Ab9/@_.,()\n\t\r\x0b\x1fXY«masked:»"), max_size=60),
+    st.integers(1, 12),
+)
+def test_the_facts_of_an_ascii_text_are_the_words_the_pattern_finds(text: str, limit: int) -> None:
+    # facts_in reads an ASCII text through its byte marks; the regex path (every other text)
+    # is the definition, and both find the same words in the same order.
+    ascii_text = text.encode("ascii", "ignore").decode()
+    expected: list[str] = []
+    for start, end in _candidate_words(ascii_text):
+        if _take(ascii_text[start:end], expected) and len(expected) >= limit:
+            break
+    assert facts_in(ascii_text, limit) == expected

@@ -64,6 +64,8 @@ def _json_default(value: object) -> object:
 
 def plain_json(value: object, depth: int = 0) -> bool:
     """True when json.dumps would take `value` as it is (checked by type, not by encoding)."""
+    if type(value) is dict or type(value) is list:  # (most calls: a message, its tool calls)
+        return depth <= 32 and _plain_items(value, depth)
     if isinstance(value, str):
         # isascii() is O(1); only other text is searched for a lone surrogate (UTF-8 has none).
         return value.isascii() or SURROGATE.search(value) is None
@@ -73,18 +75,23 @@ def plain_json(value: object, depth: int = 0) -> bool:
         return value == value and value not in (float("inf"), float("-inf"))
     if depth > 32:
         return False
+    if isinstance(value, (list, dict)):  # a subclass
+        return _plain_items(value, depth)
+    return False
+
+
+def _plain_items(value: list[object] | dict[object, object], depth: int) -> bool:
+    """`plain_json` of a list or dict within the depth limit: its keys and values."""
     # Every message of a long list passes here: strings and None, most of what a message
     # holds, are checked in the loop rather than by a call each.
     items: Iterable[object]
     if isinstance(value, list):
         items = value
-    elif isinstance(value, dict):
+    else:
         for k in value:
             if not isinstance(k, str) or (not k.isascii() and SURROGATE.search(k) is not None):
                 return False
         items = value.values()
-    else:
-        return False
     for v in items:
         if isinstance(v, str):
             if not v.isascii() and SURROGATE.search(v) is not None:

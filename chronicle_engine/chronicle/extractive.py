@@ -207,40 +207,19 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     ALLCAPS). Only the words around a candidate character are looked at, so plain prose costs
     one C-level scan."""
     found: list[str] = []
-    for start, end in _candidate_words(text):
-        word = text[start:end]
-        if len(word) > 120:
-            continue
-        if word.isalpha():
-            # Plain words ("Deploy", "the") are not facts; CamelCase and ALLCAPS are.
-            if word.islower() or len(word) < 3 or (word[0].isupper() and word[1:].islower()):
-                continue
-        elif _FACT_CHARS.isdisjoint(word) and word[1:] == word[1:].lower():
-            continue
-        word = word.strip(STRIP)
-        if len(word) < 2 or word in found or MASK_MARK in word:
-            continue  # a masked credential is not a fact worth a place on the line
-        found.append(word)
-        if len(found) >= limit:
-            break
-    return found
-
-
-def _candidate_words(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each word holding a candidate character: from after the last space,
-    newline or tab before the character to the next whitespace."""
     if not text.isascii():
-        for hit in _FACT_HIT.finditer(text):
-            i, end = hit.span()
-            yield (
-                max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1,
-                end,
-            )
-        return
+        for start, end in _candidate_words(text):
+            if _take(text[start:end], found) and len(found) >= limit:
+                break
+        return found
+    # An ASCII text is read as its marks (`_ASCII_MARKS`), inline: every folded message of a
+    # pass comes here, most of them holding a candidate or two.
     marks = text.encode("ascii").translate(_ASCII_MARKS)
+    i = marks.find(0)
+    if i < 0:
+        return found
     n = len(marks)
     rare_space = 3 in marks
-    i = marks.find(0)
     while i >= 0:
         end = marks.find(1, i)
         if end < 0:
@@ -249,8 +228,39 @@ def _candidate_words(text: str) -> Iterator[tuple[int, int]]:
             other = marks.find(3, i, end)
             if other >= 0:
                 end = other
-        yield marks.rfind(1, 0, i) + 1, end
+        if _take(text[marks.rfind(1, 0, i) + 1 : end], found) and len(found) >= limit:
+            break
         i = marks.find(0, end)
+    return found
+
+
+def _take(word: str, found: list[str]) -> bool:
+    """Append `word` to `found` if it is a fact not found yet; whether it was."""
+    if len(word) > 120:
+        return False
+    if word.isalpha():
+        # Plain words ("Deploy", "the") are not facts; CamelCase and ALLCAPS are.
+        if word.islower() or len(word) < 3 or (word[0].isupper() and word[1:].islower()):
+            return False
+    elif _FACT_CHARS.isdisjoint(word) and word[1:] == word[1:].lower():
+        return False
+    word = word.strip(STRIP)
+    if len(word) < 2 or word in found or MASK_MARK in word:
+        return False  # a masked credential is not a fact worth a place on the line
+    found.append(word)
+    return True
+
+
+def _candidate_words(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each word of a non-ASCII text holding a candidate character: from after
+    the last space, newline or tab before the character to the next whitespace (`facts_in`
+    finds the same words of an ASCII text without the regex engine)."""
+    for hit in _FACT_HIT.finditer(text):
+        i, end = hit.span()
+        yield (
+            max(text.rfind(" ", 0, i), text.rfind("\n", 0, i), text.rfind("\t", 0, i)) + 1,
+            end,
+        )
 
 
 def _spread(items: Sequence[int], count: int) -> list[int]:

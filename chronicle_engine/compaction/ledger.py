@@ -31,16 +31,13 @@ LISTED = 200
 
 _SCAN_CHARS = 1600  # of each folded message, read for entities (as the writer reads facts)
 _OPENING_CHARS = 48  # a message whose opening words the prose quotes is kept
+_ENTITIES = 12  # of each folded message at most
 
 
-def _entities(message: dict[str, object]) -> tuple[list[str], str]:
-    text = content_text(message)
-    if message.get("role") == "tool" and len(text) > _SCAN_CHARS:
-        scanned = text[: _SCAN_CHARS // 2] + "\n" + text[-_SCAN_CHARS // 2 :]
-    else:
-        scanned = text[:_SCAN_CHARS]
-    opening = " ".join(text[: _OPENING_CHARS * 4].split())[:_OPENING_CHARS].lower()
-    return facts_in(scanned, limit=12), opening
+def _opening(text: str) -> str:
+    """The first words of a message, whitespace-normalised and lower-cased: the prose quoting
+    them keeps the message."""
+    return " ".join(text[: _OPENING_CHARS * 4].split())[:_OPENING_CHARS].lower()
 
 
 def _words(text: str) -> set[str]:
@@ -49,7 +46,12 @@ def _words(text: str) -> set[str]:
     text, so checking thousands of entities does not scan the prose once for each."""
     # Lower-cased whole (no letter lower-cases across whitespace, or into punctuation), and
     # each distinct word stripped once: prose repeats its words.
-    return {w.strip(STRIP) for w in set(text.lower().split())}
+    return _lowered_words(text.lower())
+
+
+def _lowered_words(lowered: str) -> set[str]:
+    """`_words` of a text already lower-cased (`ledger_of` lower-cases each text once)."""
+    return {w.strip(STRIP) for w in set(lowered.split())}
 
 
 def _pieces(lowered: str) -> set[str]:
@@ -85,29 +87,43 @@ def ledger_of(
 ) -> PassLedger:
     """The ledger of a pass that folded `folded` ((seq, wire message) pairs), whose sections'
     prose is `prose` and whose handoff reads `handoff`."""
-    shown = _words(handoff)
-    written = _words(prose)
     lowered_handoff, lowered_prose = handoff.lower(), prose.lower()
+    shown = _lowered_words(lowered_handoff)
+    written = _lowered_words(lowered_prose)
     handoff_pieces, prose_pieces = _pieces(lowered_handoff), _pieces(lowered_prose)
     order: dict[str, str] = {}  # lower-cased entity -> as first seen
     kept: list[int] = []
     left: list[int] = []
+    quotable = len(lowered_handoff) >= 12 or len(lowered_prose) >= 12
     for seq, message in folded:
-        entities, opening = _entities(message)
+        # The scan of each folded message (inline: this loop runs for every message a pass folds)
+        content = message.get("content")
+        text = content if isinstance(content, str) else content_text(message)
+        if len(text) <= _SCAN_CHARS:
+            scanned = text
+        elif message.get("role") == "tool":
+            scanned = text[: _SCAN_CHARS // 2] + "\n" + text[-_SCAN_CHARS // 2 :]
+        else:
+            scanned = text[:_SCAN_CHARS]
         named = False
-        for entity in entities:
+        for entity in facts_in(scanned, limit=_ENTITIES):
             key = entity.lower()
-            order.setdefault(key, entity)
-            named = named or key in shown or key in written
-        quoted = (
-            not named
-            and len(opening) >= 12
-            and (
-                _quoted(opening, lowered_handoff, handoff_pieces)
-                or _quoted(opening, lowered_prose, prose_pieces)
-            )
-        )
-        (kept if named or quoted else left).append(seq)
+            if key not in order:
+                order[key] = entity
+            if not named and (key in shown or key in written):
+                named = True
+        if named:
+            kept.append(seq)
+            continue
+        # The opening is read only for a message no entity of which is named.
+        opening = _opening(text) if quotable else ""
+        if len(opening) >= 12 and (
+            _quoted(opening, lowered_handoff, handoff_pieces)
+            or _quoted(opening, lowered_prose, prose_pieces)
+        ):
+            kept.append(seq)
+        else:
+            left.append(seq)
     in_handoff = [v for k, v in order.items() if k in shown]
     in_sections = [v for k, v in order.items() if k not in shown and k in written]
     left_out = [v for k, v in order.items() if k not in shown and k not in written]
