@@ -344,6 +344,14 @@ class SQLiteChronicleStore(ChronicleStoreBase[SQLiteEventStore, sqlite3.Connecti
     """One named chronicle in the event store's SQLite database (its one writer keeps a check
     and the write after it together)."""
 
-    def __init__(self, store: SQLiteEventStore, name: str = "default") -> None:
+    def __init__(
+        self, store: SQLiteEventStore, name: str = "default", *, migrated: bool = False
+    ) -> None:
         super().__init__(store, name)
-        store.migrate(CHRONICLE_MIGRATIONS)
+        if not migrated:  # (`named`: this store's database has its tables already)
+            store.migrate(CHRONICLE_MIGRATIONS)
+
+    def named(self, name: str) -> Self:
+        """Another chronicle in the same database, without checking its schema again (a
+        consolidation tick asks for one per unit it plans)."""
+        return type(self)(self.store, name, migrated=True)
