@@ -41,13 +41,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 from compress import conversation  # noqa: E402
 from search_scale import Corpus, build, percentile, queries  # noqa: E402
+
+if TYPE_CHECKING:
+    from chronicle_engine.core import ChronicleCore
 
 _CHILD_LIMIT_S = 900.0
 _WARMUP = 20
@@ -77,9 +80,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KiB anyway
 
 
-def _core(db: Path) -> Any:
+def _core(db: Path) -> ChronicleCore:
+    """The store's core; with CHRONICLE_BENCH_MATCH_BUDGET set (bench/cold_reads.py), recall's
+    match budget is that number instead of its default."""
+    from chronicle_engine.config import Config
     from chronicle_engine.core import ChronicleCore
 
+    budget = os.environ.get("CHRONICLE_BENCH_MATCH_BUDGET")
+    if budget:
+        return ChronicleCore.get(db, config=Config({"recall": {"match_budget": int(budget)}}))
     return ChronicleCore.get(db)
 
 
@@ -394,7 +403,7 @@ def built(cache: Path, size: int, rebuild: bool, limit_s: float) -> tuple[Path, 
     return db, meta
 
 
-def settle(core: Any) -> None:
+def settle(core: ChronicleCore) -> None:
     """Let background work run as the hooks of normal use would (bounded): the search index
     and consolidation catch up, the maintenance schedules run once."""
     core.recall.catch_up()
