@@ -20,13 +20,11 @@ cold; the ranking changes with it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -36,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 from compress import conversation  # noqa: E402
-from scale import _COMPRESS_MESSAGES, _core, drop_cache, settle  # noqa: E402
+from scale import _COMPRESS_MESSAGES, _core, drop_cache, run_child, settle  # noqa: E402
 from search_scale import Corpus, queries  # noqa: E402
 
 _PREAD = re.compile(r"^\d+\s+pread64\((\d+)<([^>]*)>, .*?, (\d+), (\d+)\)\s+=\s+(-?\d+)")
@@ -54,32 +52,8 @@ def owners(db: Path) -> dict[int, str]:
 
 def traced(role: str, db: Path, arg: str, log: Path) -> dict[str, float]:
     """Run scale.py's child `role` under strace; its last line of output is its result."""
-    out = subprocess.run(
-        [
-            "strace",
-            "-f",
-            "-y",
-            "-e",
-            "trace=pread64,write",
-            "-e",
-            "signal=none",
-            "-o",
-            str(log),
-            sys.executable,
-            str(ROOT / "bench" / "scale.py"),
-            "--child",
-            role,
-            str(db),
-            arg,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"{role} failed:\n{out.stdout}\n{out.stderr}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    strace = ["strace", "-f", "-y", "-e", "trace=pread64,write", "-e", "signal=none", "-o"]
+    return run_child(role, str(db), arg, timeout=600, prefix=[*strace, str(log)])
 
 
 def reads(log: Path, db: Path, page_size: int) -> dict[str, Counter[str]]:

@@ -274,18 +274,21 @@ def child_catchup(db: Path) -> dict[str, Any]:
         core.shutdown()
 
 
-def run_child(role: str, *args: str, timeout: float = _CHILD_LIMIT_S) -> dict[str, Any]:
-    """Run one measurement in a fresh interpreter; its last line of output is the result."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", role, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def last_json(argv: Sequence[str], what: str, timeout: float) -> Any:
+    """Run `argv`; the last line of its output is JSON, returned decoded."""
+    out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
     if out.returncode != 0:
-        raise SystemExit(f"{role} failed:\n{out.stdout}\n{out.stderr}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+        raise SystemExit(f"{what} failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_child(
+    role: str, *args: str, timeout: float = _CHILD_LIMIT_S, prefix: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Run one measurement in a fresh interpreter (under `prefix`, a tracer, when given); its
+    last line of output is the result."""
+    argv = [*prefix, sys.executable, __file__, "--child", role, *args]
+    return dict(last_json(argv, role, timeout))
 
 
 # -- the page cache -----------------------------------------------------------------------------
