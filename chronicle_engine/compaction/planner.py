@@ -159,59 +159,24 @@ def plan(
             mandatory[unit.start] = unit
 
     # The tail: the protected last messages, then whole units back while they fit.
-    cut = len(facts)
-    counted = 0
-    position = len(body)
-    while position > 0 and counted < protect_last_n:
-        position -= 1
-        unit = body[position]
-        cut = unit.start
-        if unit.well_formed:
-            counted += unit.end - unit.start
-
+    cut, position = _protected_tail(body, protect_last_n, len(facts))
     head_cost = sum(_cost(facts, u) for u in head_units if u.well_formed)
 
-    def kept_cost(tail_from: int) -> tuple[int, int]:
-        cost = count = 0
-        for u in formed:
-            if u.start >= tail_from or u.start in mandatory:
-                cost += _cost(facts, u)
-                count += u.end - u.start
-        return cost, count
-
-    total, count = kept_cost(cut)
+    total, count = _kept_cost(facts, formed, mandatory, cut)
     total += head_cost + reserve
     least = position  # the tail may not start after body[least] (protect_last_n)
     if not force:
-        while position > 0:
-            unit = body[position - 1]
-            extra = 0
-            if unit.well_formed and unit.start not in mandatory:
-                extra = _cost(facts, unit)
-                if max_kept is not None and count + (unit.end - unit.start) > max_kept:
-                    break
-            if total + extra > budget:
-                break
-            total += extra
-            if unit.well_formed and unit.start not in mandatory:
-                count += unit.end - unit.start
-            position -= 1
-            cut = unit.start
+        position, cut, total = _grow_tail(
+            facts, body, mandatory, position, cut, total, count, budget, max_kept
+        )
 
-    kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
     head_kept = [u for u in head_units if u.well_formed]
     handoff_role = _handoff_role(facts, head_kept)
-    bridges = _bridges(facts, body, kept_units, handoff_role)
     # A bridge the budget has no room for costs the oldest optional tail unit instead (a few
     # more folded messages rather than shortened ones), while the tail has such units.
-    while bridges and total + sum(_cost(facts, u) for u in bridges) > budget and position < least:
-        unit = body[position]
-        if unit.well_formed and unit.start not in mandatory:
-            total -= _cost(facts, unit)
-        position += 1
-        cut = body[position].start if position < len(body) else len(facts)
-        kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
-        bridges = _bridges(facts, body, kept_units, handoff_role)
+    position, total, cut, kept_units, bridges = _room_for_bridges(
+        facts, body, formed, mandatory, handoff_role, position, least, total, budget
+    )
     if bridges:
         for unit in bridges:
             mandatory[unit.start] = unit
@@ -219,14 +184,7 @@ def plan(
         kept_units = sorted(kept_units + bridges, key=lambda u: u.start)
     head_idx = tuple(i for u in head_kept for i in u.indices())
     keep_idx = tuple(i for u in kept_units for i in u.indices())
-    kept = set(head_idx) | set(keep_idx)
-    fold = tuple(
-        i
-        for i in range(len(facts))
-        if i not in kept and not facts[i].folded and not facts[i].handoff
-    )
-    drop = tuple(i for i in range(len(facts)) if i not in kept)
-    handoffs_dropped = sum(1 for i in drop if facts[i].handoff)
+    fold, drop = _fold_and_drop(facts, set(head_idx) | set(keep_idx))
 
     allowances: dict[int, int] = {}
     if total > budget:
@@ -236,34 +194,8 @@ def plan(
                 order.append(unit)
         order += [u for u in reversed(protected) if u not in order]
         order += [u for u in reversed(kept_units) if u not in order]
-        # Every kept message may shrink to a stub; what the budget has beyond the stubs goes to
-        # the units in order of precedence, so the protected part fits whenever its stubs do.
-        floor = {
-            u.start: sum(min(facts[i].tokens, STUB_TOKENS) for i in u.indices()) for u in order
-        }
-        # The head is kept byte for byte (the host's prompt cache starts with it): it is paid
-        # for first and never shortened.
-        remaining = budget - reserve - head_cost - sum(floor.values())
-        total = reserve + head_cost
-        for unit in order:
-            cost = _cost(facts, unit)
-            extra = max(0, min(cost - floor[unit.start], remaining))
-            remaining -= extra
-            grant = floor[unit.start] + extra
-            if grant >= cost:
-                total += cost
-                continue
-            # Within the unit, stub-sized messages stay whole; the larger share the rest.
-            small = sum(facts[i].tokens for i in unit.indices() if facts[i].tokens <= STUB_TOKENS)
-            rest, large = grant - small, cost - small
-            for i in unit.indices():
-                tokens = facts[i].tokens
-                allowance = max(STUB_TOKENS, tokens * rest // large) if large else tokens
-                if allowance < tokens:
-                    allowances[i] = allowance
-                    total += allowance
-                else:
-                    total += tokens
+        allowances, total = _allowances(facts, order, budget - reserve - head_cost)
+        total += reserve + head_cost
 
     return Plan(
         head=head_idx,
@@ -274,9 +206,143 @@ def plan(
         allowances=allowances,
         tokens_after=total,
         newest_request=newest_request.start if newest_request is not None else None,
-        handoffs_dropped=handoffs_dropped,
+        handoffs_dropped=sum(1 for i in drop if facts[i].handoff),
         handoff_role=handoff_role,
     )
+
+
+def _kept_cost(
+    facts: Sequence[MessageFacts], formed: list[Unit], mandatory: dict[int, Unit], tail_from: int
+) -> tuple[int, int]:
+    """What the units kept with a tail from `tail_from` cost, and how many messages they hold."""
+    cost = count = 0
+    for u in formed:
+        if u.start >= tail_from or u.start in mandatory:
+            cost += _cost(facts, u)
+            count += u.end - u.start
+    return cost, count
+
+
+def _fold_and_drop(
+    facts: Sequence[MessageFacts], kept: set[int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The indices a pass folds (not kept, not folded before, not a handoff) and drops."""
+    fold = tuple(
+        i
+        for i in range(len(facts))
+        if i not in kept and not facts[i].folded and not facts[i].handoff
+    )
+    drop = tuple(i for i in range(len(facts)) if i not in kept)
+    return fold, drop
+
+
+def _protected_tail(body: Sequence[Unit], protect_last_n: int, end: int) -> tuple[int, int]:
+    """Where the protected tail starts: (its first index, the position in `body` of its first
+    unit); the whole units back from the end that hold the last `protect_last_n` messages."""
+    cut = end
+    counted = 0
+    position = len(body)
+    while position > 0 and counted < protect_last_n:
+        position -= 1
+        unit = body[position]
+        cut = unit.start
+        if unit.well_formed:
+            counted += unit.end - unit.start
+    return cut, position
+
+
+def _grow_tail(
+    facts: Sequence[MessageFacts],
+    body: list[Unit],
+    mandatory: dict[int, Unit],
+    position: int,
+    cut: int,
+    total: int,
+    count: int,
+    budget: int,
+    max_kept: int | None,
+) -> tuple[int, int, int]:
+    """The tail grown back from body[position], whole units at a time, while they fit the
+    budget (and `max_kept` messages): (position, cut, total)."""
+    while position > 0:
+        unit = body[position - 1]
+        extra = 0
+        if unit.well_formed and unit.start not in mandatory:
+            extra = _cost(facts, unit)
+            if max_kept is not None and count + (unit.end - unit.start) > max_kept:
+                break
+        if total + extra > budget:
+            break
+        total += extra
+        if unit.well_formed and unit.start not in mandatory:
+            count += unit.end - unit.start
+        position -= 1
+        cut = unit.start
+    return position, cut, total
+
+
+def _room_for_bridges(
+    facts: Sequence[MessageFacts],
+    body: list[Unit],
+    formed: list[Unit],
+    mandatory: dict[int, Unit],
+    handoff_role: str,
+    position: int,
+    least: int,
+    total: int,
+    budget: int,
+) -> tuple[int, int, int, list[Unit], list[Unit]]:
+    """The tail given up, oldest optional unit first, while the bridges the kept part needs do
+    not fit the budget and the tail may still shrink (`least`): the tail's position in `body`,
+    the kept cost, the cut, the kept units and the bridges they need."""
+    cut = body[position].start if position < len(body) else len(facts)
+    kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
+    bridges = _bridges(facts, body, kept_units, handoff_role)
+    while bridges and total + sum(_cost(facts, u) for u in bridges) > budget and position < least:
+        unit = body[position]
+        if unit.well_formed and unit.start not in mandatory:
+            total -= _cost(facts, unit)
+        position += 1
+        cut = body[position].start if position < len(body) else len(facts)
+        kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
+        bridges = _bridges(facts, body, kept_units, handoff_role)
+    return position, total, cut, kept_units, bridges
+
+
+def _allowances(
+    facts: Sequence[MessageFacts], order: Sequence[Unit], room: int
+) -> tuple[dict[int, int], int]:
+    """Over budget: the tokens each kept message may keep (only those cut are listed), and
+    what the kept units then cost. `order`: the units by precedence; `room`: the budget left
+    after the handoff's reserve and the head."""
+    allowances: dict[int, int] = {}
+    # Every kept message may shrink to a stub; what the budget has beyond the stubs goes to
+    # the units in order of precedence, so the protected part fits whenever its stubs do.
+    floor = {u.start: sum(min(facts[i].tokens, STUB_TOKENS) for i in u.indices()) for u in order}
+    # The head is kept byte for byte (the host's prompt cache starts with it): it is paid
+    # for first and never shortened.
+    remaining = room - sum(floor.values())
+    total = 0
+    for unit in order:
+        cost = _cost(facts, unit)
+        extra = max(0, min(cost - floor[unit.start], remaining))
+        remaining -= extra
+        grant = floor[unit.start] + extra
+        if grant >= cost:
+            total += cost
+            continue
+        # Within the unit, stub-sized messages stay whole; the larger share the rest.
+        small = sum(facts[i].tokens for i in unit.indices() if facts[i].tokens <= STUB_TOKENS)
+        rest, large = grant - small, cost - small
+        for i in unit.indices():
+            tokens = facts[i].tokens
+            allowance = max(STUB_TOKENS, tokens * rest // large) if large else tokens
+            if allowance < tokens:
+                allowances[i] = allowance
+                total += allowance
+            else:
+                total += tokens
+    return allowances, total
 
 
 def _handoff_role(facts: Sequence[MessageFacts], head: list[Unit]) -> str:
