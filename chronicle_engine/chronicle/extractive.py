@@ -410,6 +410,53 @@ def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
     return (text + "\n" + note) if text else note
 
 
+def _sample(
+    messages: Sequence[dict[str, object]], budget_chars: int
+) -> tuple[set[int] | None, float]:
+    """Bounded work on a huge fold: only so many lines can survive the budget, so lines are
+    made for an even spread of messages (every request while they are few enough; None: every
+    message), and facts are scanned in an even spread too (the share of messages scanned)."""
+    n = len(messages)
+    line_cap = max(300, budget_chars // 25)
+    detail: set[int] | None = None
+    if n > 2 * line_cap:
+        users = [
+            i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"
+        ]
+        detail = set(_spread(range(n), line_cap))
+        detail.update(users if len(users) <= line_cap else _spread(users, line_cap))
+    return detail, min(1.0, _FACTS_SCANNED / n) if n else 1.0
+
+
+def _said(
+    role: object, message: dict[str, object], text: str, head: str, focused: bool
+) -> tuple[int, str, bool, int | None] | None:
+    """The line of what a message says, as (rank, text, focused, compact cap), if any: a
+    person's request, a host's note, an assistant's decision or reply, a system message."""
+    if role == "user":
+        if is_real_user(message):
+            cap = _USER_CAP * 2 if focused else _USER_CAP
+            return _RANK_USER, "User: " + _verbatim_request(text, cap), focused, _COMPACT_USER
+        if text.strip():
+            return _RANK_REPLY, "Host: " + _one_line(text, _REPLY_CAP), focused, None
+    elif role == "assistant":
+        if text.strip():
+            lowered = head.lower()
+            decisions = (
+                [s for s in _sentences(head) if _is_decision(s.lower())]
+                if _is_decision(lowered)
+                else []
+            )
+            if decisions:
+                cap = _REPLY_CAP * 2 if focused else _REPLY_CAP
+                decision = "Decision: " + _one_line(" ".join(decisions), cap)
+                return _RANK_DECISION, decision, focused, _COMPACT_OTHER
+            return _RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), focused, None
+    elif role == "system" and text.strip():
+        return _RANK_REPLY, "System: " + _one_line(text, _REPLY_CAP), focused, None
+    return None
+
+
 def summarize_messages(
     messages: Sequence[dict[str, object]],
     *,
@@ -449,19 +496,7 @@ def summarize_messages(
         lines.append(_Line(rank, text, order, focused, short))
         order += 1
 
-    # Bounded work on a huge fold: only so many lines can survive the budget, so lines are made
-    # for an even spread of messages (every request while they are few enough), and facts are
-    # scanned in an even spread too.
-    n = len(messages)
-    line_cap = max(300, budget_chars // 25)
-    detail: set[int] | None = None
-    if n > 2 * line_cap:
-        users = [
-            i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"
-        ]
-        detail = set(_spread(range(n), line_cap))
-        detail.update(users if len(users) <= line_cap else _spread(users, line_cap))
-    share = min(1.0, _FACTS_SCANNED / n) if n else 1.0
+    detail, share = _sample(messages, budget_chars)
 
     for index, raw in enumerate(messages):
         if not isinstance(raw, dict):
@@ -482,26 +517,10 @@ def summarize_messages(
         if scan:
             scanned.append(_fact_text(m, text))
         focused = _mentions(head, terms)
-        if role == "user":
-            if is_real_user(m):
-                cap = _USER_CAP * 2 if focused else _USER_CAP
-                add(_RANK_USER, "User: " + _verbatim_request(text, cap), focused, _COMPACT_USER)
-            elif text.strip():
-                add(_RANK_REPLY, "Host: " + _one_line(text, _REPLY_CAP), focused)
-        elif role == "assistant":
-            if text.strip():
-                lowered = head.lower()
-                decisions = (
-                    [s for s in _sentences(head) if _is_decision(s.lower())]
-                    if _is_decision(lowered)
-                    else []
-                )
-                if decisions:
-                    cap = _REPLY_CAP * 2 if focused else _REPLY_CAP
-                    decision = "Decision: " + _one_line(" ".join(decisions), cap)
-                    add(_RANK_DECISION, decision, focused, _COMPACT_OTHER)
-                else:
-                    add(_RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), focused)
+        said = _said(role, m, text, head, focused)
+        if said is not None:
+            add(*said)
+        if role == "assistant":
             for call_id, name, arguments in tool_calls(m):
                 if scan:
                     scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
@@ -509,8 +528,6 @@ def summarize_messages(
                 step = f"Step: {_call_summary(name, arguments)} → {outcome}"
                 rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
                 add(rank, _one_line(step, _STEP_CAP), focused or _mentions(arguments, terms))
-        elif role == "system" and text.strip():
-            add(_RANK_REPLY, "System: " + _one_line(text, _REPLY_CAP), focused)
 
     facts = _facts(scanned, _MAX_FACTS)
     if facts:
