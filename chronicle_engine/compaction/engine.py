@@ -22,11 +22,9 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -44,14 +42,10 @@ from ..errors import ChronicleFork, UsageError
 from ..log.events import Decoded, DomainEvent, EventReader
 from ..log.store import StoredEvent
 from ..messages import (
-    CHARS_PER_TOKEN,
     content_text,
     estimate_tokens,
     handoff_kind,
     is_own_handoff,
-    is_real_user,
-    states_a_rule,
-    tool_call_ids,
 )
 from ..sessions.capture import Capture
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
@@ -66,12 +60,14 @@ from .events import (
     ContextUnpinned,
     PassLedger,
 )
+from .expand import Expanded, by_budget, by_page, chars_of
+from .facts import message_facts
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
-from .ledger import LEDGER_WORDS, ledger_of
+from .ledger import LEDGER_WORDS, ledger_of, ledger_totals
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
-from .policy import RESTORE_MAX_TOKENS, RESTORE_TOKENS, Policy, policy_from_config
+from .policy import Policy, policy_from_config
 from .view import Condensed, level_name, rebase
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
@@ -176,7 +172,7 @@ class Compaction:
         self._events_lock = threading.Lock()
         # the last range expanded (reading a range page by page must not read, measure and
         # check every message of it again for each page)
-        self._expanded: _Expanded | None = None
+        self._expanded: Expanded | None = None
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
 
     # -- wiring ------------------------------------------------------------------------------
@@ -460,17 +456,6 @@ class Compaction:
         event = self._store.get(seq)
         return event.payload.get("message", message) if event is not None else message
 
-    def facts(
-        self,
-        messages: Sequence[object],
-        seqs: Sequence[int | None],
-        *,
-        through: int,
-        pins: Sequence[tuple[int, int]] = (),
-        covered: Sequence[tuple[int, int]] | None = None,
-    ) -> list[MessageFacts]:
-        return message_facts(messages, seqs, through=through, pins=pins, covered=covered)
-
     def plan_for(
         self,
         facts: Sequence[MessageFacts],
@@ -552,7 +537,9 @@ class Compaction:
         names = [name, *(n for n in self._sessions.chronicle_names(session_id) if n != name)]
         previous, _, through = self._previous_view(names, messages)
         covered = [(v.from_seq, v.to_seq) for v in previous]
-        facts = self.facts(messages, seqs, through=through, pins=list(state.pins), covered=covered)
+        facts = message_facts(
+            messages, seqs, through=through, pins=list(state.pins), covered=covered
+        )
         facts = bound_pins(facts, policy.standing_tokens)
         tokens_before = sum(f.tokens for f in facts)
         previous_tokens = handoff_tokens(render(previous))
@@ -596,67 +583,79 @@ class Compaction:
     def _draw_pass(self, p: _Pass) -> _Drawn:
         """The sections the cut needs and the handoff's text. Model calls happen here, outside
         the write lock; nothing is written."""
+        d = _Drawn()
+        self._draw_sections(p, d)
+        self._draw_view(p, d)
+        self._draw_text(p, d)
+        return d
+
+    def _draw_sections(self, p: _Pass, d: _Drawn) -> None:
+        """The sections over the newly folded range: those written before (`d.reused`) and one
+        drawn for each gap between them (`d.new_sections`)."""
         # The newly folded range of the log: from where the last pass stopped (so anything of
         # this conversation logged in between is covered too) to the last folded message. The
         # first pass starts at the first message after the head, so what it keeps below its
         # last folded message (pins, bridges, the request after the head) is covered too and a
         # later pass may let it go: the view covers one unbroken range.
-        seqs, messages, policy, focus = p.seqs, p.messages, p.policy, p.focus
+        seqs, messages, policy = p.seqs, p.messages, p.policy
         folded_seqs = [seqs[i] for i in p.plan.fold if seqs[i] is not None]
+        if not folded_seqs:
+            return
         head = set(p.plan.head)
         body_seqs = [s for i, s in enumerate(seqs) if s is not None and i not in head]
-        d = _Drawn()
         chronicle = self.chronicle(p.name)
-        if folded_seqs:
-            lo = p.through + 1 if p.through else min(body_seqs)
-            hi = max(s for s in folded_seqs if s is not None)
-            d.reach = (lo, hi)
-            existing = chronicle.current(from_seq=lo, to_seq=hi)
-            d.reused = [ViewSection(1, s) for s in existing]
-            in_range = [
-                (s, self._original(s, m))
-                for s, m in zip(seqs, messages, strict=True)
-                if s is not None and lo <= s <= hi
-            ]
-            gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
-            marked = self._marked(lo, hi) if gaps else set()
-            hidden = self._hidden(lo, hi) if gaps else set()
-            for index, (g_lo, g_hi) in enumerate(gaps):
-                pairs = [(s, m) for s, m in in_range if g_lo <= s <= g_hi]
-                if not pairs:
-                    pairs = [
-                        (e.seq, e.payload.get("message", {}))
-                        for e in self._sessions.message_events(p.session_id, g_lo, g_hi)
-                    ]
-                if not pairs:
-                    continue
-                if hidden:  # a forgotten message is folded (it leaves) but never summarised
-                    pairs = [(s, m) for s, m in pairs if s not in hidden]
-                # As the log holds them: a lone surrogate escaped, a cycle marked (`wire_message`).
-                members = [
-                    m if isinstance(m, dict) and plain_json(m) else wire_message(m)
-                    for _, m in pairs
+        lo = p.through + 1 if p.through else min(body_seqs)
+        hi = max(s for s in folded_seqs if s is not None)
+        d.reach = (lo, hi)
+        existing = chronicle.current(from_seq=lo, to_seq=hi)
+        d.reused = [ViewSection(1, s) for s in existing]
+        in_range = [
+            (s, self._original(s, m))
+            for s, m in zip(seqs, messages, strict=True)
+            if s is not None and lo <= s <= hi
+        ]
+        gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
+        marked = self._marked(lo, hi) if gaps else set()
+        hidden = self._hidden(lo, hi) if gaps else set()
+        for index, (g_lo, g_hi) in enumerate(gaps):
+            pairs = [(s, m) for s, m in in_range if g_lo <= s <= g_hi]
+            if not pairs:
+                pairs = [
+                    (e.seq, e.payload.get("message", {}))
+                    for e in self._sessions.message_events(p.session_id, g_lo, g_hi)
                 ]
-                extra = (
-                    {"memory_context": p.memory_context.strip()}
-                    if p.memory_context.strip() and index == len(gaps) - 1
-                    else None
-                )
-                section, drawn = draw(
-                    self.writer,
-                    g_lo,
-                    g_hi,
-                    members,
-                    budget_chars=policy.section_chars,
-                    focus=focus,
-                    deadline=p.deadline,
-                    clean=frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked),
-                    meta=extra,
-                )
-                d.model_calls += drawn.model_calls
-                d.fell_back = d.fell_back or drawn.fell_back
-                d.new_sections.append(ViewSection(1, section))
+            if not pairs:
+                continue
+            if hidden:  # a forgotten message is folded (it leaves) but never summarised
+                pairs = [(s, m) for s, m in pairs if s not in hidden]
+            # As the log holds them: a lone surrogate escaped, a cycle marked (`wire_message`).
+            members = [
+                m if isinstance(m, dict) and plain_json(m) else wire_message(m) for _, m in pairs
+            ]
+            extra = (
+                {"memory_context": p.memory_context.strip()}
+                if p.memory_context.strip() and index == len(gaps) - 1
+                else None
+            )
+            section, drawn = draw(
+                self.writer,
+                g_lo,
+                g_hi,
+                members,
+                budget_chars=policy.section_chars,
+                focus=p.focus,
+                deadline=p.deadline,
+                clean=frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked),
+                meta=extra,
+            )
+            d.model_calls += drawn.model_calls
+            d.fell_back = d.fell_back or drawn.fell_back
+            d.new_sections.append(ViewSection(1, section))
 
+    def _draw_view(self, p: _Pass, d: _Drawn) -> None:
+        """The view the handoff shows (condensed into levels when it is over its budget) and
+        its rendered text."""
+        policy = p.policy
         d.shown = {v.label for v in p.previous}
         added = sorted(
             [v for v in d.reused + d.new_sections if v.label not in d.shown],
@@ -670,7 +669,7 @@ class Compaction:
                 budget_tokens=policy.handoff_tokens,
                 section_chars=policy.section_chars,
                 writer=self.writer,
-                focus=focus,
+                focus=p.focus,
                 existing=lambda level, sid: self.chronicle(level_name(p.name, level)).get(sid),
                 deadline=p.deadline,
             )
@@ -679,10 +678,13 @@ class Compaction:
             d.fell_back = d.fell_back or any(c.drawn.fell_back for c in d.condensed)
             d.text = render(d.view)
 
+    def _draw_text(self, p: _Pass, d: _Drawn) -> None:
+        """What follows the view in the handoff: the standing instructions, then the memory
+        recalled at this compaction when no new section carries it."""
         dropped = set(p.plan.drop)
         standing, d.carried = self._standing(
             p.standing_before,
-            policy,
+            p.policy,
             [(p.seqs[i], _text(p.messages[i])) for i in p.instructions if i in dropped],
         )
         if standing:
@@ -695,14 +697,13 @@ class Compaction:
             # section carries this pass's memory context: it rides at the end of the handoff,
             # after the settled prefix, for this pass only.
             d.text += "\n\nMemory recalled at this compaction:\n" + memory
-        return d
 
     def _commit_pass(self, p: _Pass, d: _Drawn, started: float) -> Outcome:
         """Assemble the list, check it against the host's contract, and write the sections,
         the pass's record and the tree's compaction entry in one transaction."""
-        messages, seqs, the_plan, session_id = p.messages, p.seqs, p.plan, p.session_id
-        role = the_plan.handoff_role
-        output, rewritten = assemble(messages, the_plan, handoff_message(d.text, role), seqs)
+        messages, session_id = p.messages, p.session_id
+        role = p.plan.handoff_role
+        output, rewritten = assemble(messages, p.plan, handoff_message(d.text, role), p.seqs)
         problems = violations(messages, output, rewritten)
         if problems:
             log.error(
@@ -713,19 +714,47 @@ class Compaction:
             return Outcome(None, "invalid output: " + "; ".join(problems), p.tokens_before)
 
         tokens_after = sum(estimate_tokens(m) for m in output)
-        written = [v.label for v in d.new_sections] + [c.view.label for c in d.condensed]
-        record = ContextCompacted(
+        record = self._pass_record(p, d, len(output), tokens_after, started)
+        self._write_pass(p, d, output, record, self._pass_ledger(p, d))
+        log.info(
+            "chronicle compaction: session=%s messages %d->%d tokens ~%d->~%d sections +%s%s",
+            session_id,
+            len(messages),
+            len(output),
+            p.tokens_before,
+            tokens_after,
+            ",".join(record.written) or "none",
+            " (rebased)" if d.rebased else "",
+        )
+        return Outcome(
+            output,
+            "compacted",
+            p.tokens_before,
+            tokens_after,
+            written=record.written,
+            reused=record.reused,
+            view=record.view,
+            rebased=d.rebased,
+            model_calls=d.model_calls,
+            fell_back=d.fell_back,
+        )
+
+    def _pass_record(
+        self, p: _Pass, d: _Drawn, messages_after: int, tokens_after: int, started: float
+    ) -> ContextCompacted:
+        """The pass's record: what it folded, wrote, reused and shows, and what it cost."""
+        return ContextCompacted(
             chronicle=p.name,
             from_seq=min((v.from_seq for v in d.new_sections + d.reused), default=0),
             to_seq=max((v.to_seq for v in d.new_sections + d.reused), default=0),
-            written=written,
+            written=[v.label for v in d.new_sections] + [c.view.label for c in d.condensed],
             reused=[v.label for v in d.reused if v.label not in d.shown],
             view=[v.label for v in d.view],
             rebased=d.rebased,
             tokens_before=p.tokens_before,
             tokens_after=tokens_after,
-            messages_before=len(messages),
-            messages_after=len(output),
+            messages_before=len(p.messages),
+            messages_after=messages_after,
             handoff_tokens=handoff_tokens(d.text),
             model_calls=d.model_calls,
             fell_back=d.fell_back,
@@ -735,19 +764,34 @@ class Compaction:
             instructions=list(d.carried.shown),
             instructions_older=d.carried.as_record(),
         )
+
+    def _pass_ledger(self, p: _Pass, d: _Drawn) -> PassLedger:
+        """The pass's ledger (`ledger.py`) over the messages it folded."""
+        messages, seqs = p.messages, p.seqs
         folded = [
             # the ledger reads only a message's role and text: a dict as the host holds it will
             # do, without converting every folded message to its wire form again
             (seq, m if isinstance(m := messages[i], dict) else wire_message(m))
-            for i in the_plan.fold
+            for i in p.plan.fold
             if (seq := seqs[i]) is not None and not handoff_kind(messages[i])
         ]
-        ledger = ledger_of(
+        return ledger_of(
             p.name,
             folded,
             handoff=d.text,
             prose="\n".join(v.section.prose for v in d.new_sections + d.reused),
         )
+
+    def _write_pass(
+        self,
+        p: _Pass,
+        d: _Drawn,
+        output: list[object],
+        record: ContextCompacted,
+        ledger: PassLedger,
+    ) -> None:
+        """Write the pass: its sections, its record and ledger, and the tree's entry."""
+        seqs, the_plan, session_id = p.seqs, p.plan, p.session_id
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
         # live list from it); the head goes before the handoff and the protected copies kept
         # before the tail right after it, so the tree's projection holds what the model holds,
@@ -775,14 +819,19 @@ class Compaction:
                     chronicle.append(v.section, conn)
                 for c in d.condensed:
                     self.chronicle(level_name(p.name, c.view.level)).append(c.view.section, conn)
-                self._record(session_id, record)
-                self._record(session_id, ledger)
+                # the record and its ledger, one right after the other
+                self._store.append(
+                    [
+                        self._types.pending(record, session=session_id),
+                        self._types.pending(ledger, session=session_id),
+                    ]
+                )
                 self._sessions.record_compaction(
                     session_id,
                     section_ids=[v.label for v in d.view],
                     first_kept_seq=tail[0] if tail else None,
                     tokens_before=p.tokens_before,
-                    tokens_after=tokens_after,
+                    tokens_after=record.tokens_after,
                     summary=d.text,
                     head_seqs=head_seqs,
                     kept_seqs=kept_seqs,
@@ -790,29 +839,6 @@ class Compaction:
                 )
         except ChronicleFork as fork:
             raise _Raced(str(fork)) from fork
-
-        log.info(
-            "chronicle compaction: session=%s messages %d->%d tokens ~%d->~%d sections +%s%s",
-            session_id,
-            len(messages),
-            len(output),
-            p.tokens_before,
-            tokens_after,
-            ",".join(written) or "none",
-            " (rebased)" if d.rebased else "",
-        )
-        return Outcome(
-            output,
-            "compacted",
-            p.tokens_before,
-            tokens_after,
-            written=written,
-            reused=record.reused,
-            view=record.view,
-            rebased=d.rebased,
-            model_calls=d.model_calls,
-            fell_back=d.fell_back,
-        )
 
     def forget_messages(self, seqs: Collection[int]) -> list[Rederived]:
         """Forgetting hid these message seqs: redraw every section holding one without them,
@@ -871,51 +897,8 @@ class Compaction:
             raise UsageError("give section_id, or from_seq (and to_seq) to expand")
         expanded = self._range(session_id, lo, hi)
         if page is None and page_size is None:
-            return self._restore(result, expanded, lo, hi, max_tokens, continue_from)
-        pages = expanded.pages(max(1, min(int(page_size or 20), 200)))
-        page = max(1, int(page or 1))
-        chunk = pages[page - 1] if page <= len(pages) else []
-        result.update(
-            from_seq=lo,
-            to_seq=hi,
-            page=page,
-            pages=max(1, len(pages)),
-            total=len(expanded.events),
-            messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
-        )
-        _note_hidden_and_oversized(result, expanded, chunk, EXPAND_PAGE_CHARS)
-        if page < len(pages):
-            result["next"] = {"page": page + 1}
-        return result
-
-    def _restore(
-        self,
-        result: dict[str, object],
-        expanded: _Expanded,
-        lo: int,
-        hi: int,
-        max_tokens: int | None,
-        continue_from: int | None,
-    ) -> dict[str, object]:
-        """Expand by budget: see `expand`."""
-        budget = min(RESTORE_MAX_TOKENS, max(1, int(max_tokens or RESTORE_TOKENS)))
-        start = lo if continue_from is None else max(lo, int(continue_from))
-        chunk, rest = expanded.window(start, budget * CHARS_PER_TOKEN)
-        used = sum(expanded.sizes[e.seq] for e in chunk)
-        result.update(
-            from_seq=lo,
-            to_seq=hi,
-            total=len(expanded.events),
-            budget_tokens=budget,
-            tokens=-(-used // CHARS_PER_TOKEN),
-            messages=[{"seq": e.seq, "message": e.payload.get("message")} for e in chunk],
-        )
-        _note_hidden_and_oversized(result, expanded, chunk, RESTORE_MAX_TOKENS * CHARS_PER_TOKEN)
-        if rest:
-            rest_chars = sum(expanded.sizes[e.seq] for e in rest)
-            result["rest"] = {"messages": len(rest), "tokens": -(-rest_chars // CHARS_PER_TOKEN)}
-            result["next"] = {"continue_from": rest[0].seq}
-        return result
+            return by_budget(result, expanded, lo, hi, max_tokens, continue_from)
+        return by_page(result, expanded, lo, hi, page, page_size)
 
     def _forgotten(self, seqs: list[int]) -> set[int]:
         try:
@@ -924,7 +907,7 @@ class Compaction:
             log.debug("chronicle expand: recall could not say what was forgotten", exc_info=True)
             return set()
 
-    def _range(self, session_id: str, lo: int, hi: int) -> _Expanded:
+    def _range(self, session_id: str, lo: int, hi: int) -> Expanded:
         """The lineage's messages in lo..hi that are not forgotten, measured and paged once and
         kept for the next pages while the log is unchanged (a forget appends to it)."""
         lineage = tuple(self._sessions.lineage(session_id) or [session_id])
@@ -936,7 +919,7 @@ class Compaction:
         hidden = self._forgotten([e.seq for e in events])
         if hidden:
             events = [e for e in events if e.seq not in hidden]
-        expanded = _Expanded(key, events, {e.seq: _chars(e) for e in events}, len(hidden))
+        expanded = Expanded(key, events, {e.seq: chars_of(e) for e in events}, len(hidden))
         with self._guard:
             self._expanded = expanded
         return expanded
@@ -999,7 +982,7 @@ class Compaction:
                 for (lo, hi), note in state.pins.items()
             ],
             "focus": state.focus or None,
-            "ledger": _ledger_totals(self._visible(state.ledgers)),
+            "ledger": ledger_totals(self._visible(state.ledgers)),
         }
 
     def ledgers(self, session_id: str) -> list[dict[str, object]]:
@@ -1030,67 +1013,10 @@ class Compaction:
             None if is_own_handoff(m) or (isinstance(m, dict) and m.get("role") == "system") else 1
             for m in messages
         ]
-        facts = self.facts(messages, seqs, through=0)
+        facts = message_facts(messages, seqs, through=0)
         return self.plan_for(
             facts, policy=policy, current_tokens=None, reserve=0, force=True
         ).changed
-
-
-def message_facts(
-    messages: Sequence[object],
-    seqs: Sequence[int | None],
-    *,
-    through: int,
-    pins: Sequence[tuple[int, int]] = (),
-    covered: Sequence[tuple[int, int]] | None = None,
-) -> list[MessageFacts]:
-    """What the planner needs to know about each message. `seqs` are capture's answer (None:
-    not conversation); `through` is how far sections already cover the log, `covered` the seq
-    ranges of the sections the handoff cites (default: all of 1..through).
-
-    A message is folded only when a cited section covers it. One at or below `through` that no
-    cited section covers can never be covered (new sections start after `through`), so it is
-    protected: nothing leaves the context uncovered."""
-    ranges = [(1, through)] if covered is None else list(covered)
-
-    def inside(seq: int) -> bool:
-        return any(lo <= seq <= hi for lo, hi in ranges)
-
-    out: list[MessageFacts] = []
-    for message, seq in zip(messages, seqs, strict=True):
-        if not isinstance(message, dict):
-            out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
-            continue
-        role = str(message.get("role") or "")
-        # Only user and assistant messages can be handoffs, requests or instructions.
-        conversational = role in ("user", "assistant")
-        kind = handoff_kind(message) if conversational else None
-        own = kind == "own"
-        real_user = role == "user" and is_real_user(message)
-        pinned = seq is not None and bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
-        folded = seq is not None and seq <= through and inside(seq)
-        stranded = seq is not None and seq <= through and not folded
-        held = stranded or kind == "foreign" or (seq is None and not own)
-        # (is_standing_instruction, without asking is_real_user again). An instruction is not
-        # kept in place (its tool traffic would stay with it): once folded, the handoff
-        # carries it (`instructions`).
-        instruction = real_user and seq is not None and states_a_rule(content_text(message))
-        result_id = message.get("tool_call_id") if role == "tool" else None
-        out.append(
-            MessageFacts(
-                tokens=estimate_tokens(message),
-                role=role,
-                folded=folded,
-                handoff=own,
-                protected=pinned or held,
-                real_user=real_user,
-                call_ids=tool_call_ids(message) if role == "assistant" else (),
-                result_id=str(result_id) if result_id is not None else None,
-                pinned=pinned and not held,
-                instruction=instruction,
-            )
-        )
-    return out
 
 
 class _Raced(Exception):
@@ -1112,110 +1038,6 @@ def _gaps(lo: int, hi: int, covered: Sequence[tuple[int, int]]) -> list[tuple[in
     return [(a, b) for a, b in gaps if a <= b]
 
 
-EXPAND_PAGE_CHARS = 60_000
-"""Characters of message JSON one expand page carries at most. Hermes replaces any tool result
-over 100,000 characters with a short preview, so a page stays well under that."""
-
-
 def _text(message: object) -> str:
     """A standing instruction's words (`is_standing_instruction` holds only for a dict)."""
     return content_text(message) if isinstance(message, dict) else ""
-
-
-def _ledger_totals(ledgers: Sequence[Decoded[PassLedger]]) -> dict[str, object] | None:
-    """The ledgers of a conversation added up, with the last pass's lists (None: no pass)."""
-    if not ledgers:
-        return None
-    last = ledgers[-1].event
-    totals = {
-        key: sum(getattr(d.event, key) for d in ledgers)
-        for key in (
-            "folded_messages",
-            "messages_kept",
-            "entities",
-            "entities_in_handoff",
-            "entities_in_sections",
-            "entities_left_out",
-        )
-    }
-    return {
-        "passes": len(ledgers),
-        **totals,
-        "last_pass": {
-            "from_seq": last.from_seq,
-            "to_seq": last.to_seq,
-            "folded_messages": last.folded_messages,
-            "messages_kept": last.messages_kept,
-            "messages_left_out": last.messages_left_out[:20],
-            "in_handoff": last.in_handoff[:20],
-            "in_sections": last.in_sections[:20],
-            "left_out": last.left_out[:20],
-        },
-    }
-
-
-def _note_hidden_and_oversized(
-    result: dict[str, object], expanded: _Expanded, chunk: Sequence[StoredEvent], limit: int
-) -> None:
-    if expanded.forgotten:
-        # chronicle_forget(..., include_source) hid them
-        result["forgotten"] = expanded.forgotten
-    if len(chunk) == 1 and expanded.sizes[chunk[0].seq] > limit:
-        result["oversized"] = (
-            "this one message is longer than a tool result Hermes passes on whole; "
-            "`chronicle expand` on the command line prints it in full"
-        )
-
-
-def _chars(event: StoredEvent) -> int:
-    return len(json.dumps(event.payload.get("message"), ensure_ascii=False))
-
-
-@dataclass
-class _Expanded:
-    """One range as expand serves it: its visible messages, each one's size in characters, how
-    many were forgotten, and its pages by page size."""
-
-    key: tuple[object, ...]
-    events: list[StoredEvent]
-    sizes: dict[int, int]
-    forgotten: int
-    paged: dict[int, list[list[StoredEvent]]] = field(default_factory=dict)
-
-    def pages(self, size: int) -> list[list[StoredEvent]]:
-        if size not in self.paged:
-            self.paged[size] = _pages(self.events, size, EXPAND_PAGE_CHARS, self.sizes)
-        return self.paged[size]
-
-    def window(self, start: int, max_chars: int) -> tuple[list[StoredEvent], list[StoredEvent]]:
-        """The messages from seq `start` on that fit `max_chars` (at least one), and the rest."""
-        at = bisect_left([e.seq for e in self.events], start)
-        end, used = at, 0
-        while end < len(self.events):
-            chars = self.sizes[self.events[end].seq]
-            if end > at and used + chars > max_chars:
-                break
-            used += chars
-            end += 1
-        return self.events[at:end], self.events[end:]
-
-
-def _pages(
-    events: Sequence[StoredEvent], size: int, max_chars: int, sizes: dict[int, int]
-) -> list[list[StoredEvent]]:
-    """Split into pages of at most `size` messages and `max_chars` characters (`sizes`: each
-    message's, by seq; a single longer message gets a page of its own). Deterministic, so page N
-    is the same on every call."""
-    pages: list[list[StoredEvent]] = []
-    current: list[StoredEvent] = []
-    used = 0
-    for event in events:
-        chars = sizes[event.seq]
-        if current and (len(current) >= size or used + chars > max_chars):
-            pages.append(current)
-            current, used = [], 0
-        current.append(event)
-        used += chars
-    if current:
-        pages.append(current)
-    return pages

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..chronicle.extractive import STRIP, facts_in
+from ..log.events import Decoded
 from ..messages import content_text
 from .events import PassLedger
 
-__all__ = ["ledger_of", "LISTED", "LEDGER_WORDS"]
+__all__ = ["ledger_of", "ledger_totals", "LISTED", "LEDGER_WORDS"]
 
 LEDGER_WORDS = ("in_handoff", "in_sections", "left_out")
 """The fields of a `PassLedger` that hold words of the folded messages: a reader (and an export,
@@ -143,3 +144,35 @@ def ledger_of(
         messages_kept=len(kept),
         messages_left_out=_ranges(left),
     )
+
+
+def ledger_totals(ledgers: Sequence[Decoded[PassLedger]]) -> dict[str, object] | None:
+    """The ledgers of a conversation added up, with the last pass's lists (None: no pass)."""
+    if not ledgers:
+        return None
+    last = ledgers[-1].event
+    totals = {
+        key: sum(getattr(d.event, key) for d in ledgers)
+        for key in (
+            "folded_messages",
+            "messages_kept",
+            "entities",
+            "entities_in_handoff",
+            "entities_in_sections",
+            "entities_left_out",
+        )
+    }
+    return {
+        "passes": len(ledgers),
+        **totals,
+        "last_pass": {
+            "from_seq": last.from_seq,
+            "to_seq": last.to_seq,
+            "folded_messages": last.folded_messages,
+            "messages_kept": last.messages_kept,
+            "messages_left_out": last.messages_left_out[:20],
+            "in_handoff": last.in_handoff[:20],
+            "in_sections": last.in_sections[:20],
+            "left_out": last.left_out[:20],
+        },
+    }

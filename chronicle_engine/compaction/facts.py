@@ -1,0 +1,76 @@
+"""What the planner knows about each message of the host's list (`MessageFacts`), read once per
+pass: its size, its role, whether a cited section covers it, whether it is pinned, a handoff, a
+person's request or a standing instruction, and which tool calls it makes or answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..messages import (
+    content_text,
+    estimate_tokens,
+    handoff_kind,
+    is_real_user,
+    states_a_rule,
+    tool_call_ids,
+)
+from .planner import MessageFacts
+
+__all__ = ["message_facts"]
+
+
+def message_facts(
+    messages: Sequence[object],
+    seqs: Sequence[int | None],
+    *,
+    through: int,
+    pins: Sequence[tuple[int, int]] = (),
+    covered: Sequence[tuple[int, int]] | None = None,
+) -> list[MessageFacts]:
+    """What the planner needs to know about each message. `seqs` are capture's answer (None:
+    not conversation); `through` is how far sections already cover the log, `covered` the seq
+    ranges of the sections the handoff cites (default: all of 1..through).
+
+    A message is folded only when a cited section covers it. One at or below `through` that no
+    cited section covers can never be covered (new sections start after `through`), so it is
+    protected: nothing leaves the context uncovered."""
+    ranges = [(1, through)] if covered is None else list(covered)
+
+    def inside(seq: int) -> bool:
+        return any(lo <= seq <= hi for lo, hi in ranges)
+
+    out: list[MessageFacts] = []
+    for message, seq in zip(messages, seqs, strict=True):
+        if not isinstance(message, dict):
+            out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
+            continue
+        role = str(message.get("role") or "")
+        # Only user and assistant messages can be handoffs, requests or instructions.
+        conversational = role in ("user", "assistant")
+        kind = handoff_kind(message) if conversational else None
+        own = kind == "own"
+        real_user = role == "user" and is_real_user(message)
+        pinned = seq is not None and bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
+        folded = seq is not None and seq <= through and inside(seq)
+        stranded = seq is not None and seq <= through and not folded
+        held = stranded or kind == "foreign" or (seq is None and not own)
+        # (is_standing_instruction, without asking is_real_user again). An instruction is not
+        # kept in place (its tool traffic would stay with it): once folded, the handoff
+        # carries it (`instructions`).
+        instruction = real_user and seq is not None and states_a_rule(content_text(message))
+        result_id = message.get("tool_call_id") if role == "tool" else None
+        out.append(
+            MessageFacts(
+                tokens=estimate_tokens(message),
+                role=role,
+                folded=folded,
+                handoff=own,
+                protected=pinned or held,
+                real_user=real_user,
+                call_ids=tool_call_ids(message) if role == "assistant" else (),
+                result_id=str(result_id) if result_id is not None else None,
+                pinned=pinned and not held,
+                instruction=instruction,
+            )
+        )
+    return out
