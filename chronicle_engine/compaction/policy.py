@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..config import Config
@@ -193,14 +193,8 @@ def policy_from_config(
             return host[key], "compression." + key
         return defaults.get(key, _DOCUMENTED_DEFAULTS.get(key)), f"{origin} compression.{key}"
 
-    raw_threshold, threshold_from = setting("threshold")
-    threshold = _fraction(raw_threshold)
-    if threshold is None:
-        threshold, threshold_from = _DOCUMENTED_DEFAULTS["threshold"], "documented default"
-    raw_ratio, ratio_from = setting("target_ratio")
-    ratio = _fraction(raw_ratio)
-    if ratio is None:
-        ratio, ratio_from = _DOCUMENTED_DEFAULTS["target_ratio"], "documented default"
+    threshold, threshold_from = _fraction_setting(setting, "threshold")
+    ratio, ratio_from = _fraction_setting(setting, "target_ratio")
     per_model = model_threshold(
         model,
         model_thresholds if model_thresholds is not None else host.get("model_thresholds"),
@@ -208,19 +202,55 @@ def policy_from_config(
     )
     if per_model is not None:
         threshold, threshold_from = per_model[0], f"compression.model_thresholds[{per_model[1]}]"
-    floored = window < _SMALL_WINDOW and threshold < _SMALL_WINDOW_FLOOR
-    if window < _SMALL_WINDOW:
-        threshold = max(threshold, _SMALL_WINDOW_FLOOR)
+    if window < _SMALL_WINDOW and threshold < _SMALL_WINDOW_FLOOR:
+        threshold_from += " (floored at 0.75 below a 512K window)"
+        threshold = _SMALL_WINDOW_FLOOR
+    high, low = _watermarks(config, threshold, threshold_from, ratio, ratio_from, sources)
 
+    raw_first, sources["protect_first_n"] = setting("protect_first_n")
+    raw_last, sources["protect_last_n"] = setting("protect_last_n")
+    handoff, standing = _budgets(config, window, low, sources)
+    # The gateway compacts on message count past this limit; fold to half of it so one pass ends
+    # its loop.
+    hygiene = _count(setting("hygiene_hard_message_limit")[0], _HYGIENE_DEFAULT)
+    return Policy(
+        context_length=window,
+        high_percent=high,
+        low_percent=low,
+        protect_first_n=_count(raw_first, 3),
+        protect_last_n=_count(raw_last, 20),
+        handoff_tokens=handoff,
+        max_kept_messages=hygiene // 2 if hygiene else None,
+        standing_tokens=standing,
+        sources=sources,
+    )
+
+
+def _fraction_setting(setting: Callable[[str], tuple[object, str]], key: str) -> tuple[float, str]:
+    """A fraction of the host's compression settings and where it came from; the documented
+    default when it is missing or not a fraction."""
+    raw, source = setting(key)
+    value = _fraction(raw)
+    if value is None:
+        return _DOCUMENTED_DEFAULTS[key], "documented default"
+    return value, source
+
+
+def _watermarks(
+    config: Config,
+    threshold: float,
+    threshold_from: str,
+    ratio: float,
+    ratio_from: str,
+    sources: dict[str, str],
+) -> tuple[float, float]:
+    """(high, low): Chronicle's own settings, else the host's threshold and twice threshold x
+    target_ratio; low always below high."""
     high = config.settings.context.high_watermark_percent
     if high is not None:
         sources["high"] = "chronicle.context.high_watermark_percent"
     else:
-        high = threshold
-        sources["high"] = threshold_from + (
-            " (floored at 0.75 below a 512K window)" if floored else ""
-        )
-
+        high, sources["high"] = threshold, threshold_from
     low = config.settings.context.low_watermark_percent
     if low is not None:
         sources["low"] = "chronicle.context.low_watermark_percent"
@@ -230,12 +260,12 @@ def policy_from_config(
     if low >= high:
         low = high * 0.8
         sources["low"] += " (lowered below the high watermark)"
+    return high, low
 
-    raw_first, sources["protect_first_n"] = setting("protect_first_n")
-    raw_last, sources["protect_last_n"] = setting("protect_last_n")
-    first_n = _count(raw_first, 3)
-    last_n = _count(raw_last, 20)
 
+def _budgets(config: Config, window: int, low: float, sources: dict[str, str]) -> tuple[int, int]:
+    """(handoff, standing) tokens: each configured or a share of the window, and each within
+    the low watermark, or a pass could never end under it."""
     configured = config.settings.context.handoff_max_tokens
     if configured:
         handoff = configured
@@ -244,26 +274,7 @@ def policy_from_config(
         handoff = min(_HANDOFF_MAX, max(_HANDOFF_MIN, int(window * _HANDOFF_SHARE)))
         sources["handoff"] = "5% of the window"
     handoff = max(200, min(handoff, int(window * low) // 2))
-
     share = _fraction(config.settings.context.standing_share_percent) or _STANDING_SHARE
     sources["standing"] = f"chronicle.context.standing_share_percent ({share:g})"
-    standing = int(window * share)
-    # Within the low watermark, or a pass could never end under it.
-    standing = max(200, min(standing, int(window * low) // 3))
-
-    # The gateway compacts on message count past this limit; fold to half of it so one pass ends
-    # its loop.
-    hygiene = _count(setting("hygiene_hard_message_limit")[0], _HYGIENE_DEFAULT)
-    max_kept = hygiene // 2 if hygiene else None
-
-    return Policy(
-        context_length=window,
-        high_percent=high,
-        low_percent=low,
-        protect_first_n=first_n,
-        protect_last_n=last_n,
-        handoff_tokens=handoff,
-        max_kept_messages=max_kept,
-        standing_tokens=standing,
-        sources=sources,
-    )
+    standing = max(200, min(int(window * share), int(window * low) // 3))
+    return handoff, standing
