@@ -15,6 +15,7 @@ __all__ = [
     "ChronicleRuntimeError",
     "StoreError",
     "StoreBusy",
+    "StoreUnreachable",
     "StoreReadOnly",
     "StoreFull",
     "StoreCorrupt",
@@ -47,6 +48,11 @@ class StoreError(ChronicleRuntimeError):
 
 class StoreBusy(StoreError):
     """Another process held the write lock for longer than the store is willing to wait."""
+
+
+class StoreUnreachable(StoreBusy):
+    """A database server (PostgreSQL) could not be reached, or dropped the connection. Handled
+    as a busy store: what was to be written waits in the spill, and the next call reconnects."""
 
 
 class StoreReadOnly(StoreError, PermissionError):

@@ -21,7 +21,8 @@ Invariants:
   `jsonb`, which would reorder keys and normalise numbers): it reads back exactly.
 - One connection per thread, autocommit outside `atomic()`; `atomic()` is psycopg's
   transaction block, a savepoint when nested. A lock waited on longer than `busy_timeout_ms`
-  becomes `StoreBusy`.
+  becomes `StoreBusy`; a server that cannot be reached or drops the connection becomes
+  `StoreUnreachable` (a `StoreBusy`), and the thread's next call opens a new connection.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ..errors import (
     StoreError,
     StoreFull,
     StoreReadOnly,
+    StoreUnreachable,
     UsageError,
 )
 from .port import EventLogStore
@@ -194,6 +196,12 @@ def postgres_errors(what: str) -> Iterator[None]:
             f"{what}: the database is not writable for this user ({exc}); grant it INSERT on "
             "the log's tables or connect as its owner"
         ) from exc
+    except psycopg.OperationalError as exc:
+        # The server is gone or refused us (refused, restarted, terminated our backend, too
+        # many connections): a busy store's case; the next call opens a new connection.
+        raise StoreUnreachable(
+            f"{what}: the PostgreSQL server could not be reached ({exc}); retry later"
+        ) from exc
     except pg_errors.RaiseException as exc:
         if "append-only" in str(exc):
             raise AppendOnlyViolation(f"{what}: {exc}") from exc
@@ -253,7 +261,7 @@ class PostgresEventStore:
         if self._closed:
             raise StoreError("the PostgreSQL store is closed; open a new one")
         conn = self._local.conn
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or conn.broken:
             conn = self._open()
             self._local.conn = conn
         return conn

@@ -11,8 +11,10 @@ concurrency it had.) A lock waited on past the store's `busy_timeout_ms` is Stor
 `session_heads.rowid` stands in for SQLite's implicit rowid (the order heads were first written,
 which breaks ties between heads started at the same seq in `lineage()`).
 
-PARTIAL: no spill on PostgreSQL yet (`spill_path` is None): a write the server refuses raises
-StoreBusy or StoreError to the caller instead of waiting on this host's disk.
+The spill is this host's: given a local `spill_path` (a file name the spill's files are named
+after; the wiring's choice), captured events the server would not take (busy past the timeout,
+unreachable, read-only) wait on this host's disk and are written, once, by this host's next tree
+write. Without one, such a write raises to the caller and keeps nothing.
 """
 
 from __future__ import annotations
@@ -75,13 +77,14 @@ PG_SESSION_MIGRATIONS: tuple[PostgresMigration, ...] = (
 class PostgresSessionTables(PostgresTables):
     """The session tree's tables in the PostgreSQL store's database."""
 
-    def __init__(self, store: PostgresEventStore) -> None:
+    def __init__(self, store: PostgresEventStore, *, spill_path: str | None = None) -> None:
         super().__init__(store)
         store.migrate(PG_SESSION_MIGRATIONS)
+        self._spill_path = spill_path
 
     @property
     def spill_path(self) -> str | None:
-        return None
+        return self._spill_path
 
     @contextlib.contextmanager
     def writing(self, what: str) -> Iterator[Statements]:
