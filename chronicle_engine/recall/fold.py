@@ -15,13 +15,13 @@ Invariants:
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
 from ..capture.events import NAMESPACE as CHAT
 from ..capture.secrets import mask
 from ..log.store import Envelope, StoredEvent
+from ..log.tables import Statements
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
 from .schema import create_message_index, message_index
@@ -44,24 +44,32 @@ def parse_time(text: str | None) -> float:
 
 
 def scope_number(
-    conn: sqlite3.Connection, user_id: str | None, profile: str | None, *, create: bool = False
+    conn: Statements,
+    user_id: str | None,
+    profile: str | None,
+    *,
+    create: bool = False,
+    index: bool = True,
 ) -> int | None:
-    """The partition number of (user, profile); with `create`, made (with its index) if new."""
+    """The partition number of (user, profile); with `create`, made if new (with its SQLite
+    message index unless not `index`: PostgreSQL's index is one table for every scope)."""
     key = (user_id or "", profile or "")
-    row = conn.execute(
-        "SELECT n FROM recall_scopes WHERE user_id = ? AND profile = ?", key
-    ).fetchone()
+    sql = "SELECT n FROM recall_scopes WHERE user_id = ? AND profile = ?"
+    row = conn.execute(sql, key).fetchone()
     if row is not None:
         return int(row[0])
     if not create:
         return None
-    cur = conn.execute("INSERT INTO recall_scopes(user_id, profile) VALUES (?, ?)", key)
-    n = int(cur.lastrowid or 0)
-    create_message_index(conn, n)
+    conn.execute("INSERT INTO recall_scopes(user_id, profile) VALUES (?, ?)", key)
+    made = conn.execute(sql, key).fetchone()
+    assert made is not None
+    n = int(made[0])
+    if index:
+        create_message_index(conn, n)
     return n
 
 
-def current_belief(conn: sqlite3.Connection, belief_id: str) -> str:
+def current_belief(conn: Statements, belief_id: str) -> str:
     """Follow supersession forward to the belief that now stands for `belief_id`'s subject."""
     seen = belief_id
     for _ in range(10_000):  # a chain is acyclic by construction; the bound only guards a bug
@@ -90,9 +98,7 @@ class RecallFold:
     name = FOLD_NAME
     namespaces = (CHAT, RECALL)  # the projector reads no other payload for this fold
 
-    def apply(
-        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
-    ) -> None:
+    def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         # The projector reads positions before its transaction opens; another thread or process
         # may have folded this batch meanwhile. The position read here, inside it, is the truth.
         row = conn.execute(
@@ -113,7 +119,7 @@ class RecallFold:
                 elif env.type == "MemoryCorrected":
                     self._corrected(conn, event)
 
-    def reset(self, conn: sqlite3.Connection) -> None:
+    def reset(self, conn: Statements) -> None:
         for (n,) in conn.execute("SELECT n FROM recall_scopes").fetchall():
             conn.execute(f"DROP TABLE IF EXISTS {message_index(n)}")
         for table in (
@@ -127,15 +133,25 @@ class RecallFold:
         ):
             conn.execute(f"DELETE FROM {table}")
 
+    def _scope(self, conn: Statements, user_id: str | None, profile: str | None) -> int:
+        """The scope of (user, profile), made (with its message index) if new."""
+        n = scope_number(conn, user_id, profile, create=True)
+        assert n is not None
+        return n
+
+    def _index_belief(self, conn: Statements, belief_id: str) -> None:
+        """Index a belief just written. On SQLite a trigger does it (schema.py)."""
+        return None
+
     # -- messages ---------------------------------------------------------------------------
 
-    def _message(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+    def _message(self, conn: Statements, event: StoredEvent) -> None:
         p = event.payload
         env = event.envelope
         text = p.get("text")
         if not isinstance(text, str) or not text.strip():
             return
-        scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")), create=True)
+        scope = self._scope(conn, _text(p.get("user_id")), _text(p.get("profile")))
         assert scope is not None
         speaker = str(p.get("speaker") or "host")
         agent_context = str(p.get("agent_context") or "primary")
@@ -143,14 +159,23 @@ class RecallFold:
         person = mask(person) if isinstance(person, str) else ""
         body = mask(text)
         name = _short_name(p.get("message"))
-        prev_row = conn.execute(
-            "SELECT MAX(seq) FROM recall_messages WHERE session IS ? AND seq < ?",
-            (env.session, env.seq),
+        # (`session IS ?` says the same on SQLite; PostgreSQL reads no placeholder after IS)
+        prev_row = (
+            conn.execute(
+                "SELECT MAX(seq) FROM recall_messages WHERE session IS NULL AND seq < ?",
+                (env.seq,),
+            )
+            if env.session is None
+            else conn.execute(
+                "SELECT MAX(seq) FROM recall_messages WHERE session = ? AND seq < ?",
+                (env.session, env.seq),
+            )
         ).fetchone()
         prev = prev_row[0] if prev_row else None
         conn.execute(
-            "INSERT OR IGNORE INTO recall_messages(seq, scope, session, role, speaker, name,"
-            " agent_context, at, ts, prev, body, person) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO recall_messages(seq, scope, session, role, speaker, name,"
+            " agent_context, at, ts, prev, body, person) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT DO NOTHING",
             (
                 env.seq,
                 scope,
@@ -172,14 +197,14 @@ class RecallFold:
                 self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="person")
 
     @staticmethod
-    def _indexed(conn: sqlite3.Connection, seq: int) -> tuple[str, str, str] | None:
+    def _indexed(conn: Statements, seq: int) -> tuple[str, str, str] | None:
         """What the index holds for `seq` (a delete must give FTS5 exactly what was inserted)."""
         row = conn.execute(
             "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (seq,)
         ).fetchone()
         return index_row(row[0], row[1], row[2]) if row else None
 
-    def _index(self, conn: sqlite3.Connection, scope: int, seq: int) -> None:
+    def _index(self, conn: Statements, scope: int, seq: int) -> None:
         values = self._indexed(conn, seq)
         if values is not None:
             conn.execute(
@@ -187,7 +212,7 @@ class RecallFold:
                 (seq, *values),
             )
 
-    def _unindex(self, conn: sqlite3.Connection, scope: int, seq: int) -> None:
+    def _unindex(self, conn: Statements, scope: int, seq: int) -> None:
         values = self._indexed(conn, seq)
         if values is not None:
             table = message_index(scope)
@@ -196,7 +221,7 @@ class RecallFold:
                 (seq, *values),
             )
 
-    def _hide_message(self, conn: sqlite3.Connection, seq: int, by: int) -> None:
+    def _hide_message(self, conn: Statements, seq: int, by: int) -> None:
         row = conn.execute("SELECT scope FROM recall_messages WHERE seq = ?", (seq,)).fetchone()
         if row is None or _hidden(conn, f"m{seq}"):
             return
@@ -210,7 +235,8 @@ class RecallFold:
             if not _hidden(conn, f"m{nxt}"):
                 self._unindex(conn, scope, nxt)
         conn.execute(
-            "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)", (f"m{seq}", by)
+            "INSERT INTO recall_hidden(target, by_seq) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (f"m{seq}", by),
         )
         # Unindexed above with its words; now the words go too (the log keeps the event).
         conn.execute("UPDATE recall_messages SET body = '', person = '' WHERE seq = ?", (seq,))
@@ -230,7 +256,8 @@ class RecallFold:
             ]
             if all(_hidden(conn, f"m{s}") for s in sources if _is_message(conn, s)):
                 conn.execute(
-                    "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)",
+                    "INSERT INTO recall_hidden(target, by_seq) VALUES (?, ?)"
+                    " ON CONFLICT DO NOTHING",
                     (belief, by),
                 )
 
@@ -238,7 +265,7 @@ class RecallFold:
 
     def _believe(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         scope: int,
         claim: Claim,
         belief_id: str,
@@ -257,14 +284,16 @@ class RecallFold:
                 same = norm_value(row[1]) == norm_value(claim.value) and row[2] == claim.polarity
                 if same and not _hidden(conn, row[0]):
                     conn.execute(
-                        "INSERT OR IGNORE INTO recall_belief_sources(belief, seq) VALUES (?, ?)",
+                        "INSERT INTO recall_belief_sources(belief, seq) VALUES (?, ?)"
+                        " ON CONFLICT DO NOTHING",
                         (row[0], env.seq),
                     )
                     return str(row[0])
                 supersedes = str(row[0])
         conn.execute(
-            "INSERT OR IGNORE INTO recall_beliefs(id, scope, kind, key, value, polarity, text,"
-            " origin, source_seq, session, at, supersedes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO recall_beliefs(id, scope, kind, key, value, polarity, text,"
+            " origin, source_seq, session, at, supersedes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT DO NOTHING",
             (
                 belief_id,
                 scope,
@@ -280,24 +309,25 @@ class RecallFold:
                 supersedes,
             ),
         )
+        self._index_belief(conn, belief_id)
         conn.execute(
-            "INSERT OR IGNORE INTO recall_belief_sources(belief, seq) VALUES (?, ?)",
+            "INSERT INTO recall_belief_sources(belief, seq) VALUES (?, ?) ON CONFLICT DO NOTHING",
             (belief_id, env.seq),
         )
         return belief_id
 
-    def _remembered(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+    def _remembered(self, conn: Statements, event: StoredEvent) -> None:
         p = event.payload
         text = p.get("text")
         if not isinstance(text, str) or not text.strip():
             return
-        scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")), create=True)
+        scope = self._scope(conn, _text(p.get("user_id")), _text(p.get("profile")))
         assert scope is not None
         note = mask(text.strip())
         claim = Claim("note", "note " + norm_key(note)[:120], note, 1, note)
         self._believe(conn, scope, claim, f"b{event.seq}.0", event.envelope, origin="agent")
 
-    def _forgotten(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+    def _forgotten(self, conn: Statements, event: StoredEvent) -> None:
         p = event.payload
         target = str(p.get("target") or "")
         scope = scope_number(conn, _text(p.get("user_id")), _text(p.get("profile")))
@@ -313,7 +343,7 @@ class RecallFold:
             if row is None or int(row[0]) != scope:
                 return
             conn.execute(
-                "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)",
+                "INSERT INTO recall_hidden(target, by_seq) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 (target, event.seq),
             )
             if p.get("include_source"):
@@ -324,11 +354,11 @@ class RecallFold:
                         self._hide_message(conn, seq, event.seq)
         elif target.startswith("s:"):
             conn.execute(
-                "INSERT OR IGNORE INTO recall_hidden(target, by_seq) VALUES (?, ?)",
+                "INSERT INTO recall_hidden(target, by_seq) VALUES (?, ?) ON CONFLICT DO NOTHING",
                 (target, event.seq),
             )
 
-    def _corrected(self, conn: sqlite3.Connection, event: StoredEvent) -> None:
+    def _corrected(self, conn: Statements, event: StoredEvent) -> None:
         p = event.payload
         target = str(p.get("target") or "")
         text = p.get("text")
@@ -346,6 +376,7 @@ class RecallFold:
             old = conn.execute(
                 "SELECT kind, key, polarity FROM recall_beliefs WHERE id = ?", (current,)
             ).fetchone()
+            assert old is not None  # current_belief names a stored belief
             kind, key, polarity = old[0], old[1], int(old[2])
             said = [c for c in extract(text) if c.kind == kind and c.key == key]
             if said:
@@ -361,26 +392,27 @@ class RecallFold:
             note = Claim("fact", f"correction {target}", text.strip(), 1, text.strip())
             belief = self._believe(conn, scope, note, f"b{env.seq}.0", env, origin="correction")
             conn.execute(
-                "INSERT OR IGNORE INTO recall_corrections(target, belief) VALUES (?, ?)",
+                "INSERT INTO recall_corrections(target, belief) VALUES (?, ?)"
+                " ON CONFLICT DO NOTHING",
                 (target, belief),
             )
             for i, claim in enumerate(extract(text), start=1):
                 self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="correction")
 
 
-def _hidden(conn: sqlite3.Connection, target: str) -> bool:
+def _hidden(conn: Statements, target: str) -> bool:
     return (
         conn.execute("SELECT 1 FROM recall_hidden WHERE target = ?", (target,)).fetchone()
         is not None
     )
 
 
-def _is_message(conn: sqlite3.Connection, seq: int) -> bool:
+def _is_message(conn: Statements, seq: int) -> bool:
     return (
         conn.execute("SELECT 1 FROM recall_messages WHERE seq = ?", (seq,)).fetchone() is not None
     )
 
 
-def _message_scope(conn: sqlite3.Connection, seq: int) -> int | None:
+def _message_scope(conn: Statements, seq: int) -> int | None:
     row = conn.execute("SELECT scope FROM recall_messages WHERE seq = ?", (seq,)).fetchone()
     return int(row[0]) if row else None

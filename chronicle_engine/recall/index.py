@@ -7,16 +7,18 @@ first (`who`, `scope`) and narrows every candidate query to it (see search.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ..config import Config
 from ..errors import StoreBusy, StoreReadOnly, UsageError
 from ..log.events import EventReader
 from ..log.projector import Projector
 from ..log.store import sqlite_errors
+from ..log.tables import Statements
 from ..sessions.capture import Capture
 from ..sessions.tree import SessionTree
 from .fold import RecallFold, scope_number
@@ -24,6 +26,8 @@ from .injected import Injected
 from .reach import Reach, Window
 from .schema import MIGRATIONS
 from .search import (
+    FTS5_BELIEFS,
+    BeliefIndex,
     Hit,
     MessageRow,
     MessageSearch,
@@ -52,6 +56,11 @@ proportionally more of them, and bm25 reads a row of the index for every match i
 class RecallIndex:
     """The recall fold and the reads over it, for one database."""
 
+    belief_index: BeliefIndex = FTS5_BELIEFS
+    """Where `rank_beliefs` finds and scores beliefs (FTS5's bm25 on SQLite)."""
+    sections_indexed = True
+    """Whether this store indexes sections' prose (PostgreSQL does not yet)."""
+
     def __init__(
         self, reader: EventReader, config: Config, sessions: SessionTree, capture: Capture
     ) -> None:
@@ -59,19 +68,50 @@ class RecallIndex:
         self.store = reader.store
         self.types = reader.types
         self.store.migrate(MIGRATIONS)
-        self.tuning = config.settings.recall
         self.fold = RecallFold()
-        self.projector = Projector(reader.store, reader, [self.fold])
+        self.projector: Projector[sqlite3.Connection] | Projector[Statements] = Projector(
+            reader.store, reader, [self.fold]
+        )
+        self._messages = MessageSearch(config.settings.recall)
+        self._keep(config, sessions, capture)
+
+    def _keep(self, config: Config, sessions: SessionTree, capture: Capture) -> None:
+        """What an index keeps beside its tables, on either store."""
+        self.tuning = config.settings.recall
         self.embedder = Embedder.from_settings(config.settings)
         self._sessions = sessions
         self.identity = capture.identity
         """Who a live session serves, as the memory slot last said (capture keeps it)."""
-        self._messages = MessageSearch(self.tuning)
         self._fold_lock = threading.Lock()
         self._warned: set[str] = set()
         self.injected = Injected()
         """What per-turn memory already gave each conversation (prefetch.py)."""
         capture.on_stored(self._stored)
+
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[Statements]:
+        """A connection to read recall's tables from, the store's errors as Chronicle's own."""
+        with sqlite_errors(what), self.store.reading() as conn:
+            yield conn
+
+    def _rank_sections(
+        self,
+        conn: Statements,
+        scope: int,
+        words: Sequence[str],
+        *,
+        limit: int,
+        chronicles: set[str] | None,
+    ) -> list[Hit]:
+        return rank_sections(
+            conn,
+            scope,
+            words,
+            limit=limit,
+            plan=self._messages.plan,
+            budget=max(self.tuning.match_budget // _SECTION_SHARE, limit),
+            chronicles=chronicles,
+        )
 
     # -- keeping up with the log ---------------------------------------------------------------
 
@@ -107,7 +147,7 @@ class RecallIndex:
 
     def who(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         session_id: str | None,
         user_id: str | None,
         profile: str | None,
@@ -130,7 +170,7 @@ class RecallIndex:
 
     def scope(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         session_id: str | None,
         user_id: str | None,
         profile: str | None,
@@ -189,7 +229,7 @@ class RecallIndex:
         query_tokens = set(tokens(query))
         self.catch_up()
         query_vector = self.query_vector(query) if use_vectors else None
-        with sqlite_errors("searching memory"), self.store.reading() as conn:
+        with self.reading("searching memory") as conn:
             n = self.scope(conn, session_id, user_id, profile)
             if n is None:
                 return []
@@ -231,24 +271,19 @@ class RecallIndex:
                     (
                         1.0,
                         rank_beliefs(
-                            conn, n, words, limit=limit, reach=reach, origins=belief_origins
-                        ),
-                    )
-                )
-            if sections and scope in ("all", "session", "sections"):
-                lists.append(
-                    (
-                        0.9,
-                        rank_sections(
                             conn,
                             n,
                             words,
                             limit=limit,
-                            plan=self._messages.plan,
-                            budget=max(self.tuning.match_budget // _SECTION_SHARE, limit),
-                            chronicles=chronicles,
+                            reach=reach,
+                            origins=belief_origins,
+                            index=self.belief_index,
                         ),
                     )
+                )
+            if sections and self.sections_indexed and scope in ("all", "session", "sections"):
+                lists.append(
+                    (0.9, self._rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
                 )
         if not lists:
             return []
@@ -266,7 +301,7 @@ class RecallIndex:
 
     def _nearest(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         scope: int,
         vector: list[float],
         reach: Reach,
@@ -298,7 +333,7 @@ class RecallIndex:
         return hits[:limit]
 
 
-def _span(conn: sqlite3.Connection, sessions: Sequence[str]) -> tuple[int, int] | None:
+def _span(conn: Statements, sessions: Sequence[str]) -> tuple[int, int] | None:
     """The first and last seq of these sessions' messages (None when they have none)."""
     if not sessions:
         return None

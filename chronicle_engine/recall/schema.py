@@ -20,6 +20,7 @@ import sqlite3
 
 from ..chronicle.store import CHRONICLE_MIGRATIONS
 from ..log.store import Migration, run_script
+from ..log.tables import SQLConnection
 from .text import TOKENIZER, index_row
 
 __all__ = [
@@ -275,7 +276,7 @@ def message_index(scope: int) -> str:
     return f"recall_fts_{int(scope)}"
 
 
-def create_message_index(conn: sqlite3.Connection, scope: int) -> str:
+def create_message_index(conn: SQLConnection, scope: int) -> str:
     name = message_index(scope)
     conn.execute(
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(name, body, ctx,"

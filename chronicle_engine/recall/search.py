@@ -25,7 +25,6 @@ sessions have hits.
 from __future__ import annotations
 
 import heapq
-import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +33,7 @@ from functools import lru_cache
 
 from ..capture.secrets import mask
 from ..config import RecallSettings
+from ..log.tables import Statements
 from .reach import Reach
 from .schema import PERSON_TEXT, message_index
 from .text import match_any, quote, tokens
@@ -47,7 +47,10 @@ __all__ = [
     "message_hit",
     "belief_hit",
     "belief_sources",
+    "BELIEF_COLUMNS",
     "BELIEF_VISIBLE",
+    "BeliefIndex",
+    "FTS5_BELIEFS",
     "rank_beliefs",
     "rank_sections",
     "fuse",
@@ -134,7 +137,7 @@ _ROW_SQL = (
 
 
 def message_rows(
-    conn: sqlite3.Connection, seqs: Iterable[int], *, text: bool = True
+    conn: Statements, seqs: Iterable[int], *, text: bool = True
 ) -> dict[int, MessageRow]:
     """The visible (not forgotten) messages among `seqs`; without `text`, metadata only."""
     wanted = list(seqs)
@@ -148,7 +151,7 @@ def message_rows(
     return out
 
 
-def _with_text(conn: sqlite3.Connection, rows: Iterable[MessageRow]) -> None:
+def _with_text(conn: Statements, rows: Iterable[MessageRow]) -> None:
     """Fill in the text of the rows read without it, in one query per 500."""
     missing = {row.seq: row for row in rows if not row.body}
     wanted = list(missing)
@@ -181,25 +184,30 @@ class MessageSearch:
 
     # -- full-text candidates ------------------------------------------------------------------
 
-    def _frequency(self, conn: sqlite3.Connection, table: str, word: str, cap: int) -> int:
+    def _frequency(self, conn: Statements, table: str, word: str, cap: int) -> int:
         """How many messages contain `word`, counted up to `cap` (cached for a while)."""
         now = time.monotonic()
         cached = self._df.get((table, word))
         if cached is not None and now - cached[0] < _DF_TTL_S:
             return cached[1]
-        row = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)",
-            (quote(word), cap),
-        ).fetchone()
-        df = int(row[0])
+        df = self._count(conn, table, word, cap)
         if len(self._df) > 50_000:
             self._df.clear()
         self._df[(table, word)] = (now, df)
         return df
 
+    def _count(self, conn: Statements, table: str, word: str, cap: int) -> int:
+        """How many rows of the full-text index `table` contain `word`, counted up to `cap`."""
+        row = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)",
+            (quote(word), cap),
+        ).fetchone()
+        assert row is not None  # a count is always one row
+        return int(row[0])
+
     def plan(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         table: str,
         words: Sequence[str],
         budget: int | None = None,
@@ -219,7 +227,7 @@ class MessageSearch:
 
     def bm25(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         scope: int,
         words: Sequence[str],
         reach: Reach | None = None,
@@ -272,7 +280,7 @@ class MessageSearch:
 
     def rank(
         self,
-        conn: sqlite3.Connection,
+        conn: Statements,
         scope: int,
         words: Sequence[str],
         query_tokens: set[str],
@@ -377,7 +385,7 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
 
 
 def _links(
-    conn: sqlite3.Connection, seqs: Iterable[int], known: Mapping[int, MessageRow]
+    conn: Statements, seqs: Iterable[int], known: Mapping[int, MessageRow]
 ) -> dict[int, list[int]]:
     """seq -> the turns just before and after it in its session. The turn before is a row's
     `prev`: taken from `known` (rows already read), else read by seq; the turns after are found
@@ -430,7 +438,7 @@ def _spread(
     return sorted(head + waiting[: limit - len(head)], key=lambda x: (-x[0], -x[1].seq))
 
 
-def _corrections(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, list[str]]:
+def _corrections(conn: Statements, seqs: Sequence[int]) -> dict[int, list[str]]:
     if not seqs:
         return {}
     targets = [f"m{s}" for s in seqs]
@@ -444,7 +452,7 @@ def _corrections(conn: sqlite3.Connection, seqs: Sequence[int]) -> dict[int, lis
     return dict(out)
 
 
-_BELIEF_COLUMNS = (
+BELIEF_COLUMNS = (
     "b.id, b.kind, b.key, b.value, b.polarity, b.text, b.origin, b.source_seq, b.session, b.at,"
     " b.supersedes"
 )
@@ -454,7 +462,7 @@ BELIEF_VISIBLE = (
 )
 
 
-def belief_sources(conn: sqlite3.Connection, beliefs: Iterable[str]) -> dict[str, list[int]]:
+def belief_sources(conn: Statements, beliefs: Iterable[str]) -> dict[str, list[int]]:
     """belief id -> the seqs it was drawn from, in order, for all of `beliefs` at once."""
     wanted = list(dict.fromkeys(beliefs))
     out: dict[str, list[int]] = {b: [] for b in wanted}
@@ -469,7 +477,7 @@ def belief_sources(conn: sqlite3.Connection, beliefs: Iterable[str]) -> dict[str
     return out
 
 
-# A belief's row, as _BELIEF_COLUMNS selects it.
+# A belief's row, as BELIEF_COLUMNS selects it.
 BeliefRow = tuple[str, str, str, str, int, str, str, int, str | None, str, str | None]
 
 
@@ -500,19 +508,41 @@ def belief_hit(row: BeliefRow, score: float, sources: list[int]) -> Hit:
     )
 
 
+@dataclass(frozen=True)
+class BeliefIndex:
+    """Where a store's full-text index of beliefs is and how it scores them: `source` joins it
+    to `recall_beliefs b`, `match` (one `?`: `query(words)`) picks the rows, `score` (higher is
+    better; each `?` in it is `query(words)` too) ranks them."""
+
+    source: str
+    match: str
+    score: str
+    query: Callable[[Sequence[str]], str]
+
+
+FTS5_BELIEFS = BeliefIndex(
+    source="recall_beliefs_fts JOIN recall_beliefs b ON b.rowid = recall_beliefs_fts.rowid",
+    match="recall_beliefs_fts MATCH ?",
+    score="-bm25(recall_beliefs_fts)",
+    query=match_any,
+)
+
+
 def rank_beliefs(
-    conn: sqlite3.Connection,
+    conn: Statements,
     scope: int,
     words: Sequence[str],
     *,
     limit: int,
     reach: Reach | None = None,
     origins: Sequence[str] | None = None,
+    index: BeliefIndex = FTS5_BELIEFS,
 ) -> list[Hit]:
-    if not words:
+    query = index.query(words) if words else ""
+    if not query:
         return []
-    where = ["recall_beliefs_fts MATCH ?", "b.scope = ?", BELIEF_VISIBLE]
-    params: list[str | int] = [match_any(words), scope]
+    where = [index.match, "b.scope = ?", BELIEF_VISIBLE]
+    params: list[str | int] = [query, scope]
     if origins:
         where.append(f"b.origin IN ({','.join('?' * len(origins))})")
         params.extend(origins)
@@ -521,10 +551,9 @@ def rank_beliefs(
         where.append(condition)
         params.extend(values)
     rows = conn.execute(
-        f"SELECT {_BELIEF_COLUMNS}, -bm25(recall_beliefs_fts) AS s FROM recall_beliefs_fts"
-        " JOIN recall_beliefs b ON b.rowid = recall_beliefs_fts.rowid"
+        f"SELECT {BELIEF_COLUMNS}, {index.score} AS s FROM {index.source}"
         f" WHERE {' AND '.join(where)} ORDER BY s DESC LIMIT ?",
-        (*params, limit),
+        ([query] * index.score.count("?") + params + [limit]),
     ).fetchall()
     sources = belief_sources(conn, [row[0] for row in rows])
     return [belief_hit(row[:-1], float(row[-1]), sources[row[0]]) for row in rows]
@@ -534,12 +563,12 @@ _SECTION_SPARE = 2
 
 
 def rank_sections(
-    conn: sqlite3.Connection,
+    conn: Statements,
     scope: int,
     words: Sequence[str],
     *,
     limit: int,
-    plan: Callable[[sqlite3.Connection, str, Sequence[str], int], tuple[list[str], list[str]]],
+    plan: Callable[[Statements, str, Sequence[str], int], tuple[list[str], list[str]]],
     budget: int,
     chronicles: set[str] | None = None,
 ) -> list[Hit]:
@@ -559,10 +588,12 @@ def rank_sections(
     if chronicles is not None:
         # A conversation's sections: the index walk is bounded by their span of rowids.
         marks = ",".join("?" * len(chronicles))
-        lo, hi = conn.execute(
+        span = conn.execute(
             f"SELECT min(written), max(written) FROM sections WHERE chronicle IN ({marks})",
             sorted(chronicles),
         ).fetchone()
+        assert span is not None  # an aggregate is always one row
+        lo, hi = span
         if lo is None:
             return []
         narrow, params = f" AND {table}.rowid BETWEEN ? AND ?", [lo, hi]
@@ -600,7 +631,7 @@ def rank_sections(
 
 
 def _visible_sections(
-    conn: sqlite3.Connection,
+    conn: Statements,
     scope: int,
     ranked: Sequence[tuple[int, float]],
     chronicles: set[str] | None,
@@ -664,7 +695,7 @@ def _visible_sections(
 
 
 def _first_messages(
-    conn: sqlite3.Connection, ranges: Sequence[tuple[int, int]]
+    conn: Statements, ranges: Sequence[tuple[int, int]]
 ) -> dict[int, tuple[int, str | None]]:
     """from_seq -> (scope, session) of the first indexed message in each range. A range almost
     always starts at an indexed message (read for all at once); one that starts at a message

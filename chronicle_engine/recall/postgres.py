@@ -1,0 +1,543 @@
+"""Recall on PostgreSQL: the same fold and the same ranking as on SQLite, over tsvector indexes.
+
+What differs from SQLite, and only that, lives here:
+- The full-text index. FTS5's tables become `recall_message_terms` (one row a message: its
+  scope, its length in words and a tsvector, GIN-indexed) and `recall_belief_terms`. Their
+  lexemes are the words `text.tokens` splits, porter-stemmed by `porter.stem`, exactly the
+  words FTS5's tokenizer indexes; each column (speaker name, body, the end of the turn before)
+  has its own weight label (A, B, C) and its own run of positions, so a phrase never spans two
+  columns. The tsvector is written as a literal (`?::tsvector`), never through PostgreSQL's text
+  search configurations, so both stores match the same words.
+- Queries. A query's words (`text.query_words`, already folded) become a tsquery literal built
+  here from quoted lexemes and passed as a parameter (`?::tsquery`): no user text is ever
+  formatted into SQL, and no user text is parsed as tsquery syntax (every lexeme is quoted).
+- bm25. FTS5's `bm25()` (k1 = 1.2, b = 0.75, column weights) is computed in Python from what
+  the index holds: the matching rows' lexeme positions and weight labels (`unnest(tsvector)`),
+  each word's document frequency (`MessageSearch.plan` counts it anyway), and the scope's row
+  and word counts (`recall_scope_terms`, kept by the fold in its transaction). The candidates
+  it scores are the ones FTS5 scores (every match of the words the match budget affords), and
+  the re-ranking after it (neighbours, roles, recency, speaker, time, session spread) is
+  `MessageSearch.rank`, unchanged.
+- Isolation: one index table for every scope; every query on it names the scope
+  (`t.scope = ?`), and the re-ranking's reads are of rows those queries returned.
+- Several hosts fold one database: the fold takes an advisory transaction lock first, then
+  reads its position (as on SQLite), so a batch is folded once.
+
+PARTIAL (issue 17):
+- Beliefs are ranked by `ts_rank` (not bm25); sections (`rank_sections`) are not searched on
+  PostgreSQL yet (no index of `sections.prose`): a search's section list is empty.
+- No vectors: `recall_vectors` exists (forgetting deletes from it) but nothing embeds on
+  PostgreSQL, so search is full-text only.
+- The memory tools around the index (`recall.Recall`, prefetch, memory.py) still read SQLite's
+  store; on PostgreSQL `PostgresRecallIndex.hits`, `catch_up` and `rebuild` are wired.
+- tsvector keeps at most 256 positions of a lexeme and none past 16,383: a word repeated more
+  than 256 times in one message (a tool's output) counts 256 times in its bm25.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+
+from ..config import Config
+from ..log.events import EventReader
+from ..log.postgres import (
+    Connection,
+    PostgresEventStore,
+    PostgresMigration,
+    PostgresTables,
+    QmarkConnection,
+    postgres_errors,
+)
+from ..log.projector import Projector
+from ..log.store import StoredEvent
+from ..log.tables import Statements
+from ..sessions.capture import Capture
+from ..sessions.tree import SessionTree
+from .fold import RecallFold, scope_number
+from .index import RecallIndex
+from .porter import stem
+from .reach import Reach
+from .search import BeliefIndex, MessageSearch
+from .text import tokens
+
+__all__ = [
+    "PG_RECALL_MIGRATIONS",
+    "PostgresRecallFold",
+    "PostgresMessageSearch",
+    "PostgresRecallIndex",
+    "PostgresRecallTables",
+    "PG_BELIEFS",
+    "terms",
+    "tsquery_any",
+]
+
+_FOLD_LOCK = 0x7265636C  # advisory lock key: one host folds recall at a time
+_K1 = 1.2
+_B = 0.75
+_MAX_LEXEME_BYTES = 2000  # PostgreSQL refuses a lexeme of 2 KB or more
+_MAX_POSITION = 16383
+
+_SCHEMA = (
+    # SQLite's iif(), so the SQL search.py shares with SQLite (schema.PERSON_TEXT) reads alike.
+    """
+    CREATE FUNCTION iif(boolean, anyelement, anyelement) RETURNS anyelement
+    LANGUAGE sql IMMUTABLE AS 'SELECT CASE WHEN $1 THEN $2 ELSE $3 END'
+    """,
+    """
+    CREATE TABLE recall_scopes (
+        n       SERIAL PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        UNIQUE (user_id, profile)
+    )
+    """,
+    """
+    CREATE TABLE recall_messages (
+        seq           BIGINT PRIMARY KEY,
+        scope         INTEGER NOT NULL,
+        session       TEXT,
+        role          TEXT NOT NULL,
+        speaker       TEXT NOT NULL,
+        name          TEXT NOT NULL DEFAULT '',
+        agent_context TEXT NOT NULL DEFAULT 'primary',
+        at            TEXT NOT NULL,
+        ts            DOUBLE PRECISION NOT NULL,
+        prev          BIGINT,
+        body          TEXT NOT NULL,
+        person        TEXT NOT NULL DEFAULT ''
+    )
+    """,
+    "CREATE INDEX recall_messages_by_session ON recall_messages(session, seq)",
+    "CREATE INDEX recall_messages_by_prev ON recall_messages(prev)",
+    "CREATE INDEX recall_messages_by_scope ON recall_messages(scope, seq)",
+    "CREATE TABLE recall_hidden (target TEXT PRIMARY KEY, by_seq BIGINT NOT NULL)",
+    # Append-only, as on SQLite: the one update allowed blanks a forgotten message's words.
+    """
+    CREATE FUNCTION recall_messages_never_update() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.body = '' AND NEW.person = '' AND NEW.seq = OLD.seq AND NEW.scope = OLD.scope
+           AND NEW.session IS NOT DISTINCT FROM OLD.session AND NEW.role = OLD.role
+           AND NEW.speaker = OLD.speaker AND NEW.name = OLD.name
+           AND NEW.agent_context = OLD.agent_context AND NEW.at = OLD.at AND NEW.ts = OLD.ts
+           AND NEW.prev IS NOT DISTINCT FROM OLD.prev
+           AND EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || OLD.seq) THEN
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'chronicle: recall_messages is append-only';
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER recall_messages_never_update BEFORE UPDATE ON recall_messages
+    FOR EACH ROW EXECUTE FUNCTION recall_messages_never_update()
+    """,
+    """
+    CREATE VIEW recall_message_text AS
+    SELECT m.seq AS seq, m.name AS name, m.body AS body,
+           COALESCE((SELECT p.body FROM recall_messages p
+                     WHERE p.seq = m.prev
+                       AND NOT EXISTS (SELECT 1 FROM recall_hidden h
+                                       WHERE h.target = 'm' || p.seq)),
+                    '') AS ctx
+    FROM recall_messages m
+    """,
+    """
+    CREATE TABLE recall_beliefs (
+        rowid      BIGSERIAL PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,
+        scope      INTEGER NOT NULL,
+        kind       TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        polarity   INTEGER NOT NULL DEFAULT 1,
+        text       TEXT NOT NULL,
+        origin     TEXT NOT NULL,
+        source_seq BIGINT NOT NULL,
+        session    TEXT,
+        at         TEXT NOT NULL,
+        supersedes TEXT
+    )
+    """,
+    "CREATE INDEX recall_beliefs_by_key ON recall_beliefs(scope, kind, key)",
+    "CREATE INDEX recall_beliefs_by_supersedes ON recall_beliefs(supersedes)",
+    """
+    CREATE FUNCTION recall_beliefs_never_update() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'chronicle: beliefs are never updated; supersede instead';
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER recall_beliefs_never_update BEFORE UPDATE ON recall_beliefs
+    FOR EACH ROW EXECUTE FUNCTION recall_beliefs_never_update()
+    """,
+    """
+    CREATE TABLE recall_belief_sources (
+        belief TEXT NOT NULL,
+        seq    BIGINT NOT NULL,
+        PRIMARY KEY (belief, seq)
+    )
+    """,
+    "CREATE INDEX recall_belief_sources_by_seq ON recall_belief_sources(seq)",
+    """
+    CREATE TABLE recall_corrections (
+        target TEXT NOT NULL,
+        belief TEXT NOT NULL,
+        PRIMARY KEY (target, belief)
+    )
+    """,
+    """
+    CREATE TABLE recall_vectors (
+        target TEXT PRIMARY KEY,
+        scope  INTEGER NOT NULL,
+        model  TEXT NOT NULL,
+        seq    BIGINT NOT NULL,
+        dim    INTEGER NOT NULL,
+        vec    BYTEA NOT NULL
+    )
+    """,
+    "CREATE INDEX recall_vectors_by_scope ON recall_vectors(scope, model, seq)",
+    # The full-text indexes (FTS5's tables on SQLite).
+    """
+    CREATE TABLE recall_message_terms (
+        seq   BIGINT PRIMARY KEY,
+        scope INTEGER NOT NULL,
+        dl    INTEGER NOT NULL,
+        tsv   TSVECTOR NOT NULL
+    )
+    """,
+    "CREATE INDEX recall_message_terms_tsv ON recall_message_terms USING gin (tsv)",
+    "CREATE INDEX recall_message_terms_by_scope ON recall_message_terms(scope, seq)",
+    """
+    CREATE TABLE recall_scope_terms (
+        scope INTEGER PRIMARY KEY,
+        docs  BIGINT NOT NULL,
+        words BIGINT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE recall_belief_terms (
+        rowid BIGINT PRIMARY KEY,
+        tsv   TSVECTOR NOT NULL
+    )
+    """,
+    "CREATE INDEX recall_belief_terms_tsv ON recall_belief_terms USING gin (tsv)",
+)
+
+
+def _m001_recall(conn: Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
+    # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
+    PostgresMigration("recall.m001_tables", _m001_recall),
+)
+
+
+# -- words --------------------------------------------------------------------------------------
+
+
+def _lexeme(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def terms(columns: Sequence[tuple[str, str]]) -> tuple[str, int]:
+    """A tsvector literal for (weight label, text) columns, and the number of words in them (as
+    FTS5 counts a row's length): each word porter-stemmed, each column its own run of positions
+    (a gap between runs, so no phrase spans two columns)."""
+    positions: dict[str, list[str]] = defaultdict(list)
+    at = 1
+    total = 0
+    for label, text in columns:
+        words = tokens(text)
+        total += len(words)
+        for i, word in enumerate(words):
+            lexeme = stem(word)
+            if len(lexeme.encode()) < _MAX_LEXEME_BYTES:
+                positions[lexeme].append(f"{min(at + i, _MAX_POSITION)}{label}")
+        at += len(words) + 1
+    literal = " ".join(f"{_lexeme(lex)}:{','.join(pos)}" for lex, pos in positions.items())
+    return literal, total
+
+
+def _stems(word: str) -> list[str]:
+    """A query word (or phrase: "vault 3", a CJK pair) as the index's lexemes, in order."""
+    return [stem(w) for w in tokens(word) if len(stem(w).encode()) < _MAX_LEXEME_BYTES]
+
+
+def _phrase(word: str) -> str:
+    return " <-> ".join(_lexeme(s) for s in _stems(word))
+
+
+def tsquery_any(words: Sequence[str]) -> str:
+    """A tsquery literal matching rows with any of `words` (each a word or a phrase, every lexeme
+    quoted: whatever the user typed is searched for as text). "" when no word has a lexeme."""
+    return " | ".join(f"({p})" for p in (_phrase(w) for w in words) if p)
+
+
+def tsquery_all(words: Sequence[str]) -> str:
+    return " & ".join(f"({p})" for p in (_phrase(w) for w in words) if p)
+
+
+# -- the fold -----------------------------------------------------------------------------------
+
+
+class PostgresRecallFold(RecallFold):
+    """`RecallFold` writing PostgreSQL's indexes instead of FTS5's."""
+
+    def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
+        # Hosts take turns; each then reads the position inside its transaction (RecallFold).
+        conn.execute("SELECT pg_advisory_xact_lock(?)", (_FOLD_LOCK,))
+        super().apply(conn, events, prepared)
+
+    def _scope(self, conn: Statements, user_id: str | None, profile: str | None) -> int:
+        n = scope_number(conn, user_id, profile, create=True, index=False)
+        assert n is not None
+        return n
+
+    def _index(self, conn: Statements, scope: int, seq: int) -> None:
+        values = self._indexed(conn, seq)
+        if values is None:
+            return
+        name, body, ctx = values
+        literal, length = terms((("A", name), ("B", body), ("C", ctx)))
+        inserted = conn.execute(
+            "INSERT INTO recall_message_terms(seq, scope, dl, tsv) VALUES (?, ?, ?, ?::tsvector)"
+            " ON CONFLICT DO NOTHING",
+            (seq, scope, length, literal),
+        ).rowcount
+        if inserted:
+            conn.execute(
+                "INSERT INTO recall_scope_terms(scope, docs, words) VALUES (?, 1, ?)"
+                " ON CONFLICT (scope) DO UPDATE SET docs = recall_scope_terms.docs + 1,"
+                " words = recall_scope_terms.words + excluded.words",
+                (scope, length),
+            )
+
+    def _unindex(self, conn: Statements, scope: int, seq: int) -> None:
+        row = conn.execute(
+            "DELETE FROM recall_message_terms WHERE seq = ? RETURNING dl", (seq,)
+        ).fetchone()
+        if row is not None:
+            conn.execute(
+                "UPDATE recall_scope_terms SET docs = docs - 1, words = words - ? WHERE scope = ?",
+                (int(row[0]), scope),
+            )
+
+    def _index_belief(self, conn: Statements, belief_id: str) -> None:
+        row = conn.execute(
+            "SELECT rowid, text FROM recall_beliefs WHERE id = ?", (belief_id,)
+        ).fetchone()
+        if row is not None:
+            literal, _ = terms((("B", str(row[1])),))
+            conn.execute(
+                "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (?, ?::tsvector)"
+                " ON CONFLICT DO NOTHING",
+                (int(row[0]), literal),
+            )
+
+    def reset(self, conn: Statements) -> None:
+        for table in (
+            "recall_corrections",
+            "recall_belief_sources",
+            "recall_belief_terms",
+            "recall_beliefs",
+            "recall_hidden",
+            "recall_message_terms",
+            "recall_scope_terms",
+            "recall_messages",
+            "recall_scopes",
+            "recall_vectors",
+        ):
+            conn.execute(f"DELETE FROM {table}")
+        # A rebuild gives the same scope numbers and belief rowids, as SQLite's does.
+        conn.execute("SELECT setval(pg_get_serial_sequence('recall_scopes', 'n'), 1, false)")
+        conn.execute("SELECT setval(pg_get_serial_sequence('recall_beliefs', 'rowid'), 1, false)")
+
+
+# -- search -------------------------------------------------------------------------------------
+
+_TERMS = "recall_message_terms"
+
+
+def _terms_key(scope: int) -> str:
+    """What `MessageSearch.plan` calls a scope's index here (its frequencies are cached by it)."""
+    return f"{_TERMS}:{int(scope)}"
+
+
+class PostgresMessageSearch(MessageSearch):
+    """`MessageSearch` whose full-text candidates and bm25 come from the tsvector index."""
+
+    def _count(self, conn: Statements, table: str, word: str, cap: int) -> int:
+        query = tsquery_any([word])
+        if not query:
+            return 0
+        scope = int(table.rsplit(":", 1)[1])
+        row = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {_TERMS} t"
+            " WHERE t.scope = ? AND t.tsv @@ ?::tsquery LIMIT ?) x",
+            (scope, query, cap),
+        ).fetchone()
+        assert row is not None  # a count is always one row
+        return int(row[0])
+
+    def bm25(
+        self,
+        conn: Statements,
+        scope: int,
+        words: Sequence[str],
+        reach: Reach | None = None,
+    ) -> dict[int, float]:
+        """As `MessageSearch.bm25`: the best `candidates` messages within `reach`, scored as FTS5's
+        bm25 scores them, from the words the match budget affords; a query of common words only
+        is answered from their newest matches, those with all of the words first."""
+        if not words:
+            return {}
+        t = self.tuning
+        key = _terms_key(scope)
+        rare, common = self.plan(conn, key, words)
+        source, narrow = f"{_TERMS} t", ""
+        params: list[str | int] = []
+        if reach is not None and reach.narrowed:
+            condition, params = reach.messages("m.seq", "m.session")
+            source += " JOIN recall_messages m ON m.seq = t.seq"
+            narrow = f" AND {condition}"
+            if reach.span is not None:
+                narrow += " AND t.seq BETWEEN ? AND ?"
+                params = [*params, *reach.span]
+        if rare:
+            return self._scored(conn, scope, rare, source, narrow, params)
+        scored: dict[int, float] = {}
+        newest = (
+            f"SELECT t.seq FROM {source} WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}"
+            " ORDER BY t.seq DESC LIMIT ?"
+        )
+        for score, query in ((2.0, tsquery_all(common)), (1.0, tsquery_any(common))):
+            if len(scored) >= t.candidates or not query:
+                continue
+            for (seq,) in conn.execute(newest, (scope, query, *params, t.candidates)):
+                scored.setdefault(int(seq), score)
+        return scored
+
+    def _scored(
+        self,
+        conn: Statements,
+        scope: int,
+        rare: Sequence[str],
+        source: str,
+        narrow: str,
+        params: Sequence[str | int],
+    ) -> dict[int, float]:
+        t = self.tuning
+        query = tsquery_any(rare)
+        if not query:
+            return {}
+        phrases = {w: _stems(w) for w in rare}
+        lexemes = sorted({s for stems in phrases.values() for s in stems})
+        held: dict[int, tuple[int, dict[str, set[tuple[int, str]]]]] = {}
+        for seq, length, lexeme, positions, labels in conn.execute(
+            f"SELECT t.seq, t.dl, u.lexeme, u.positions, u.weights FROM {source}, unnest(t.tsv) u"
+            f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow} AND u.lexeme = ANY(?)",
+            (scope, query, *params, lexemes),
+        ):
+            entry = held.setdefault(int(seq), (int(length), {}))
+            entry[1][str(lexeme)] = set(zip(positions or (), labels or (), strict=False))
+        stats = conn.execute(
+            "SELECT docs, words FROM recall_scope_terms WHERE scope = ?", (scope,)
+        ).fetchone()
+        docs = int(stats[0]) if stats else 0
+        average = (int(stats[1]) / docs if stats and docs else 0.0) or 1.0
+        key = _terms_key(scope)
+        budget = max(t.match_budget, 1)
+        idf: dict[str, float] = {}
+        for word in rare:
+            hits = self._frequency(conn, key, word, budget + 1)
+            value = math.log((docs - hits + 0.5) / (hits + 0.5))
+            idf[word] = value if value > 0.0 else 1e-6  # as FTS5's bm25 clamps it
+        weight = {"A": t.name_weight, "B": 1.0, "C": t.context_weight}
+        scores: dict[int, float] = {}
+        for seq, (length, found) in held.items():
+            total = 0.0
+            for word, stems in phrases.items():
+                frequency = _frequency_in(stems, found, weight)
+                if frequency:
+                    norm = _K1 * (1.0 - _B + _B * length / average)
+                    total += idf[word] * frequency * (_K1 + 1.0) / (frequency + norm)
+            scores[seq] = total
+        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[: t.candidates]
+        return dict(best)
+
+
+def _frequency_in(
+    stems: Sequence[str], found: dict[str, set[tuple[int, str]]], weight: dict[str, float]
+) -> float:
+    """A phrase's weighted count in one row, as FTS5's bm25 counts it: each instance adds its
+    column's weight. An instance is the first lexeme at a position, the next one after it in the
+    same column, and so on."""
+    if not stems or stems[0] not in found:
+        return 0.0
+    rest = [found.get(s, set()) for s in stems[1:]]
+    return sum(
+        weight.get(label, 1.0)
+        for position, label in found[stems[0]]
+        if all((position + i, label) in held for i, held in enumerate(rest, start=1))
+    )
+
+
+PG_BELIEFS = BeliefIndex(
+    source="recall_belief_terms t JOIN recall_beliefs b ON b.rowid = t.rowid",
+    match="t.tsv @@ ?::tsquery",
+    score="ts_rank(t.tsv, ?::tsquery)",  # PARTIAL: not bm25 (beliefs are few and short)
+    query=tsquery_any,
+)
+"""Beliefs on the tsvector index, for `search.rank_beliefs`."""
+
+
+# -- the index ----------------------------------------------------------------------------------
+
+
+class PostgresRecallTables(PostgresTables):
+    """Recall's tables in a PostgreSQL store, as the projector folds into them."""
+
+    def last_seq(self) -> int:
+        return self.store.last_seq()
+
+
+class PostgresRecallIndex(RecallIndex):
+    """Recall's index in a PostgreSQL store: `RecallIndex.hits`, `catch_up` and `rebuild` on the
+    tsvector tables. What the app wiring builds for `chronicle.store: postgresql://...`:
+
+        PostgresRecallIndex(reader, config, sessions, capture)
+
+    with `reader` an `EventReader` over the `PostgresEventStore`, and the session tree and
+    capture built over the same store."""
+
+    belief_index = PG_BELIEFS
+    sections_indexed = False  # PARTIAL: sections' prose is not indexed on PostgreSQL yet
+
+    def __init__(
+        self,
+        reader: EventReader[PostgresEventStore],
+        config: Config,
+        sessions: SessionTree,
+        capture: Capture,
+    ) -> None:
+        self.pg = reader.store
+        self.types = reader.types
+        self.pg.migrate(PG_RECALL_MIGRATIONS)
+        self.fold = PostgresRecallFold()
+        self.projector = Projector(PostgresRecallTables(self.pg), reader, [self.fold])
+        self._messages = PostgresMessageSearch(config.settings.recall)
+        self._keep(config, sessions, capture)
+        # PARTIAL: no embeddings on PostgreSQL yet (nothing stores vectors there).
+        self.embedder = None
+
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[Statements]:
+        with postgres_errors(what), self.pg.reading() as conn:
+            yield QmarkConnection(conn)

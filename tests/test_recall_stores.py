@@ -1,0 +1,163 @@
+"""Recall's index on each store: the same captured chat, the same hits, the same isolation.
+
+`RecallIndex` (SQLite FTS5) and `PostgresRecallIndex` (tsvector + GIN, bm25 computed from the
+index's positions) are built over a store of each kind as the core builds recall: the session
+tree and capture over the same store (tests/postgres_support.py `Target.tree`). The PostgreSQL
+server is the session's throwaway cluster (conftest.py `postgres_cluster`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from postgres_support import Target, own_schema
+
+from chronicle_engine.config import Config
+from chronicle_engine.recall.events import MemoryForgotten, MemoryRemembered
+from chronicle_engine.recall.index import RecallIndex
+from chronicle_engine.recall.postgres import PostgresRecallIndex, terms, tsquery_any
+
+CHATS = {
+    ("ann", "trip"): [
+        ("Ann", "We should plan the trip to Lisbon in May."),
+        ("Bo", "Which hotel did you book for Lisbon?"),
+        ("Ann", "The Alfama guesthouse, room 12, near the tram stop."),
+        ("Bo", "Great, and the flights?"),
+        ("Ann", "TAP flight TP1353 leaves at 07:40 from gate B-22."),
+    ],
+    ("ann", "garden"): [
+        ("Ann", "My tomatoes caught blight again this summer."),
+        ("Bo", "Try copper spray and water the roots, not the leaves."),
+        ("Ann", "I bought a copper spray yesterday; the vault-3 shed holds it."),
+    ],
+    ("bob", "secret"): [
+        ("Bob", "My locker code at the gym is 4471, keep it private."),
+        ("Bob", "Also the Lisbon hotel for my own trip is the Bairro Alto inn."),
+    ],
+}
+
+QUERIES = [
+    "Which hotel in Lisbon?",
+    "what flight leaves from gate B-22",
+    "copper spray for blight",
+    "vault-3",
+    "tomatoes",
+    "the",  # stopwords only: newest matches
+    "where is the shed that holds the spray",
+]
+
+
+@dataclass
+class Recall:
+    kind: str
+    index: RecallIndex
+    parts: object
+
+    def search(self, query: str, user: str, **options: object) -> list[tuple[str, float]]:
+        hits = self.index.hits(query, user_id=user, use_vectors=False, **options)  # type: ignore[arg-type]
+        return [(hit.id, hit.score) for hit in hits]
+
+    def append(self, event: object) -> None:
+        store = self.parts.store  # type: ignore[attr-defined]
+        types = self.parts.reader.types  # type: ignore[attr-defined]
+        store.append([types.pending(event)])
+        self.index.catch_up()
+
+
+def _recall(target: Target) -> Recall:
+    parts = target.tree()
+    build = RecallIndex if target.kind == "sqlite" else PostgresRecallIndex
+    index = build(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+    for (user, session), turns in CHATS.items():
+        parts.capture.capture_messages(
+            session,
+            [{"role": "user", "name": name, "content": text} for name, text in turns],
+            user_id=user,
+            platform="test",
+            created_at="2026-05-01T10:00:00+00:00",
+        )
+    index.catch_up()
+    return Recall(target.kind, index, parts)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def recall(request: pytest.FixtureRequest, tmp_path) -> Iterator[Recall]:
+    if request.param == "sqlite":
+        made = _recall(Target("sqlite", str(tmp_path / "recall.db")))
+        yield made
+        made.parts.shutdown()  # type: ignore[attr-defined]
+        return
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        made = _recall(Target("postgres", conninfo))
+        yield made
+        made.parts.shutdown()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def both(postgres_cluster, tmp_path) -> Iterator[tuple[Recall, Recall]]:
+    with own_schema(postgres_cluster) as conninfo:
+        lite = _recall(Target("sqlite", str(tmp_path / "recall.db")))
+        pg = _recall(Target("postgres", conninfo))
+        yield lite, pg
+        lite.parts.shutdown()  # type: ignore[attr-defined]
+        pg.parts.shutdown()  # type: ignore[attr-defined]
+
+
+def test_the_answer_turn_is_found(recall: Recall) -> None:
+    found = recall.index.hits("Which hotel did they book in Lisbon?", user_id="ann", limit=3)
+    assert found, recall.kind
+    texts = [hit.raw for hit in found if hit.kind == "message"]
+    assert any("Alfama guesthouse" in t for t in texts), texts
+
+
+def test_one_users_memory_is_never_read_for_another(recall: Recall) -> None:
+    assert recall.search("locker code 4471", "ann") == []
+    bob = recall.index.hits("locker code 4471", user_id="bob")
+    assert bob and "4471" in bob[0].raw
+    # Bob's Lisbon hotel is his alone; Ann's search for it finds only her own turns.
+    for hit in recall.index.hits("Bairro Alto inn Lisbon hotel", user_id="ann"):
+        assert "Bairro" not in hit.raw
+
+
+def test_any_query_text_is_searched_as_text(recall: Recall) -> None:
+    for query in ["' & | ! <-> :* \\ ( )", "a:B & !c", "gate':*", "'; DROP TABLE events; --"]:
+        recall.search(query, "ann")  # no error, whatever it finds
+    assert any(h[0] for h in recall.search("B-22 ':*'", "ann"))
+
+
+def test_a_forgotten_message_is_no_longer_found(recall: Recall) -> None:
+    hit = recall.index.hits("TAP flight TP1353", user_id="ann", limit=1)[0]
+    recall.append(MemoryForgotten(target=hit.id, user_id="ann", profile=None))
+    assert hit.id not in [h for h, _ in recall.search("TAP flight TP1353", "ann")]
+
+
+def test_a_remembered_note_is_found_as_a_belief(recall: Recall) -> None:
+    recall.append(MemoryRemembered(text="Ann's passport expires in March 2027", user_id="ann"))
+    found = recall.index.hits("passport expires", user_id="ann", scope="beliefs")
+    assert [h.kind for h in found] == ["belief"]
+    assert recall.index.hits("passport expires", user_id="bob", scope="beliefs") == []
+
+
+def test_rebuild_gives_the_same_hits(recall: Recall) -> None:
+    before = {q: recall.search(q, "ann") for q in QUERIES}
+    recall.index.rebuild()
+    assert {q: recall.search(q, "ann") for q in QUERIES} == before
+
+
+def test_both_stores_rank_messages_alike(both: tuple[Recall, Recall]) -> None:
+    """The same messages, in the same order, with bm25 scores equal to FTS5's."""
+    lite, pg = both
+    for user in ("ann", "bob"):
+        for query in QUERIES:
+            a = lite.search(query, user, scope="messages")
+            b = pg.search(query, user, scope="messages")
+            assert [i for i, _ in a] == [i for i, _ in b], (user, query)
+            assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9), query
+
+
+def test_terms_give_each_column_its_words_and_weight() -> None:
+    literal, length = terms((("A", "Ann"), ("B", "Booked flights, flying"), ("C", "")))
+    assert length == 4
+    assert "'ann':1A" in literal and "'book':3B" in literal and "'fly':5B" in literal
+    assert tsquery_any(["vault 3", "it's"]) == "('vault' <-> '3') | ('it' <-> 's')"
