@@ -9,6 +9,12 @@ user message with the speaker's name (`name`) and the text (an image the speaker
 dataset's own caption, "[image: ...]"), and the session's date is the event time. The dataset's
 model-written `observation`, `session_summary` and `event_summary` fields are never read.
 
+`--postgres` runs the protocol variant a second time on PostgreSQL: a throwaway cluster
+(tests/postgres_support.py: initdb + pg_ctl in a temp directory, 127.0.0.1, stopped at the end),
+or the empty database `--store postgresql://...` names. The same capture, then recall's PostgreSQL
+index (`recall.postgres.PostgresRecallIndex`: tsvector + GIN, bm25 computed as FTS5's) asked as
+chronicle_search asks it (`hits(scope="messages")`, pooled by session for sessions@10).
+
 A second way in, `--variant live`, captures each conversation as Hermes would hand it over: a
 memory provider in a temporary HERMES_HOME, the conversation's first speaker as the user and the
 second as the assistant, every exchange through `sync_turn(user, assistant, session_id=,
@@ -29,7 +35,8 @@ ranking collapsed to its first 10 distinct sessions.
 
     python bench/locomo.py [--data PATH] [--db DIR] [--limit-samples N] [--samples A-B]
                            [--show-misses N] [--variant protocol|live|both]
-                           [--embeddings URL] [--out bench/out/locomo.json]
+                           [--embeddings URL] [--postgres | --store postgresql://...]
+                           [--out bench/out/locomo.json]
 
 Writes the figures as JSON for bench/plots.py (recall@10 per category as the plotted metric;
 recall@5, nDCG@10 and latency beside it).
@@ -48,18 +55,20 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.text import content_words, quote
 from chronicle_engine.recall.tools import RECALL_TOOLS
+from chronicle_engine.sessions.capture import Capture
 from chronicle_engine.tools import dispatch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pg_setup import ask_index, cluster, postgres_recall  # noqa: E402
 from vector_setup import add_embeddings_option, embed_everything, vector_config  # noqa: E402
 
 from provider import ChronicleMemoryProvider  # noqa: E402
@@ -101,7 +110,14 @@ def evidence_ids(raw: Sequence[str]) -> set[str]:
 # -- ingest ------------------------------------------------------------------------------------
 
 
-def ingest(core: ChronicleCore, sample: dict[str, Any]) -> dict[int, str]:
+class Captures(Protocol):
+    """A core, or the session tree and capture over a PostgreSQL store (`postgres_recall`)."""
+
+    @property
+    def capture(self) -> Capture: ...
+
+
+def ingest(core: Captures, sample: dict[str, Any]) -> dict[int, str]:
     """Capture one conversation; returns seq -> dia_id."""
     conversation = sample["conversation"]
     user = str(sample["sample_id"])
@@ -230,6 +246,29 @@ def ask(
     return list(answer["results"])
 
 
+def score_questions(
+    samples: Sequence[dict[str, Any]],
+    dia: dict[str, dict[int, str]],
+    ask_one: Callable[..., list[dict[str, Any]]],
+    score: Score,
+    misses: list[tuple[str, list[str], set[str]]],
+    show_misses: int,
+) -> None:
+    """Ask every question of `samples` through `ask_one(question, user, by_session=)`."""
+    for sample in samples:
+        user = str(sample["sample_id"])
+        for category, question, relevant in questions(sample):
+            t0 = time.perf_counter()
+            results = ask_one(question, user)
+            elapsed = time.perf_counter() - t0
+            ranked = [dia[user].get(r["seq"], "") for r in results]
+            score.add(category, ranked, relevant, elapsed)
+            grouped = ask_one(question, user, by_session=True)
+            score.add_sessions(category, [dataset_session(r["session"]) for r in grouped], relevant)
+            if len(misses) < show_misses and not relevant & set(ranked):
+                misses.append((question, ranked, relevant))
+
+
 def session_of(dia_ids: set[str]) -> set[str]:
     """'D9:11' -> 'D9'."""
     return {d.split(":")[0] for d in dia_ids}
@@ -316,6 +355,7 @@ def write(
     names = {
         "protocol": "Chronicle chronicle_search",
         "live": "Chronicle chronicle_search (live sync_turn)",
+        "postgres": "Chronicle chronicle_search on PostgreSQL",
     }
     systems = {names[variant]: as_json(score) for variant, score in ours.items()}
     systems["FTS5 bm25 baseline"] = as_json(bases["names"])
@@ -353,6 +393,7 @@ def run(
     pick: tuple[int, int] | None = None,
     variants: Sequence[str] = ("protocol",),
     embeddings: str = "",
+    store: str = "",
 ) -> tuple[dict[str, Score], dict[str, Score]]:
     samples = json.loads(data.read_text(encoding="utf-8"))
     if pick:
@@ -393,22 +434,33 @@ def run(
                 print(f"embedded {embedded} turns in {time.perf_counter() - started:.1f} s")
                 if embedded < turns:
                     raise RuntimeError(f"only {embedded} of {turns} turns have a vector")
-            for sample in samples:
-                user = str(sample["sample_id"])
-                for category, question, relevant in questions(sample):
-                    t0 = time.perf_counter()
-                    results = ask(core, question, user)
-                    elapsed = time.perf_counter() - t0
-                    ranked = [dia[user].get(r["seq"], "") for r in results]
-                    ours["protocol"].add(category, ranked, relevant, elapsed)
-                    grouped = ask(core, question, user, by_session=True)
-                    ours["protocol"].add_sessions(
-                        category, [dataset_session(r["session"]) for r in grouped], relevant
-                    )
-                    if len(misses) < show_misses and not relevant & set(ranked):
-                        misses.append((question, ranked, relevant))
+            score_questions(
+                samples,
+                dia,
+                lambda q, u, **kw: ask(core, q, u, **kw),
+                ours["protocol"],
+                misses,
+                show_misses,
+            )
         finally:
             core.shutdown()
+    if "postgres" in variants:
+        with cluster(store) as server, postgres_recall(server, store) as (parts, index):
+            started = time.perf_counter()
+            dia = {str(sample["sample_id"]): ingest(parts, sample) for sample in samples}
+            index.catch_up()
+            print(
+                f"postgres: ingested {sum(len(v) for v in dia.values())} turns through capture "
+                f"and folded them in {time.perf_counter() - started:.1f} s"
+            )
+            score_questions(
+                samples,
+                dia,
+                lambda q, u, **kw: ask_index(index, q, user=u, scope="messages", **kw),
+                ours["postgres"],
+                misses,
+                show_misses,
+            )
     if "live" in variants:
         started = time.perf_counter()
         for n, sample in enumerate(samples):
@@ -462,6 +514,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", choices=("protocol", "live", "both"), default="both")
     add_embeddings_option(parser)
     parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="also run the protocol variant on PostgreSQL (a throwaway cluster unless --store)",
+    )
+    parser.add_argument(
+        "--store",
+        default="",
+        metavar="postgresql://...",
+        help="the empty PostgreSQL database --postgres uses (implies --postgres)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "locomo.json"
     )
     args = parser.parse_args(argv)
@@ -472,6 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         db_dir = args.db or Path(tmp)
         db_dir.mkdir(parents=True, exist_ok=True)
         variants = ("protocol", "live") if args.variant == "both" else (args.variant,)
+        if args.postgres or args.store:
+            variants = (*variants, "postgres")
         ours, bases = run(
             args.data,
             db_dir,
@@ -480,12 +545,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             pick=_span(args.samples) if args.samples else None,
             variants=variants,
             embeddings=args.embeddings,
+            store=args.store,
         )
     titles = {
         "protocol": "chronicle_search (scope=messages, no model, no network)"
         if not args.embeddings
         else f"chronicle_search (scope=messages, full text + vectors from {args.embeddings})",
         "live": "chronicle_search, captured live through sync_turn (no names, no dataset times)",
+        "postgres": "chronicle_search on PostgreSQL (scope=messages; tsvector + GIN, bm25 as FTS5's)",
     }
     for variant, score in ours.items():
         report(titles[variant], score)

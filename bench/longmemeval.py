@@ -33,7 +33,11 @@ row collapses its whole ranking to its first 10 distinct sessions (the dataset R
 
     python bench/longmemeval.py [--data PATH] [--variant protocol|live|both]
                                 [--questions N] [--types T,...] [--half even|odd] [--keep DIR]
-                                [--embeddings URL] [--out bench/out/longmemeval.json]
+                                [--embeddings URL] [--postgres] [--out bench/out/longmemeval.json]
+
+`--postgres` adds the protocol variant on PostgreSQL: the same capture into a schema of its own
+on a throwaway cluster (bench/pg_setup.py), the question asked of recall's PostgreSQL index as
+chronicle_search asks it.
 
 Session-level recall is also measured as the benchmark does it at session granularity: the
 question asked again with `by_session` (one result per session, the sessions holding the most
@@ -46,6 +50,7 @@ machine); the default is every scorable question.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -68,12 +73,14 @@ sys.path.insert(0, str(ROOT))
 
 import chronicle_engine.sessions.capture as capture_module  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
+from chronicle_engine.recall.index import RecallIndex  # noqa: E402
 from chronicle_engine.recall.text import content_words, quote  # noqa: E402
 from chronicle_engine.recall.tools import RECALL_TOOLS  # noqa: E402
 from chronicle_engine.tools import dispatch  # noqa: E402
 from provider import ChronicleMemoryProvider  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
+from pg_setup import PostgresCluster, ask_index, cluster, postgres_recall  # noqa: E402
 from vector_setup import add_embeddings_option, embed_everything, vector_config  # noqa: E402
 
 DEFAULT_DATA = Path("/work/shared/data/longmemeval/longmemeval-s-dev.json")
@@ -246,11 +253,11 @@ def ranked_turns(results: Sequence[dict[str, Any]], turn_of: dict[int, str]) -> 
     return out
 
 
-def turn_map(core: ChronicleCore, q: Question) -> dict[int, str]:
+def turn_map(index: RecallIndex, q: Question) -> dict[int, str]:
     """seq -> turn id, from the captured messages of each session in order."""
-    core.recall.catch_up()
+    index.catch_up()
     out: dict[int, str] = {}
-    with core.store.reading() as conn:
+    with index.reading("reading the haystack") as conn:
         for sid, _, turns in q.sessions:
             seqs = [
                 s
@@ -284,7 +291,7 @@ def run_protocol(q: Question, db_dir: Path, embeddings: str = "") -> Run:
             core.capture.capture_messages(
                 sid, wire(turns), platform="longmemeval", created_at=date.isoformat()
             )
-        turn_of = turn_map(core, q)
+        turn_of = turn_map(core.recall.index, q)
         if embeddings:
             embed_everything(core)
         args = {"query": q.text, "limit": K}
@@ -296,6 +303,22 @@ def run_protocol(q: Question, db_dir: Path, embeddings: str = "") -> Run:
         )
     finally:
         core.shutdown()
+    return checked(answer, turn_of, elapsed, grouped)
+
+
+def run_postgres(q: Question, server: PostgresCluster) -> Run:
+    """The protocol variant on PostgreSQL: the same capture into a schema of its own on
+    `server`, the question asked of recall's PostgreSQL index as chronicle_search asks it."""
+    with postgres_recall(server) as (parts, index):
+        for sid, date, turns in q.sessions:
+            parts.capture.capture_messages(
+                sid, wire(turns), platform="longmemeval", created_at=date.isoformat()
+            )
+        turn_of = turn_map(index, q)
+        t0 = time.perf_counter()
+        answer = {"results": ask_index(index, q.text, limit=K)}
+        elapsed = time.perf_counter() - t0
+        grouped = {"results": ask_index(index, q.text, limit=K, by_session=True)}
     return checked(answer, turn_of, elapsed, grouped)
 
 
@@ -427,6 +450,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--show-misses", type=int, default=0)
     add_embeddings_option(parser)
     parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="also run the protocol variant on PostgreSQL (a throwaway cluster, a schema a "
+        "question; bench/pg_setup.py)",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         default=None,
@@ -436,6 +465,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--out", type=Path, default=Path(__file__).resolve().parent / "out" / "longmemeval.json"
     )
     args = parser.parse_args(argv)
+    with contextlib.ExitStack() as stack:  # the PostgreSQL cluster, when asked for
+        return run(args, stack, argv)
+
+
+def run(args: argparse.Namespace, stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
     if not args.data.exists():
         print(f"no dataset at {args.data}; pass --data", file=sys.stderr)
         return 2
@@ -449,6 +483,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = spread(questions, args.questions)
     kinds = sorted({q.kind for q in questions})
     variants = ("protocol", "live") if args.variant == "both" else (args.variant,)
+    if args.postgres:
+        variants = (*variants, "postgres")
+    server = stack.enter_context(cluster("")) if args.postgres else None
     ours = {v: Score() for v in variants}
     pooled = {v: Score() for v in variants}  # the by_session call: only its session figure
     base, base_sessions = Score(), Score()
@@ -465,7 +502,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ranked, elapsed, sessions = run_protocol(q, args.keep, args.embeddings)
             else:
                 with tempfile.TemporaryDirectory(prefix="chronicle-lme-") as tmp:
-                    if variant == "protocol":
+                    if variant == "postgres" and server is not None:
+                        ranked, elapsed, sessions = run_postgres(q, server)
+                    elif variant == "protocol":
                         ranked, elapsed, sessions = run_protocol(q, Path(tmp), args.embeddings)
                     else:
                         ranked, elapsed, sessions = run_live(q, Path(tmp))
