@@ -161,3 +161,42 @@ def test_terms_give_each_column_its_words_and_weight() -> None:
     assert length == 4
     assert "'ann':1A" in literal and "'book':3B" in literal and "'fly':5B" in literal
     assert tsquery_any(["vault 3", "it's"]) == "('vault' <-> '3') | ('it' <-> 's')"
+
+
+def test_two_hosts_fold_one_database_once(postgres_cluster) -> None:
+    """Two hosts' indexes over one PostgreSQL database catch up at once: every message is
+    indexed once (the scope's counts are the index's rows), and both answer alike."""
+    import threading
+
+    with own_schema(postgres_cluster) as conninfo:
+        target = Target("postgres", conninfo)
+        first = target.tree()
+        second = target.tree()
+        try:
+            indexes = [
+                PostgresRecallIndex(p.reader, Config(), p.sessions, p.capture)  # type: ignore[arg-type]
+                for p in (first, second)
+            ]
+            for (user, session), turns in CHATS.items():
+                first.capture.capture_messages(  # type: ignore[attr-defined]
+                    session,
+                    [{"role": "user", "name": name, "content": text} for name, text in turns],
+                    user_id=user,
+                )
+            threads = [threading.Thread(target=index.catch_up) for index in indexes * 2]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+            assert not any(thread.is_alive() for thread in threads)
+            with indexes[0].reading("checking") as conn:
+                rows = conn.execute("SELECT count(*) FROM recall_message_terms").fetchone()
+                counted = conn.execute("SELECT sum(docs) FROM recall_scope_terms").fetchone()
+            assert rows is not None and counted is not None
+            assert int(rows[0]) == int(counted[0]) == sum(len(t) for t in CHATS.values())
+            for query in QUERIES:
+                a, b = (index.hits(query, user_id="ann") for index in indexes)
+                assert [h.id for h in a] == [h.id for h in b]
+        finally:
+            first.shutdown()  # type: ignore[attr-defined]
+            second.shutdown()  # type: ignore[attr-defined]
