@@ -14,9 +14,11 @@ import pytest
 from postgres_support import Target, own_schema
 
 from chronicle_engine.config import Config
+from chronicle_engine.errors import UsageError
 from chronicle_engine.recall.events import MemoryForgotten, MemoryRemembered
 from chronicle_engine.recall.index import RecallIndex
 from chronicle_engine.recall.postgres import PostgresRecallIndex, terms, tsquery_any
+from chronicle_engine.recall.recall import Recall as RecallTools
 
 CHATS = {
     ("ann", "trip"): [
@@ -200,3 +202,40 @@ def test_two_hosts_fold_one_database_once(postgres_cluster) -> None:
         finally:
             first.shutdown()  # type: ignore[attr-defined]
             second.shutdown()  # type: ignore[attr-defined]
+
+
+def _tools(recall: Recall) -> RecallTools:
+    return RecallTools.over(recall.index, recall.parts.capture)  # type: ignore[attr-defined]
+
+
+def test_the_memory_tools_work_on_either_store(recall: Recall) -> None:
+    """remember, correct, forget, beliefs and the sweep, through `Recall` over either index."""
+    tools = _tools(recall)
+    kept = tools.remember("Ann's passport number ends in 881", user_id="ann")
+    found = tools.search("passport number", user_id="ann", scope="beliefs")
+    assert [r["id"] for r in found] == [kept["id"]]
+    assert tools.search("passport number", user_id="bob", scope="beliefs") == []
+    corrected = tools.correct(str(kept["id"]), "Ann's passport number ends in 882", user_id="ann")
+    current = [b["id"] for b in tools.beliefs(user_id="ann")]
+    assert corrected["id"] in current and kept["id"] not in current
+    hit = tools.search("Alfama guesthouse room 12", user_id="ann", scope="messages", limit=1)[0]
+    gone = tools.forget(str(hit["id"]), user_id="ann")
+    assert gone["messages"] == [hit["seq"]]
+    assert tools.is_hidden(str(hit["id"]))
+    assert tools.hidden_seqs([int(hit["seq"]), int(hit["seq"]) + 1]) == {hit["seq"]}
+    assert tools.forgotten_messages() == {hit["seq"]}
+    assert hit["id"] not in [r["id"] for r in tools.search("Alfama guesthouse", user_id="ann")]
+    swept = tools.sweep_beliefs()
+    assert swept["processed"] >= 2 and swept["problems"] == []
+    with pytest.raises(UsageError):
+        tools.forget(str(hit["id"]), user_id="bob")  # not an item of Bob's memory
+
+
+def test_per_turn_memory_on_either_store(recall: Recall) -> None:
+    """A new chat of Ann's is given her earlier turns about its first message."""
+    tools = _tools(recall)
+    block = tools.prefetch(
+        "Which hotel did we book in Lisbon?", session_id="next", user_id="ann", platform="test"
+    )
+    assert "Lisbon" in block, block
+    assert "Bairro" not in block  # Bob's

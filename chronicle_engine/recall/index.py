@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from ..config import Config
 from ..errors import StoreBusy, StoreReadOnly, UsageError
 from ..log.events import EventReader
+from ..log.port import LogStore
 from ..log.projector import Projector
 from ..log.store import sqlite_errors
 from ..log.tables import Statements
@@ -64,8 +65,10 @@ class RecallIndex:
     def __init__(
         self, reader: EventReader, config: Config, sessions: SessionTree, capture: Capture
     ) -> None:
-        self.reader = reader
+        self.reader: EventReader[LogStore] = reader
         self.store = reader.store
+        self.log: LogStore = reader.store
+        """The log (either store): what the memory tools append to and ask about positions."""
         self.types = reader.types
         self.store.migrate(MIGRATIONS)
         self.fold = RecallFold()
@@ -92,6 +95,13 @@ class RecallIndex:
     def reading(self, what: str) -> Iterator[Statements]:
         """A connection to read recall's tables from, the store's errors as Chronicle's own."""
         with sqlite_errors(what), self.store.reading() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[Statements]:
+        """One transaction on recall's tables (the vector cache is the one thing written
+        outside the fold), the store's errors as Chronicle's own."""
+        with sqlite_errors(what), self.store.atomic() as conn:
             yield conn
 
     def _rank_sections(

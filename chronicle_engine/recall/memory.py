@@ -5,12 +5,12 @@ the next read already sees it and a rebuild repeats it.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import NotRequired, TypedDict
 
 from ..capture.secrets import mask
 from ..errors import UsageError
 from ..log.events import DomainEvent
+from ..log.tables import Statements
 from .events import MemoryCorrected, MemoryForgotten, MemoryRemembered
 from .fold import scope_number
 from .index import RecallIndex
@@ -29,7 +29,7 @@ class Forgotten(TypedDict):
 
 
 def _append(recall: RecallIndex, event: DomainEvent, session_id: str | None) -> int:
-    stored = recall.store.append([recall.types.pending(event, session=session_id or None)])
+    stored = recall.log.append([recall.types.pending(event, session=session_id or None)])
     recall.catch_up()
     return stored[0].seq
 
@@ -44,7 +44,7 @@ def remember(
 ) -> dict[str, object]:
     if not isinstance(text, str) or not text.strip():
         raise UsageError("chronicle_remember needs the text to keep")
-    with recall.store.reading() as conn:
+    with recall.reading("reading memory") as conn:
         user, prof = recall.who(conn, session_id, user_id, profile)
     seq = _append(
         recall, MemoryRemembered(text=text.strip(), user_id=user, profile=prof), session_id
@@ -52,7 +52,7 @@ def remember(
     return {"id": f"b{seq}.0", "seq": seq, "stored": True, "text": mask(text.strip())}
 
 
-def _owned(recall: RecallIndex, conn: sqlite3.Connection, scope: int | None, target: str) -> bool:
+def _owned(recall: RecallIndex, conn: Statements, scope: int | None, target: str) -> bool:
     if scope is None:
         return False
     if target.startswith("m") and target[1:].isdigit():
@@ -89,7 +89,7 @@ def _target(
 ) -> tuple[str | None, str | None]:
     target = (target or "").strip()
     recall.catch_up()
-    with recall.store.reading() as conn:
+    with recall.reading("reading memory") as conn:
         user, prof = recall.who(conn, session_id, user_id, profile)
         if not _owned(recall, conn, scope_number(conn, user, prof), target):
             raise UsageError(
@@ -121,13 +121,14 @@ def forget(
         ),
         session_id,
     )
-    with recall.store.reading() as conn:
+    with recall.reading("reading memory") as conn:
         hidden = sorted(
             int(t[1:])
             for (t,) in conn.execute(
-                "SELECT target FROM recall_hidden WHERE by_seq = ? AND target GLOB 'm[0-9]*'",
+                "SELECT target FROM recall_hidden WHERE by_seq = ? AND target >= 'm' AND target < 'n'",
                 (seq,),
             )
+            if t[1:].isdigit()
         )
     return Forgotten(
         forgotten=target.strip(),

@@ -28,8 +28,8 @@ PARTIAL (issue 17):
   PostgreSQL yet (no index of `sections.prose`): a search's section list is empty.
 - No vectors: `recall_vectors` exists (forgetting deletes from it) but nothing embeds on
   PostgreSQL, so search is full-text only.
-- The memory tools around the index (`recall.Recall`, prefetch, memory.py) still read SQLite's
-  store; on PostgreSQL `PostgresRecallIndex.hits`, `catch_up` and `rebuild` are wired.
+- `recall.Recall` (the memory tools, per-turn memory, answers) runs over this index when the
+  wiring hands it in (`Recall.over(PostgresRecallIndex(...), capture, redraw)`); no setting does yet.
 - tsvector keeps at most 256 positions of a lexeme and none past 16,383: a word repeated more
   than 256 times in one message (a tool's output) counts 256 times in its bm25.
 """
@@ -41,6 +41,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
+from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS
 from ..config import Config
 from ..log.events import EventReader
 from ..log.postgres import (
@@ -509,10 +510,11 @@ class PostgresRecallTables(PostgresTables):
 
 
 class PostgresRecallIndex(RecallIndex):
-    """Recall's index in a PostgreSQL store: `RecallIndex.hits`, `catch_up` and `rebuild` on the
-    tsvector tables. What the app wiring builds for `chronicle.store: postgresql://...`:
+    """Recall's index in a PostgreSQL store, the same reads as `RecallIndex` on the tsvector
+    tables. What the app wiring builds for `chronicle.store: postgresql://...`:
 
-        PostgresRecallIndex(reader, config, sessions, capture)
+        index = PostgresRecallIndex(reader, config, sessions, capture)
+        recall = Recall.over(index, capture, redraw)
 
     with `reader` an `EventReader` over the `PostgresEventStore`, and the session tree and
     capture built over the same store."""
@@ -528,8 +530,12 @@ class PostgresRecallIndex(RecallIndex):
         capture: Capture,
     ) -> None:
         self.pg = reader.store
+        self.reader = reader
+        self.log = reader.store
         self.types = reader.types
-        self.pg.migrate(PG_RECALL_MIGRATIONS)
+        # The sections table first, as on SQLite (schema.MIGRATIONS): forgetting a section
+        # reads it.
+        self.pg.migrate((*PG_CHRONICLE_MIGRATIONS, *PG_RECALL_MIGRATIONS))
         self.fold = PostgresRecallFold()
         self.projector = Projector(PostgresRecallTables(self.pg), reader, [self.fold])
         self._messages = PostgresMessageSearch(config.settings.recall)
@@ -540,4 +546,9 @@ class PostgresRecallIndex(RecallIndex):
     @contextlib.contextmanager
     def reading(self, what: str) -> Iterator[Statements]:
         with postgres_errors(what), self.pg.reading() as conn:
+            yield QmarkConnection(conn)
+
+    @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[Statements]:
+        with postgres_errors(what), self.pg.atomic() as conn:
             yield QmarkConnection(conn)

@@ -50,7 +50,7 @@ def window(recall: RecallIndex, session_id: str) -> Window | None:
     record = latest.event
     start = record.first_kept_seq if record.first_kept_seq is not None else latest.seq
     placed = [*record.head_entries, *record.kept_entries]
-    heads = recall.store.seqs_of(placed) if placed else {}
+    heads = recall.log.seqs_of(placed) if placed else {}
     return Window(sessions, start, frozenset(heads.values()))
 
 
@@ -61,7 +61,7 @@ def automated(recall: RecallIndex, session_id: str) -> bool:
         return True
     if session_id.startswith("cron"):
         return True
-    with recall.store.reading() as conn:
+    with recall.reading("reading memory") as conn:
         row = conn.execute(
             "SELECT agent_context, speaker FROM recall_messages WHERE session = ?"
             " AND role = 'user' ORDER BY seq DESC LIMIT 1",
@@ -112,7 +112,7 @@ def prepare(recall: RecallIndex, query: str, session_id: str) -> str:
     if block and conversation:
         # The block rides with the turn that follows: past every seq the log holds now.
         recall.injected.note(
-            conversation, [h.id for h in chosen if f"[{h.id}" in block], recall.store.last_seq() + 1
+            conversation, [h.id for h in chosen if f"[{h.id}" in block], recall.log.last_seq() + 1
         )
     return block
 
@@ -160,7 +160,7 @@ def _similarity(
     recall: RecallIndex, hit: Hit, query_vector: list[float], may_embed: bool
 ) -> float | None:
     assert recall.embedder is not None
-    with recall.store.reading() as conn:
+    with recall.reading("reading memory") as conn:
         row = conn.execute(
             "SELECT vec FROM recall_vectors WHERE target = ? AND model = ?",
             (hit.id, recall.embedder.model),

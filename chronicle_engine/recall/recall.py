@@ -57,11 +57,31 @@ class Recall:
     ) -> None:
         """`redraw`: what forgetting asks of the chronicle once messages are hidden (redraw
         every section that held one without it; the ids it wrote), handed in by the wiring."""
-        self.index = RecallIndex(reader, config, sessions, capture)
+        self._start(RecallIndex(reader, config, sessions, capture), capture, redraw)
+
+    @classmethod
+    def over(
+        cls,
+        index: RecallIndex,
+        capture: Capture,
+        redraw: Callable[[Sequence[int]], list[str]] | None = None,
+    ) -> Recall:
+        """Recall over an index already built: on PostgreSQL, `postgres.PostgresRecallIndex`
+        over the store's reader, the session tree and the capture of the same store."""
+        recall = cls.__new__(cls)
+        recall._start(index, capture, redraw)
+        return recall
+
+    def _start(
+        self,
+        index: RecallIndex,
+        capture: Capture,
+        redraw: Callable[[Sequence[int]], list[str]] | None,
+    ) -> None:
+        self.index = index
         self._redraw = redraw
         self.tuning = self.index.tuning
         self.embedder = self.index.embedder
-        self._store = reader.store
         self._capture = capture
         self._state_lock = threading.Lock()
         self._last_live = ""
@@ -149,11 +169,11 @@ class Recall:
         model = self.embedder.model
         try:
             self.catch_up()
-            with self._store.reading() as conn:
+            with self.index.reading("reading memory") as conn:
                 top = conn.execute(
                     "SELECT max(seq), min(seq) FROM recall_vectors WHERE model = ?", (model,)
                 ).fetchone()
-                hi, lo = top[0] or 0, top[1] or 0
+                hi, lo = (top[0] or 0, top[1] or 0) if top else (0, 0)
                 rows = conn.execute(
                     "SELECT seq, scope, body FROM recall_messages m WHERE seq > ?"
                     " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
@@ -172,7 +192,7 @@ class Recall:
             vectors = self.embedder.embed([mask(r[2])[:2000] for r in rows])
             if vectors is None:
                 return 0
-            with self._store.atomic() as conn:
+            with self.index.writing("storing vectors") as conn:
                 conn.executemany(
                     "INSERT OR REPLACE INTO recall_vectors(target, scope, model, seq, dim, vec)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -312,12 +332,12 @@ class Recall:
         """Scheduler hook: check beliefs for consistency from `cursor`, `budget` at a time."""
 
         self.catch_up()
-        return upkeep.sweep_beliefs(self._store, cursor, budget)
+        return upkeep.sweep_beliefs(self.index, cursor, budget)
 
     def is_hidden(self, target: str) -> bool:
         """Was this item ("m<seq>", "b<seq>.<n>", "s:<chronicle>/<section>") forgotten?"""
         self.catch_up()
-        with self._store.reading() as conn:
+        with self.index.reading("reading memory") as conn:
             return (
                 conn.execute("SELECT 1 FROM recall_hidden WHERE target = ?", (target,)).fetchone()
                 is not None
@@ -330,7 +350,7 @@ class Recall:
             return set()
         self.catch_up()
         out: set[int] = set()
-        with self._store.reading() as conn:
+        with self.index.reading("reading memory") as conn:
             for i in range(0, len(wanted), 500):
                 chunk = wanted[i : i + 500]
                 out.update(
@@ -349,14 +369,16 @@ class Recall:
         # Only recall's own events (forgetting among them) add to what is hidden: when none
         # is past the fold's position, the table is current without indexing the messages
         # logged since (a search indexes those when it needs them).
-        if current and self._store.any_after(self._store.position(FOLD_NAME), namespaces=(RECALL,)):
+        log = self.index.log
+        if current and log.any_after(log.position(FOLD_NAME), namespaces=(RECALL,)):
             self.catch_up()
-        with self._store.reading() as conn:
+        with self.index.reading("reading memory") as conn:
             return {
                 int(t[1:])
                 for (t,) in conn.execute(
-                    "SELECT target FROM recall_hidden WHERE target GLOB 'm[0-9]*'"
+                    "SELECT target FROM recall_hidden WHERE target >= 'm' AND target < 'n'"
                 )
+                if t[1:].isdigit()
             }
 
     def beliefs(
@@ -370,7 +392,7 @@ class Recall:
         """The user's current beliefs (not superseded, not forgotten), oldest first."""
 
         self.catch_up()
-        with self._store.reading() as conn:
+        with self.index.reading("reading memory") as conn:
             n = self.index.scope(conn, session_id, user_id, profile)
             if n is None:
                 return []

@@ -9,26 +9,29 @@ updated; a fix is an event).
 from __future__ import annotations
 
 from ..capture.secrets import has_secret
-from ..log.store import SQLiteEventStore, sqlite_errors
+from ..log.tables import Statements, TableAccess
 
 __all__ = ["sweep_beliefs"]
 
 
-def sweep_beliefs(store: SQLiteEventStore, cursor: int, budget: int) -> dict[str, object]:
+def _count(conn: Statements, rows: str, value: object) -> int:
+    found = conn.execute(f"SELECT count(*) FROM {rows}", (value,)).fetchone()
+    return int(found[0]) if found else 0
+
+
+def sweep_beliefs(tables: TableAccess, cursor: int, budget: int) -> dict[str, object]:
     """Check up to `budget` beliefs after rowid `cursor`: no supersession fork, no belief left
     visible when every message it came from is forgotten, no credential in a belief. Reports
     problems; repairs nothing. Beliefs do not decay: a newer statement supersedes instead."""
     limit = max(1, int(budget))
     problems: list[dict[str, object]] = []
-    with sqlite_errors("sweeping beliefs"), store.reading() as conn:
+    with tables.reading("sweeping beliefs") as conn:
         rows = conn.execute(
             "SELECT rowid, id, value, text FROM recall_beliefs WHERE rowid > ? ORDER BY rowid LIMIT ?",
             (int(cursor), limit),
         ).fetchall()
         for _, belief, value, text in rows:
-            successors = conn.execute(
-                "SELECT count(*) FROM recall_beliefs WHERE supersedes = ?", (belief,)
-            ).fetchone()[0]
+            successors = _count(conn, "recall_beliefs WHERE supersedes = ?", belief)
             if successors > 1:
                 problems.append({"belief": belief, "problem": f"superseded {successors} times"})
             if has_secret(value) or has_secret(text):
@@ -46,9 +49,7 @@ def sweep_beliefs(store: SQLiteEventStore, cursor: int, budget: int) -> dict[str
                 if sources and all(gone for _, gone in sources):
                     problems.append({"belief": belief, "problem": "every source is forgotten"})
         last = rows[-1][0] if rows else int(cursor)
-        remaining = conn.execute(
-            "SELECT count(*) FROM recall_beliefs WHERE rowid > ?", (last,)
-        ).fetchone()[0]
+        remaining = _count(conn, "recall_beliefs WHERE rowid > ?", last)
     return {
         "processed": len(rows),
         "remaining": int(remaining),
