@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time
@@ -31,6 +32,11 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="chronicle-bench-") as tmp:
         home = Path(tmp)
+        # Hermes runs with HERMES_HOME set, and the engine opens its store from it when the
+        # host first gives it a model (before on_session_start names a home): without this, the
+        # engine's store would be the user's ~/.hermes one, shared by every run of this bench.
+        saved = os.environ.get("HERMES_HOME")
+        os.environ["HERMES_HOME"] = tmp
         db = home / "chronicle" / "chronicle.db"
         (home / "config.yaml").write_text(
             yaml.safe_dump({"compression": COMPRESSION, "chronicle": {"db_path": str(db)}}),
@@ -47,6 +53,10 @@ def main() -> None:
         for core in ChronicleCore.open_cores():
             if core.db_path.startswith(tmp):
                 core.shutdown()
+        if saved is None:
+            os.environ.pop("HERMES_HOME", None)
+        else:
+            os.environ["HERMES_HOME"] = saved
     threshold = int(CONTEXT_LENGTH * COMPRESSION["threshold"])
     command = f"python bench/compaction_tokens.py --turns {args.turns}"
     machine = f"{platform.machine()} {platform.system()}, Python {platform.python_version()}"

@@ -17,6 +17,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,15 +54,18 @@ def run(checkout: Path, name: str, out: Path | None, round_no: int) -> None:
     command = [str(python), *BENCHES[name]]
     before = load()
     started = time.perf_counter()
-    done = subprocess.run(
-        command,
-        cwd=checkout,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        env={**os.environ, "PYTHONHASHSEED": "0"},
-    )
+    # Each run gets a Hermes home of its own: a bench that opens the plugin's store from
+    # HERMES_HOME must neither touch the user's ~/.hermes nor find what another run left there.
+    with tempfile.TemporaryDirectory(prefix="side-by-side-") as home:
+        done = subprocess.run(
+            command,
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+            check=False,
+            env={**os.environ, "PYTHONHASHSEED": "0", "HERMES_HOME": home},
+        )
     took = time.perf_counter() - started
     header = (
         f"=== {name} · {checkout} @ {commit_of(checkout)} · round {round_no} · "
