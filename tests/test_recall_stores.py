@@ -239,3 +239,43 @@ def test_per_turn_memory_on_either_store(recall: Recall) -> None:
     )
     assert "Lisbon" in block, block
     assert "Bairro" not in block  # Bob's
+
+
+def _write_section(recall: Recall, session: str, prose: str) -> str:
+    from chronicle_engine.chronicle.sections import Anchor, Section, section_id_for
+
+    with recall.index.reading("test") as conn:
+        seqs = [
+            int(s)
+            for (s,) in conn.execute(
+                "SELECT seq FROM recall_messages WHERE session = ? ORDER BY seq", (session,)
+            )
+        ]
+    lo, hi = seqs[0], seqs[-1]
+    target = Target(recall.kind, "")
+    chronicle = target.chronicle(recall.parts.store, session)  # type: ignore[attr-defined]
+    chronicle.append_new(Section(Anchor(section_id_for(lo, hi), lo, hi, hi), prose))
+    return f"s:{session}/{section_id_for(lo, hi)}"
+
+
+def test_sections_are_found_for_their_owner_only(recall: Recall) -> None:
+    written = _write_section(recall, "trip", "Ann booked the Alfama guesthouse in Lisbon for May.")
+    _write_section(recall, "secret", "Bob keeps his gym locker code private.")
+    found = recall.index.hits("Alfama guesthouse", user_id="ann", scope="sections")
+    assert [h.id for h in found] == [written]
+    assert recall.index.hits("Alfama guesthouse", user_id="bob", scope="sections") == []
+    assert recall.index.hits("locker code", user_id="ann", scope="sections") == []
+    recall.append(MemoryForgotten(target=written, user_id="ann"))
+    assert recall.index.hits("Alfama guesthouse", user_id="ann", scope="sections") == []
+
+
+def test_both_stores_rank_sections_alike(both: tuple[Recall, Recall]) -> None:
+    for made in both:
+        _write_section(made, "trip", "Ann booked the Alfama guesthouse in Lisbon for May.")
+        _write_section(made, "garden", "Copper spray for the tomatoes' blight, kept in vault-3.")
+    lite, pg = both
+    for query in [*QUERIES, "Lisbon guesthouse", "blight"]:
+        a = lite.search(query, "ann", scope="sections")
+        b = pg.search(query, "ann", scope="sections")
+        assert [i for i, _ in a] == [i for i, _ in b], query
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9), query

@@ -59,8 +59,6 @@ class RecallIndex:
 
     belief_index: BeliefIndex = FTS5_BELIEFS
     """Where `rank_beliefs` finds and scores beliefs (FTS5's bm25 on SQLite)."""
-    sections_indexed = True
-    """Whether this store indexes sections' prose (PostgreSQL does not yet)."""
 
     def __init__(
         self, reader: EventReader, config: Config, sessions: SessionTree, capture: Capture
@@ -121,6 +119,8 @@ class RecallIndex:
             plan=self._messages.plan,
             budget=max(self.tuning.match_budget // _SECTION_SHARE, limit),
             chronicles=chronicles,
+            index=self._messages.sections_index,
+            candidates=self._messages.section_candidates,
         )
 
     # -- keeping up with the log ---------------------------------------------------------------
@@ -291,7 +291,7 @@ class RecallIndex:
                         ),
                     )
                 )
-            if sections and self.sections_indexed and scope in ("all", "session", "sections"):
+            if sections and scope in ("all", "session", "sections"):
                 lists.append(
                     (0.9, self._rank_sections(conn, n, words, limit=limit, chronicles=chronicles))
                 )

@@ -24,8 +24,8 @@ What differs from SQLite, and only that, lives here:
   reads its position (as on SQLite), so a batch is folded once.
 
 PARTIAL (issue 17):
-- Beliefs are ranked by `ts_rank` (not bm25); sections (`rank_sections`) are not searched on
-  PostgreSQL yet (no index of `sections.prose`): a search's section list is empty.
+- Beliefs are ranked by `ts_rank` (not bm25). Sections are ranked by bm25 as messages are, but
+  indexed at the next catch-up after they are written, not in the writer's transaction.
 - No vectors: `recall_vectors` exists (forgetting deletes from it) but nothing embeds on
   PostgreSQL, so search is full-text only.
 - `recall.Recall` (the memory tools, per-turn memory, answers) runs over this index when the
@@ -37,12 +37,14 @@ PARTIAL (issue 17):
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS
 from ..config import Config
+from ..errors import StoreBusy, StoreReadOnly
 from ..log.events import EventReader
 from ..log.postgres import (
     Connection,
@@ -74,6 +76,8 @@ __all__ = [
     "terms",
     "tsquery_any",
 ]
+
+log = logging.getLogger("chronicle_engine.recall")
 
 _FOLD_LOCK = 0x7265636C  # advisory lock key: one host folds recall at a time
 _K1 = 1.2
@@ -234,9 +238,48 @@ def _m001_recall(conn: Connection) -> None:
         conn.execute(statement)
 
 
+# The sections' index. Sections are written by the chronicle, not through recall's fold, so a
+# trigger queues every section written, purged or deleted (in the writer's transaction: a host
+# that commits a section has queued it), and the next catch-up indexes the queue
+# (`PostgresRecallIndex.index_sections`). SQLite's FTS5 triggers index in the same transaction;
+# PostgreSQL's lexemes come from Python (`terms`), so they wait for the next read.
+_SECTIONS = (
+    """
+    CREATE TABLE recall_section_terms (
+        written BIGINT PRIMARY KEY,
+        dl      INTEGER NOT NULL,
+        tsv     TSVECTOR NOT NULL
+    )
+    """,
+    "CREATE INDEX recall_section_terms_tsv ON recall_section_terms USING gin (tsv)",
+    "CREATE TABLE recall_section_queue (written BIGINT PRIMARY KEY)",
+    """
+    CREATE FUNCTION recall_sections_queue() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO recall_section_queue(written)
+        VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.written ELSE NEW.written END)
+        ON CONFLICT DO NOTHING;
+        RETURN NULL;
+    END
+    $$
+    """,
+    """
+    CREATE TRIGGER recall_sections_queue AFTER INSERT OR DELETE OR UPDATE OF prose ON sections
+    FOR EACH ROW EXECUTE FUNCTION recall_sections_queue()
+    """,
+    "INSERT INTO recall_section_queue(written) SELECT written FROM sections",
+)
+
+
+def _m002_sections(conn: Connection) -> None:
+    for statement in _SECTIONS:
+        conn.execute(statement)
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
+    PostgresMigration("recall.m002_sections_index", _m002_sections),
 )
 
 
@@ -364,6 +407,7 @@ class PostgresRecallFold(RecallFold):
 # -- search -------------------------------------------------------------------------------------
 
 _TERMS = "recall_message_terms"
+_SECTION_TERMS = "recall_section_terms"
 
 
 def _terms_key(scope: int) -> str:
@@ -378,12 +422,18 @@ class PostgresMessageSearch(MessageSearch):
         query = tsquery_any([word])
         if not query:
             return 0
-        scope = int(table.rsplit(":", 1)[1])
-        row = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {_TERMS} t"
-            " WHERE t.scope = ? AND t.tsv @@ ?::tsquery LIMIT ?) x",
-            (scope, query, cap),
-        ).fetchone()
+        if table == _SECTION_TERMS:
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {_SECTION_TERMS} t"
+                " WHERE t.tsv @@ ?::tsquery LIMIT ?) x",
+                (query, cap),
+            ).fetchone()
+        else:
+            row = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {_TERMS} t"
+                " WHERE t.scope = ? AND t.tsv @@ ?::tsquery LIMIT ?) x",
+                (int(table.rsplit(":", 1)[1]), query, cap),
+            ).fetchone()
         assert row is not None  # a count is always one row
         return int(row[0])
 
@@ -434,44 +484,110 @@ class PostgresMessageSearch(MessageSearch):
         narrow: str,
         params: Sequence[str | int],
     ) -> dict[int, float]:
-        t = self.tuning
-        query = tsquery_any(rare)
-        if not query:
-            return {}
-        phrases = {w: _stems(w) for w in rare}
-        lexemes = sorted({s for stems in phrases.values() for s in stems})
-        held: dict[int, tuple[int, dict[str, set[tuple[int, str]]]]] = {}
-        for seq, length, lexeme, positions, labels in conn.execute(
-            f"SELECT t.seq, t.dl, u.lexeme, u.positions, u.weights FROM {source}, unnest(t.tsv) u"
-            f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow} AND u.lexeme = ANY(?)",
-            (scope, query, *params, lexemes),
-        ):
-            entry = held.setdefault(int(seq), (int(length), {}))
-            entry[1][str(lexeme)] = set(zip(positions or (), labels or (), strict=False))
         stats = conn.execute(
             "SELECT docs, words FROM recall_scope_terms WHERE scope = ?", (scope,)
         ).fetchone()
-        docs = int(stats[0]) if stats else 0
-        average = (int(stats[1]) / docs if stats and docs else 0.0) or 1.0
-        key = _terms_key(scope)
-        budget = max(t.match_budget, 1)
+        t = self.tuning
+        best = self._bm25(
+            conn,
+            _terms_key(scope),
+            rare,
+            f"SELECT t.seq, t.dl, u.lexeme, u.positions, u.weights FROM {source}, unnest(t.tsv) u"
+            f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow} AND u.lexeme = ANY(?)",
+            ([scope], params),
+            (int(stats[0]), int(stats[1])) if stats else (0, 0),
+            {"A": t.name_weight, "B": 1.0, "C": t.context_weight},
+        )
+        return dict(best[: t.candidates])
+
+    def _bm25(
+        self,
+        conn: Statements,
+        key: str,
+        rare: Sequence[str],
+        sql: str,
+        params: tuple[Sequence[object], Sequence[object]],
+        stats: tuple[int, int],
+        weight: dict[str, float],
+    ) -> list[tuple[int, float]]:
+        """bm25 as FTS5 computes it (k1 1.2, b 0.75, `weight` per column label) of every row
+        `sql` returns: (id, length, lexeme, positions, labels) for each lexeme of `rare` a row
+        holds. `sql` takes `params[0]`, the tsquery, `params[1]`, then the lexemes; `stats` is
+        (rows, words) of the whole index. Best first."""
+        query = tsquery_any(rare)
+        if not query:
+            return []
+        phrases = {w: _stems(w) for w in rare}
+        lexemes = sorted({s for stems in phrases.values() for s in stems})
+        held: dict[int, tuple[int, dict[str, set[tuple[int, str]]]]] = {}
+        for row_id, length, lexeme, positions, labels in conn.execute(
+            sql, (*params[0], query, *params[1], lexemes)
+        ):
+            entry = held.setdefault(int(row_id), (int(length), {}))
+            entry[1][str(lexeme)] = set(zip(positions or (), labels or (), strict=False))
+        docs, words = stats
+        average = (words / docs if docs else 0.0) or 1.0
+        budget = max(self.tuning.match_budget, 1)
         idf: dict[str, float] = {}
         for word in rare:
             hits = self._frequency(conn, key, word, budget + 1)
             value = math.log((docs - hits + 0.5) / (hits + 0.5))
             idf[word] = value if value > 0.0 else 1e-6  # as FTS5's bm25 clamps it
-        weight = {"A": t.name_weight, "B": 1.0, "C": t.context_weight}
         scores: dict[int, float] = {}
-        for seq, (length, found) in held.items():
+        for row_id, (length, found) in held.items():
             total = 0.0
             for word, stems in phrases.items():
                 frequency = _frequency_in(stems, found, weight)
                 if frequency:
                     norm = _K1 * (1.0 - _B + _B * length / average)
                     total += idf[word] * frequency * (_K1 + 1.0) / (frequency + norm)
-            scores[seq] = total
-        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[: t.candidates]
-        return dict(best)
+            scores[row_id] = total
+        return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+    # -- sections -------------------------------------------------------------------------------
+
+    sections_index = _SECTION_TERMS
+
+    def section_candidates(
+        self,
+        conn: Statements,
+        rare: Sequence[str],
+        common: Sequence[str],
+        span: tuple[int, int] | None,
+        budget: int,
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """`search.SectionCandidates` from the tsvector index of the sections' prose."""
+        narrow, params = ("", []) if span is None else (" AND t.written BETWEEN ? AND ?", span)
+        if rare:
+            stats = conn.execute(
+                f"SELECT count(*), coalesce(sum(dl), 0) FROM {_SECTION_TERMS}"
+            ).fetchone()
+            return self._bm25(
+                conn,
+                _SECTION_TERMS,
+                rare,
+                "SELECT t.written, t.dl, u.lexeme, u.positions, u.weights"
+                f" FROM {_SECTION_TERMS} t, unnest(t.tsv) u"
+                f" WHERE t.tsv @@ ?::tsquery{narrow} AND u.lexeme = ANY(?)",
+                ((), params),
+                (int(stats[0]), int(stats[1])) if stats else (0, 0),
+                {"A": 1.0},
+            )[: max(budget, limit)]
+        ranked: list[tuple[int, float]] = []
+        seen: set[int] = set()
+        newest = (
+            f"SELECT t.written FROM {_SECTION_TERMS} t WHERE t.tsv @@ ?::tsquery{narrow}"
+            " ORDER BY t.written DESC LIMIT ?"
+        )
+        for score, query in ((2.0, tsquery_all(common)), (1.0, tsquery_any(common))):
+            if len(ranked) >= budget or not query:
+                continue
+            for (written,) in conn.execute(newest, (query, *params, budget)):
+                if written not in seen:
+                    seen.add(written)
+                    ranked.append((int(written), score))
+        return ranked
 
 
 def _frequency_in(
@@ -520,7 +636,6 @@ class PostgresRecallIndex(RecallIndex):
     capture built over the same store."""
 
     belief_index = PG_BELIEFS
-    sections_indexed = False  # PARTIAL: sections' prose is not indexed on PostgreSQL yet
 
     def __init__(
         self,
@@ -542,6 +657,49 @@ class PostgresRecallIndex(RecallIndex):
         self._keep(config, sessions, capture)
         # PARTIAL: no embeddings on PostgreSQL yet (nothing stores vectors there).
         self.embedder = None
+
+    def catch_up(self) -> int:
+        """Fold what the log gained, then index the sections written since (see `_SECTIONS`)."""
+        read = super().catch_up()
+        try:
+            self.index_sections()
+        except (StoreBusy, StoreReadOnly) as exc:
+            log.debug("chronicle recall: sections not indexed yet (%s)", exc)
+        return read
+
+    def index_sections(self) -> int:
+        """Index the queued sections (those written, purged or deleted since the last call);
+        returns how many. Hosts draining at once each take rows the others have not."""
+        with self.writing("indexing sections") as conn:
+            queued = [
+                int(w)
+                for (w,) in conn.execute(
+                    "DELETE FROM recall_section_queue WHERE written IN (SELECT written FROM"
+                    " recall_section_queue ORDER BY written LIMIT 1000 FOR UPDATE SKIP LOCKED)"
+                    " RETURNING written"
+                )
+            ]
+            if not queued:
+                return 0
+            marks = ",".join("?" * len(queued))
+            prose: dict[int, str] = {
+                int(w): str(text)
+                for w, text in conn.execute(
+                    f"SELECT written, prose FROM sections WHERE written IN ({marks})", queued
+                )
+            }
+            conn.execute(f"DELETE FROM {_SECTION_TERMS} WHERE written IN ({marks})", queued)
+            rows = []
+            for written in queued:
+                if written in prose:
+                    literal, length = terms((("A", str(prose[written])),))
+                    rows.append((written, length, literal))
+            if rows:
+                conn.executemany(
+                    f"INSERT INTO {_SECTION_TERMS}(written, dl, tsv) VALUES (?, ?, ?::tsvector)",
+                    rows,
+                )
+        return len(queued)
 
     @contextlib.contextmanager
     def reading(self, what: str) -> Iterator[Statements]:

@@ -53,11 +53,15 @@ __all__ = [
     "FTS5_BELIEFS",
     "rank_beliefs",
     "rank_sections",
+    "SECTIONS_FTS",
+    "SectionCandidates",
+    "fts5_section_candidates",
     "fuse",
     "snippet",
 ]
 
 _DF_TTL_S = 120.0
+SECTIONS_FTS = "recall_sections_fts"
 _NEIGHBOUR_SOURCES = 30
 _ROW_CHUNK = 40
 _SNIPPET = 600
@@ -175,6 +179,50 @@ def _name_tokens(name: str) -> frozenset[str]:
     return frozenset(tokens(name))
 
 
+SectionCandidates = Callable[
+    [Statements, Sequence[str], Sequence[str], "tuple[int, int] | None", int, int],
+    list[tuple[int, float]],
+]
+"""(conn, rare words, common words, span of `written` or None, budget, limit) -> the sections'
+(written, score), best first: bm25 over the rare words, else the newest matches of the common."""
+
+
+def fts5_section_candidates(
+    conn: Statements,
+    rare: Sequence[str],
+    common: Sequence[str],
+    span: tuple[int, int] | None,
+    budget: int,
+    limit: int,
+) -> list[tuple[int, float]]:
+    """`SectionCandidates` from FTS5's index of the sections' prose."""
+    table = SECTIONS_FTS
+    narrow, params = "", []
+    if span is not None:
+        narrow, params = f" AND {table}.rowid BETWEEN ? AND ?", list(span)
+    ranked: list[tuple[int, float]] = []
+    if rare:
+        ranked = conn.execute(
+            f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?{narrow}"
+            " ORDER BY 2 DESC LIMIT ?",
+            (match_any(rare), *params, max(budget, limit)),
+        ).fetchall()
+    else:
+        newest = f"SELECT rowid, ? FROM {table} WHERE {table} MATCH ?{narrow} ORDER BY rowid DESC LIMIT ?"
+        seen: set[int] = set()
+        for score, expression in (
+            (2.0, " AND ".join(quote(w) for w in common)),
+            (1.0, match_any(common)),
+        ):
+            for written, value in conn.execute(newest, (score, expression, *params, budget)):
+                if written not in seen:
+                    seen.add(written)
+                    ranked.append((written, value))
+            if len(ranked) >= budget:
+                break
+    return ranked
+
+
 class MessageSearch:
     """Ranks one scope's messages for a query. Holds only a cache of document frequencies."""
 
@@ -275,6 +323,14 @@ class MessageSearch:
             for (seq,) in conn.execute(newest, (match_any(common), *params, t.candidates)):
                 scored.setdefault(int(seq), 1.0)
         return scored
+
+    # -- sections -------------------------------------------------------------------------------
+
+    sections_index = SECTIONS_FTS
+    """The sections' full-text index, as `plan` names it."""
+
+    section_candidates = staticmethod(fts5_section_candidates)
+    """`SectionCandidates` of this store."""
 
     # -- ranking --------------------------------------------------------------------------------
 
@@ -571,6 +627,8 @@ def rank_sections(
     plan: Callable[[Statements, str, Sequence[str], int], tuple[list[str], list[str]]],
     budget: int,
     chronicles: set[str] | None = None,
+    index: str = SECTIONS_FTS,
+    candidates: SectionCandidates | None = None,
 ) -> list[Hit]:
     """The best `limit` current, visible sections of `scope` for `words`.
 
@@ -582,41 +640,19 @@ def rank_sections(
         return []
     if chronicles is not None and not chronicles:
         return []
-    table = "recall_sections_fts"
-    rare, common = plan(conn, table, words, budget)
-    narrow, params = "", []
+    rare, common = plan(conn, index, words, budget)
+    span: tuple[int, int] | None = None
     if chronicles is not None:
         # A conversation's sections: the index walk is bounded by their span of rowids.
         marks = ",".join("?" * len(chronicles))
-        span = conn.execute(
+        row = conn.execute(
             f"SELECT min(written), max(written) FROM sections WHERE chronicle IN ({marks})",
             sorted(chronicles),
         ).fetchone()
-        assert span is not None  # an aggregate is always one row
-        lo, hi = span
-        if lo is None:
+        if row is None or row[0] is None:
             return []
-        narrow, params = f" AND {table}.rowid BETWEEN ? AND ?", [lo, hi]
-    ranked: list[tuple[int, float]] = []
-    if rare:
-        ranked = conn.execute(
-            f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?{narrow}"
-            " ORDER BY 2 DESC LIMIT ?",
-            (match_any(rare), *params, max(budget, limit)),
-        ).fetchall()
-    else:
-        newest = f"SELECT rowid, ? FROM {table} WHERE {table} MATCH ?{narrow} ORDER BY rowid DESC LIMIT ?"
-        seen: set[int] = set()
-        for score, expression in (
-            (2.0, " AND ".join(quote(w) for w in common)),
-            (1.0, match_any(common)),
-        ):
-            for written, value in conn.execute(newest, (score, expression, *params, budget)):
-                if written not in seen:
-                    seen.add(written)
-                    ranked.append((written, value))
-            if len(ranked) >= budget:
-                break
+        span = (int(row[0]), int(row[1]))
+    ranked = (candidates or fts5_section_candidates)(conn, rare, common, span, budget, limit)
     hits: list[Hit] = []
     # The limit and a few more: one chunk answers unless several candidates are superseded,
     # forgotten or another user's. Each candidate read costs its row (prose, about two pages),
