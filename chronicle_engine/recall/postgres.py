@@ -32,6 +32,12 @@ PARTIAL (issue 17):
   wiring hands it in (`Recall.over(PostgresRecallIndex(...), capture, redraw)`); no setting does yet.
 - tsvector keeps at most 256 positions of a lexeme and none past 16,383: a word repeated more
   than 256 times in one message (a tool's output) counts 256 times in its bm25.
+- A section's words are split as a message's are (`text.tokens`: each CJK character a word);
+  FTS5 indexes a section's prose without that split, so a CJK run in a section matches
+  differently on the two stores.
+- One GIN index holds every scope's messages: a word's postings are read for all users and
+  filtered by scope after (SQLite has one FTS5 table a scope). A (scope, tsvector) index
+  (btree_gin) would bound it by the user's memory; not measured at scale yet.
 """
 
 from __future__ import annotations
