@@ -314,15 +314,20 @@ class PostgresEventStore:
 
     # -- the log ---------------------------------------------------------------------------
 
-    def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
-        """Append events in one transaction and return them as stored, in order."""
-        return self._append(events, only_new=False)
+    def append(self, events: Sequence[PendingEvent], *, guarded: bool = True) -> list[StoredEvent]:
+        """Append events in one transaction and return them as stored, in order. Inside a
+        caller's transaction the append is a savepoint, so a refused batch leaves the caller's
+        work; `guarded=False` leaves it out (two round trips) for a caller whose transaction
+        ends with the refusal anyway."""
+        return self._append(events, only_new=False, guarded=guarded)
 
     def append_new(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         """Append the events whose id is not in the log yet (idempotent capture). One transaction."""
-        return self._append(events, only_new=True)
+        return self._append(events, only_new=True, guarded=True)
 
-    def _append(self, events: Sequence[PendingEvent], *, only_new: bool) -> list[StoredEvent]:
+    def _append(
+        self, events: Sequence[PendingEvent], *, only_new: bool, guarded: bool
+    ) -> list[StoredEvent]:
         if not events:
             return []
         events, texts = storable(events)
@@ -345,6 +350,8 @@ class PostgresEventStore:
             if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 # Outside a transaction the call is its own: one round trip, and the
                 # counter's lock is released at the server's commit.
+                rows = conn.execute(sql, params).fetchall()
+            elif not guarded:
                 rows = conn.execute(sql, params).fetchall()
             else:
                 with conn.transaction():  # a savepoint: a refused batch leaves the caller's work

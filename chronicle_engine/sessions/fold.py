@@ -15,12 +15,12 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..log.projector import Projector
 from ..log.store import Migration, StoredEvent, run_script
-from ..log.tables import Statements, Tables
+from ..log.tables import Statements
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
 
@@ -274,14 +274,18 @@ def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | No
     return (kind, None, None, target if isinstance(target, str) else None)
 
 
-def fold_pending(projector: Projector[Statements], conn: Statements) -> tuple[int, int]:
+def fold_pending(
+    projector: Projector[Statements],
+    conn: Statements,
+    start: Callable[[Statements], tuple[int, int]],
+) -> tuple[int, int]:
     """Fold every event not yet folded, inside the caller's write transaction `conn`. Returns
     (the fold's position before, the log's end now): nobody else appends while the caller
-    writes. `projector` drives the one SessionFold over the tree's tables; the backlog streams
+    writes. `start(conn)` reads the fold's position and the log's end (the tree's tables'
+    `fold_start`). `projector` drives the one SessionFold over the tree's tables; the backlog streams
     through it in batches (a store bulk-built or imported far ahead of the fold is never held
     in memory at once)."""
-    position = Tables.read_position(conn, FOLD_NAME)
-    end = projector.store.last_seq()
+    position, end = start(conn)
     if end > position:
         projector.fold_within(conn, after=position, upto=end)
     return position, end

@@ -20,10 +20,12 @@ write. Without one, such a write raises to the caller and keeps nothing.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from ..log.postgres import Connection, PostgresEventStore, PostgresMigration, PostgresTables
+from ..log.store import PendingEvent, StoredEvent
 from ..log.tables import Statements
+from .fold import FOLD_NAME
 from .tables import SessionTables
 
 __all__ = ["PG_SESSION_MIGRATIONS", "PostgresSessionTables"]
@@ -95,6 +97,20 @@ class PostgresSessionTables(PostgresTables):
 
     def last_seq(self) -> int:
         return self.store.last_seq()
+
+    def fold_start(self, conn: Statements) -> tuple[int, int]:
+        # One round trip, read after the lock: every writer before us has committed.
+        row = conn.execute(
+            "SELECT (SELECT position FROM fold_positions WHERE fold = ?),"
+            " (SELECT MAX(seq) FROM events)",
+            (FOLD_NAME,),
+        ).fetchone()
+        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+
+    def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        # No savepoint: a refused append fails the tree's whole write (the spill's replay,
+        # which goes on after a failure, wraps its appends in a savepoint of its own).
+        return self.store.append(events, guarded=False)
 
 
 def _conforms(tables: PostgresSessionTables) -> SessionTables:

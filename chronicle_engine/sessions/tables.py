@@ -8,12 +8,13 @@ stand in for the store when the tree's Projector folds the log (`projector.Folde
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from ..log.store import SQLiteEventStore
+from ..log.store import PendingEvent, SQLiteEventStore, StoredEvent
 from ..log.tables import SQLiteTables, Statements
-from .fold import MIGRATIONS
+from .fold import FOLD_NAME, MIGRATIONS
 
 __all__ = ["SessionTables", "SQLiteSessionTables"]
 
@@ -30,6 +31,14 @@ class SessionTables(Protocol):
     def depth(self) -> int: ...
 
     def writing(self, what: str) -> AbstractContextManager[Statements]: ...
+
+    def fold_start(self, conn: Statements) -> tuple[int, int]:
+        """Inside a tree write: the tree fold's position and the log's end."""
+        ...
+
+    def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        """Inside a tree write: the log's append (the tree write fails with a refused one)."""
+        ...
 
     def reading(self, what: str) -> AbstractContextManager[Statements]: ...
 
@@ -59,6 +68,12 @@ class SQLiteSessionTables(SQLiteTables):
 
     def last_seq(self) -> int:
         return self.store.last_seq()
+
+    def fold_start(self, conn: Statements) -> tuple[int, int]:
+        return self.read_position(conn, FOLD_NAME), self.store.last_seq()
+
+    def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
+        return self.store.append(events)
 
 
 def _conforms(tables: SQLiteSessionTables) -> SessionTables:

@@ -91,7 +91,7 @@ class TreeWriter:
             if e.id not in existing:
                 existing[e.id] = -1  # an id twice in one batch is stored once
                 fresh.append(e)
-        stored = self.tree.store.append(fresh)
+        stored = self.tree.tables.append(fresh)
         apply_events(self.conn, stored)
         if stored:
             self.end = max(self.end, stored[-1].seq)
@@ -141,7 +141,7 @@ class SessionTree:
         with contextlib.ExitStack() as stack:
             claim: Claim | None = None
             with self.tables.writing("writing the session tree") as conn:
-                position, end = fold_pending(self._catch_up, conn)
+                position, end = fold_pending(self._catch_up, conn, self.tables.fold_start)
                 writer = TreeWriter(self, conn, end)
                 if self.spill is not None and self.tables.depth == 1 and self.spill.waiting():
                     claim = self._replay(stack, writer)
