@@ -130,6 +130,16 @@ class Tables(ABC, Generic[Store, Conn]):
         return int(row[0]) if row else 0
 
     @staticmethod
+    def read_position_and_end(conn: Statements, fold: str) -> tuple[int, int]:
+        """A fold's position and the log's last seq, as `conn` sees them, in one statement."""
+        row = conn.execute(
+            "SELECT (SELECT position FROM fold_positions WHERE fold = ?),"
+            " (SELECT MAX(seq) FROM events)",
+            (fold,),
+        ).fetchone()
+        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+
+    @staticmethod
     def set_position(conn: Statements, fold: str, position: int, /) -> None:
         """Move a fold's position in `conn`'s transaction (the fold's own writes beside it)."""
         conn.execute(

@@ -100,12 +100,7 @@ class PostgresSessionTables(PostgresTables):
 
     def fold_start(self, conn: Statements) -> tuple[int, int]:
         # One round trip, read after the lock: every writer before us has committed.
-        row = conn.execute(
-            "SELECT (SELECT position FROM fold_positions WHERE fold = ?),"
-            " (SELECT MAX(seq) FROM events)",
-            (FOLD_NAME,),
-        ).fetchone()
-        return (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+        return self.read_position_and_end(conn, FOLD_NAME)
 
     def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         # No savepoint: a refused append fails the tree's whole write (the spill's replay,
