@@ -15,9 +15,10 @@ Per store it prints turns/s, messages/s and p50/p99 of one capture, with the mac
 thread captures back to back, which measures the store saturated, not a turn's own latency.
 
 PARTIAL (issue 17): this is capture through the session tree, the part of `sync_turn` that
-writes the store. Recall's index, the scheduler (consolidation exactly once) and compaction do
-not run on PostgreSQL yet, so there is no searcher, no compactor and no search or compress
-column; those join this bench when their rooms have PostgreSQL twins. Without `--conninfo` the
+writes the store. The scheduler (consolidation exactly once) and compaction do not run on
+PostgreSQL yet, and recall's PostgreSQL index (`recall/postgres.py`) is not built by the core
+over a PostgreSQL store, so there is no searcher, no compactor and no search or compress
+column; those join this bench with the core's wiring. Without `--conninfo` the
 PostgreSQL side is a throwaway local server (tests/postgres_support.py: initdb, pg_ctl on
 127.0.0.1, fsync off), so its figures are loopback figures.
 """
