@@ -279,3 +279,10 @@ def test_both_stores_rank_sections_alike(both: tuple[Recall, Recall]) -> None:
         b = pg.search(query, "ann", scope="sections")
         assert [i for i, _ in a] == [i for i, _ in b], query
         assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9), query
+
+
+def test_a_session_search_without_a_session_finds_nothing(recall: Recall) -> None:
+    """scope "session" with no session to search: nothing, on either store, and no error."""
+    assert recall.index.hits("Lisbon hotel", user_id="ann", scope="session") == []
+    found = recall.index.hits("Lisbon hotel", session_id="trip", scope="session")
+    assert found and {h.session for h in found} == {"trip"}

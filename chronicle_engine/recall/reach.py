@@ -22,6 +22,11 @@ def _marks(values: Sequence[object]) -> str:
     return ",".join("?" * len(values))
 
 
+def _within(column: str, values: Sequence[object]) -> str:
+    """`column IN (?, ...)`; false for no values (SQLite reads `IN ()`, PostgreSQL does not)."""
+    return f"{column} IN ({_marks(values)})" if values else "1 = 0"
+
+
 @dataclass(frozen=True)
 class Window:
     """The messages a conversation has in the model's window: those of its `sessions` (the
@@ -38,7 +43,8 @@ class Window:
         """A condition true for a message in the window; `seq` and `session` name its columns
         (the session may be NULL: a row that is not a message, or one without a session)."""
         heads = sorted(self.heads)
-        sql = f"({seq} >= ? AND coalesce({session}, '') IN ({_marks(self.sessions)})"
+        within = _within(f"coalesce({session}, '')", self.sessions)
+        sql = f"({seq} >= ? AND {within}"
         sql += f" OR {seq} IN ({_marks(heads)}))" if heads else ")"
         return sql, [self.start, *self.sessions, *heads]
 
@@ -69,7 +75,7 @@ class Reach:
         parts: list[str] = []
         params: list[str | int] = []
         if self.sessions is not None:
-            parts.append(f"{session} IN ({_marks(self.sessions)})")
+            parts.append(_within(session, self.sessions))
             params.extend(self.sessions)
             if self.span is not None:
                 parts.append(f"{seq} BETWEEN ? AND ?")
@@ -86,7 +92,7 @@ class Reach:
         parts: list[str] = []
         params: list[str | int] = []
         if self.sessions is not None:
-            parts.append(f"{belief}.session IN ({_marks(self.sessions)})")
+            parts.append(_within(f"{belief}.session", self.sessions))
             params.extend(self.sessions)
         if self.outside is not None:
             held, values = self.outside.sql("src.seq", "said.session")
