@@ -34,7 +34,9 @@ def profile(home: Path) -> Iterator[None]:
 def test_the_home_is_the_profiles_while_the_gateway_scopes_one(tmp_path: Path) -> None:
     work = tmp_path / "profiles" / "work"
     work.mkdir(parents=True)
-    (work / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"recall": {"search_limit": 7}}}))
+    (work / "config.yaml").write_text(
+        yaml.safe_dump({"chronicle": {"recall": {"search_limit": 7}}})
+    )
     default = default_db_path()  # HERMES_HOME (the test's own, see conftest)
     with profile(work):
         assert default_db_path() == work / "chronicle" / "chronicle.db"
