@@ -152,3 +152,63 @@ def test_normalize_folds_as_the_unicode_definition_does(text: str) -> None:
     assert normalize(text) == unicodedata.normalize(
         "NFC", re.sub("[\u0300-\u036f]", "", decomposed)
     )
+
+
+# -- query_words and compounds against their plain definitions ------------------------------------
+
+
+def _query_words_by_definition(text: str) -> list[str]:
+    """`query_words` as first written: every word through `content_words` (the function takes
+    ASCII words and single-word chunks by a shorter path, which must give the same words)."""
+    text = text_module._CONTRACTION.sub(" ", text or "")
+    kept: dict[str, None] = {}
+    raw = text_module._WORD.findall(text)
+    for position, original in enumerate(raw):
+        if len(original) == 1 and not text_module._CJK.match(original):
+            if original not in "aAiI" or (original == "A" and position > 0):
+                kept.setdefault(text_module.normalize(original), None)
+            continue
+        for word in text_module.content_words(original, min_len=1):
+            kept.setdefault(word, None)
+    if not kept:
+        for word in text_module._WORD.findall(text_module.normalize(text)):
+            kept.setdefault(word, None)
+    for phrase in _compounds_by_definition(text):
+        kept.setdefault(phrase, None)
+    for word in list(kept):
+        for form in text_module.IRREGULAR.get(word, ()):
+            kept.setdefault(form, None)
+    return list(kept)
+
+
+def _compounds_by_definition(text: str) -> list[str]:
+    out: dict[str, None] = {}
+    for chunk in text.split():
+        parts = text_module._WORD.findall(text_module.normalize(chunk))
+        if len(parts) < 2 or any(text_module._CJK.match(p) for p in parts):
+            continue
+        out.setdefault(" ".join(parts[-text_module._COMPOUND :]), None)
+    return list(out)
+
+
+_QUERY_PIECES = st.sampled_from(
+    [
+        "The", "vault", "path", "is", "kv/heron/staging", "I", "A", "a", "bought", "buy",
+        "don't", "Ünïcödé", "İstanbul", "ǅemal", "x²", "ﬁle", "東京", "柜子", "vault-3",
+        "gpt-4o", "node_modules", "v2.1", "e\u0301t\u00e9", "क्षत्रिय", "_", "-", "?", "42",
+        "Dr.", "O'Neil", "ŞİRKET", "ß", "ΣΊΣΥΦΟΣ",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.one_of(_QUERY_PIECES, st.text(min_size=1, max_size=12)), min_size=0, max_size=12),
+    st.sampled_from([" ", "  ", "\n", "", "-"]),
+)
+def test_query_words_and_compounds_give_what_their_definitions_give(
+    pieces: list[str], sep: str
+) -> None:
+    text = sep.join(pieces)
+    assert text_module.compounds(text) == _compounds_by_definition(text)
+    assert text_module.query_words(text) == _query_words_by_definition(text)

@@ -182,6 +182,13 @@ def query_words(text: str) -> list[str]:
             if original not in "aAiI" or (original == "A" and position > 0):
                 kept.setdefault(normalize(original), None)
             continue
+        if original.isascii():
+            # `content_words` of one ASCII word, inline (a query's every word comes here): it
+            # folds to its lower case, stays one word, and is kept unless it is a stopword.
+            word = original.lower()
+            if word not in STOPWORDS:
+                kept.setdefault(word, None)
+            continue
         for word in content_words(original, min_len=1):
             kept.setdefault(word, None)
     if not kept:
@@ -232,6 +239,8 @@ def compounds(text: str) -> list[str]:
     most `_COMPOUND` words long (a longer run, a path or a URL, keeps its last words)."""
     out: dict[str, None] = {}
     for chunk in text.split():
+        if chunk.isalnum():  # one run of word characters: one word, no compound
+            continue
         parts = _WORD.findall(normalize(chunk))
         if len(parts) < 2 or any(_CJK.match(p) for p in parts):
             continue
