@@ -17,7 +17,7 @@ from test_recall_support import open_core, say
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.store import run_script
-from chronicle_engine.recall.schema import _PERSON_ONCE
+from chronicle_engine.recall.schema import _BODY_FROM_LOG, _NEVER_UPDATE, _PERSON_ONCE
 from chronicle_engine.recall.search import message_rows
 
 
@@ -180,6 +180,69 @@ def test_the_migration_drops_the_copy_an_older_fold_kept(tmp_path: Path) -> None
             assert message_rows(conn, [seq])[seq].person == text
             with pytest.raises(sqlite3.IntegrityError, match="append-only"):
                 conn.execute("UPDATE recall_messages SET person = 'x' WHERE seq = ?", (seq,))
+    finally:
+        c.shutdown()
+
+
+def test_a_messages_text_is_held_once_by_the_log(tmp_path: Path) -> None:
+    """Recall's row leaves a message's text to the log when the log holds the same text; the
+    index, a search's text and the person's words read it back byte for byte."""
+    c = open_core("file", tmp_path)
+    try:
+        text = "Our caravan club meets at Malham Tarn on the first Sunday — bring flasks."
+        plain = say(c, "s", text)
+        parts = c.capture.capture_messages(
+            "p",
+            [{"role": "user", "content": [{"type": "text", "text": "Ferry to Skye"}, "at dawn"]}],
+        )[0]
+        answer = say(c, "s", "Noted: Malham Tarn, first Sunday.", role="assistant")
+        c.recall.catch_up()
+        with c.store.reading() as conn:
+            stored = dict(conn.execute("SELECT seq, body FROM recall_messages").fetchall())
+            view = {
+                seq: (body, ctx)
+                for seq, body, ctx in conn.execute("SELECT seq, body, ctx FROM recall_message_text")
+            }
+            rows = message_rows(conn, [plain, answer])
+        assert stored[plain] == stored[answer] == stored[parts] == ""
+        assert view[plain] == (text, "") and view[answer] == (
+            "Noted: Malham Tarn, first Sunday.",
+            text,
+        )
+        assert view[parts][0].split() == ["Ferry", "to", "Skye", "at", "dawn"]
+        assert rows[plain].body == rows[plain].person == text
+        assert rows[answer].person == ""
+        found = c.recall.search("Malham Tarn flasks", scope="messages")
+        assert found[0]["id"] == f"m{plain}" and found[0]["text"] == text
+        assert c.recall.search("ferry dawn", scope="messages")[0]["id"] == f"m{parts}"
+    finally:
+        c.shutdown()
+
+
+def test_the_migration_leaves_to_the_log_only_the_text_it_holds(tmp_path: Path) -> None:
+    c = open_core("file", tmp_path)
+    try:
+        same = say(c, "s", "The boiler service is booked for the ninth of March.")
+        other = say(c, "s", "Bring the spare key for the garage.")
+        c.recall.catch_up()
+        with c.store.atomic() as conn:  # rows as a fold before recall.m009 wrote them
+            conn.execute("DROP TRIGGER recall_messages_never_update")
+            conn.execute(
+                "UPDATE recall_messages SET body = ? WHERE seq = ?",
+                ("The boiler service is booked for the ninth of March.", same),
+            )
+            conn.execute(
+                "UPDATE recall_messages SET body = 'words the log does not hold' WHERE seq = ?",
+                (other,),
+            )
+            run_script(conn, _BODY_FROM_LOG + _NEVER_UPDATE)
+            stored = dict(conn.execute("SELECT seq, body FROM recall_messages").fetchall())
+            assert stored == {same: "", other: "words the log does not hold"}
+            rows = message_rows(conn, [same, other])
+            assert rows[same].body == "The boiler service is booked for the ninth of March."
+            assert rows[other].body == "words the log does not hold"
+            with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+                conn.execute("UPDATE recall_messages SET body = 'x' WHERE seq = ?", (same,))
     finally:
         c.shutdown()
 

@@ -24,7 +24,7 @@ from ..log.store import Envelope, StoredEvent
 from ..log.tables import Statements
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
-from .schema import create_message_index, message_index
+from .schema import LOG_TEXT, create_message_index, message_index
 from .text import index_row
 
 __all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
@@ -97,6 +97,13 @@ class RecallFold:
 
     name = FOLD_NAME
     namespaces = (CHAT, RECALL)  # the projector reads no other payload for this fold
+
+    def __init__(self, *, body_from_log: bool = False) -> None:
+        self.body_from_log = body_from_log
+        """Keep a message's body '' when its log row gives the same text (`schema.LOG_TEXT`, SQL
+        of SQLite's log): the text is then held once, by the log. Checked row by row against
+        the row just appended, so a body that differs (masked here, or a content of parts) is
+        kept as before."""
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         # The projector reads positions before its transaction opens; another thread or process
@@ -172,6 +179,13 @@ class RecallFold:
             )
         ).fetchone()
         prev = prev_row[0] if prev_row else None
+        stored = body
+        if self.body_from_log:
+            logged = conn.execute(
+                f"SELECT {LOG_TEXT} FROM events e WHERE e.seq = ?", (env.seq,)
+            ).fetchone()
+            if logged is not None and logged[0] == body:
+                stored = ""  # schema.log_texts and the index's view read it from the log
         conn.execute(
             "INSERT INTO recall_messages(seq, scope, session, role, speaker, name,"
             " agent_context, at, ts, prev, body, person) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -187,7 +201,7 @@ class RecallFold:
                 env.created_at,
                 parse_time(env.created_at),
                 prev,
-                body,
+                stored,
                 "" if person == body else person,  # schema.PERSON_TEXT reads it back
             ),
         )

@@ -69,7 +69,7 @@ class RecallIndex:
         """The log (either store): what the memory tools append to and ask about positions."""
         self.types = reader.types
         self.store.migrate(MIGRATIONS)
-        self.fold = RecallFold()
+        self.fold = RecallFold(body_from_log=True)
         self.projector: Projector[sqlite3.Connection] | Projector[Statements] = Projector(
             reader.store, reader, [self.fold]
         )

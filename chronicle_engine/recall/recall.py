@@ -36,6 +36,7 @@ from .fold import FOLD_NAME
 from .index import SCOPES, RecallIndex
 from .pool import pool_sessions
 from .reach import Window
+from .schema import log_texts
 from .search import BELIEF_VISIBLE, belief_hit, belief_sources
 from .vectors import pack
 
@@ -187,6 +188,9 @@ class Recall:
                         " ORDER BY seq DESC LIMIT ?",
                         (lo, limit - len(rows)),
                     ).fetchall()
+                # A body the row leaves to the log (schema.LOG_TEXT) is read from there.
+                logged = log_texts(conn, [r[0] for r in rows if not r[2]])
+                rows = [(seq, scope, body or logged.get(seq, "")) for seq, scope, body in rows]
             if not rows:
                 return 0
             vectors = self.embedder.embed([mask(r[2])[:2000] for r in rows])

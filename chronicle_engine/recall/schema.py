@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 
 from ..chronicle.store import CHRONICLE_MIGRATIONS
 from ..log.store import Migration, run_script
@@ -26,7 +27,9 @@ from .text import TOKENIZER, index_row
 __all__ = [
     "RECALL_MIGRATIONS",
     "MIGRATIONS",
+    "LOG_TEXT",
     "PERSON_TEXT",
+    "log_texts",
     "message_index",
     "create_message_index",
 ]
@@ -65,6 +68,7 @@ CREATE TABLE IF NOT EXISTS recall_hidden (
 
 -- What a message index reads: the message, its speaker's name, and the previous turn of the same
 -- session (unless that turn was forgotten), so an answer is found by the question before it.
+-- (m009 makes it again to read a body the row leaves to the log.)
 CREATE VIEW IF NOT EXISTS recall_message_text AS
 SELECT m.seq AS seq, m.name AS name, m.body AS body,
        COALESCE((SELECT p.body FROM recall_messages p
@@ -179,6 +183,52 @@ DELETE FROM recall_vectors WHERE target IN (SELECT target FROM recall_hidden);
 """
 )
 
+LOG_TEXT = "COALESCE(e.payload ->> '$.text', e.payload ->> '$.message.content')"
+"""A captured message's searchable text as its log row `e` holds it (SQLite): the payload's `text`,
+or, where the row leaves it out (payload template 1's copy, or the older rows' shared text), its
+content. Recall keeps a message's `body` only where this differs from it (`RecallFold`, with
+`body_from_log`); '' in a visible row means "read it here" (`log_texts`)."""
+
+
+def _body(m: str) -> str:
+    """The body of recall row `m` in SQL: its own, else (not forgotten) its log row's text."""
+    return (
+        f"CASE WHEN {m}.body != '' THEN {m}.body"
+        f" WHEN EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || {m}.seq) THEN ''"
+        f" ELSE COALESCE((SELECT {LOG_TEXT} FROM events e WHERE e.seq = {m}.seq), '') END"
+    )
+
+
+_BODY_FROM_LOG = f"""
+DROP VIEW IF EXISTS recall_message_text;
+CREATE VIEW recall_message_text AS
+SELECT m.seq AS seq, m.name AS name, {_body("m")} AS body,
+       COALESCE((SELECT {_body("p")} FROM recall_messages p
+                 WHERE p.seq = m.prev
+                   AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || p.seq)),
+                '') AS ctx
+FROM recall_messages m;
+DROP TRIGGER IF EXISTS recall_messages_never_update;
+UPDATE recall_messages SET body = ''
+WHERE body != '' AND body = (SELECT {LOG_TEXT} FROM events e WHERE e.seq = recall_messages.seq);
+"""
+
+
+def log_texts(conn: SQLConnection, seqs: Iterable[int]) -> dict[int, str]:
+    """seq -> the text the log holds for each of `seqs` (`LOG_TEXT`; SQLite), in one query per
+    500: the body of a visible recall row that leaves it to the log."""
+    wanted = list(seqs)
+    out: dict[int, str] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        for seq, text in conn.execute(
+            f"SELECT e.seq, {LOG_TEXT} FROM events e WHERE e.seq IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ):
+            out[int(seq)] = text if isinstance(text, str) else ""
+    return out
+
+
 PERSON_TEXT = "iif(m.person = '' AND m.speaker = 'person', m.body, m.person)"
 """The person's own words of a message row `m`. A person's message whose words are all theirs (no
 host frames: nearly every one) keeps them once, in `body`, and `person` is '' (a message the
@@ -251,6 +301,14 @@ def _m007_person_once(conn: sqlite3.Connection) -> None:
     run_script(conn, _PERSON_ONCE)
 
 
+def _m009_body_from_log(conn: sqlite3.Connection) -> None:
+    # A message's body is nearly always its log row's text, verbatim (146 bytes a message on
+    # average in the scale bench): the row keeps '' then and every reader takes the text from
+    # the log. The index is unchanged (the view gives the same text); the one-off update goes
+    # around the append-only trigger, which is put back as it was.
+    run_script(conn, _BODY_FROM_LOG + _NEVER_UPDATE)
+
+
 def _m006_context_tail(conn: sqlite3.Connection) -> None:
     # The context column holds the end of the turn before, about two sentences (it held the
     # last sentence only, too little for a short chat's question spread over two).
@@ -266,6 +324,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m006_context_tail", _m006_context_tail),
     Migration("recall.m007_person_once", _m007_person_once),
     Migration("recall.m008_drop_links", _m008_drop_links),
+    Migration("recall.m009_body_from_log", _m009_body_from_log),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

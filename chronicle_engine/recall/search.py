@@ -35,7 +35,7 @@ from ..capture.secrets import mask
 from ..config import RecallSettings
 from ..log.tables import Statements
 from .reach import Reach
-from .schema import PERSON_TEXT, message_index
+from .schema import PERSON_TEXT, log_texts, message_index
 from .text import match_any, quote, tokens
 from .when import Moment
 
@@ -152,7 +152,22 @@ def message_rows(
         sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)))
         for r in conn.execute(sql, chunk):
             out[r[0]] = MessageRow(*r)
+    if text:
+        _from_log(conn, out.values())
     return out
+
+
+def _from_log(conn: Statements, rows: Iterable[MessageRow]) -> None:
+    """Fill in the text of visible rows that leave it to the log (their body is ''; see
+    `schema.LOG_TEXT`): a person's words are then the body too, as `PERSON_TEXT` says."""
+    blank = {row.seq: row for row in rows if not row.body}
+    if not blank:
+        return
+    for seq, body in log_texts(conn, blank).items():
+        row = blank[seq]
+        row.body = body
+        if not row.person and row.speaker == "person":
+            row.person = body
 
 
 def _with_text(conn: Statements, rows: Iterable[MessageRow]) -> None:
@@ -167,6 +182,7 @@ def _with_text(conn: Statements, rows: Iterable[MessageRow]) -> None:
             chunk,
         ):
             missing[seq].body, missing[seq].person = body, person
+    _from_log(conn, missing.values())
 
 
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
