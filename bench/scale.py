@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale.py [--sizes 10000 100000 1000000] [--cache DIR] [--rebuild]
                                     [--queries 300] [--turns 200] [--repeat 3]
+    .venv/bin/python bench/scale.py --sizes 10000 --text-scales 1 3   # bytes against text only
 
 Each store is built once and cached (`--cache`, default bench/out/scale/): the corpus of
 bench/search_scale.py (one user, 40 messages to a session, each session ended as the host's
@@ -59,12 +60,17 @@ _COMPRESS_MESSAGES = 1001
 
 
 class CountingCorpus(Corpus):
-    """The search_scale corpus, counting the bytes of text it hands out."""
+    """The search_scale corpus, counting the bytes of text it hands out. With `scale` k > 1,
+    each message is k of the corpus's sentences (k times the text on average)."""
 
     text_bytes = 0
 
+    def __init__(self, scale: int = 1) -> None:
+        super().__init__()
+        self.scale = scale
+
     def message(self) -> str:
-        text = super().message()
+        text = " ".join(super(CountingCorpus, self).message() for _ in range(self.scale))
         self.text_bytes += len(text.encode("utf-8"))
         return text
 
@@ -345,12 +351,16 @@ def fill_cache(db: Path) -> str:
 # -- building a lived-in store ------------------------------------------------------------------
 
 
-def built(cache: Path, size: int, rebuild: bool, limit_s: float) -> tuple[Path, dict[str, Any]]:
+def built(
+    cache: Path, size: int, rebuild: bool, limit_s: float, text_scale: int = 1
+) -> tuple[Path, dict[str, Any]]:
     """The cached lived-in store of `size` messages, built if missing. Each phase is recorded
     when done, so a build stopped at `limit_s` seconds goes on where it stopped when run again
-    (the folds keep their own positions)."""
-    db = cache / f"lived-{size}.db"
-    meta_path = cache / f"lived-{size}.json"
+    (the folds keep their own positions). With `text_scale` k > 1, every message holds k times
+    the text (`CountingCorpus`), cached as lived-SIZE-xK."""
+    name = f"lived-{size}" if text_scale == 1 else f"lived-{size}-x{text_scale}"
+    db = cache / f"{name}.db"
+    meta_path = cache / f"{name}.json"
     meta: dict[str, Any] = {}
     if not rebuild and db.exists() and meta_path.exists():
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
@@ -366,8 +376,8 @@ def built(cache: Path, size: int, rebuild: bool, limit_s: float) -> tuple[Path, 
         for path in (*_files(db), meta_path):
             path.unlink(missing_ok=True)
         cache.mkdir(parents=True, exist_ok=True)
-        meta = {"messages": size}
-        corpus = CountingCorpus()
+        meta = {"messages": size, "text_scale": text_scale}
+        corpus = CountingCorpus(text_scale)
         core = _core(db)
         try:
             print(f"[{size:,}] appending {size:,} captured messages", flush=True)
@@ -488,6 +498,58 @@ def table_bytes(db: Path) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def store_bytes(db: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Bytes per message and per byte of text of a vacuumed copy of `db`, and by table."""
+    size = meta["messages"]
+    compact = vacuumed(db)
+    try:
+        used = used_bytes(compact)
+        return {
+            "bytes_per_message": used / size,
+            "bytes_per_text_byte": used / meta["text_bytes"],
+            "text_bytes_per_message": meta["text_bytes"] / size,
+            "tables": table_bytes(compact),
+        }
+    finally:
+        compact.unlink()
+
+
+def bytes_against_text(args: argparse.Namespace) -> int:
+    """Build each size at each text scale and fit bytes per message = a + b x text per message:
+    b, the bytes each byte of text costs (every copy of the text and its index), and a, the
+    bytes a message costs whatever its text (ids, times, row headers, index entries)."""
+    scales = sorted(set(args.text_scales))
+    if len(scales) < 2:
+        raise SystemExit("--text-scales needs two scales or more, e.g. --text-scales 1 3")
+    for size in sorted(args.sizes):
+        points = []
+        for k in scales:
+            db, meta = built(args.cache, size, args.rebuild, args.build_limit, k)
+            got = store_bytes(db, meta)
+            points.append((got["text_bytes_per_message"], got["bytes_per_message"], got))
+            print(
+                f"[{size:,} x{k}] text {got['text_bytes_per_message']:.0f} B/message,"
+                f" store {got['bytes_per_message']:,.0f} B/message"
+                f" ({got['bytes_per_text_byte']:.2f} per byte of text)",
+                flush=True,
+            )
+        xs = [x for x, _, _ in points]
+        ys = [y for _, y, _ in points]
+        slope, intercept = statistics.linear_regression(xs, ys)
+        print(
+            f"[{size:,}] bytes per message = {intercept:,.0f} + {slope:.2f} x text bytes"
+            f" (least squares over {len(points)} text scales)"
+        )
+        lo, hi = points[0][2]["tables"], points[-1][2]["tables"]
+        print(f"[{size:,}] by table: per message at x{scales[0]}, and per byte of added text")
+        for name in list(hi)[:12]:
+            a = lo.get(name, 0) / size
+            b = (hi[name] / size - a) / (xs[-1] - xs[0])
+            print(f"  {name:<32} {a:>8.0f} B/message {b:>7.2f} B per byte of text")
+    print(f"{load()} at the end")
+    return 0
+
+
 # -- one size -----------------------------------------------------------------------------------
 
 
@@ -498,13 +560,7 @@ def measure(db: Path, meta: dict[str, Any], args: argparse.Namespace) -> dict[st
         path.unlink()
     shutil.copyfile(db, scratch)
     row: dict[str, Any] = {"messages": size, "sections": meta["sections"]}
-    compact = vacuumed(scratch)
-    used = used_bytes(compact)
-    row["bytes_per_message"] = used / size
-    row["bytes_per_text_byte"] = used / meta["text_bytes"]
-    row["text_bytes_per_message"] = meta["text_bytes"] / size
-    row["tables"] = table_bytes(compact)
-    compact.unlink()
+    row.update(store_bytes(scratch, meta))
     row["catchup_peak_rss_mb"] = meta["catchup"]["peak_rss_mb_after"]
     row["catchup_s"] = meta["catchup"]["seconds"]
     core = _core(scratch)
@@ -641,6 +697,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--text-scales",
+        type=int,
+        nargs="+",
+        default=None,
+        help="measure bytes only: build each size with k times the text a message for each k"
+        " given (e.g. 1 3) and fit bytes per message against text per message",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     if args.child:
@@ -656,6 +720,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"machine: {machine}; {load()} at the start")
     print("the machine is shared with other jobs: timings are not final")
+    if args.text_scales:
+        return bytes_against_text(args)
     rows = []
     for size in sorted(args.sizes):
         db, meta = built(args.cache, size, args.rebuild, args.build_limit)

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
-from chronicle_engine.log.store import PendingEvent, SQLiteEventStore
+from chronicle_engine.log.store import (
+    PendingEvent,
+    SQLiteEventStore,
+    stored_text_sql,
+    stored_texts,
+)
 from chronicle_engine.sessions.events import SessionSwitched, register_session_events
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +138,27 @@ def test_seqs_containing_reads_only_the_seq_range(store: SQLiteEventStore) -> No
     (plan,) = _plans(store, lambda: store.seqs_containing(2000, 2100, "chronicle.chat", "«x"))
     # by rowid over [lo, hi], never the (namespace, type) index over every chat event stored
     assert _BY_ROWID.search(plan) and "events_by_type" not in plan, plan
+
+
+def test_stored_texts_read_each_row_by_seq(store: SQLiteEventStore) -> None:
+    (late,) = store.append(
+        [PendingEvent("chronicle.chat", "Thing", 1, {"message": {"content": "hi"}})]
+    )
+    got = stored_texts(
+        store.connection, [5, 1500, late.seq, 99_999], "text", ("message", "content")
+    )
+    times = {e.seq: e.envelope.created_at for e in store.get_many([5, 1500, late.seq]).values()}
+    assert got == {
+        5: ("message 5", times[5]),
+        1500: ("message 1500 «masked:api_key»", times[1500]),
+        late.seq: ("hi", times[late.seq]),  # no `text`: the fallback path's
+    }
+    (plan,) = _plans(store, lambda: stored_texts(store.connection, [7, 8], "text", ("x",)))
+    assert _BY_ROWID.search(plan) and "SCAN" not in plan, plan
+    with store.reading() as conn:
+        sql = f"SELECT {stored_text_sql('?', 'text', ('message', 'content'))}"
+        assert conn.execute(sql, (late.seq,)).fetchone() == ("hi",)
+        assert conn.execute(sql, (5,)).fetchone() == ("message 5",)
 
 
 def test_any_after_walks_the_tail_or_the_sessions_index(store: SQLiteEventStore) -> None:

@@ -198,7 +198,8 @@ def test_a_messages_text_is_held_once_by_the_log(tmp_path: Path) -> None:
         answer = say(c, "s", "Noted: Malham Tarn, first Sunday.", role="assistant")
         c.recall.catch_up()
         with c.store.reading() as conn:
-            stored = dict(conn.execute("SELECT seq, body FROM recall_messages").fetchall())
+            stored = dict(conn.execute("SELECT seq, body || at FROM recall_messages").fetchall())
+            logged = dict(conn.execute("SELECT seq, created_at FROM events").fetchall())
             view = {
                 seq: (body, ctx)
                 for seq, body, ctx in conn.execute("SELECT seq, body, ctx FROM recall_message_text")
@@ -212,8 +213,10 @@ def test_a_messages_text_is_held_once_by_the_log(tmp_path: Path) -> None:
         assert view[parts][0].split() == ["Ferry", "to", "Skye", "at", "dawn"]
         assert rows[plain].body == rows[plain].person == text
         assert rows[answer].person == ""
+        assert rows[plain].at == logged[plain] and rows[answer].at == logged[answer]
         found = c.recall.search("Malham Tarn flasks", scope="messages")
         assert found[0]["id"] == f"m{plain}" and found[0]["text"] == text
+        assert found[0]["time"] == logged[plain]
         assert c.recall.search("ferry dawn", scope="messages")[0]["id"] == f"m{parts}"
     finally:
         c.shutdown()
@@ -235,12 +238,20 @@ def test_the_migration_leaves_to_the_log_only_the_text_it_holds(tmp_path: Path) 
                 "UPDATE recall_messages SET body = 'words the log does not hold' WHERE seq = ?",
                 (other,),
             )
+            conn.execute(
+                "UPDATE recall_messages SET at = (SELECT created_at FROM events e"
+                " WHERE e.seq = recall_messages.seq)"
+            )
+            logged = dict(conn.execute("SELECT seq, created_at FROM events").fetchall())
             run_script(conn, _BODY_FROM_LOG + _NEVER_UPDATE)
-            stored = dict(conn.execute("SELECT seq, body FROM recall_messages").fetchall())
-            assert stored == {same: "", other: "words the log does not hold"}
+            stored = {
+                r[0]: r[1:] for r in conn.execute("SELECT seq, body, at FROM recall_messages")
+            }
+            assert stored == {same: ("", ""), other: ("words the log does not hold", "")}
             rows = message_rows(conn, [same, other])
             assert rows[same].body == "The boiler service is booked for the ninth of March."
             assert rows[other].body == "words the log does not hold"
+            assert rows[same].at == logged[same] and rows[other].at == logged[other]
             with pytest.raises(sqlite3.IntegrityError, match="append-only"):
                 conn.execute("UPDATE recall_messages SET body = 'x' WHERE seq = ?", (same,))
     finally:

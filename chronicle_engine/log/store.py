@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 from ..errors import (
     AppendOnlyViolation,
@@ -53,6 +53,9 @@ __all__ = [
     "run_script",
     "row_to_event",
     "read_payload",
+    "stored_text_sql",
+    "created_at_sql",
+    "stored_texts",
     "register_payload_template",
     "EVENT_COLUMNS",
     "storable",
@@ -202,6 +205,49 @@ def _stored_payload(
     if same:
         stored[_SAME] = same
     return stored
+
+
+def stored_text_sql(seq: str, field: str, fallback: Sequence[str]) -> str:
+    """A question to the log, as SQL for another room's view or statement (SQLite): the text of
+    payload field `field` of the event whose seq is the SQL expression `seq`, as its row holds
+    it: the field, or where the row leaves it out (a template's copy, or an older row's shared
+    text, stored as null) the text at path `fallback`. NULL when there is neither. A field left
+    out as a copy of another path, or a non-text value there, reads differently: a caller that
+    relies on it compares with the text it expects first (recall does, at fold time)."""
+    return (
+        f"(SELECT COALESCE(e.payload ->> '$.{field}', e.payload ->> '$.{'.'.join(fallback)}')"
+        f" FROM events e WHERE e.seq = {seq})"
+    )
+
+
+def created_at_sql(seq: str) -> str:
+    """The time an event was appended (`created_at`), by the SQL expression `seq` (SQLite)."""
+    return f"(SELECT e.created_at FROM events e WHERE e.seq = {seq})"
+
+
+class _Reads(Protocol):
+    """A connection of either kind, as far as `stored_texts` uses it (log.tables.SQLConnection)."""
+
+    def execute(self, sql: str, params: Sequence[object] = ..., /) -> Iterable[Row]: ...
+
+
+def stored_texts(
+    conn: _Reads, seqs: Iterable[int], field: str, fallback: Sequence[str]
+) -> dict[int, tuple[str, str]]:
+    """seq -> (text, created_at) of each of `seqs` the log holds (`stored_text_sql`; a text that
+    is not there reads ''), by seq, one query per 500."""
+    wanted = list(seqs)
+    out: dict[int, tuple[str, str]] = {}
+    for i in range(0, len(wanted), _CHUNK):
+        chunk = wanted[i : i + _CHUNK]
+        path = "$." + ".".join(fallback)
+        for seq, text, at in conn.execute(
+            f"SELECT seq, COALESCE(payload ->> '$.{field}', payload ->> '{path}'), created_at"
+            f" FROM events WHERE seq IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ):
+            out[int(seq)] = (text if isinstance(text, str) else "", str(at))
+    return out
 
 
 def read_payload(stored: dict[str, object]) -> dict[str, object]:

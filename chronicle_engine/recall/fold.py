@@ -24,7 +24,7 @@ from ..log.store import Envelope, StoredEvent
 from ..log.tables import Statements
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
-from .schema import LOG_TEXT, create_message_index, message_index
+from .schema import create_message_index, log_texts, message_index
 from .text import index_row
 
 __all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
@@ -100,10 +100,10 @@ class RecallFold:
 
     def __init__(self, *, body_from_log: bool = False) -> None:
         self.body_from_log = body_from_log
-        """Keep a message's body '' when its log row gives the same text (`schema.LOG_TEXT`, SQL
-        of SQLite's log): the text is then held once, by the log. Checked row by row against
-        the row just appended, so a body that differs (masked here, or a content of parts) is
-        kept as before."""
+        """Keep a message's body '' when its log row gives the same text (`schema.TEXT_FIELD`,
+        read through SQLite's log), and its time '' (the event's `created_at`): they are then held once,
+        by the log. Checked row by row against the row appended, so a body that differs
+        (masked here, say) is kept as before."""
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         # The projector reads positions before its transaction opens; another thread or process
@@ -179,13 +179,14 @@ class RecallFold:
             )
         ).fetchone()
         prev = prev_row[0] if prev_row else None
-        stored = body
+        stored, at = body, env.created_at
         if self.body_from_log:
-            logged = conn.execute(
-                f"SELECT {LOG_TEXT} FROM events e WHERE e.seq = ?", (env.seq,)
-            ).fetchone()
+            # schema.log_texts and the index's view read them from the log
+            logged = log_texts(conn, [env.seq]).get(env.seq)
             if logged is not None and logged[0] == body:
-                stored = ""  # schema.log_texts and the index's view read it from the log
+                stored = ""
+            if logged is not None and logged[1] == at:
+                at = ""
         conn.execute(
             "INSERT INTO recall_messages(seq, scope, session, role, speaker, name,"
             " agent_context, at, ts, prev, body, person) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
@@ -198,7 +199,7 @@ class RecallFold:
                 speaker,
                 name,
                 agent_context,
-                env.created_at,
+                at,
                 parse_time(env.created_at),
                 prev,
                 stored,

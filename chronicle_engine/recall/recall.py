@@ -188,9 +188,11 @@ class Recall:
                         " ORDER BY seq DESC LIMIT ?",
                         (lo, limit - len(rows)),
                     ).fetchall()
-                # A body the row leaves to the log (schema.LOG_TEXT) is read from there.
+                # A body the row leaves to the log (schema.TEXT_FIELD) is read from there.
                 logged = log_texts(conn, [r[0] for r in rows if not r[2]])
-                rows = [(seq, scope, body or logged.get(seq, "")) for seq, scope, body in rows]
+                rows = [
+                    (seq, scope, body or logged.get(seq, ("", ""))[0]) for seq, scope, body in rows
+                ]
             if not rows:
                 return 0
             vectors = self.embedder.embed([mask(r[2])[:2000] for r in rows])

@@ -19,15 +19,22 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
+from ..capture.events import MESSAGE_COPIES
 from ..chronicle.store import CHRONICLE_MIGRATIONS
-from ..log.store import Migration, run_script
+from ..log.store import (
+    Migration,
+    created_at_sql,
+    run_script,
+    stored_text_sql,
+    stored_texts,
+)
 from ..log.tables import SQLConnection
 from .text import TOKENIZER, index_row
 
 __all__ = [
     "RECALL_MIGRATIONS",
     "MIGRATIONS",
-    "LOG_TEXT",
+    "TEXT_FIELD",
     "PERSON_TEXT",
     "log_texts",
     "message_index",
@@ -183,11 +190,12 @@ DELETE FROM recall_vectors WHERE target IN (SELECT target FROM recall_hidden);
 """
 )
 
-LOG_TEXT = "COALESCE(e.payload ->> '$.text', e.payload ->> '$.message.content')"
-"""A captured message's searchable text as its log row `e` holds it (SQLite): the payload's `text`,
-or, where the row leaves it out (payload template 1's copy, or the older rows' shared text), its
-content. Recall keeps a message's `body` only where this differs from it (`RecallFold`, with
-`body_from_log`); '' in a visible row means "read it here" (`log_texts`)."""
+TEXT_FIELD = ("text", MESSAGE_COPIES["text"])
+"""Where a captured message's searchable text is in its log row: the payload's `text`, or where
+the row leaves it out (payload template 1's copy, or an older row's shared text), its content.
+Recall keeps a message's `body` only where the log's (`log.store.stored_text_sql`) differs from
+it (`RecallFold`, with `body_from_log`), and its `at` only where it differs from the event's
+time: '' in a visible row means "read it from the log" (`log_texts`)."""
 
 
 def _body(m: str) -> str:
@@ -195,7 +203,7 @@ def _body(m: str) -> str:
     return (
         f"CASE WHEN {m}.body != '' THEN {m}.body"
         f" WHEN EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || {m}.seq) THEN ''"
-        f" ELSE COALESCE((SELECT {LOG_TEXT} FROM events e WHERE e.seq = {m}.seq), '') END"
+        f" ELSE COALESCE({stored_text_sql(f'{m}.seq', *TEXT_FIELD)}, '') END"
     )
 
 
@@ -209,24 +217,17 @@ SELECT m.seq AS seq, m.name AS name, {_body("m")} AS body,
                 '') AS ctx
 FROM recall_messages m;
 DROP TRIGGER IF EXISTS recall_messages_never_update;
-UPDATE recall_messages SET body = ''
-WHERE body != '' AND body = (SELECT {LOG_TEXT} FROM events e WHERE e.seq = recall_messages.seq);
+UPDATE recall_messages SET
+    body = iif(body != '' AND body IS {stored_text_sql("recall_messages.seq", *TEXT_FIELD)},
+               '', body),
+    at = iif(at IS {created_at_sql("recall_messages.seq")}, '', at);
 """
 
 
-def log_texts(conn: SQLConnection, seqs: Iterable[int]) -> dict[int, str]:
-    """seq -> the text the log holds for each of `seqs` (`LOG_TEXT`; SQLite), in one query per
-    500: the body of a visible recall row that leaves it to the log."""
-    wanted = list(seqs)
-    out: dict[int, str] = {}
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i : i + 500]
-        for seq, text in conn.execute(
-            f"SELECT e.seq, {LOG_TEXT} FROM events e WHERE e.seq IN ({','.join('?' * len(chunk))})",
-            chunk,
-        ):
-            out[int(seq)] = text if isinstance(text, str) else ""
-    return out
+def log_texts(conn: SQLConnection, seqs: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """seq -> (text, time) the log holds for each of `seqs` (SQLite): what a visible recall row
+    leaves to the log."""
+    return stored_texts(conn, seqs, *TEXT_FIELD)
 
 
 PERSON_TEXT = "iif(m.person = '' AND m.speaker = 'person', m.body, m.person)"
@@ -303,9 +304,9 @@ def _m007_person_once(conn: sqlite3.Connection) -> None:
 
 def _m009_body_from_log(conn: sqlite3.Connection) -> None:
     # A message's body is nearly always its log row's text, verbatim (146 bytes a message on
-    # average in the scale bench): the row keeps '' then and every reader takes the text from
-    # the log. The index is unchanged (the view gives the same text); the one-off update goes
-    # around the append-only trigger, which is put back as it was.
+    # average in the scale bench), and its time is always the event's: the row keeps '' then
+    # and every reader takes them from the log. The index is unchanged (the view gives the same
+    # text); the one-off update goes around the append-only trigger, put back as it was.
     run_script(conn, _BODY_FROM_LOG + _NEVER_UPDATE)
 
 

@@ -158,20 +158,25 @@ def message_rows(
 
 
 def _from_log(conn: Statements, rows: Iterable[MessageRow]) -> None:
-    """Fill in the text of visible rows that leave it to the log (their body is ''; see
-    `schema.LOG_TEXT`): a person's words are then the body too, as `PERSON_TEXT` says."""
-    blank = {row.seq: row for row in rows if not row.body}
+    """Fill in the text and time of visible rows that leave them to the log (their body or
+    `at` is ''; see `schema.TEXT_FIELD`): a person's words are then the body too, as
+    `PERSON_TEXT` says."""
+    blank = {row.seq: row for row in rows if not row.body or not row.at}
     if not blank:
         return
-    for seq, body in log_texts(conn, blank).items():
+    for seq, (body, at) in log_texts(conn, blank).items():
         row = blank[seq]
-        row.body = body
-        if not row.person and row.speaker == "person":
-            row.person = body
+        row.at = row.at or at
+        if not row.body:
+            row.body = body
+            if not row.person and row.speaker == "person":
+                row.person = body
 
 
 def _with_text(conn: Statements, rows: Iterable[MessageRow]) -> None:
-    """Fill in the text of the rows read without it, in one query per 500."""
+    """Fill in the text of the rows read without it, in one query per 500 (and what they leave
+    to the log, as `message_rows` does)."""
+    rows = list(rows)
     missing = {row.seq: row for row in rows if not row.body}
     wanted = list(missing)
     for i in range(0, len(wanted), 500):
@@ -182,7 +187,7 @@ def _with_text(conn: Statements, rows: Iterable[MessageRow]) -> None:
             chunk,
         ):
             missing[seq].body, missing[seq].person = body, person
-    _from_log(conn, missing.values())
+    _from_log(conn, rows)
 
 
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
