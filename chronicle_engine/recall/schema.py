@@ -8,7 +8,10 @@ Invariants:
   it in `supersedes`. A forgotten item is listed in `recall_hidden` and dropped from its index;
   a forgotten message's text is blanked (the one update the trigger allows) and its vector
   deleted, so its words are in no table recall derives.
-- Full-text indexes use external content: the text lives once, in the table the index points at.
+- Full-text indexes use external content: the text lives once, in the table the index points at;
+  for messages that is the view `recall_message_text`, which reads a message's text from its log
+  row where recall's row leaves it out (m009: nearly every message; the text is then held once,
+  by the log, and a forgotten message's view reads '').
   Messages are indexed per scope (one FTS5 table per user and profile, `recall_fts_<n>`), so a
   query physically cannot match another user's messages, and its cost depends on that user's
   memory only. Beliefs and sections are few and share one index each, filtered by scope.
