@@ -19,10 +19,14 @@ import inspect
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, Generic, Protocol, cast
+
+from typing_extensions import TypeVar
 
 from ..log.events import EventReader
-from ..log.store import StoredEvent
+from ..log.port import LogStore
+from ..log.store import SQLiteEventStore, StoredEvent
+from ..log.tables import SQLConnection
 from .sections import (
     AsyncSummarizer,
     Section,
@@ -30,12 +34,18 @@ from .sections import (
     UnitBoundary,
     is_async_summarizer,
 )
-from .store import SQLiteChronicleStore
+from .store import ChronicleStoreBase, SQLiteChronicleStore
 from .write import masked, section_from
 
 __all__ = ["FOLD_NAME", "ChronicleFold", "Unit", "Units", "BoundaryUnits", "units_in"]
 
 FOLD_NAME = "chronicle"
+
+# The store a chronicle lives in, and the connection the projector hands the fold (its store's):
+# SQLite's unless the store is another.
+S = TypeVar("S", default=SQLiteEventStore)
+C = TypeVar("C", bound=SQLConnection, default=sqlite3.Connection)
+C_in = TypeVar("C_in", contravariant=True, default=sqlite3.Connection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +60,17 @@ class Unit:
     meta: Mapping[str, object] = field(default_factory=dict)
 
 
-class Units(Protocol):
-    """Where units close. `plan` is a pure function of the log and the state `save` kept."""
+class Units(Protocol[C_in]):
+    """Where units close. `plan` is a pure function of the log and the state `save` kept.
+    `C_in`: the connection the fold writes through (its store's)."""
 
     def plan(self, events: Sequence[StoredEvent]) -> tuple[list[Unit], object]:
         """The units `events` close, and the state to save with the fold's position."""
         ...
 
-    def save(self, conn: sqlite3.Connection, state: object) -> None: ...
+    def save(self, conn: C_in, state: object) -> None: ...
 
-    def reset(self, conn: sqlite3.Connection) -> None: ...
+    def reset(self, conn: C_in) -> None: ...
 
 
 def units_in(
@@ -84,7 +95,7 @@ class BoundaryUnits:
     def __init__(
         self,
         chronicle: SQLiteChronicleStore,
-        reader: EventReader,
+        reader: EventReader[LogStore],
         boundary: UnitBoundary,
         admit: Callable[[StoredEvent], bool] | None = None,
     ) -> None:
@@ -115,39 +126,42 @@ class Prepared:
     state: object
 
 
-class ChronicleFold:
+class ChronicleFold(Generic[S, C]):
     """Consolidates every closed unit into a section. Give `boundary` (and `admit`) for units
-    that close at named events in `chronicle`, or `units` for your own."""
+    that close at named events in `chronicle`, or `units` for your own. `C`: the connection of
+    the chronicle's store, which the projector hands `apply`."""
 
     generative: ClassVar[bool] = True
 
     def __init__(
         self,
-        chronicle: SQLiteChronicleStore,
-        reader: EventReader,
+        chronicle: ChronicleStoreBase[S, C],
+        reader: EventReader[LogStore],
         *,
         summarize: Summarizer | AsyncSummarizer,
         boundary: UnitBoundary | None = None,
-        units: Units | None = None,
+        units: Units[C] | None = None,
         name: str = FOLD_NAME,
         admit: Callable[[StoredEvent], bool] | None = None,
     ) -> None:
         if units is None:
             if boundary is None:
                 raise TypeError("ChronicleFold needs a boundary or units")
-            units = BoundaryUnits(chronicle, reader, boundary, admit)
+            if not isinstance(chronicle, SQLiteChronicleStore):
+                raise TypeError("a boundary's units are SQLite's; give `units` for another store")
+            units = cast("Units[C]", BoundaryUnits(chronicle, reader, boundary, admit))
         self.chronicle = chronicle
         self.reader = reader
         self.units = units
         self.summarize = summarize
         self.name = name
-        self._named: dict[str, SQLiteChronicleStore] = {}
+        self._named: dict[str, ChronicleStoreBase[S, C]] = {}
 
     @property
     def prepares_async(self) -> bool:
         return is_async_summarizer(self.summarize)
 
-    def chronicle_named(self, name: str | None) -> SQLiteChronicleStore:
+    def chronicle_named(self, name: str | None) -> ChronicleStoreBase[S, C]:
         if name is None or name == self.chronicle.name:
             return self.chronicle
         found = self._named.get(name)
@@ -185,14 +199,12 @@ class ChronicleFold:
             prepared.sections.append((unit.chronicle, self._section(unit, result)))
         return prepared
 
-    def apply(
-        self, conn: sqlite3.Connection, events: Sequence[StoredEvent], prepared: object
-    ) -> None:
+    def apply(self, conn: C, events: Sequence[StoredEvent], prepared: object) -> None:
         if not isinstance(prepared, Prepared):
             return
         for name, section in prepared.sections:
             self.chronicle_named(name).append(section, conn)
         self.units.save(conn, prepared.state)
 
-    def reset(self, conn: sqlite3.Connection) -> None:
+    def reset(self, conn: C) -> None:
         self.units.reset(conn)

@@ -15,6 +15,10 @@ Invariants:
   fork, the batch rolls back, the fold's position does not move, and the job is retried at the
   next tick (`RetryNextTick`): the unit is redrawn against the new end, never lost.
 - The fold's own state (each conversation's open unit) commits with its position.
+- Each batch is folded once, whichever hosts or threads run the fold: its transaction first
+  takes the fold's lock (`SchedulerTables.lock`: an advisory lock on PostgreSQL, SQLite's one
+  writer at home), then reads the position; a batch another runner folded since this one read
+  it is given up (`FoldedElsewhere`, nothing written), never written twice.
 """
 
 from __future__ import annotations
@@ -23,23 +27,35 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeVar
 
 from ..chronicle.fold import ChronicleFold, Unit
 from ..chronicle.sections import AsyncSummarizer, Summarizer
-from ..chronicle.store import CHRONICLE_MIGRATIONS, SQLiteChronicleStore
 from ..errors import ChronicleFork
 from ..log.bookkeeping import is_bookkeeping
 from ..log.events import EventReader, EventTypeRegistry
+from ..log.port import LogStore
 from ..log.projector import Projector
-from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
+from ..log.store import SQLiteEventStore, StoredEvent
+from ..log.tables import SQLConnection, Tables
 from .events import SessionReaped, register_scheduler_events
 from .queue import RetryNextTick
-from .schema import SCHEDULER_MIGRATIONS
 from .sweeps import SweepReport
+from .tables import SchedulerTables, SQLiteSchedulerTables, open_tables
 from .units import ClosedUnit, OpenUnit, UnitRules, advance
 
-__all__ = ["FOLD_NAME", "Conversations", "ConversationUnits", "Consolidator", "OpenUnitRow"]
+if TYPE_CHECKING:
+    from ..log.postgres import Connection, PostgresEventStore
+    from .postgres import PostgresSchedulerTables
+
+__all__ = [
+    "FOLD_NAME",
+    "Conversations",
+    "ConversationUnits",
+    "Consolidator",
+    "FoldedElsewhere",
+    "OpenUnitRow",
+]
 
 FOLD_NAME = "scheduler.consolidation"
 
@@ -68,6 +84,50 @@ class _Planned:
 
 
 _UNIT_COLUMNS = "chronicle, session, open_from, last_seq, last_at, turns, closed_through"
+_REAP_LOCK = "scheduler.reap"
+
+S = TypeVar("S")
+C = TypeVar("C", bound=SQLConnection)
+
+
+class FoldedElsewhere(RetryNextTick):
+    """Another runner (a thread, a process, a host) folded this batch after it was read: this
+    transaction gives it up and writes nothing."""
+
+
+class _ConsolidationFold(ChronicleFold[S, C]):
+    """`ChronicleFold` whose transaction takes the fold's lock, then checks that its batch is
+    still unfolded (see the module's invariants)."""
+
+    def __init__(
+        self,
+        parts: SchedulerTables[S, C],
+        reader: EventReader[LogStore],
+        units: ConversationUnits,
+        summarize: Summarizer | AsyncSummarizer,
+    ) -> None:
+        super().__init__(parts.chronicles, reader, units=units, summarize=summarize, name=FOLD_NAME)
+        self.parts = parts
+
+    def apply(self, conn: C, events: Sequence[StoredEvent], prepared: object) -> None:
+        statements = self.parts.tables.statements(conn)
+        self.parts.lock(statements, self.name)
+        done = Tables.read_position(statements, self.name)
+        if events and done >= events[0].seq:
+            raise FoldedElsewhere(
+                f"{self.name!r} is at {done}: another runner folded from {events[0].seq} already"
+            )
+        super().apply(conn, events, prepared)
+
+
+def _projector(
+    parts: SchedulerTables[S, C],
+    reader: EventReader[LogStore],
+    units: ConversationUnits,
+    summarize: Summarizer | AsyncSummarizer,
+) -> tuple[_ConsolidationFold[S, C], Projector[C]]:
+    fold = _ConsolidationFold(parts, reader, units, summarize)
+    return fold, Projector(parts.folded, reader, [fold])
 
 
 class ConversationUnits:
@@ -76,15 +136,14 @@ class ConversationUnits:
 
     def __init__(
         self,
-        store: SQLiteEventStore,
-        chronicles: SQLiteChronicleStore,
+        parts: SQLiteSchedulerTables | PostgresSchedulerTables,
         *,
         conversations: Conversations,
         rules: UnitRules,
         forgotten: Callable[[], Collection[int]] | None = None,
     ) -> None:
-        self.store = store
-        self.chronicles = chronicles
+        self.tables = parts.tables
+        self.chronicles = parts.chronicles
         self.conversations = conversations
         self.rules = rules
         self.forgotten = forgotten
@@ -102,7 +161,7 @@ class ConversationUnits:
     def load_units(self, chronicles: Iterable[str]) -> dict[str, OpenUnit]:
         wanted = sorted(set(chronicles))
         units: dict[str, OpenUnit] = {}
-        with sqlite_errors("reading open units"), self.store.reading() as conn:
+        with self.tables.reading("reading open units") as conn:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
                 rows = conn.execute(
@@ -141,10 +200,10 @@ class ConversationUnits:
             ends[unit.chronicle] = unit.to_seq
         return out
 
-    def save(self, conn: sqlite3.Connection, state: object) -> None:
+    def save(self, conn: object, state: object) -> None:
         if not isinstance(state, _Planned):
             return
-        conn.executemany(
+        self.tables.statements(conn).executemany(
             f"INSERT INTO consolidation_units({_UNIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT(chronicle) DO UPDATE SET session = excluded.session,"
             " open_from = excluded.open_from, last_seq = excluded.last_seq,"
@@ -164,10 +223,10 @@ class ConversationUnits:
             ],
         )
 
-    def reset(self, conn: sqlite3.Connection) -> None:
+    def reset(self, conn: object) -> None:
         # Only the open units: sections are carried, not dropped. A re-fold over the same log
         # derives the same ids, which the chronicle keeps (append is idempotent by id).
-        conn.execute("DELETE FROM consolidation_units")
+        self.tables.statements(conn).execute("DELETE FROM consolidation_units")
 
 
 class Consolidator:
@@ -175,39 +234,35 @@ class Consolidator:
 
     def __init__(
         self,
-        store: SQLiteEventStore,
-        reader: EventReader,
+        store: SQLiteEventStore | PostgresEventStore,
+        reader: EventReader[LogStore],
         types: EventTypeRegistry,
         *,
         conversations: Conversations,
         summarize: Summarizer | AsyncSummarizer,
         rules: UnitRules,
         forgotten: Callable[[], Collection[int]] | None = None,
+        parts: SQLiteSchedulerTables | PostgresSchedulerTables | None = None,
     ) -> None:
-        store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
+        """`store`: either event store (`parts`: its scheduler tables, if opened already)."""
+        self.parts = parts = parts if parts is not None else open_tables(store)
         register_scheduler_events(types)
-        self.store = store
+        self.store = parts.log
         self.types = types
         self.rules = rules
         self.units = ConversationUnits(
-            store,
-            SQLiteChronicleStore(store),
-            conversations=conversations,
-            rules=rules,
-            forgotten=forgotten,
+            parts, conversations=conversations, rules=rules, forgotten=forgotten
         )
-        self.fold = ChronicleFold(
-            self.units.chronicles,
-            reader,
-            units=self.units,
-            summarize=summarize,
-            name=FOLD_NAME,
-        )
-        self.projector = Projector(store, reader, [self.fold])
+        self.fold: ChronicleFold[SQLiteEventStore] | ChronicleFold[PostgresEventStore, Connection]
+        self.projector: Projector[sqlite3.Connection] | Projector[Connection]
+        if isinstance(parts, SQLiteSchedulerTables):  # (each store's connection type)
+            self.fold, self.projector = _projector(parts, reader, self.units, summarize)
+        else:
+            self.fold, self.projector = _projector(parts, reader, self.units, summarize)
 
     def backlog(self) -> tuple[int, int]:
         """(fold position, end of the log)."""
-        return self.store.position(self.fold.name), self.store.last_seq()
+        return self.store.position(FOLD_NAME), self.store.last_seq()
 
     def _bounds(self, budget: int) -> tuple[int, int, int] | None:
         position, last = self.backlog()
@@ -224,9 +279,20 @@ class Consolidator:
         self.projector.batch_size = max(1, budget)
         try:
             read = self.projector.catch_up(upto=upto)
+        except FoldedElsewhere:
+            return self._elsewhere()
         except ChronicleFork as fork:
             raise RetryNextTick(f"consolidation raced a compaction ({fork}); redrawing") from fork
         return SweepReport("consolidate", read, last - upto, upto)
+
+    def _elsewhere(self) -> SweepReport:
+        position, last = self.backlog()
+        return SweepReport(
+            "consolidate",
+            remaining=max(0, last - position),
+            cursor=position,
+            detail={"folded_elsewhere": True},
+        )
 
     async def run_async(self, budget: int) -> SweepReport:
         bounds = self._bounds(budget)
@@ -236,6 +302,8 @@ class Consolidator:
         self.projector.batch_size = max(1, budget)
         try:
             read = await self.projector.catch_up_async(upto=upto)
+        except FoldedElsewhere:
+            return self._elsewhere()
         except ChronicleFork as fork:
             raise RetryNextTick(f"consolidation raced a compaction ({fork}); redrawing") from fork
         return SweepReport("consolidate", read, last - upto, upto)
@@ -251,16 +319,19 @@ class Consolidator:
         cutoff = now - gap
         stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds")
         reaped: list[str] = []
-        with sqlite_errors("reaping idle conversations"), self.store.atomic() as conn:
+        with self.parts.tables.writing("reaping idle conversations") as conn:
+            # One reaper at a time on every host: the look below and the append decide together.
+            self.parts.lock(conn, _REAP_LOCK)
             rows = conn.execute(
                 f"SELECT {_UNIT_COLUMNS} FROM consolidation_units"
                 " WHERE open_from IS NOT NULL AND last_at < ? ORDER BY last_at LIMIT ?",
                 (cutoff, max(1, budget)),
             ).fetchall()
-            total = conn.execute(
+            counted = conn.execute(
                 "SELECT COUNT(*) FROM consolidation_units WHERE open_from IS NOT NULL AND last_at < ?",
                 (cutoff,),
-            ).fetchone()[0]
+            ).fetchone()
+            total = int(counted[0]) if counted else 0
             pending = []
             for row in rows:
                 unit = OpenUnit(*row)
@@ -289,7 +360,7 @@ class Consolidator:
         )
 
     def open_units(self, limit: int = 20) -> list[OpenUnitRow]:
-        with sqlite_errors("reading open units"), self.store.reading() as conn:
+        with self.parts.tables.reading("reading open units") as conn:
             rows = conn.execute(
                 f"SELECT {_UNIT_COLUMNS} FROM consolidation_units WHERE open_from IS NOT NULL"
                 " ORDER BY last_at LIMIT ?",

@@ -9,6 +9,10 @@
 - `integrity` walks every chronicle's current sections: each range must lie inside the log (both
   ends are events), and no two current sections of one chronicle may overlap. A problem is logged
   and reported; nothing is repaired behind anyone's back.
+
+On PostgreSQL `fts_optimize` and `wal_checkpoint` report themselves skipped (the server merges a
+GIN index's pending entries and checkpoints its WAL by itself); the others run the same SQL on
+both stores, through the sweep cursors' `Statements`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from .settings import Settings
 from .sweeps import SweepCursors, SweepReport
 
 if TYPE_CHECKING:
+    from ..log.postgres import PostgresEventStore
     from ..recall.recall import Recall
+    from .postgres import PostgresJobQueue
 
 
 __all__ = ["TaskContext", "MAINTENANCE"]
@@ -39,9 +45,9 @@ _CURRENT = (
 
 @dataclass(frozen=True, slots=True)
 class TaskContext:
-    store: SQLiteEventStore
+    store: SQLiteEventStore | PostgresEventStore
     recall: Callable[[], Recall]  # built when a task first needs it
-    queue: JobQueue
+    queue: JobQueue | PostgresJobQueue
     sweeps: SweepCursors
     settings: Settings
     budget: int
@@ -66,6 +72,10 @@ def fts_optimize(ctx: TaskContext) -> SweepReport:
     each. FTS5 keeps where a merge stopped, so that is the cursor; a merge that changes nothing
     means the index is as merged as it gets. Only segment layout changes, never content."""
     store = ctx.store
+    if not isinstance(store, SQLiteEventStore):
+        return SweepReport(
+            "fts_optimize", skipped="PostgreSQL merges its GIN indexes itself (autovacuum)"
+        )
     with sqlite_errors("listing full-text indexes"), store.reading() as conn:
         tables = [
             str(r[0])
@@ -119,6 +129,8 @@ def queue_retention(ctx: TaskContext) -> SweepReport:
 
 def wal_checkpoint(ctx: TaskContext) -> SweepReport:
     store = ctx.store
+    if not isinstance(store, SQLiteEventStore):
+        return SweepReport("wal_checkpoint", skipped="PostgreSQL checkpoints its WAL itself")
     if store.in_memory:
         return SweepReport("wal_checkpoint", skipped="an in-memory database has no WAL")
     with sqlite_errors("checkpointing the WAL"), store.reading() as conn:
@@ -137,7 +149,7 @@ def integrity(ctx: TaskContext) -> SweepReport:
     start = ctx.sweeps.load("integrity").cursor
     problems: list[dict[str, str]] = []
     last_seq = ctx.store.last_seq()
-    with sqlite_errors("checking chronicle integrity"), ctx.store.reading() as conn:
+    with ctx.sweeps.tables.reading("checking chronicle integrity") as conn:
         rows = conn.execute(
             "SELECT s.written, s.chronicle, s.section_id, s.from_seq, s.to_seq FROM sections s"
             f" WHERE s.written > ? AND {_CURRENT.format(t='s')} ORDER BY s.written LIMIT ?",
@@ -171,12 +183,11 @@ def integrity(ctx: TaskContext) -> SweepReport:
                         f"({overlap[1]}..{overlap[2]}): the chronicle has forked",
                     }
                 )
-        remaining = int(
-            conn.execute(
-                f"SELECT COUNT(*) FROM sections s WHERE s.written > ? AND {_CURRENT.format(t='s')}",
-                (cursor,),
-            ).fetchone()[0]
-        )
+        counted = conn.execute(
+            f"SELECT COUNT(*) FROM sections s WHERE s.written > ? AND {_CURRENT.format(t='s')}",
+            (cursor,),
+        ).fetchone()
+        remaining = int(counted[0]) if counted else 0
     if problems:
         log.warning(
             "integrity check: %d problem(s) in chronicle sections, e.g. %s in %s: %s",

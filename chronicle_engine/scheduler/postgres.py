@@ -11,18 +11,22 @@ hosts instead of under SQLite's one writer:
   upsert (`ON CONFLICT ... DO UPDATE ... WHERE last_due < excluded.last_due`), which PostgreSQL
   serialises on the row; only the transaction that moved it enqueues the run.
 
-Sweep cursors (`scheduler_sweeps`) are here too; `sweeps.SweepCursors` reads and writes them
-with the same SQL on both stores (over `PostgresTables`).
-
-PARTIAL: the consolidation fold's open units are still a SQLite table and the `Scheduler` reads
-its store directly, so the `Scheduler` itself does not run on PostgreSQL yet.
+Sweep cursors (`scheduler_sweeps`) and the consolidation fold's open units
+(`consolidation_units`) are here too; `sweeps.SweepCursors` and `consolidation.ConversationUnits`
+read and write them with the same SQL on both stores (over `PostgresTables`). The consolidation
+fold and the reaper take a transaction-scoped advisory lock named after what they do
+(`PostgresSchedulerTables.lock`), so one host at a time folds or reaps, and the fold reads its
+position under that lock (a batch another host folded meanwhile is given up, not written twice).
+`PostgresSchedulerTables` hands the `Scheduler` these parts (`tables.open_tables`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
+from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS, PostgresChronicleStore
 from ..errors import StoreBusy
+from ..log.port import LogStore
 from ..log.postgres import (
     Connection,
     PostgresEventStore,
@@ -30,9 +34,12 @@ from ..log.postgres import (
     PostgresTables,
     postgres_errors,
 )
+from ..log.projector import FoldedStore
+from ..log.tables import Statements
 from .queue import JOB_COLUMNS, Job, JobQueueBase, JobSpec, job_from_row
+from .tables import SchedulerTables
 
-__all__ = ["PostgresJobQueue", "PG_SCHEDULER_MIGRATIONS"]
+__all__ = ["PostgresJobQueue", "PG_SCHEDULER_MIGRATIONS", "PostgresSchedulerTables"]
 
 _QUEUE = (
     """
@@ -98,10 +105,38 @@ def _m002_sweeps(conn: Connection) -> None:
     conn.execute(_SWEEPS)  # read and written by `sweeps.SweepCursors`, one SQL for both stores
 
 
+_UNITS = (
+    """
+    CREATE TABLE consolidation_units (
+        chronicle      TEXT PRIMARY KEY,
+        session        TEXT    NOT NULL,
+        open_from      BIGINT,
+        last_seq       BIGINT  NOT NULL,
+        last_at        DOUBLE PRECISION NOT NULL,
+        turns          INTEGER NOT NULL DEFAULT 0,
+        closed_through BIGINT  NOT NULL DEFAULT 0
+    )
+    """,
+    "CREATE INDEX consolidation_units_open ON consolidation_units(last_at)"
+    " WHERE open_from IS NOT NULL",
+)
+
+
+def _m003_units(conn: Connection) -> None:
+    for statement in _UNITS:  # read and written by `consolidation.ConversationUnits`
+        conn.execute(statement)
+
+
 PG_SCHEDULER_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("scheduler.m001_queue", _m001_queue),
     PostgresMigration("scheduler.m002_sweeps", _m002_sweeps),
+    PostgresMigration("scheduler.m003_consolidation_units", _m003_units),
 )
+
+# The first key of the scheduler's advisory locks (the second is the hash of the lock's name);
+# other rooms' locks use other first keys.
+_LOCK_CLASS = 0x5C4ED
+
 
 # The one runnable job to lease: skip rows another claimer holds rather than wait for them.
 _RUNNABLE = (
@@ -194,3 +229,29 @@ class PostgresJobQueue(JobQueueBase[PostgresEventStore, Connection], PostgresTab
                 (job_id, schedule),
             )
             return job_id
+
+
+class PostgresSchedulerTables(SchedulerTables[PostgresEventStore, Connection]):
+    """The scheduler's parts in a PostgreSQL database, migrated (`tables.open_tables`)."""
+
+    def __init__(self, store: PostgresEventStore) -> None:
+        store.migrate((*PG_CHRONICLE_MIGRATIONS, *PG_SCHEDULER_MIGRATIONS))
+        super().__init__(store, PostgresTables(store), PostgresChronicleStore(store))
+
+    @property
+    def log(self) -> LogStore:
+        return self.store
+
+    @property
+    def folded(self) -> FoldedStore[Connection]:
+        return self.store
+
+    def queue(
+        self, *, clock: Callable[[], float], lease_seconds: float, max_attempts: int
+    ) -> PostgresJobQueue:
+        return PostgresJobQueue(
+            self.store, clock=clock, lease_seconds=lease_seconds, max_attempts=max_attempts
+        )
+
+    def lock(self, conn: Statements, name: str) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (_LOCK_CLASS, name))

@@ -288,11 +288,12 @@ class JobQueueBase(Tables[Store, Conn]):
         job: Job,
         result: Mapping[str, object] | None = None,
         follow_ups: Sequence[JobSpec] = (),
-        then: Callable[[Conn], None] | None = None,
+        outcome: tuple[str, str] | None = None,
     ) -> bool:
-        """Mark a claimed job done, enqueue its follow-ups and run `then` in the same
-        transaction. False when the lease was lost meanwhile (another claim re-armed it); the
-        follow-ups are then dropped, because the job will run again."""
+        """Mark a claimed job done, enqueue its follow-ups and note `outcome` (a schedule and
+        how its run ended, see `note_outcome`) in the same transaction. False when the lease was
+        lost meanwhile (another claim re-armed it); the follow-ups are then dropped, because the
+        job will run again."""
         now = self.clock()
         with self._errors("completing a job"), self._atomic() as conn:
             cur = conn.execute(
@@ -312,8 +313,8 @@ class JobQueueBase(Tables[Store, Conn]):
                 return False
             for spec in follow_ups:
                 self._enqueue(conn, spec)
-            if then is not None:
-                then(conn)
+            if outcome is not None:
+                self.note_outcome(*outcome, conn)
             return True
 
     def fail(self, job: Job, reason: str, *, delay: float | None = None) -> Job | None:

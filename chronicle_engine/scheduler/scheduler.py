@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,23 +25,22 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from ..chronicle.sections import AsyncSummarizer, Summarizer
-from ..chronicle.store import CHRONICLE_MIGRATIONS
 from ..config import Config
 from ..errors import StoreError, UsageError
 from ..log.events import EventReader
-from ..log.store import sqlite_errors
-from ..log.tables import SQLiteTables
+from ..log.store import SQLiteEventStore
 from .consolidation import Consolidator, Conversations, OpenUnitRow
 from .cron import latest_due, next_due_after
 from .events import JobFailed
 from .maintenance import MAINTENANCE, TaskContext
-from .queue import Job, JobQueue, JobReport, JobSpec, QueueCounts, RetryNextTick, allocate
-from .schema import SCHEDULER_MIGRATIONS
+from .queue import Job, JobReport, JobSpec, QueueCounts, RetryNextTick, allocate
 from .settings import JOB_CLASSES, TASKS, read_settings
 from .sweeps import SweepCursors, SweepReport
+from .tables import open_tables
 from .units import UnitRules
 
 if TYPE_CHECKING:
+    from ..log.postgres import PostgresEventStore
     from ..recall.recall import Recall
 
 
@@ -142,7 +140,7 @@ class Scheduler:
 
     def __init__(
         self,
-        reader: EventReader,
+        reader: EventReader[SQLiteEventStore] | EventReader[PostgresEventStore],
         config: Config,
         *,
         sessions: Callable[[], Conversations],
@@ -168,14 +166,14 @@ class Scheduler:
         self.settings = read_settings(config.settings)
         self.clock: Callable[[], float] = clock or time.time
         self._timer: Callable[[], float] = timer or time.perf_counter
-        self._store.migrate((*CHRONICLE_MIGRATIONS, *SCHEDULER_MIGRATIONS))
-        self.queue = JobQueue(
-            self._store,
+        # On either store: its queue, sweep cursors and consolidation tables (`tables.py`).
+        self._parts = open_tables(self._store)
+        self.queue = self._parts.queue(
             clock=self.clock,
             lease_seconds=self.settings.lease_seconds,
             max_attempts=self.settings.max_attempts,
         )
-        self.sweeps = SweepCursors(SQLiteTables(self._store), clock=self.clock)
+        self.sweeps = SweepCursors(self._parts.tables, clock=self.clock)
         self._summarize = summarize
         self._consolidator: Consolidator | None = None
         self._resolved = False
@@ -402,12 +400,12 @@ class Scheduler:
             follow_ups.append(
                 JobSpec("consolidate", TASKS["consolidate"], "consolidate", depends_on=job.id)
             )
-        outcome = _summary(report)
+        schedule = job.payload.get("schedule")
         done = self.queue.complete(
             job,
             report.as_dict(),
             follow_ups,
-            then=lambda c: self._note_outcome(job, "done", outcome, c),
+            (schedule, f"done: {_summary(report)}") if isinstance(schedule, str) else None,
         )
         if done and follow_ups:
             self._queue_wake = min(self._queue_wake, self.clock())
@@ -430,7 +428,9 @@ class Scheduler:
     def _record_failure(self, job: Job) -> None:
         reason = job.reason or "unknown"
         log.error("chronicle %s job %d failed for good: %s", job.kind, job.id, reason)
-        self._note_outcome(job, "failed", reason)
+        schedule = job.payload.get("schedule")
+        if isinstance(schedule, str):
+            self.queue.note_outcome(schedule, f"failed: {reason}")
         self._store.append(
             [
                 self._reader.types.pending(
@@ -438,14 +438,6 @@ class Scheduler:
                 )
             ]
         )
-
-    def _note_outcome(
-        self, job: Job, state: str, text: str, conn: sqlite3.Connection | None = None
-    ) -> None:
-        schedule = job.payload.get("schedule")
-        if not isinstance(schedule, str):
-            return
-        self.queue.note_outcome(schedule, f"{state}: {text}", conn)
 
     # -- consolidation ---------------------------------------------------------------------
 
@@ -479,6 +471,7 @@ class Scheduler:
                 idle_gap_seconds=self.settings.idle_gap_seconds,
                 close_on_session_end=self.settings.close_on_session_end,
             ),
+            parts=self._parts,
         )
 
     @property
@@ -543,7 +536,7 @@ class Scheduler:
         and the tasks deliberately left unscheduled, with why."""
         self._resolve()
         now = self.clock()
-        with sqlite_errors("reading maintenance status"), self._store.reading() as conn:
+        with self._parts.tables.reading("reading maintenance status") as conn:
             marks = {
                 r[0]: r[1:]
                 for r in conn.execute(
