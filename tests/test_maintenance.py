@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_scheduler_support import (
     START,
     FakeClock,
-    location,
     message,
+    on_postgres,
     open_core,
+    places,
+    reading,
     scheduler,
+    writing,
 )
 
 from chronicle_engine.chronicle.sections import Anchor, Section
@@ -21,13 +25,20 @@ from chronicle_engine.core import ChronicleCore
 from chronicle_engine.scheduler.queue import JobSpec
 
 
+@pytest.fixture(params=["memory", "file", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    with places(request, tmp_path) as place:
+        yield place
+
+
 @pytest.fixture(params=["memory", "file"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
-    return location(request.param, tmp_path)
+def sqlite_where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    with places(request, tmp_path) as place:
+        yield place
 
 
 def _results(core: ChronicleCore, kind: str) -> list[dict]:
-    with core.store.reading() as conn:
+    with reading(core) as conn:
         rows = conn.execute(
             "SELECT result FROM scheduler_jobs WHERE kind = ? AND state = 'done' ORDER BY id",
             (kind,),
@@ -75,7 +86,7 @@ def test_integrity_reports_a_range_the_log_does_not_hold_and_a_fork(
     # Damage the kind the store refuses to write: a section past the log's end, and a second
     # current section over a range already covered (as a hand-edited or half-carried file might).
     core.chronicle("conversation/x").append(Section(Anchor("5-9", 5, 9, unit=9), "beyond"))
-    with core.store.atomic() as conn:
+    with writing(core) as conn:
         conn.execute(
             "INSERT INTO sections(chronicle, section_id, from_seq, to_seq, unit, prose, pins,"
             " created_at) VALUES ('conversation/x', '2-3', 2, 3, 3, 'forked', '[]', '')"
@@ -145,9 +156,9 @@ def test_the_belief_sweep_runs_recalls_hook(where) -> None:
     core.shutdown()
 
 
-def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(where) -> None:
+def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(sqlite_where) -> None:
     core = open_core(
-        where,
+        sqlite_where,
         {"maintenance": {"schedules": {"fts_optimize": "* * * * *"}, "drain_per_hook": 1}},
         {"sweeps": {"row_budget": 2}},
     )
@@ -164,7 +175,7 @@ def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(where
     assert len(runs) > 2  # bounded: it took several runs, each a continuation of the last
     assert all(r["detail"]["indexes"].keys() >= {"notes"} for r in runs)
     assert runs[0]["processed"] > 0 and runs[-1]["processed"] == 0 and runs[-1]["wrapped"]
-    with core.store.reading() as conn:
+    with reading(core) as conn:
         hits = conn.execute("SELECT count(*) FROM notes WHERE notes MATCH 'lisbon'").fetchone()[0]
     assert hits == 40
     core.shutdown()
@@ -194,4 +205,38 @@ def test_a_registered_sweep_continues_until_its_pass_is_done(where) -> None:
     runs = _results(core, "demo")
     assert [r["processed"] for r in runs] == [3, 3, 3, 1]
     assert sched.sweeps.load("demo").passes == 1
+    core.shutdown()
+
+
+def test_the_sqlite_only_sweeps_say_why_they_do_nothing_on_postgresql(where) -> None:
+    core = open_core(
+        where,
+        {
+            "maintenance": {
+                "schedules": {"fts_optimize": "* * * * *", "wal_checkpoint": "* * * * *"}
+            }
+        },
+    )
+    sched = scheduler(core, FakeClock())
+    for _ in range(4):
+        sched.tick("sync_turn")
+    optimized, checkpointed = _results(core, "fts_optimize"), _results(core, "wal_checkpoint")
+    if not on_postgres(core):
+        # SQLite runs both (an in-memory database has no WAL to checkpoint).
+        assert "indexes" in optimized[0].get("detail", {}) or "skipped" in optimized[0]
+        assert "wal_frames" in checkpointed[0].get("detail", {}) or "skipped" in checkpointed[0]
+        core.shutdown()
+        return
+    assert optimized == [
+        {
+            "task": "fts_optimize",
+            "processed": 0,
+            "remaining": 0,
+            "cursor": 0,
+            "wrapped": False,
+            "skipped": "PostgreSQL merges its GIN indexes itself (autovacuum)",
+        }
+    ]
+    assert checkpointed[0]["skipped"] == "PostgreSQL checkpoints its WAL itself"
+    assert sched.queue.counts()["failed"] == 0
     core.shutdown()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,18 +13,29 @@ from croniter import croniter
 from test_scheduler_support import (
     START,
     FakeClock,
-    location,
+    on_postgres,
     open_core,
+    places,
+    reading,
     scheduler,
+    writing,
 )
 
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.scheduler.scheduler import NOT_SCHEDULED
 
 
+@pytest.fixture(params=["memory", "file", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    with places(request, tmp_path) as place:
+        yield place
+
+
 @pytest.fixture(params=["memory", "file"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
-    return location(request.param, tmp_path)
+def sqlite_where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    """For the tests that need the core's context engine (built over SQLite only here)."""
+    with places(request, tmp_path) as place:
+        yield place
 
 
 def _on(**crons: str) -> dict:
@@ -30,7 +43,7 @@ def _on(**crons: str) -> dict:
 
 
 def _jobs(core: ChronicleCore, kind: str) -> list[dict]:
-    with core.store.reading() as conn:
+    with reading(core) as conn:
         rows = conn.execute(
             "SELECT payload, state FROM scheduler_jobs WHERE kind = ? ORDER BY id", (kind,)
         ).fetchall()
@@ -110,24 +123,46 @@ def test_a_call_with_nothing_due_executes_no_sql(where) -> None:
     sched.tick("sync_turn")  # the first call learns the watermarks and runs what was due
     sched.tick("sync_turn")
     statements: list[str] = []
-    conn = core.store.connection
-    conn.set_trace_callback(statements.append)
-    try:
+    with _tracing(core, statements):
         for _ in range(2000):
             sched.tick("sync_turn")
             sched.tick("on_turn_start")
             clock.advance(0.01)  # twenty seconds in all: the next minute is not reached
-    finally:
-        conn.set_trace_callback(None)
     assert statements == []
     clock.advance(60)
-    conn.set_trace_callback(statements.append)
-    try:
+    with _tracing(core, statements):
         sched.tick("sync_turn")
-    finally:
-        conn.set_trace_callback(None)
     assert statements, "a due schedule must reach the database"
     core.shutdown()
+
+
+@contextlib.contextmanager
+def _tracing(core, statements: list[str]) -> Iterator[None]:
+    """Every statement SQLite runs; on PostgreSQL, every transaction or read the store opens
+    (each statement runs in one)."""
+    if on_postgres(core):
+        store = core.store
+        atomic, read = store.atomic, store.reading
+
+        def opened(what, open_):
+            def wrapper():
+                statements.append(what)
+                return open_()
+
+            return wrapper
+
+        store.atomic, store.reading = opened("atomic", atomic), opened("reading", read)
+        try:
+            yield
+        finally:
+            del store.atomic, store.reading
+        return
+    conn = core.store.connection
+    conn.set_trace_callback(statements.append)
+    try:
+        yield
+    finally:
+        conn.set_trace_callback(None)
 
 
 def test_an_empty_schedule_is_off_and_a_bad_one_is_off_loudly(
@@ -186,7 +221,7 @@ def test_a_hook_never_raises_and_maintenance_backs_off(
     core = open_core(where, _on(integrity="* * * * *"))
     clock = FakeClock()
     sched = scheduler(core, clock)
-    with core.store.atomic() as conn:
+    with writing(core) as conn:
         conn.execute("DROP TABLE scheduler_watermarks")
     caplog.set_level(logging.WARNING, logger="chronicle_engine.scheduler")
     for _ in range(20):
@@ -218,8 +253,8 @@ def test_status_reports_runs_due_times_queue_and_what_is_not_scheduled(where) ->
     core.shutdown()
 
 
-def test_by_default_consolidation_uses_the_context_engines_section_writer(where) -> None:
-    core = open_core(where, _on(consolidate="* * * * *"))
+def test_by_default_consolidation_uses_the_context_engines_section_writer(sqlite_where) -> None:
+    core = open_core(sqlite_where, _on(consolidate="* * * * *"))
     # Nothing injected but the clocks: the shipped wiring. Its time budgets run on the test's
     # clock, so how busy the machine is cannot decide whether one tick gets the unit done.
     clock = FakeClock()

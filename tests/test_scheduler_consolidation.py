@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,9 @@ from test_scheduler_support import (
     START,
     FakeClock,
     chronicle_of,
-    location,
     message,
     open_core,
+    places,
     scheduler,
     session_end,
     summarise,
@@ -28,9 +29,18 @@ from chronicle_engine.scheduler.consolidation import FOLD_NAME, Consolidator
 from chronicle_engine.scheduler.units import UnitRules
 
 
+@pytest.fixture(params=["memory", "file", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    with places(request, tmp_path) as place:
+        yield place
+
+
+# The context engine's own compaction is built by the core over SQLite (on PostgreSQL by the
+# core's wiring, not by these tests' PostgreSQL core): the tests of the two together run there.
 @pytest.fixture(params=["memory", "file"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
-    return location(request.param, tmp_path)
+def sqlite_where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    with places(request, tmp_path) as place:
+        yield place
 
 
 def consolidator(core: ChronicleCore, **rules) -> Consolidator:
@@ -407,7 +417,8 @@ def _chat(start: int, count: int) -> list[dict]:
     return out
 
 
-def test_the_context_engine_reuses_background_sections_and_never_forks_them(where) -> None:
+def test_the_context_engine_reuses_background_sections_and_never_forks_them(sqlite_where) -> None:
+    where = sqlite_where
     from chronicle_engine.compaction.policy import policy_from_config
 
     core = open_core(where, {"consolidation": {"unit_turns": 3}})
@@ -442,11 +453,11 @@ def test_the_context_engine_reuses_background_sections_and_never_forks_them(wher
 
 
 def test_background_consolidation_starts_after_a_compaction_of_the_same_conversation(
-    where,
+    sqlite_where,
 ) -> None:
     from chronicle_engine.compaction.policy import policy_from_config
 
-    core = open_core(where, {"consolidation": {"unit_turns": 2}})
+    core = open_core(sqlite_where, {"consolidation": {"unit_turns": 2}})
     sched = scheduler(core, FakeClock(), summarize=None)
     name = chronicle_of(core, "s1")
     messages = _chat(0, 12)

@@ -7,8 +7,9 @@ session tree (`core.sessions`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,104 @@ def merged(*parts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def open_core(where: str | Path, *overrides: dict[str, Any]) -> ChronicleCore:
-    core = ChronicleCore(where, Config(merged(QUIET, *overrides)))
+class PostgresWhere(str):
+    """A conninfo (a schema of its own on the test session's server) as a test's `where`."""
+
+
+class PostgresCore:
+    """What the scheduler tests use of a `ChronicleCore`, over a PostgreSQL store: the log, the
+    session tree, capture, recall and the scheduler built as the core builds them on SQLite,
+    each over its PostgreSQL twin. (No compaction: a test that needs the context engine's
+    section writer runs on SQLite.)"""
+
+    def __init__(self, conninfo: str, config: Config) -> None:
+        from chronicle_engine.core import vocabulary
+        from chronicle_engine.log.events import EventReader, UpcastRegistry
+        from chronicle_engine.log.postgres import PostgresEventStore
+        from chronicle_engine.sessions.capture import Capture
+        from chronicle_engine.sessions.postgres import PostgresSessionTables
+        from chronicle_engine.sessions.tree import SessionTree
+
+        self.config = config
+        self.store = PostgresEventStore(conninfo)
+        self.types = vocabulary()
+        self.reader = EventReader(self.store, UpcastRegistry(), self.types)
+        self.sessions = SessionTree(self.reader, PostgresSessionTables(self.store))
+        self.capture = Capture(self.sessions, config)
+        self.warned: set[str] = set()
+        self._recall: Any = None
+        self._scheduler: Scheduler | None = None
+
+    @property
+    def recall(self) -> Any:
+        if self._recall is None:
+            from chronicle_engine.recall.postgres import PostgresRecallIndex
+            from chronicle_engine.recall.recall import Recall
+
+            index = PostgresRecallIndex(self.reader, self.config, self.sessions, self.capture)
+            self._recall = Recall.over(index, self.capture)
+        return self._recall
+
+    def chronicle(self, name: str = "default") -> Any:
+        from chronicle_engine.chronicle.postgres import PostgresChronicleStore
+
+        return PostgresChronicleStore(self.store, name)
+
+    def new_scheduler(self, **kwargs: Any) -> Scheduler:
+        def no_writer() -> Any:
+            raise RuntimeError("no context engine in this test's PostgreSQL core")
+
+        return Scheduler(
+            self.reader,
+            self.config,
+            sessions=lambda: self.sessions,
+            writer=no_writer,
+            recall=lambda: self.recall,
+            warned=self.warned,
+            **kwargs,
+        )
+
+    @property
+    def scheduler(self) -> Scheduler:
+        if self._scheduler is None:
+            self._scheduler = self.new_scheduler()
+        return self._scheduler
+
+    def shutdown(self) -> None:
+        self.store.close()
+
+
+def reading(core: Any) -> contextlib.AbstractContextManager[Any]:
+    """A connection to `core`'s database that reads `?` placeholders, on either store."""
+    return _tables(core).reading("a test's read")
+
+
+def writing(core: Any) -> contextlib.AbstractContextManager[Any]:
+    """A write transaction on `core`'s database that reads `?` placeholders, on either store."""
+    return _tables(core).writing("a test's write")
+
+
+def _tables(core: Any) -> Any:
+    if isinstance(core, PostgresCore):
+        from chronicle_engine.log.postgres import PostgresTables
+
+        return PostgresTables(core.store)
+    from chronicle_engine.log.tables import SQLiteTables
+
+    return SQLiteTables(core.store)
+
+
+def on_postgres(core: Any) -> bool:
+    return isinstance(core, PostgresCore)
+
+
+def open_core(where: str | Path, *overrides: dict[str, Any]) -> Any:
+    """A core over `where` (a SQLite location, or a `PostgresWhere`) with every schedule off
+    but those `overrides` switch on."""
+    config = Config(merged(QUIET, *overrides))
+    if isinstance(where, PostgresWhere):
+        return PostgresCore(where, config)
+    core = ChronicleCore(where, config)
     register_capture_events(core.types)
     return core
 
@@ -125,6 +222,20 @@ def session_end(core: ChronicleCore, session: str, at: float) -> PendingEvent:
 def location(kind: str, tmp_path: Path) -> str | Path:
     """Where a parametrised test's database lives: in memory, or a WAL file."""
     return ":memory:" if kind == "memory" else tmp_path / "chronicle.db"
+
+
+@contextlib.contextmanager
+def places(request: Any, tmp_path: Path) -> Iterator[str | Path]:
+    """A `where` fixture's place for its param: "memory", "file", or "postgres" (a schema of its
+    own on the session's server, dropped after the test; a server that cannot start fails the
+    test)."""
+    if request.param != "postgres":
+        yield location(request.param, tmp_path)
+        return
+    from postgres_support import own_schema
+
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        yield PostgresWhere(conninfo)
 
 
 def test_fake_clock_moves_only_when_told() -> None:
