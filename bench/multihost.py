@@ -1,26 +1,35 @@
-"""Several hosts capturing into one store at once: SQLite and PostgreSQL side by side.
+"""Several hosts sharing one store: capture, maintenance, search and compaction at once, on
+SQLite and PostgreSQL side by side.
 
     python bench/multihost.py [--processes 4] [--threads 4] [--seconds 60] [--pause-ms 0]
-                              [--conninfo "host=... dbname=..."]
+                              [--clock-scale 10] [--conninfo "host=... dbname=..."]
 
-Each of P processes (standing in for a Hermes host) opens the store once and builds the session
-tree and capture over it as the core does; each of its T threads plays one chat after another
-(a fresh session every 40 turns), and each turn hands capture the whole live list, as
-`sync_turn` does, with a new person's message and a new answer at its end. Every tenth turn
-hands the same list again (a repeated hook call), which must store nothing. When the time is up
-the parent checks the log and the tree: messages lost, stored twice, exceptions raised into the
-host (each must be 0), and every session's projection equal to the list its thread sent.
-Per store it prints turns/s, messages/s and p50/p99 of one capture, with the machine's load.
+Each of P host processes (a Hermes host) opens the store through `ChronicleCore`, as Hermes
+does; each of its T threads plays one chat after another (a fresh session every 40 turns), and
+each turn is what the provider's `sync_turn` does: capture the whole live list (a new person's
+message and a new answer at its end), then tick the host's scheduler on the `sync_turn` hook,
+which runs the jobs due (consolidation included). Every tenth turn hands the same list again (a
+repeated hook call), which must store nothing. Beside them run one searcher process
+(`chronicle_search` through recall, back to back, on words the hosts write) and one compactor
+process (the context engine's `compress` on chats of its own, each compressed as it grows, the
+compacted list kept as Hermes keeps it).
+
+The scheduler runs on a clock `--clock-scale` times faster than the wall's, shared by every
+process, so a minute's consolidation schedule falls due about ten times in a 60 s run; its
+summariser is a stand-in (the unit's texts joined; no model is called), so what is measured is
+the store's share of consolidation, not a model's. Every host schedules every due time; the
+queue must run each once.
+
+When the time is up the parent checks the log, the tree, the queue and the sections: messages
+lost or stored twice, exceptions raised into a host (each must be 0), every session's projection
+equal to what its thread sent, one consolidation run per due time across every host (runs the
+queue continued are counted apart), no job run twice or failed, no two current sections of one
+chronicle overlapping. Per store it prints turns/s, p50/p99 of `sync_turn` (and of its capture),
+searches/s and search p50/p95/p99, compressions and compress p50/p99, with the machine's load.
 `--pause-ms` makes each thread wait between its turns (a person reading and typing); at 0 every
 thread captures back to back, which measures the store saturated, not a turn's own latency.
-
-PARTIAL (issue 17): this is capture through the session tree, the part of `sync_turn` that
-writes the store. The scheduler (consolidation exactly once) and compaction do not run on
-PostgreSQL yet, and recall's PostgreSQL index (`recall/postgres.py`) is not built by the core
-over a PostgreSQL store, so there is no searcher, no compactor and no search or compress
-column; those join this bench with the core's wiring. Without `--conninfo` the
-PostgreSQL side is a throwaway local server (tests/postgres_support.py: initdb, pg_ctl on
-127.0.0.1, fsync off), so its figures are loopback figures.
+Without `--conninfo` the PostgreSQL side is a throwaway local server (tests/postgres_support.py:
+initdb, pg_ctl on 127.0.0.1, fsync off), so its figures are loopback figures.
 """
 
 from __future__ import annotations
@@ -43,152 +52,329 @@ from log_stores import _percentile  # noqa: E402  (the same percentile as the lo
 
 TURNS_PER_SESSION = 40
 MAX_TURNS_PER_THREAD = 100_000  # a bound on each loop besides the time
+MAX_SEARCHES = 1_000_000
+MAX_COMPRESSIONS = 100_000
+COMPRESS_EVERY_TURNS = 10  # the compactor's chats grow by this many turns between compressions
+CONSOLIDATE = "* * * * *"
 
 
-def _parts(kind: str, where: str):  # -> (store, session tree, capture), as the core builds them
+def _config(kind: str, where: str, home: str) -> dict[str, object]:
+    """The `chronicle:` settings every process opens the store with."""
+    settings: dict[str, object] = {
+        "db_path": str(Path(home) / "chronicle.db") if kind == "postgres" else where,
+        "maintenance": {"schedules": {"consolidate": CONSOLIDATE}},
+    }
+    if kind == "postgres":
+        settings["store"] = where
+    return settings
+
+
+def _core(kind: str, where: str, home: str):  # -> ChronicleCore
     from chronicle_engine.config import Config
-    from chronicle_engine.core import vocabulary
-    from chronicle_engine.log.events import EventReader, UpcastRegistry
-    from chronicle_engine.sessions.capture import Capture
-    from chronicle_engine.sessions.tree import SessionTree
+    from chronicle_engine.core import ChronicleCore
 
-    if kind == "sqlite":
-        from chronicle_engine.log.store import SQLiteEventStore
-        from chronicle_engine.sessions.tables import SQLiteSessionTables
+    return ChronicleCore(where, Config(_config(kind, where, home)))
 
-        store = SQLiteEventStore(where)
-        tables = SQLiteSessionTables(store)
-    else:
-        from chronicle_engine.log.postgres import PostgresEventStore
-        from chronicle_engine.sessions.postgres import PostgresSessionTables
 
-        store = PostgresEventStore(where)
-        tables = PostgresSessionTables(store)
-    tree = SessionTree(EventReader(store, UpcastRegistry(), vocabulary()), tables)
-    return store, tree, Capture(tree, Config())
+def _stand_in(events):  # -> Consolidation: a unit's texts joined (no model is called)
+    from chronicle_engine.chronicle.sections import Consolidation
+
+    return Consolidation(" | ".join(str(e.payload.get("text", "")) for e in events)[:2000])
+
+
+def _scheduler(core, start_at: float, scale: float):  # -> Scheduler on the shared fast clock
+    def clock() -> float:
+        return start_at + (time.time() - start_at) * scale
+
+    return core.new_scheduler(clock=clock, summarize=_stand_in)
 
 
 def _host(
-    kind: str, where: str, name: str, threads: int, seconds: float, start_at: float, pause: float
+    kind: str,
+    where: str,
+    name: str,
+    threads: int,
+    seconds: float,
+    start_at: float,
+    pause: float,
+    scale: float,
 ) -> str:
-    """One process: `threads` chats until the time is up. Returns JSON: what each session was
-    sent, the capture latencies, the repeated turns that stored something, the exceptions."""
-    store, _tree, capture = _parts(kind, where)
-    sent: dict[str, list[str]] = {}
-    latencies: list[float] = []
-    repeats_stored = 0
-    errors: list[str] = []
-    lock = threading.Lock()
+    """One host: `threads` chats until the time is up, each turn a `sync_turn` (capture, then
+    the scheduler's tick). Returns JSON: what each session was sent, the latencies, the
+    repeated turns that stored something, the exceptions."""
+    with tempfile.TemporaryDirectory() as home:
+        core = _core(kind, where, home)
+        sched = _scheduler(core, start_at, scale)
+        capture = core.capture
+        sent: dict[str, list[str]] = {}
+        syncs: list[float] = []
+        captures: list[float] = []
+        jobs_run = 0
+        repeats_stored = 0
+        errors: list[str] = []
+        lock = threading.Lock()
 
-    def chat(t: int) -> None:
-        nonlocal repeats_stored
-        mine: dict[str, list[str]] = {}
-        times: list[float] = []
-        repeated = 0
-        time.sleep(max(0.0, start_at - time.time()))
-        deadline = time.monotonic() + seconds
-        turn = 0
-        live: list[dict[str, object]] = []
-        session = ""
-        while time.monotonic() < deadline and turn < MAX_TURNS_PER_THREAD:
-            if turn % TURNS_PER_SESSION == 0:
-                session = f"{name}-{t}-{turn // TURNS_PER_SESSION}"
-                live = []
-                mine[session] = []
-            turn += 1
-            again = turn % 10 == 0 and bool(live)
-            if not again:
-                asked = f"{session} turn {turn}: what about the invoice for order {turn * 7}?"
-                answered = f"{session} turn {turn}: the invoice went out on day {turn % 28 + 1}."
-                live += [
-                    {"role": "user", "content": asked},
-                    {"role": "assistant", "content": answered},
-                ]
-            began = time.perf_counter()
-            try:
-                stored = capture.capture_turn(session, live)
-            except Exception as exc:  # an exception Hermes' loop would have seen
+        def chat(t: int) -> None:
+            nonlocal repeats_stored, jobs_run
+            mine: dict[str, list[str]] = {}
+            times: list[float] = []
+            captured: list[float] = []
+            repeated = ran = 0
+            time.sleep(max(0.0, start_at - time.time()))
+            deadline = time.monotonic() + seconds
+            turn = 0
+            live: list[dict[str, object]] = []
+            session = ""
+            while time.monotonic() < deadline and turn < MAX_TURNS_PER_THREAD:
+                if turn % TURNS_PER_SESSION == 0:
+                    session = f"{name}-{t}-{turn // TURNS_PER_SESSION}"
+                    live = []
+                    mine[session] = []
+                turn += 1
+                again = turn % 10 == 0 and bool(live)
+                if not again:
+                    asked = f"{session} turn {turn}: what about the invoice for order {turn * 7}?"
+                    answered = (
+                        f"{session} turn {turn}: the invoice went out on day {turn % 28 + 1}."
+                    )
+                    live += [
+                        {"role": "user", "content": asked},
+                        {"role": "assistant", "content": answered},
+                    ]
+                began = time.perf_counter()
+                try:
+                    stored = capture.capture_turn(session, live)
+                    captured.append(time.perf_counter() - began)
+                    ran += sched.tick("sync_turn")  # never raises (it backs off and logs)
+                except Exception as exc:  # an exception Hermes' loop would have seen
+                    times.append(time.perf_counter() - began)
+                    with lock:
+                        errors.append(f"{type(exc).__name__}: {exc}")
+                    continue
                 times.append(time.perf_counter() - began)
-                with lock:
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            times.append(time.perf_counter() - began)
-            if pause:
-                time.sleep(pause)
-            if again:
-                repeated += stored
-            else:
-                mine[session] += [str(m["content"]) for m in live[-2:]]
-        with lock:
-            sent.update(mine)
-            latencies.extend(times)
-            repeats_stored += repeated
+                if pause:
+                    time.sleep(pause)
+                if again:
+                    repeated += stored
+                else:
+                    mine[session] += [str(m["content"]) for m in live[-2:]]
+            with lock:
+                sent.update(mine)
+                syncs.extend(times)
+                captures.extend(captured)
+                repeats_stored += repeated
+                jobs_run += ran
 
-    pool = [threading.Thread(target=chat, args=(t,)) for t in range(threads)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join(timeout=seconds + 300)
-    store.close()
+        pool = [threading.Thread(target=chat, args=(t,)) for t in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join(timeout=seconds + 300)
+        core.shutdown()
     return json.dumps(
-        {"sent": sent, "latencies": latencies, "repeats_stored": repeats_stored, "errors": errors}
+        {
+            "sent": sent,
+            "sync": syncs,
+            "capture": captures,
+            "jobs_run": jobs_run,
+            "repeats_stored": repeats_stored,
+            "errors": errors,
+        }
     )
 
 
+def _searcher(kind: str, where: str, seconds: float, start_at: float) -> str:
+    """Searches back to back on words the hosts write, until the time is up."""
+    with tempfile.TemporaryDirectory() as home:
+        core = _core(kind, where, home)
+        recall = core.recall
+        times: list[float] = []
+        hits = 0
+        errors: list[str] = []
+        time.sleep(max(0.0, start_at - time.time()))
+        deadline = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < deadline and n < MAX_SEARCHES:
+            n += 1
+            query = f"invoice for order {(n * 7919) % 40 * 7 + 7}" if n % 2 else "day 17 invoice"
+            began = time.perf_counter()
+            try:
+                hits += len(recall.search(query, limit=10))
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            times.append(time.perf_counter() - began)
+        core.shutdown()
+    return json.dumps({"search": times, "hits": hits, "errors": errors})
+
+
+def _compactor(kind: str, where: str, seconds: float, start_at: float) -> str:
+    """The context engine's compress on chats of its own, each compressed every
+    COMPRESS_EVERY_TURNS turns, keeping the compacted list as Hermes does."""
+    from chronicle_engine.compaction.policy import policy_from_config
+
+    with tempfile.TemporaryDirectory() as home:
+        core = _core(kind, where, home)
+        compaction = core.compaction
+        policy = policy_from_config(core.config)
+        times: list[float] = []
+        written = 0
+        errors: list[str] = []
+        time.sleep(max(0.0, start_at - time.time()))
+        deadline = time.monotonic() + seconds
+        n = turn = 0
+        live: list[dict[str, object]] = []
+        session = ""
+        while time.monotonic() < deadline and n < MAX_COMPRESSIONS:
+            if turn % (4 * TURNS_PER_SESSION) == 0:
+                session, live = f"compactor-{turn}", []
+            for _ in range(COMPRESS_EVERY_TURNS):
+                turn += 1
+                live += [
+                    {"role": "user", "content": f"{session} step {turn}: check shipment {turn}?"},
+                    {"role": "assistant", "content": f"shipment {turn} left dock {turn % 9}."},
+                ]
+            n += 1
+            began = time.perf_counter()
+            try:
+                out = compaction.compress(session, live, policy=policy, force=True)
+                if out.messages is not None:
+                    live = list(out.messages)
+                    written += len(out.written)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+            times.append(time.perf_counter() - began)
+        core.shutdown()
+    return json.dumps({"compress": times, "sections": written, "errors": errors})
+
+
+def _ms(values: list[float], q: float) -> float:
+    return round(_percentile(values, q) * 1000, 2) if values else 0.0
+
+
+def _consolidation(core) -> dict[str, object]:
+    """One run per due time across every host: the queue's consolidation jobs, and the
+    chronicles' sections (none superseded or overlapping)."""
+    jobs = [j for j in core.scheduler.queue.jobs(limit=1_000_000) if j.kind == "consolidate"]
+    fired = [j for j in jobs if "continues" not in j.payload]
+    dues = [j.payload.get("due") for j in fired]
+    overlapping = superseded = sections = 0
+    names = core.chronicle().chronicles()
+    for name in names:
+        every = core.chronicle(name).export()
+        sections += len(every)
+        superseded += sum(1 for s in every if s.anchor.supersedes)
+        current = sorted(
+            (s.anchor.from_seq, s.anchor.to_seq) for s in core.chronicle(name).current()
+        )
+        overlapping += sum(1 for a, b in zip(current, current[1:], strict=False) if b[0] <= a[1])
+    return {
+        "consolidation_due_times": len(set(dues)),
+        "consolidation_runs": len(fired),
+        "consolidation_runs_per_due_max": max((dues.count(d) for d in set(dues)), default=0),
+        "consolidation_continuations": len(jobs) - len(fired),
+        # A retried attempt wrote nothing (a refused fork rolls its batch back); failed for good
+        # must be 0; a job still pending or running when the hosts stopped is not a second run.
+        "consolidation_attempts_retried": sum(max(0, j.attempts - 1) for j in jobs),
+        "consolidation_jobs_failed": sum(1 for j in jobs if j.state == "failed"),
+        "consolidation_jobs_unfinished": sum(1 for j in jobs if j.state in ("pending", "running")),
+        "chronicles": len(names),
+        "sections": sections,
+        "sections_superseded": superseded,
+        "sections_overlapping": overlapping,
+    }
+
+
 def run(
-    kind: str, where: str, processes: int, threads: int, seconds: float, pause_ms: float
+    kind: str,
+    where: str,
+    processes: int,
+    threads: int,
+    seconds: float,
+    pause_ms: float,
+    scale: float,
 ) -> dict[str, object]:
-    store, tree, _capture = _parts(kind, where)  # migrates before the hosts start
-    start_at = time.time() + 3.0  # every host's threads begin together
+    with tempfile.TemporaryDirectory() as home:
+        core = _core(kind, where, home)  # migrates every room before the hosts start
+        core.recall.catch_up()
+        _scheduler(core, time.time(), 1.0)
+        core.shutdown()
+    start_at = time.time() + 5.0  # every process's threads begin together
     cpu_before = os.times()
     context = multiprocessing.get_context("spawn")
-    with context.Pool(processes) as pool:
-        results = [
-            pool.apply_async(
-                _host, (kind, where, f"h{p}", threads, seconds, start_at, pause_ms / 1000)
-            )
+    shape = (seconds, start_at)
+    with context.Pool(processes + 2) as pool:
+        hosts = [
+            pool.apply_async(_host, (kind, where, f"h{p}", threads, *shape, pause_ms / 1000, scale))
             for p in range(processes)
         ]
-        outputs = [json.loads(r.get(timeout=seconds + 600)) for r in results]
+        searcher = pool.apply_async(_searcher, (kind, where, *shape))
+        compactor = pool.apply_async(_compactor, (kind, where, *shape))
+        outputs = [json.loads(r.get(timeout=seconds + 600)) for r in hosts]
+        searched = json.loads(searcher.get(timeout=seconds + 600))
+        compressed = json.loads(compactor.get(timeout=seconds + 600))
     cpu = os.times()
     sent: dict[str, list[str]] = {}
     for out in outputs:
         sent.update(out["sent"])
-    latencies = [x for out in outputs for x in out["latencies"]]
+    syncs = [x for out in outputs for x in out["sync"]]
+    captures = [x for out in outputs for x in out["capture"]]
     errors = [e for out in outputs for e in out["errors"]]
-    said = [
-        (e.envelope.session, str(e.payload["message"]["content"]))
-        for e in store.read(namespaces=["chronicle.chat"])
-        if e.envelope.type == "MessageCaptured"
-    ]
-    expected = {(session, text) for session, texts in sent.items() for text in texts}
-    projections_differ = sum(
-        [str(m.get("content")) for m in tree.projection(session)] != texts
-        for session, texts in sent.items()
-    )
-    with tree.tables.reading("counting the tree") as conn:
-        row = conn.execute("SELECT COUNT(*) FROM session_entries WHERE kind = 'message'").fetchone()
-    entries = int(row[0]) if row else 0
-    store.close()
-    turns = len(latencies)
+    with tempfile.TemporaryDirectory() as home:
+        core = _core(kind, where, home)
+        tree = core.sessions
+        said = [
+            (e.envelope.session, str(e.payload["message"]["content"]))
+            for e in core.store.read(namespaces=["chronicle.chat"])
+            if e.envelope.type == "MessageCaptured" and str(e.envelope.session).startswith("h")
+        ]
+        expected = {(session, text) for session, texts in sent.items() for text in texts}
+        projections_differ = sum(
+            [str(m.get("content")) for m in tree.projection(session)] != texts
+            for session, texts in sent.items()
+        )
+        with tree.tables.reading("counting the tree") as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM session_entries WHERE kind = 'message' AND session LIKE 'h%'"
+            ).fetchone()
+        entries = int(row[0]) if row else 0
+        consolidation = _consolidation(core)
+        core.shutdown()
+    turns = len(syncs)
+    searches = searched["search"]
+    compressions = compressed["compress"]
     return {
         "store": kind,
         "hosts": processes,
         "threads_each": threads,
         "seconds": seconds,
         "pause_ms": pause_ms,
+        "clock_scale": scale,
         "turns": turns,
         "turns_per_s": round(turns / seconds, 1),
         "messages": len(said),
         "messages_per_s": round(len(said) / seconds, 1),
-        "capture_p50_ms": round(_percentile(latencies, 0.50) * 1000, 2),
-        "capture_p99_ms": round(_percentile(latencies, 0.99) * 1000, 2),
+        "sync_turn_p50_ms": _ms(syncs, 0.50),
+        "sync_turn_p99_ms": _ms(syncs, 0.99),
+        "capture_p50_ms": _ms(captures, 0.50),
+        "capture_p99_ms": _ms(captures, 0.99),
+        "jobs_run_by_hosts": sum(out["jobs_run"] for out in outputs),
+        "searches": len(searches),
+        "searches_per_s": round(len(searches) / seconds, 1),
+        "search_p50_ms": _ms(searches, 0.50),
+        "search_p95_ms": _ms(searches, 0.95),
+        "search_p99_ms": _ms(searches, 0.99),
+        "search_hits": searched["hits"],
+        "compressions": len(compressions),
+        "compress_p50_ms": _ms(compressions, 0.50),
+        "compress_p99_ms": _ms(compressions, 0.99),
+        "compress_sections": compressed["sections"],
         "lost": len(expected - set(said)),
         "stored_twice": len(said) - len(set(said)) + sum(o["repeats_stored"] for o in outputs),
-        "exceptions": len(errors),
-        "first_exception": errors[0] if errors else None,
+        "exceptions": len(errors) + len(searched["errors"]) + len(compressed["errors"]),
+        "first_exception": (errors + searched["errors"] + compressed["errors"] or [None])[0],
         "tree_entries_off": entries - len(said),
         "projections_differ": projections_differ,
+        **consolidation,
         "children_cpu_s": round(
             (cpu.children_user - cpu_before.children_user)
             + (cpu.children_system - cpu_before.children_system),
@@ -205,7 +391,14 @@ def main() -> None:
     parser.add_argument(
         "--pause-ms", type=float, default=0.0, help="each thread's wait between turns"
     )
+    parser.add_argument(
+        "--clock-scale",
+        type=float,
+        default=10.0,
+        help="the scheduler's clock runs this much faster",
+    )
     parser.add_argument("--conninfo", help="an existing PostgreSQL database (else a throwaway one)")
+    parser.add_argument("--only", choices=["sqlite", "postgres"], help="run one store only")
     args = parser.parse_args()
     print(
         json.dumps(
@@ -213,14 +406,16 @@ def main() -> None:
                 "machine": platform.platform(),
                 "cpus": os.cpu_count(),
                 "load_average": [round(x, 2) for x in os.getloadavg()],
-                "partial": "capture only: no searcher, compactor or consolidation on PostgreSQL yet",
             }
         )
     )
-    shape = (args.processes, args.threads, args.seconds, args.pause_ms)
-    with tempfile.TemporaryDirectory() as tmp:
-        print(json.dumps(run("sqlite", str(Path(tmp) / "chronicle.db"), *shape)))
-    if args.conninfo:
+    shape = (args.processes, args.threads, args.seconds, args.pause_ms, args.clock_scale)
+    if args.only != "postgres":
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(run("sqlite", str(Path(tmp) / "chronicle.db"), *shape)), flush=True)
+    if args.only == "sqlite":
+        pass
+    elif args.conninfo:
         print(json.dumps(run("postgres", args.conninfo, *shape)))
     else:
         sys.path.insert(0, str(ROOT / "tests"))

@@ -40,8 +40,9 @@ from ..log.store import SQLiteEventStore, StoredEvent
 from ..log.tables import SQLConnection, Tables
 from .events import SessionReaped, register_scheduler_events
 from .queue import RetryNextTick
+from .stores import open_tables
 from .sweeps import SweepReport
-from .tables import SchedulerTables, SQLiteSchedulerTables, open_tables
+from .tables import SchedulerTables, SQLiteSchedulerTables
 from .units import ClosedUnit, OpenUnit, UnitRules, advance
 
 if TYPE_CHECKING:

@@ -35,8 +35,8 @@ from .events import JobFailed
 from .maintenance import MAINTENANCE, TaskContext
 from .queue import Job, JobReport, JobSpec, QueueCounts, RetryNextTick, allocate
 from .settings import JOB_CLASSES, TASKS, read_settings
+from .stores import open_tables
 from .sweeps import SweepCursors, SweepReport
-from .tables import open_tables
 from .units import UnitRules
 
 if TYPE_CHECKING:
@@ -394,7 +394,10 @@ class Scheduler:
     def _finish(self, job: Job, report: SweepReport) -> None:
         follow_ups: list[JobSpec] = []
         if report.more and job.kind not in _NO_CONTINUATION:
-            follow_ups.append(JobSpec(job.kind, job.job_class, job.key, job.payload))
+            # A continuation names the job it continues: a schedule's own runs are the jobs
+            # without one (one per due time across every host; bench/multihost.py counts them).
+            more = {**job.payload, "continues": job.payload.get("continues", job.id)}
+            follow_ups.append(JobSpec(job.kind, job.job_class, job.key, more))
         if job.kind == "reap" and report.processed:
             # The reaper's decisions are boundaries only once the fold has read them.
             follow_ups.append(

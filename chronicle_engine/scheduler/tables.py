@@ -1,15 +1,15 @@
 """Where the scheduler's tables live: the parts of one database the scheduler works through.
 
 The `Scheduler`, the consolidation fold and the maintenance sweeps are written once; what a
-database gives them is collected here (`open_tables`): its job queue, its statements (`?`
+database gives them is collected here (`stores.open_tables` picks the database's own): its job queue, its statements (`?`
 placeholders on either store), the chronicle store consolidation writes sections to, and, on a
 server database, the lock that makes a fold's transaction the only one of its kind across every
 host. SQLite needs no such lock: its one writer already serialises every write transaction.
 
-`open_tables` migrates what the scheduler reads and writes (the chronicle's sections, the queue,
-the watermarks, the sweep cursors, the consolidation fold's open units) before it returns.
-PostgreSQL's parts are imported only when a PostgreSQL store is handed in, so the embedded
-default never imports the driver.
+Each database's parts migrate what the scheduler reads and writes (the chronicle's sections, the
+queue, the watermarks, the sweep cursors, the consolidation fold's open units) when built.
+PostgreSQL's (`postgres.PostgresSchedulerTables`) are imported only when a PostgreSQL store is
+handed in, so the embedded default never imports the driver.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from ..chronicle.store import CHRONICLE_MIGRATIONS, ChronicleStoreBase, SQLiteChronicleStore
 from ..log.port import LogStore
@@ -27,11 +27,7 @@ from ..log.tables import SQLConnection, SQLiteTables, Statements, Tables
 from .queue import JobQueue, JobQueueBase
 from .schema import SCHEDULER_MIGRATIONS
 
-if TYPE_CHECKING:
-    from ..log.postgres import PostgresEventStore
-    from .postgres import PostgresSchedulerTables
-
-__all__ = ["SchedulerTables", "SQLiteSchedulerTables", "open_tables"]
+__all__ = ["SchedulerTables", "SQLiteSchedulerTables"]
 
 S = TypeVar("S")
 C = TypeVar("C", bound=SQLConnection)
@@ -100,14 +96,3 @@ class SQLiteSchedulerTables(SchedulerTables[SQLiteEventStore, sqlite3.Connection
         return JobQueue(
             self.store, clock=clock, lease_seconds=lease_seconds, max_attempts=max_attempts
         )
-
-
-def open_tables(
-    store: SQLiteEventStore | PostgresEventStore,
-) -> SQLiteSchedulerTables | PostgresSchedulerTables:
-    """The scheduler's parts in `store`'s database, migrated."""
-    if isinstance(store, SQLiteEventStore):
-        return SQLiteSchedulerTables(store)
-    from .postgres import PostgresSchedulerTables  # the driver only for a server database
-
-    return PostgresSchedulerTables(store)
