@@ -7,6 +7,8 @@ import sqlite3
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chronicle_engine.errors import AppendOnlyViolation, StoreReadOnly, UsageError
 from chronicle_engine.log.store import PendingEvent, SQLiteEventStore, sqlite_errors
@@ -58,6 +60,48 @@ def test_text_a_payload_repeats_is_stored_once_and_read_back_exactly(
     assert store.get_many([stored.seq])[stored.seq].payload == payload
     with pytest.raises(UsageError):
         store.append([PendingEvent("test", "Said", 1, {"@same": {}}, session="s")])
+
+
+_LONG = ["a text long enough to be held once, the first", "a text long enough to be held once, two"]
+_TEXTS = st.sampled_from(["short", "x" * 23, "y" * 24, *_LONG]) | st.text(max_size=30)
+_VALUES = st.one_of(
+    _TEXTS,
+    st.integers(),
+    st.none(),
+    st.lists(_TEXTS, max_size=2),
+    st.dictionaries(st.sampled_from(["role", "content", "name"]), _TEXTS, max_size=3),
+)
+_PAYLOADS = st.dictionaries(
+    st.sampled_from(["role", "text", "message", "note", "person_text", "n", "list"]),
+    _VALUES,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PAYLOADS)
+def test_any_payload_reads_back_exactly_and_its_repeated_text_is_held_once(
+    payload: dict[str, object],
+) -> None:
+    with SQLiteEventStore(":memory:") as store:
+        (stored,) = store.append([PendingEvent("test", "Said", 1, payload, session="s")])
+        with store.reading() as conn:
+            (row,) = conn.execute(
+                "SELECT payload FROM events WHERE seq = ?", (stored.seq,)
+            ).fetchone()
+        got = store.get(stored.seq)
+    assert got is not None and got.payload == payload and list(got.payload) == list(payload)
+    # The rule, written out: a top-level text of 24 characters or more is shared when it
+    # repeats a text seen before it, at the top level or one level down (a message's content).
+    seen: set[str] = set()
+    shared = False
+    for value in payload.values():
+        if isinstance(value, str) and len(value) >= 24:
+            shared = shared or value in seen
+            seen.add(value)
+        elif isinstance(value, dict):
+            seen.update(t for t in value.values() if isinstance(t, str) and len(t) >= 24)
+    assert ("@same" in json.loads(row)) == shared
 
 
 def test_a_captured_message_leaves_its_defaults_out_of_the_row_and_reads_back_whole(

@@ -169,6 +169,20 @@ def _stored_payload(
             f"a payload may not have a field named {_SAME!r} or {_TEMPLATE!r}; they mark"
             " shared text and left-out defaults"
         )
+    if template is None:
+        # Without a template only shared text changes the row, and with no dict among the
+        # values a top-level text can only repeat another top-level one: the usual payload
+        # (no dict, no long text twice) is stored as it is, without the bookkeeping below.
+        longs: list[str] = []
+        for value in payload.values():
+            if isinstance(value, str):
+                if len(value) >= _SHORTEST_SHARED:
+                    longs.append(value)
+            elif isinstance(value, dict):
+                break
+        else:
+            if len(longs) < 2 or len(set(longs)) == len(longs):
+                return payload
     copied: set[str] = set()
     if template is not None:
         for key, path in template.copies.items():
@@ -978,8 +992,9 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
     stops a write; capture has already escaped a message's and kept its original."""
     texts: list[str] = []
     clean = True
+    template_of = _TEMPLATE_OF.get
     for e in events:  # one loop, no call per check: every append passes here
-        text = _encode(_stored_payload(e.payload, _template_of(e)))
+        text = _encode(_stored_payload(e.payload, template_of((e.namespace, e.type, e.version))))
         texts.append(text)
         if clean and not (text.isascii() and (e.session is None or e.session.isascii())):
             clean = not has_surrogate(text) and not has_surrogate(e.session or "")
