@@ -109,12 +109,20 @@ def test_forgetting_a_message_withdraws_the_words_of_its_ledgers(core: Chronicle
     target = first["from_seq"] + 4
     core.recall.forget(f"m{target}", include_source=True, session_id=host.session)
     after = core.compaction.ledgers(host.session)[0]
-    assert all(after[k] == [] for k in LEDGER_WORDS)
+    # (a reader is not shown `own`, the text the pass recorded for counting)
+    assert all(after[k] == [] for k in LEDGER_WORDS if k != "own") and "own" not in after
     assert after["entities"] == first["entities"]  # the counts stay
+    # An export blanks the words of both events of the pass's ledger: its record and its count.
+    forgotten = redact.Forgotten.read(core.store, [target])
     stored = core.store.get(first["seq"])
-    assert stored is not None
-    exported = redact.redact(stored, redact.Forgotten.read(core.store, [target]))
-    assert all(exported.payload[k] == [] for k in LEDGER_WORDS)
+    assert stored is not None and stored.payload["counted"] is False
+    (count,) = [
+        e for e in core.store.read(namespaces=[NAMESPACE]) if e.payload.get("of") == first["seq"]
+    ]
+    assert count.payload["in_handoff"] == first["in_handoff"]
+    for event in (stored, count):
+        exported = redact.redact(event, forgotten)
+        assert all(exported.payload[k] == [] for k in LEDGER_WORDS)
 
 
 _TEXT = st.text(alphabet=st.sampled_from("ab c\n.\u00e9"), max_size=60)
@@ -149,3 +157,123 @@ def test_the_facts_of_an_ascii_text_are_the_words_the_pattern_finds(text: str, l
         if _take(ascii_text[start:end], expected) and len(expected) >= limit:
             break
     assert facts_in(ascii_text, limit) == expected
+
+
+def test_a_ledger_counted_from_the_log_is_the_one_the_pass_held(tmp_path: Path) -> None:
+    # The pass records its ledger cheaply and counts it on the first read: in the process that
+    # ran it from what the pass held, in any other from the log. Both read the same text, the
+    # folded messages the log holds otherwise included (recorded with the pass: a lone
+    # surrogate, content that is not plain JSON, a context edit's copy).
+    from chronicle_engine.compaction.ledger import ledger_of
+
+    path = tmp_path / "chronicle.db"
+    core = ChronicleCore(path)  # noqa: F811 - a file of its own (another core opens it)
+    try:
+        host = Host(core, small_policy())
+        for n in range(120):
+            host.add(*turn(n, size=300))
+            if n == 3:
+                host.add({"role": "user", "content": f"ticket OPS-{n}9 \ud800 broke db-7"})
+                host.add({"role": "user", "content": [{"type": "text", "text": "see OPS-77"}]})
+                host.add({"role": "user", "content": 12.5})
+            if n == 5:
+                seq = core.capture.capture_messages(host.session, host.messages)[-1]
+                assert seq is not None
+                edited = core.compaction.edit_context(host.session, seq, "now OPS-555 instead")
+                host.messages[-1] = edited
+            if host.due():
+                host.compress()
+        compaction = core.compaction
+        compaction._refresh_events()
+        pending = sorted(compaction._uncounted.values(), key=lambda d: d.seq)
+        assert len(pending) >= 2 and all(d.seq in compaction._ledger_inputs for d in pending)
+        own = {seq for d in pending for seq, _ in d.event.own}
+        assert len(own) == 3  # the surrogate, the float, the edited copy, and nothing else
+        held = {d.seq: compaction._ledger_inputs[d.seq] for d in pending}
+        for d in pending:
+            assert compaction._logged_inputs(d) == held[d.seq]
+        # Another process counts them from the log, and records the counts.
+        other = ChronicleCore(path)
+        try:
+            counted = other.compaction.ledgers(host.session)
+        finally:
+            other.shutdown()
+        assert [c["seq"] for c in counted] == [d.seq for d in pending]
+        for c, d in zip(counted, pending, strict=True):
+            i = held[d.seq]
+            want = ledger_of(d.event.chronicle, i.folded, handoff=i.handoff, prose=i.prose)
+            recorded = ("of", "own", "folded", "sections")  # (not shown to a reader)
+            assert c == {
+                "seq": d.seq,
+                "session": d.envelope.session,
+                **want.model_dump(exclude=set(recorded)),
+            }
+            assert c["counted"] and c["entities"] > 0
+        # This process sees those counts and counts nothing again.
+        assert compaction.count_ledgers() == 0
+        assert compaction.ledgers(host.session) == counted
+    finally:
+        core.shutdown()
+
+
+def test_a_forget_counts_the_ledgers_before_it_redraws_their_prose(core: ChronicleCore) -> None:  # noqa: F811
+    host = _run(core, turns=60)
+    core.compaction._refresh_events()
+    pending = dict(core.compaction._uncounted)
+    assert pending
+    first = min(pending)
+    target = pending[first].event.from_seq + 4
+    core.recall.forget(f"m{target}", include_source=True, session_id=host.session)
+    # counted before the redraw purged the prose it read: the inputs the pass held were used
+    assert not core.compaction._uncounted and first not in core.compaction._ledger_inputs
+    ledger = core.compaction.ledgers(host.session)[0]
+    assert ledger["seq"] == first and ledger["counted"] and ledger["entities"] > 0
+
+
+_CONTENT = (
+    st.text(alphabet=st.sampled_from("ab ]\n\ud800\u00e9"), max_size=8)
+    | st.builds(lambda n: "x" * n, st.integers(1590, 1610))
+    | st.sampled_from(
+        [
+            "",
+            " lead",
+            "[CONTEXT COMPACTION] earlier turns",
+            "cut\\n[… shortened by Chronicle to fit the context: 9 characters left out; "
+            "chronicle_expand(from_seq=3, to_seq=3) returns the original]",
+        ]
+    )
+    | st.none()
+    | st.floats(allow_nan=True)
+    | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=4)}))
+)
+
+
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"content": _CONTENT},
+            optional={"role": st.sampled_from(["user", "tool", "assistant"]) | st.integers()},
+        )
+        | st.integers(),
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 7), max_size=8),
+)
+def test_what_a_pass_records_of_its_folded_messages_is_what_each_message_says(
+    messages: list[Any], fold: list[int]
+) -> None:
+    # `folded_of` checks the common message inline; `held` is the definition for every one.
+    from chronicle_engine.compaction.ledger import folded_of, held
+    from chronicle_engine.messages import handoff_kind
+
+    fold = [i for i in fold if i < len(messages)]
+    seqs = [None if i == 2 else i + 10 for i in range(len(messages))]
+    folded, own = folded_of(messages, seqs, fold)
+    want = [(seqs[i], held(messages[i])) for i in fold]
+    want = [
+        (s, h)
+        for (s, h), i in zip(want, fold, strict=True)
+        if s is not None and not handoff_kind(messages[i])
+    ]
+    assert folded == [(s, text) for s, (text, _) in want]
+    assert own == [(s, json.dumps(text)) for s, (text, differs) in want if differs]

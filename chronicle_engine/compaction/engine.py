@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -44,10 +45,10 @@ from ..log.store import StoredEvent
 from ..messages import (
     content_text,
     estimate_tokens,
-    handoff_kind,
     is_own_handoff,
 )
 from ..sessions.capture import Capture
+from ..sessions.events import CompactionRecorded
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
 from ..storable import escape_text
 from .assemble import assemble
@@ -64,7 +65,7 @@ from .expand import Expanded, by_budget, by_page, chars_of
 from .facts import message_facts
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
-from .ledger import LEDGER_WORDS, ledger_of, ledger_totals
+from .ledger import LEDGER_WORDS, folded_of, ledger_of, ledger_totals, runs, scanned
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
 from .policy import Policy, policy_from_config
@@ -101,6 +102,19 @@ class _Lineage:
     focus: str = ""
     passes: list[Decoded[ContextCompacted]] = field(default_factory=list)
     ledgers: list[Decoded[PassLedger]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _LedgerInputs:
+    """What a pass's ledger is counted from: each folded message's `scanned` text by seq, the
+    handoff's text and the prose of the pass's sections."""
+
+    folded: list[tuple[int, str]]
+    handoff: str
+    prose: str
+
+
+_HELD_LEDGERS = 64  # passes whose ledger inputs a process keeps until they are counted
 
 
 @dataclass(slots=True)
@@ -174,6 +188,12 @@ class Compaction:
         # check every message of it again for each page)
         self._expanded: Expanded | None = None
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
+        # Ledgers recorded and not yet counted (by the seq of the pass's `PassLedger`), the
+        # inputs of those this process's passes recorded, and counts it could not append.
+        self._uncounted: dict[int, Decoded[PassLedger]] = {}
+        self._ledger_inputs: dict[int, _LedgerInputs] = {}
+        self._counted_here: dict[int, PassLedger] = {}
+        self._count_lock = threading.Lock()
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -209,6 +229,12 @@ class Compaction:
                 if reader.types.knows(env.namespace, env.type):  # decoded once, kept
                     decoded = Decoded(env, reader.decode(event))
                     self._events_by_session.setdefault(env.session or "", []).append(decoded)
+                    ledger = decoded.event
+                    if isinstance(ledger, PassLedger):
+                        if ledger.of:
+                            self._uncounted.pop(ledger.of, None)
+                        elif not ledger.counted:
+                            self._uncounted[event.seq] = Decoded(env, ledger)
 
     def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
         """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
@@ -220,6 +246,7 @@ class Compaction:
                 events.extend(self._events_by_session.get(sid, ()))
         events.sort(key=lambda e: e.seq)
         state = _Lineage()
+        counts: dict[int, PassLedger] = {}
         for event in events:
             match event.event:
                 case ContextPinned(from_seq=lo, to_seq=hi, note=note):
@@ -230,8 +257,15 @@ class Compaction:
                     state.focus = topic
                 case ContextCompacted() as compacted:
                     state.passes.append(Decoded(event.envelope, compacted))
+                case PassLedger(of=of) as ledger if of:
+                    counts.setdefault(of, ledger)  # the first count of a pass's ledger
                 case PassLedger() as ledger:
                     state.ledgers.append(Decoded(event.envelope, ledger))
+        if state.ledgers:
+            counts = {**self._counted_here, **counts}
+            state.ledgers = [
+                Decoded(d.envelope, counts[d.seq]) if d.seq in counts else d for d in state.ledgers
+            ]
         return state
 
     def _record(self, session_id: str, event: DomainEvent) -> StoredEvent:
@@ -715,7 +749,12 @@ class Compaction:
 
         tokens_after = sum(estimate_tokens(m) for m in output)
         record = self._pass_record(p, d, len(output), tokens_after, started)
-        self._write_pass(p, d, output, record, self._pass_ledger(p, d))
+        ledger, inputs = self._pass_ledger(p, d)
+        at = self._write_pass(p, d, output, record, ledger)
+        with self._count_lock:  # counted on the first read (`count_ledgers`)
+            self._ledger_inputs[at] = inputs
+            while len(self._ledger_inputs) > _HELD_LEDGERS:
+                self._ledger_inputs.pop(next(iter(self._ledger_inputs)))
         log.info(
             "chronicle compaction: session=%s messages %d->%d tokens ~%d->~%d sections +%s%s",
             session_id,
@@ -765,22 +804,24 @@ class Compaction:
             instructions_older=d.carried.as_record(),
         )
 
-    def _pass_ledger(self, p: _Pass, d: _Drawn) -> PassLedger:
-        """The pass's ledger (`ledger.py`) over the messages it folded."""
-        messages, seqs = p.messages, p.seqs
-        folded = [
-            # the ledger reads only a message's role and text: a dict as the host holds it will
-            # do, without converting every folded message to its wire form again
-            (seq, m if isinstance(m := messages[i], dict) else wire_message(m))
-            for i in p.plan.fold
-            if (seq := seqs[i]) is not None and not handoff_kind(messages[i])
-        ]
-        return ledger_of(
-            p.name,
-            folded,
-            handoff=d.text,
-            prose="\n".join(v.section.prose for v in d.new_sections + d.reused),
+    def _pass_ledger(self, p: _Pass, d: _Drawn) -> tuple[PassLedger, _LedgerInputs]:
+        """The pass's ledger as it records it (`ledger.py`): cheap and exact, the counting left
+        for later; and what counting it needs, while this process holds it."""
+        folded, own = folded_of(p.messages, p.seqs, p.plan.fold)
+        sections = d.new_sections + d.reused
+        folded_seqs = [seq for seq, _ in folded]
+        record = PassLedger(
+            chronicle=p.name,
+            from_seq=min(folded_seqs, default=0),
+            to_seq=max(folded_seqs, default=0),
+            folded_messages=len(folded),
+            counted=False,
+            folded=runs(folded_seqs),
+            sections=[v.section.anchor.section_id for v in sections],
+            own=own,
         )
+        prose = "\n".join(v.section.prose for v in sections)
+        return record, _LedgerInputs(folded, d.text, prose)
 
     def _write_pass(
         self,
@@ -789,8 +830,9 @@ class Compaction:
         output: list[object],
         record: ContextCompacted,
         ledger: PassLedger,
-    ) -> None:
-        """Write the pass: its sections, its record and ledger, and the tree's entry."""
+    ) -> int:
+        """Write the pass: its sections, its record and ledger, and the tree's entry. Returns
+        the ledger's seq."""
         seqs, the_plan, session_id = p.seqs, p.plan, p.session_id
         # For the session tree: the verbatim tail starts at first_kept_seq (capture aligns the next
         # live list from it); the head goes before the handoff and the protected copies kept
@@ -819,8 +861,8 @@ class Compaction:
                     chronicle.append(v.section, conn)
                 for c in d.condensed:
                     self.chronicle(level_name(p.name, c.view.level)).append(c.view.section, conn)
-                # the record and its ledger, one right after the other
-                self._store.append(
+                # the record and its ledger, one right after the other, then the tree's entry
+                _, written = self._store.append(
                     [
                         self._types.pending(record, session=session_id),
                         self._types.pending(ledger, session=session_id),
@@ -839,6 +881,78 @@ class Compaction:
                 )
         except ChronicleFork as fork:
             raise _Raced(str(fork)) from fork
+        return written.seq
+
+    # -- the ledgers, counted ----------------------------------------------------------------
+
+    def count_ledgers(self) -> int:
+        """Count every pass's ledger recorded and not counted yet (`ledger.py`), appending each
+        count to the log; returns how many were counted. Reading a ledger counts first, and so
+        does a forget before it redraws any prose. A count the store refuses to take is kept in
+        this process (and counted again by the next one)."""
+        self._refresh_events()
+        counted = 0
+        with self._count_lock:
+            with self._events_lock:
+                pending = list(self._uncounted.values())
+            for d in pending:
+                if d.seq in self._counted_here:
+                    continue
+                inputs = self._ledger_inputs.pop(d.seq, None) or self._logged_inputs(d)
+                if inputs is None:
+                    continue
+                found = ledger_of(
+                    d.event.chronicle, inputs.folded, handoff=inputs.handoff, prose=inputs.prose
+                )
+                count = found.model_copy(update={"of": d.seq})
+                try:
+                    self._store.append([self._types.pending(count, session=d.envelope.session)])
+                except Exception:  # read-only or busy: the count stays in this process
+                    log.warning("could not record the count of ledger %s", d.seq, exc_info=True)
+                    self._counted_here[d.seq] = count
+                counted += 1
+        if counted:
+            self._refresh_events()
+        return counted
+
+    def _logged_inputs(self, d: Decoded[PassLedger]) -> _LedgerInputs | None:
+        """A ledger's inputs as the store holds them, for a pass another process ran: each
+        folded message's logged content (or the text the pass recorded, `own`), the handoff of
+        the tree's compaction entry written right after the ledger in the pass's transaction,
+        and the prose of its sections. None when one of them cannot be read."""
+        ledger = d.event
+        own = {seq: str(json.loads(quoted)) for seq, quoted in ledger.own}
+        seqs = [s for lo, hi in ledger.folded for s in range(lo, hi + 1)]
+        logged = self._store.get_many([s for s in seqs if s not in own])
+        folded: list[tuple[int, str]] = []
+        for seq in seqs:
+            text = own.get(seq)
+            if text is None:
+                event = logged.get(seq)
+                message = event.payload.get("message") if event is not None else None
+                if not isinstance(message, dict):
+                    log.warning("ledger %s: message %s is not in the log", d.seq, seq)
+                    return None
+                text = scanned(message)
+            folded.append((seq, text))
+        entry = self._store.get(d.seq + 1)
+        recorded = self._reader.decode(entry) if entry is not None else None
+        if (
+            not isinstance(recorded, CompactionRecorded)
+            or entry is None
+            or (entry.envelope.session != d.envelope.session)
+        ):
+            log.warning("ledger %s: the pass's compaction entry is not where it was written", d.seq)
+            return None
+        chronicle = self.chronicle(ledger.chronicle)
+        prose: list[str] = []
+        for section_id in ledger.sections:
+            section = chronicle.get(section_id)
+            if section is None:
+                log.warning("ledger %s: section %s is not in the chronicle", d.seq, section_id)
+                return None
+            prose.append(section.prose)
+        return _LedgerInputs(folded, recorded.summary, "\n".join(prose))
 
     def forget_messages(self, seqs: Collection[int]) -> list[Rederived]:
         """Forgetting hid these message seqs: redraw every section holding one without them,
@@ -849,6 +963,10 @@ class Compaction:
             latest = (self._sessions.lineage(root) or [root])[-1]
             return list(self._sessions.message_events(latest, lo, hi))
 
+        try:  # the ledgers still to count read prose this redraw purges: count them first
+            self.count_ledgers()
+        except Exception:
+            log.warning("could not count the ledgers before a forget", exc_info=True)
         budget = policy_from_config(self._config).section_chars
         return rederive(
             self._store, self._reader, self.writer, set(seqs), messages, budget_chars=budget
@@ -925,6 +1043,7 @@ class Compaction:
         return expanded
 
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, object]:
+        self._count_quietly()
         state = self.lineage_state(session_id)
         passes = state.passes
         last = passes[-1].event if passes else None
@@ -988,10 +1107,18 @@ class Compaction:
     def ledgers(self, session_id: str) -> list[dict[str, object]]:
         """Each pass's ledger over the conversation, oldest first: what it folded, and what its
         prose kept and left out, by entity and by message."""
+        self._count_quietly()
         return [
-            {"seq": d.seq, "session": d.envelope.session, **d.event.model_dump()}
+            {"seq": d.seq, "session": d.envelope.session, **d.event.model_dump(exclude=_RECORDED)}
             for d in self._visible(self.lineage_state(session_id).ledgers)
         ]
+
+    def _count_quietly(self) -> None:
+        """`count_ledgers` for a read: a ledger that cannot be counted reads as recorded."""
+        try:
+            self.count_ledgers()
+        except Exception:
+            log.warning("could not count the ledgers of the passes", exc_info=True)
 
     def _visible(self, ledgers: Sequence[Decoded[PassLedger]]) -> list[Decoded[PassLedger]]:
         """The ledgers as a reader may see them: one whose range holds a forgotten message no
@@ -1017,6 +1144,9 @@ class Compaction:
         return self.plan_for(
             facts, policy=policy, current_tokens=None, reserve=0, force=True
         ).changed
+
+
+_RECORDED = {"of", "folded", "sections", "own"}  # what a ledger records to be counted
 
 
 class _Raced(Exception):

@@ -65,8 +65,13 @@ class ContextCompacted(DomainEvent, frozen=True):  # type: ignore[misc]  # pydan
 
 
 class PassLedger(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic frozen model
-    """What one pass folded, and what its prose kept and left out (see `ledger.py`); recorded
-    right after the pass's `ContextCompacted`, in the same transaction."""
+    """What one pass folded, and what its prose kept and left out (see `ledger.py`).
+
+    The pass records one right after its `ContextCompacted`, in the same transaction, with
+    `counted` False: the folded seqs (`folded`), the sections whose prose counts (`sections`)
+    and the text of each folded message the log does not hold as the pass did (`own`); its
+    entity and message counts are 0 until counted. Counting appends a second one, `counted`,
+    whose `of` is the first's seq (ledgers recorded before the split are counted, `of` 0)."""
 
     chronicle: str
     from_seq: int = 0  # the messages this pass folded (0, 0: none)
@@ -81,6 +86,11 @@ class PassLedger(DomainEvent, frozen=True):  # type: ignore[misc]  # pydantic fr
     left_out: list[str] = []
     messages_kept: int = 0  # folded messages the prose names or quotes
     messages_left_out: list[list[int]] = []  # [from_seq, to_seq] runs of the others
+    counted: bool = True  # False: the pass's own record, to be counted (`Compaction.count_ledgers`)
+    of: int = 0  # a count: the seq of the pass's record it counts
+    folded: list[list[int]] = []  # [from_seq, to_seq] runs of the folded messages' seqs
+    sections: list[str] = []  # level-1 section ids whose prose counts, in order
+    own: list[tuple[int, str]] = []  # (seq, JSON of `ledger.scanned`'s text) the log lacks
 
 
 def register_context_events(types: EventTypeRegistry) -> None:

@@ -11,8 +11,9 @@ leaves the words out the way every derived table does:
   that handoff's text (the sections it cited were redrawn without the message; expanding them
   gives what remains); a shortened copy it records of a forgotten message, or a context edit's
   replacement of one, keeps only its role and ids;
-- a pass's ledger (the context engine's `PassLedger`, which lists words of the range it folded)
-  whose range holds a forgotten message keeps its counts, not its lists of words.
+- a pass's ledger (the context engine's `PassLedger`, which lists words of the range it folded,
+  and as the pass records it the text of folded messages the log holds otherwise) whose range
+  holds a forgotten message keeps its counts, not its lists of words.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .events import NAMESPACE as TREE_NAMESPACE
 # The context engine's pass ledger, named here by its stored namespace and type (the engine sits
 # above the session tree): the fields that hold words of the range it folded.
 _LEDGER = ("chronicle.context", "PassLedger")
-_LEDGER_WORDS = ("in_handoff", "in_sections", "left_out")
+_LEDGER_WORDS = ("in_handoff", "in_sections", "left_out", "own")
 
 __all__ = ["FORGOTTEN", "Forgotten", "redact", "redacted"]
 

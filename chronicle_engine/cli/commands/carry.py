@@ -126,6 +126,8 @@ def export(s: Session) -> Outcome:
         data = {"kind": "session", "session": session, "written": lines, "out": a.out or "-"}
     else:
         namespaces = [CHAT] if a.messages_only else None
+        if not a.messages_only:  # the passes' ledgers leave counted (`Compaction.count_ledgers`)
+            core.compaction.count_ledgers()
         total = core.store.count()
         with _open_out(a.out) as fh, _progress(stderr, not s.json and not to_stdout) as bar:
             task = bar.add_task("exporting events", total=total)
