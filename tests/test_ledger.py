@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_compaction_engine import Host, core, small_policy, turn  # noqa: F401 - fixture
 
@@ -184,14 +184,15 @@ def test_a_ledger_counted_from_the_log_is_the_one_the_pass_held(tmp_path: Path) 
             if host.due():
                 host.compress()
         compaction = core.compaction
-        compaction._refresh_events()
-        pending = sorted(compaction._uncounted.values(), key=lambda d: d.seq)
-        assert len(pending) >= 2 and all(d.seq in compaction._ledger_inputs for d in pending)
+        compaction.lineage_state(host.session)  # (reads the log: the book sees the records)
+        book = compaction.ledgers_book
+        pending = book.pending()
+        assert len(pending) >= 2 and all(book.inputs(d.seq) is not None for d in pending)
         own = {seq for d in pending for seq, _ in d.event.own}
         assert len(own) == 3  # the surrogate, the float, the edited copy, and nothing else
-        held = {d.seq: compaction._ledger_inputs[d.seq] for d in pending}
+        held = {d.seq: book.inputs(d.seq) for d in pending}
         for d in pending:
-            assert compaction._logged_inputs(d) == held[d.seq]
+            assert book.logged(d) == held[d.seq]
         # Another process counts them from the log, and records the counts.
         other = ChronicleCore(path)
         try:
@@ -201,6 +202,7 @@ def test_a_ledger_counted_from_the_log_is_the_one_the_pass_held(tmp_path: Path) 
         assert [c["seq"] for c in counted] == [d.seq for d in pending]
         for c, d in zip(counted, pending, strict=True):
             i = held[d.seq]
+            assert i is not None
             want = ledger_of(d.event.chronicle, i.folded, handoff=i.handoff, prose=i.prose)
             recorded = ("of", "own", "folded", "sections")  # (not shown to a reader)
             assert c == {
@@ -218,14 +220,15 @@ def test_a_ledger_counted_from_the_log_is_the_one_the_pass_held(tmp_path: Path) 
 
 def test_a_forget_counts_the_ledgers_before_it_redraws_their_prose(core: ChronicleCore) -> None:  # noqa: F811
     host = _run(core, turns=60)
-    core.compaction._refresh_events()
-    pending = dict(core.compaction._uncounted)
+    core.compaction.lineage_state(host.session)
+    book = core.compaction.ledgers_book
+    pending = book.pending()
     assert pending
-    first = min(pending)
-    target = pending[first].event.from_seq + 4
+    first = pending[0].seq
+    target = pending[0].event.from_seq + 4
     core.recall.forget(f"m{target}", include_source=True, session_id=host.session)
     # counted before the redraw purged the prose it read: the inputs the pass held were used
-    assert not core.compaction._uncounted and first not in core.compaction._ledger_inputs
+    assert not book.pending() and book.inputs(first) is None
     ledger = core.compaction.ledgers(host.session)[0]
     assert ledger["seq"] == first and ledger["counted"] and ledger["entities"] > 0
 
@@ -248,6 +251,7 @@ _CONTENT = (
 )
 
 
+@settings(deadline=None)  # (a busy machine is not a failure)
 @given(
     st.lists(
         st.fixed_dictionaries(

@@ -22,7 +22,6 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -48,7 +47,6 @@ from ..messages import (
     is_own_handoff,
 )
 from ..sessions.capture import Capture
-from ..sessions.events import CompactionRecorded
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
 from ..storable import escape_text
 from .assemble import assemble
@@ -65,7 +63,8 @@ from .expand import Expanded, by_budget, by_page, chars_of
 from .facts import message_facts
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
-from .ledger import LEDGER_WORDS, folded_of, ledger_of, ledger_totals, runs, scanned
+from .ledger import LEDGER_WORDS, folded_of, ledger_totals, runs
+from .ledgers import LedgerBook, LedgerInputs
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
 from .policy import Policy, policy_from_config
@@ -102,19 +101,6 @@ class _Lineage:
     focus: str = ""
     passes: list[Decoded[ContextCompacted]] = field(default_factory=list)
     ledgers: list[Decoded[PassLedger]] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class _LedgerInputs:
-    """What a pass's ledger is counted from: each folded message's `scanned` text by seq, the
-    handoff's text and the prose of the pass's sections."""
-
-    folded: list[tuple[int, str]]
-    handoff: str
-    prose: str
-
-
-_HELD_LEDGERS = 64  # passes whose ledger inputs a process keeps until they are counted
 
 
 @dataclass(slots=True)
@@ -188,12 +174,8 @@ class Compaction:
         # check every message of it again for each page)
         self._expanded: Expanded | None = None
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
-        # Ledgers recorded and not yet counted (by the seq of the pass's `PassLedger`), the
-        # inputs of those this process's passes recorded, and counts it could not append.
-        self._uncounted: dict[int, Decoded[PassLedger]] = {}
-        self._ledger_inputs: dict[int, _LedgerInputs] = {}
-        self._counted_here: dict[int, PassLedger] = {}
-        self._count_lock = threading.Lock()
+        self.ledgers_book = LedgerBook(reader, self.chronicle)
+        """The passes' ledgers not counted yet, and counting them (`count_ledgers`)."""
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -229,12 +211,8 @@ class Compaction:
                 if reader.types.knows(env.namespace, env.type):  # decoded once, kept
                     decoded = Decoded(env, reader.decode(event))
                     self._events_by_session.setdefault(env.session or "", []).append(decoded)
-                    ledger = decoded.event
-                    if isinstance(ledger, PassLedger):
-                        if ledger.of:
-                            self._uncounted.pop(ledger.of, None)
-                        elif not ledger.counted:
-                            self._uncounted[event.seq] = Decoded(env, ledger)
+                    if isinstance(decoded.event, PassLedger):
+                        self.ledgers_book.seen(event.seq, Decoded(env, decoded.event))
 
     def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
         """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
@@ -262,10 +240,7 @@ class Compaction:
                 case PassLedger() as ledger:
                     state.ledgers.append(Decoded(event.envelope, ledger))
         if state.ledgers:
-            counts = {**self._counted_here, **counts}
-            state.ledgers = [
-                Decoded(d.envelope, counts[d.seq]) if d.seq in counts else d for d in state.ledgers
-            ]
+            state.ledgers = self.ledgers_book.merged(state.ledgers, counts)
         return state
 
     def _record(self, session_id: str, event: DomainEvent) -> StoredEvent:
@@ -751,10 +726,7 @@ class Compaction:
         record = self._pass_record(p, d, len(output), tokens_after, started)
         ledger, inputs = self._pass_ledger(p, d)
         at = self._write_pass(p, d, output, record, ledger)
-        with self._count_lock:  # counted on the first read (`count_ledgers`)
-            self._ledger_inputs[at] = inputs
-            while len(self._ledger_inputs) > _HELD_LEDGERS:
-                self._ledger_inputs.pop(next(iter(self._ledger_inputs)))
+        self.ledgers_book.hold(at, inputs)  # counted on the first read (`count_ledgers`)
         log.info(
             "chronicle compaction: session=%s messages %d->%d tokens ~%d->~%d sections +%s%s",
             session_id,
@@ -804,7 +776,7 @@ class Compaction:
             instructions_older=d.carried.as_record(),
         )
 
-    def _pass_ledger(self, p: _Pass, d: _Drawn) -> tuple[PassLedger, _LedgerInputs]:
+    def _pass_ledger(self, p: _Pass, d: _Drawn) -> tuple[PassLedger, LedgerInputs]:
         """The pass's ledger as it records it (`ledger.py`): cheap and exact, the counting left
         for later; and what counting it needs, while this process holds it."""
         folded, own = folded_of(p.messages, p.seqs, p.plan.fold)
@@ -821,7 +793,7 @@ class Compaction:
             own=own,
         )
         prose = "\n".join(v.section.prose for v in sections)
-        return record, _LedgerInputs(folded, d.text, prose)
+        return record, LedgerInputs(folded, d.text, prose)
 
     def _write_pass(
         self,
@@ -886,73 +858,14 @@ class Compaction:
     # -- the ledgers, counted ----------------------------------------------------------------
 
     def count_ledgers(self) -> int:
-        """Count every pass's ledger recorded and not counted yet (`ledger.py`), appending each
+        """Count every pass's ledger recorded and not counted yet (`ledgers.py`), appending each
         count to the log; returns how many were counted. Reading a ledger counts first, and so
-        does a forget before it redraws any prose. A count the store refuses to take is kept in
-        this process (and counted again by the next one)."""
+        does a forget before it redraws any prose."""
         self._refresh_events()
-        counted = 0
-        with self._count_lock:
-            with self._events_lock:
-                pending = list(self._uncounted.values())
-            for d in pending:
-                if d.seq in self._counted_here:
-                    continue
-                inputs = self._ledger_inputs.pop(d.seq, None) or self._logged_inputs(d)
-                if inputs is None:
-                    continue
-                found = ledger_of(
-                    d.event.chronicle, inputs.folded, handoff=inputs.handoff, prose=inputs.prose
-                )
-                count = found.model_copy(update={"of": d.seq})
-                try:
-                    self._store.append([self._types.pending(count, session=d.envelope.session)])
-                except Exception:  # read-only or busy: the count stays in this process
-                    log.warning("could not record the count of ledger %s", d.seq, exc_info=True)
-                    self._counted_here[d.seq] = count
-                counted += 1
+        counted = self.ledgers_book.count()
         if counted:
             self._refresh_events()
         return counted
-
-    def _logged_inputs(self, d: Decoded[PassLedger]) -> _LedgerInputs | None:
-        """A ledger's inputs as the store holds them, for a pass another process ran: each
-        folded message's logged content (or the text the pass recorded, `own`), the handoff of
-        the tree's compaction entry written right after the ledger in the pass's transaction,
-        and the prose of its sections. None when one of them cannot be read."""
-        ledger = d.event
-        own = {seq: str(json.loads(quoted)) for seq, quoted in ledger.own}
-        seqs = [s for lo, hi in ledger.folded for s in range(lo, hi + 1)]
-        logged = self._store.get_many([s for s in seqs if s not in own])
-        folded: list[tuple[int, str]] = []
-        for seq in seqs:
-            text = own.get(seq)
-            if text is None:
-                event = logged.get(seq)
-                message = event.payload.get("message") if event is not None else None
-                if not isinstance(message, dict):
-                    log.warning("ledger %s: message %s is not in the log", d.seq, seq)
-                    return None
-                text = scanned(message)
-            folded.append((seq, text))
-        entry = self._store.get(d.seq + 1)
-        recorded = self._reader.decode(entry) if entry is not None else None
-        if (
-            not isinstance(recorded, CompactionRecorded)
-            or entry is None
-            or (entry.envelope.session != d.envelope.session)
-        ):
-            log.warning("ledger %s: the pass's compaction entry is not where it was written", d.seq)
-            return None
-        chronicle = self.chronicle(ledger.chronicle)
-        prose: list[str] = []
-        for section_id in ledger.sections:
-            section = chronicle.get(section_id)
-            if section is None:
-                log.warning("ledger %s: section %s is not in the chronicle", d.seq, section_id)
-                return None
-            prose.append(section.prose)
-        return _LedgerInputs(folded, recorded.summary, "\n".join(prose))
 
     def forget_messages(self, seqs: Collection[int]) -> list[Rederived]:
         """Forgetting hid these message seqs: redraw every section holding one without them,
