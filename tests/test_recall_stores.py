@@ -158,6 +158,46 @@ def test_both_stores_rank_messages_alike(both: tuple[Recall, Recall]) -> None:
             assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9), query
 
 
+def test_both_stores_rank_alike_after_a_forget(both: tuple[Recall, Recall]) -> None:
+    """bm25 takes each word's document frequency as it is now: a search just before a forget
+    (which counts the words) does not leave the next one scoring with the old counts."""
+    lite, pg = both
+    query = "TAP flight TP1353 Lisbon"
+    assert [i for i, _ in lite.search(query, "ann")] == [i for i, _ in pg.search(query, "ann")]
+    for side in (lite, pg):
+        target = side.index.hits("TAP flight TP1353", user_id="ann", limit=1)[0].id
+        side.append(MemoryForgotten(target=target, user_id="ann", profile=None))
+    a, b = lite.search(query, "ann", scope="messages"), pg.search(query, "ann", scope="messages")
+    assert a and [i for i, _ in a] == [i for i, _ in b]
+    assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9)
+
+
+NOTES = [
+    ("ann", "Ann's passport expires in March 2027"),
+    ("ann", "Ann prefers the window seat on long flights"),
+    ("ann", "Ann's passport number ends in 4471 and the passport is blue"),
+    ("bob", "Bob's passport expires in June"),
+    ("ann", "The Lisbon guesthouse asked for the passport at check-in"),
+    ("bob", "Bob keeps the locker code in his passport wallet"),
+]
+
+
+def test_both_stores_rank_beliefs_alike(both: tuple[Recall, Recall]) -> None:
+    """The same beliefs in the same order, scored by bm25 over the whole belief index on both
+    (FTS5 keeps every scope's beliefs in one table; so does the tsvector index)."""
+    lite, pg = both
+    for side in (lite, pg):
+        for user, text in NOTES:
+            side.append(MemoryRemembered(text=text, user_id=user))
+    for user in ("ann", "bob"):
+        for query in ("passport expires", "passport", "window seat flights", "locker wallet"):
+            a = lite.index.hits(query, user_id=user, scope="beliefs", use_vectors=False)
+            b = pg.index.hits(query, user_id=user, scope="beliefs", use_vectors=False)
+            assert [h.raw for h in a] == [h.raw for h in b], (user, query)
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=1e-9), query
+    assert lite.index.hits("passport", user_id="ann", scope="beliefs", use_vectors=False)
+
+
 def test_terms_give_each_column_its_words_and_weight() -> None:
     literal, length = terms((("A", "Ann"), ("B", "Booked flights, flying"), ("C", "")))
     assert length == 4

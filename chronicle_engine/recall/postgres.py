@@ -24,8 +24,9 @@ What differs from SQLite, and only that, lives here:
   reads its position (as on SQLite), so a batch is folded once.
 
 PARTIAL (issue 17):
-- Beliefs are ranked by `ts_rank` (not bm25). Sections are ranked by bm25 as messages are, but
-  indexed at the next catch-up after they are written, not in the writer's transaction.
+- Sections are ranked by bm25 as messages are (and beliefs, over the whole belief index as FTS5's
+  one table), but indexed at the next catch-up after they are written, not in the writer's
+  transaction.
 - No vectors: `recall_vectors` exists (forgetting deletes from it) but nothing embeds on
   PostgreSQL, so search is full-text only.
 - `recall.Recall` (the memory tools, per-turn memory, answers) runs over this index when the
@@ -47,6 +48,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS
 from ..config import Config
@@ -282,10 +284,21 @@ def _m002_sections(conn: Connection) -> None:
         conn.execute(statement)
 
 
+def _m003_belief_lengths(conn: Connection) -> None:
+    """Each indexed belief's length in words, for bm25 (as `recall_message_terms.dl`): the
+    positions its tsvector holds (a belief repeats no word 256 times)."""
+    conn.execute("ALTER TABLE recall_belief_terms ADD COLUMN dl INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "UPDATE recall_belief_terms t SET dl = (SELECT count(*) FROM unnest(t.tsv) u,"
+        " unnest(u.positions) p)"
+    )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
     PostgresMigration("recall.m002_sections_index", _m002_sections),
+    PostgresMigration("recall.m003_belief_lengths", _m003_belief_lengths),
 )
 
 
@@ -384,11 +397,11 @@ class PostgresRecallFold(RecallFold):
             "SELECT rowid, text FROM recall_beliefs WHERE id = ?", (belief_id,)
         ).fetchone()
         if row is not None:
-            literal, _ = terms((("B", str(row[1])),))
+            literal, length = terms((("B", str(row[1])),))
             conn.execute(
-                "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (?, ?::tsvector)"
+                "INSERT INTO recall_belief_terms(rowid, tsv, dl) VALUES (?, ?::tsvector, ?)"
                 " ON CONFLICT DO NOTHING",
-                (int(row[0]), literal),
+                (int(row[0]), literal, length),
             )
 
     def reset(self, conn: Statements) -> None:
@@ -413,6 +426,7 @@ class PostgresRecallFold(RecallFold):
 # -- search -------------------------------------------------------------------------------------
 
 _TERMS = "recall_message_terms"
+_BELIEF_TERMS = "recall_belief_terms"
 _SECTION_TERMS = "recall_section_terms"
 
 
@@ -442,6 +456,24 @@ class PostgresMessageSearch(MessageSearch):
             ).fetchone()
         assert row is not None  # a count is always one row
         return int(row[0])
+
+    def _exact_counts(self, conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
+        """How many rows of `table` (`_count`'s names) hold each of `words`, in one statement."""
+        queries = {w: q for w in words if (q := tsquery_any([w]))}
+        if not queries:
+            return dict.fromkeys(words, 0)
+        if table in (_SECTION_TERMS, _BELIEF_TERMS):
+            one, scope = f"(SELECT count(*) FROM {table} t WHERE t.tsv @@ ?::tsquery)", []
+        else:
+            one = f"(SELECT count(*) FROM {_TERMS} t WHERE t.scope = ? AND t.tsv @@ ?::tsquery)"
+            scope = [int(table.rsplit(":", 1)[1])]
+        row = conn.execute(
+            "SELECT " + ", ".join([one] * len(queries)),
+            [p for q in queries.values() for p in (*scope, q)],
+        ).fetchone()
+        assert row is not None  # a select of counts is always one row
+        found = dict(zip(queries, (int(n) for n in row), strict=True))
+        return {w: found.get(w, 0) for w in words}
 
     def bm25(
         self,
@@ -533,11 +565,13 @@ class PostgresMessageSearch(MessageSearch):
             entry[1][str(lexeme)] = set(zip(positions or (), labels or (), strict=False))
         docs, words = stats
         average = (words / docs if docs else 0.0) or 1.0
-        budget = max(self.tuning.match_budget, 1)
+        # FTS5 scores with each word's exact document frequency, never a cached one (a cached
+        # count can be stale after a forget, and larger than the rows there are now).
+        hits = self._exact_counts(conn, key, rare)
         idf: dict[str, float] = {}
         for word in rare:
-            hits = self._frequency(conn, key, word, budget + 1)
-            value = math.log((docs - hits + 0.5) / (hits + 0.5))
+            ratio = (docs - hits[word] + 0.5) / (hits[word] + 0.5)
+            value = math.log(ratio) if ratio > 0.0 else 0.0  # (another host's fold in between)
             idf[word] = value if value > 0.0 else 1e-6  # as FTS5's bm25 clamps it
         scores: dict[int, float] = {}
         for row_id, (length, found) in held.items():
@@ -549,6 +583,30 @@ class PostgresMessageSearch(MessageSearch):
                     total += idf[word] * frequency * (_K1 + 1.0) / (frequency + norm)
             scores[row_id] = total
         return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+    # -- beliefs --------------------------------------------------------------------------------
+
+    def belief_scores(
+        self, conn: Statements, words: Sequence[str], where: str, params: Sequence[object]
+    ) -> dict[int, float]:
+        """`search.BeliefScores`: FTS5's bm25 of every belief that matches any of `words` and
+        `where` (over `recall_beliefs b`), from the whole index's counts as FTS5 takes them
+        (every scope's beliefs: SQLite keeps them in one table too)."""
+        stats = conn.execute(
+            f"SELECT count(*), coalesce(sum(dl), 0) FROM {_BELIEF_TERMS}"
+        ).fetchone()
+        best = self._bm25(
+            conn,
+            _BELIEF_TERMS,
+            list(dict.fromkeys(words)),
+            f"SELECT b.rowid, t.dl, u.lexeme, u.positions, u.weights FROM {_BELIEF_TERMS} t"
+            " JOIN recall_beliefs b ON b.rowid = t.rowid, unnest(t.tsv) u"
+            f" WHERE t.tsv @@ ?::tsquery AND {where} AND u.lexeme = ANY(?)",
+            ([], params),
+            (int(stats[0]), int(stats[1])) if stats else (0, 0),
+            {"B": 1.0},
+        )
+        return dict(best)
 
     # -- sections -------------------------------------------------------------------------------
 
@@ -615,10 +673,11 @@ def _frequency_in(
 PG_BELIEFS = BeliefIndex(
     source="recall_belief_terms t JOIN recall_beliefs b ON b.rowid = t.rowid",
     match="t.tsv @@ ?::tsquery",
-    score="ts_rank(t.tsv, ?::tsquery)",  # PARTIAL: not bm25 (beliefs are few and short)
+    score="ts_rank(t.tsv, ?::tsquery)",  # (an index's own `scores`, bm25, replaces it)
     query=tsquery_any,
 )
-"""Beliefs on the tsvector index, for `search.rank_beliefs`."""
+"""Beliefs on the tsvector index, for `search.rank_beliefs` (`PostgresRecallIndex` gives it
+its bm25 as `scores`)."""
 
 
 # -- the index ----------------------------------------------------------------------------------
@@ -660,6 +719,7 @@ class PostgresRecallIndex(RecallIndex):
         self.fold = PostgresRecallFold()
         self.projector = Projector(PostgresRecallTables(self.pg), reader, [self.fold])
         self._messages = PostgresMessageSearch(config.settings.recall)
+        self.belief_index = replace(PG_BELIEFS, scores=self._messages.belief_scores)
         self._keep(config, sessions, capture)
         # PARTIAL: no embeddings on PostgreSQL yet (nothing stores vectors there).
         self.embedder = None

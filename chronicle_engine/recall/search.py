@@ -33,6 +33,7 @@ from functools import lru_cache
 
 from ..capture.secrets import mask
 from ..config import RecallSettings
+from ..log.store import Row
 from ..log.tables import Statements
 from .reach import Reach
 from .schema import PERSON_TEXT, log_texts, message_index
@@ -585,16 +586,23 @@ def belief_hit(row: BeliefRow, score: float, sources: list[int]) -> Hit:
     )
 
 
+# A store's own bm25 of beliefs: (connection, the query's words, the conditions on
+# `recall_beliefs b` and their parameters) -> {belief rowid: score} for every match.
+BeliefScores = Callable[[Statements, Sequence[str], str, Sequence[object]], dict[int, float]]
+
+
 @dataclass(frozen=True)
 class BeliefIndex:
     """Where a store's full-text index of beliefs is and how it scores them: `source` joins it
     to `recall_beliefs b`, `match` (one `?`: `query(words)`) picks the rows, `score` (higher is
-    better; each `?` in it is `query(words)` too) ranks them."""
+    better; each `?` in it is `query(words)` too) ranks them. A store whose database cannot
+    score bm25 in SQL gives `scores` instead (then `score` is not used)."""
 
     source: str
     match: str
     score: str
     query: Callable[[Sequence[str]], str]
+    scores: BeliefScores | None = None
 
 
 FTS5_BELIEFS = BeliefIndex(
@@ -627,13 +635,41 @@ def rank_beliefs(
         condition, values = reach.beliefs("b")
         where.append(condition)
         params.extend(values)
-    rows = conn.execute(
-        f"SELECT {BELIEF_COLUMNS}, {index.score} AS s FROM {index.source}"
-        f" WHERE {' AND '.join(where)} ORDER BY s DESC LIMIT ?",
-        ([query] * index.score.count("?") + params + [limit]),
-    ).fetchall()
+    if index.scores is not None:
+        rows = _scored_beliefs(conn, index.scores, words, where[1:], params[1:], limit)
+    else:
+        rows = conn.execute(
+            f"SELECT {BELIEF_COLUMNS}, {index.score} AS s FROM {index.source}"
+            f" WHERE {' AND '.join(where)} ORDER BY s DESC LIMIT ?",
+            ([query] * index.score.count("?") + params + [limit]),
+        ).fetchall()
     sources = belief_sources(conn, [row[0] for row in rows])
     return [belief_hit(row[:-1], float(row[-1]), sources[row[0]]) for row in rows]
+
+
+def _scored_beliefs(
+    conn: Statements,
+    scores: BeliefScores,
+    words: Sequence[str],
+    where: Sequence[str],
+    params: Sequence[object],
+    limit: int,
+) -> list[Row]:
+    """The best `limit` beliefs by the store's own scores, as rows of BELIEF_COLUMNS and score
+    (ties in insertion order, as FTS5 returns them)."""
+    scored = scores(conn, words, " AND ".join(where), params)
+    best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    if not best:
+        return []
+    marks = ",".join("?" * len(best))
+    found = {
+        int(row[0]): row[1:]
+        for row in conn.execute(
+            f"SELECT b.rowid, {BELIEF_COLUMNS} FROM recall_beliefs b WHERE b.rowid IN ({marks})",
+            [rowid for rowid, _ in best],
+        )
+    }
+    return [(*found[rowid], score) for rowid, score in best if rowid in found]
 
 
 _SECTION_SPARE = 2
