@@ -334,7 +334,8 @@ def run(
         )
         with tree.tables.reading("counting the tree") as conn:
             row = conn.execute(
-                "SELECT COUNT(*) FROM session_entries WHERE kind = 'message' AND session LIKE 'h%'"
+                "SELECT COUNT(*) FROM session_entries WHERE kind = 'message' AND session LIKE ?",
+                ("h%",),  # the hosts' sessions (not the compactor's)
             ).fetchone()
         entries = int(row[0]) if row else 0
         consolidation = _consolidation(core)
