@@ -21,11 +21,15 @@ the store's share of consolidation, not a model's. Every host schedules every du
 queue must run each once.
 
 When the time is up the parent checks the log, the tree, the queue and the sections: messages
-lost or stored twice, exceptions raised into a host (each must be 0), every session's projection
-equal to what its thread sent, one consolidation run per due time across every host (runs the
-queue continued are counted apart), no job run twice or failed, no two current sections of one
-chronicle overlapping. Per store it prints turns/s, p50/p99 of `sync_turn` (and of its capture),
-searches/s and search p50/p95/p99, compressions and compress p50/p99, with the machine's load.
+lost or stored twice and exceptions (each must be 0; a capture refused with StoreBusy is counted
+apart: the provider's fence logs it, no exception reaches Hermes, and its messages wait in the
+spill or come again with the next turn's list), every session's projection equal to what its
+thread sent, each due time of the consolidation schedule fired by exactly one host (every host
+tries; the others find it handled), no consolidation job failed or run twice, no section
+superseded and no two current sections of one chronicle overlapping. Per store it prints
+turns/s, p50/p99 of `sync_turn` (and of its capture), searches/s and search p50/p95/p99 (the
+query; the searcher's folding of what the log gained, which chronicle_search does first, is
+timed apart), compressions and compress p50/p99, with the machine's load.
 `--pause-ms` makes each thread wait between its turns (a person reading and typing); at 0 every
 thread captures back to back, which measures the store saturated, not a turn's own latency.
 Without `--conninfo` the PostgreSQL side is a throwaway local server (tests/postgres_support.py:
@@ -103,8 +107,19 @@ def _host(
     the scheduler's tick). Returns JSON: what each session was sent, the latencies, the
     repeated turns that stored something, the exceptions."""
     with tempfile.TemporaryDirectory() as home:
+        from chronicle_engine.errors import StoreBusy
+
         core = _core(kind, where, home)
         sched = _scheduler(core, start_at, scale)
+        fires: list[tuple[str, float, bool]] = []  # (schedule, due time, whether this host fired)
+        fire = sched.queue.fire
+
+        def recorded(schedule: str, cron: str, due: float, spec: object) -> int | None:
+            job = fire(schedule, cron, due, spec)  # type: ignore[arg-type]
+            fires.append((schedule, due, job is not None))
+            return job
+
+        sched.queue.fire = recorded  # type: ignore[method-assign]
         capture = core.capture
         sent: dict[str, list[str]] = {}
         syncs: list[float] = []
@@ -112,6 +127,7 @@ def _host(
         jobs_run = 0
         repeats_stored = 0
         errors: list[str] = []
+        busy: list[str] = []
         lock = threading.Lock()
 
         def chat(t: int) -> None:
@@ -146,7 +162,14 @@ def _host(
                     stored = capture.capture_turn(session, live)
                     captured.append(time.perf_counter() - began)
                     ran += sched.tick("sync_turn")  # never raises (it backs off and logs)
-                except Exception as exc:  # an exception Hermes' loop would have seen
+                except (
+                    StoreBusy
+                ) as exc:  # the provider's fence logs it; the turn waits in the spill
+                    times.append(time.perf_counter() - began)
+                    with lock:
+                        busy.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                except Exception as exc:  # anything else: a fault, whoever would have caught it
                     times.append(time.perf_counter() - began)
                     with lock:
                         errors.append(f"{type(exc).__name__}: {exc}")
@@ -179,6 +202,8 @@ def _host(
             "jobs_run": jobs_run,
             "repeats_stored": repeats_stored,
             "errors": errors,
+            "busy": busy,
+            "fires": fires,
         }
     )
 
@@ -189,6 +214,8 @@ def _searcher(kind: str, where: str, seconds: float, start_at: float) -> str:
         core = _core(kind, where, home)
         recall = core.recall
         times: list[float] = []
+        folds: list[float] = []
+        folded = 0
         hits = 0
         errors: list[str] = []
         time.sleep(max(0.0, start_at - time.time()))
@@ -199,12 +226,20 @@ def _searcher(kind: str, where: str, seconds: float, start_at: float) -> str:
             query = f"invoice for order {(n * 7919) % 40 * 7 + 7}" if n % 2 else "day 17 invoice"
             began = time.perf_counter()
             try:
+                # chronicle_search folds what the log gained first; timed apart, so the
+                # query's own latency and the indexing the searcher does are both seen.
+                folded += recall.catch_up()
+                caught_up = time.perf_counter()
                 hits += len(recall.search(query, limit=10))
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-            times.append(time.perf_counter() - began)
+                caught_up = began
+            folds.append(caught_up - began)
+            times.append(time.perf_counter() - caught_up)
         core.shutdown()
-    return json.dumps({"search": times, "hits": hits, "errors": errors})
+    return json.dumps(
+        {"search": times, "fold": folds, "folded": folded, "hits": hits, "errors": errors}
+    )
 
 
 def _compactor(kind: str, where: str, seconds: float, start_at: float) -> str:
@@ -251,12 +286,18 @@ def _ms(values: list[float], q: float) -> float:
     return round(_percentile(values, q) * 1000, 2) if values else 0.0
 
 
-def _consolidation(core) -> dict[str, object]:
-    """One run per due time across every host: the queue's consolidation jobs, and the
-    chronicles' sections (none superseded or overlapping)."""
+def _consolidation(core, fires: list[list[object]]) -> dict[str, object]:
+    """One run per due time across every host: each due time of the consolidation schedule
+    fired by exactly one host (the others found it handled); the queue's consolidation jobs
+    each run once and none failed; the chronicles' sections none superseded or overlapping.
+    (A due time that comes while a consolidation is still running is handled by that live job:
+    the queue keeps one live job per key.)"""
     jobs = [j for j in core.scheduler.queue.jobs(limit=1_000_000) if j.kind == "consolidate"]
     fired = [j for j in jobs if "continues" not in j.payload]
-    dues = [j.payload.get("due") for j in fired]
+    by_due: dict[float, int] = {}
+    for schedule, due, won in fires:
+        if schedule == "consolidate":
+            by_due[float(due)] = by_due.get(float(due), 0) + int(bool(won))
     overlapping = superseded = sections = 0
     names = core.chronicle().chronicles()
     for name in names:
@@ -268,9 +309,13 @@ def _consolidation(core) -> dict[str, object]:
         )
         overlapping += sum(1 for a, b in zip(current, current[1:], strict=False) if b[0] <= a[1])
     return {
-        "consolidation_due_times": len(set(dues)),
-        "consolidation_runs": len(fired),
-        "consolidation_runs_per_due_max": max((dues.count(d) for d in set(dues)), default=0),
+        "consolidation_due_times": len(by_due),
+        "consolidation_fired_per_due_max": max(by_due.values(), default=0),
+        "consolidation_due_times_fired_by_none": sum(1 for n in by_due.values() if n == 0),
+        "consolidation_fires_found_handled": sum(
+            1 for schedule, _, won in fires if schedule == "consolidate" and not won
+        ),
+        "consolidation_jobs": len(fired),
         "consolidation_continuations": len(jobs) - len(fired),
         # A retried attempt wrote nothing (a refused fork rolls its batch back); failed for good
         # must be 0; a job still pending or running when the hosts stopped is not a second run.
@@ -319,6 +364,8 @@ def run(
     syncs = [x for out in outputs for x in out["sync"]]
     captures = [x for out in outputs for x in out["capture"]]
     errors = [e for out in outputs for e in out["errors"]]
+    busy = [e for out in outputs for e in out["busy"]]
+    fires = [f for out in outputs for f in out["fires"]]
     with tempfile.TemporaryDirectory() as home:
         core = _core(kind, where, home)
         tree = core.sessions
@@ -338,7 +385,7 @@ def run(
                 ("h%",),  # the hosts' sessions (not the compactor's)
             ).fetchone()
         entries = int(row[0]) if row else 0
-        consolidation = _consolidation(core)
+        consolidation = _consolidation(core, fires)
         core.shutdown()
     turns = len(syncs)
     searches = searched["search"]
@@ -365,12 +412,17 @@ def run(
         "search_p95_ms": _ms(searches, 0.95),
         "search_p99_ms": _ms(searches, 0.99),
         "search_hits": searched["hits"],
+        "searcher_fold_p50_ms": _ms(searched["fold"], 0.50),
+        "searcher_fold_p99_ms": _ms(searched["fold"], 0.99),
+        "searcher_folded_events": searched["folded"],
         "compressions": len(compressions),
         "compress_p50_ms": _ms(compressions, 0.50),
         "compress_p99_ms": _ms(compressions, 0.99),
         "compress_sections": compressed["sections"],
         "lost": len(expected - set(said)),
         "stored_twice": len(said) - len(set(said)) + sum(o["repeats_stored"] for o in outputs),
+        "capture_refused_busy": len(busy),  # StoreBusy: logged by the provider's fence, spilled
+        "first_busy": busy[0] if busy else None,
         "exceptions": len(errors) + len(searched["errors"]) + len(compressed["errors"]),
         "first_exception": (errors + searched["errors"] + compressed["errors"] or [None])[0],
         "tree_entries_off": entries - len(said),
