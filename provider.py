@@ -256,7 +256,7 @@ class ChronicleMemoryProvider(_ProviderBase):
         with self._lock:
             if self._core is None:
                 config = load_hermes_config(None)
-                opened = ChronicleCore.get(config.db_path(), config=config)
+                opened = ChronicleCore.get(config.location(), config=config)
                 _users.acquire(opened)
                 self._core = opened
             return self._core

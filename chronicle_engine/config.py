@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -50,6 +52,8 @@ __all__ = [
     "DEFAULT_ROLE_WEIGHTS",
     "load_hermes_config",
     "default_db_path",
+    "checked_store",
+    "is_postgres",
 ]
 
 log = logging.getLogger("chronicle_engine.config")
@@ -470,7 +474,21 @@ class ChronicleSettings(_Section):
     """Everything under `chronicle:`, typed. Built once per core from config.yaml."""
 
     db_path: str | None = Field(
-        None, description="SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db."
+        None,
+        description="SQLite database file. Default: $HERMES_HOME/chronicle/chronicle.db. With a "
+        "PostgreSQL store, this host's spill and waiting files are kept beside it.",
+    )
+    store: str = Field(
+        "",
+        description="Where the log lives. Empty: SQLite at db_path. A postgresql:// URI or a "
+        "libpq connection string (host=... dbname=...) selects PostgreSQL, shared by every host "
+        "that names it. Never a password here: it is refused (see store_password_env).",
+        json_schema_extra=_SECURITY,
+    )
+    store_password_env: str = Field(
+        "",
+        description="Name of the environment variable holding the PostgreSQL password (e.g. "
+        "CHRONICLE_PG_PASSWORD). Empty: libpq's own PGPASSWORD or ~/.pgpass.",
     )
     busy_timeout_ms: Count = Field(
         5000, description="How long a write waits for another process's lock before degrading."
@@ -614,6 +632,8 @@ class Config:
                     path,
                 )
                 continue
+            if path == "store":
+                value = checked_store(value)  # refused here: the value is never logged
             accepted[path] = value
         self.settings = _validate(accepted, declared)
 
@@ -621,11 +641,86 @@ class Config:
         """Every key's value in force, by dotted path (for reports, not for reading a setting)."""
         return _flatten(self.settings.model_dump(), {k.path for k in KEYS})
 
+    @property
+    def postgres(self) -> bool:
+        """Whether `chronicle.store` selects PostgreSQL."""
+        return bool(self.settings.store)
+
+    def location(self) -> str:
+        """What a core is opened by (`ChronicleCore.get`): the PostgreSQL connection string
+        `chronicle.store` names, else the SQLite file."""
+        return self.settings.store if self.postgres else str(self.db_path())
+
+    def store_password(self) -> str | None:
+        """The PostgreSQL password from the variable `store_password_env` names (None: libpq
+        finds its own, from PGPASSWORD or ~/.pgpass). A named variable that is not set is an
+        error: the operator said where the password is."""
+        name = self.settings.store_password_env.strip()
+        if not name:
+            return None
+        value = os.environ.get(name)
+        if value is None:
+            raise UsageError(
+                f"chronicle.store_password_env names {name}, which is not set in this "
+                "process's environment"
+            )
+        return value
+
     def db_path(self) -> Path:
         configured = self.settings.db_path
         if configured:
             return Path(os.path.expanduser(configured))
         return default_db_path(self.hermes_home)
+
+
+_URI_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(location: str) -> bool:
+    """Whether a core's location names PostgreSQL (a URI, or a libpq `key=value` string)
+    rather than a SQLite file."""
+    text = location.strip()
+    return text.startswith(_URI_SCHEMES) or ("=" in text and not text.startswith("file:"))
+
+
+def _holds_password(dsn: str) -> bool:
+    if dsn.startswith(_URI_SCHEMES):
+        parts = urlsplit(dsn)
+        try:
+            if parts.password is not None:
+                return True
+        except ValueError:
+            return True  # a netloc urlsplit cannot read: refuse rather than guess
+        return "password" in {k.strip().lower() for k in parse_qs(parts.query)}
+    return re.search(r"(?:^|\s)password\s*=", dsn, re.IGNORECASE) is not None
+
+
+def checked_store(value: object) -> str:
+    """`chronicle.store` as written, or UsageError. A password in it is refused (and the value
+    is never repeated in the error or the log); so is anything that names no store, since
+    falling back to SQLite would split one memory between two places."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UsageError(
+            f"chronicle.store must be a postgresql:// URI or a libpq connection string, not a "
+            f"{type(value).__name__}; leave it out for SQLite at chronicle.db_path"
+        )
+    text = value.strip()
+    if text in ("", "sqlite"):
+        return ""
+    if not is_postgres(text):
+        raise UsageError(
+            "chronicle.store must be a postgresql:// URI or a libpq connection string "
+            "(host=... dbname=...); leave it out for SQLite at chronicle.db_path"
+        )
+    if _holds_password(text):
+        raise UsageError(
+            "chronicle.store holds a password; config.yaml must not. Remove it and put the "
+            "password in PGPASSWORD, ~/.pgpass, or the environment variable named by "
+            "chronicle.store_password_env"
+        )
+    return text
 
 
 def default_db_path(hermes_home: str | os.PathLike[str] | None = None) -> Path:

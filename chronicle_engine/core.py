@@ -15,15 +15,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar, cast
 
 from .capture.events import register_capture_events
 from .capture.spill import Spill
 from .chronicle.store import SQLiteChronicleStore
+from .chronicle.stores import chronicle_of
 from .compaction.events import register_context_events
-from .config import Config, load_hermes_config
+from .config import Config, is_postgres, load_hermes_config
 from .errors import StoreError
 from .log.bookkeeping import register_builtin_events
 from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
@@ -68,10 +69,28 @@ class ChronicleCore:
     _registry: ClassVar[dict[str, ChronicleCore]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, db_path: str | os.PathLike[str], config: Config | None = None) -> None:
+    def __init__(self, location: str | os.PathLike[str], config: Config | None = None) -> None:
         self.config = config or Config()
-        self.db_path = str(db_path)
-        self.store = SQLiteEventStore(db_path, busy_timeout_ms=self.config.settings.busy_timeout_ms)
+        self.location = str(location)
+        """What this core was opened by: a SQLite file, or a PostgreSQL connection string."""
+        self.postgres = is_postgres(self.location)
+        busy_ms = self.config.settings.busy_timeout_ms
+        if self.postgres:
+            from .log.postgres import PostgresEventStore
+
+            # The store is typed as SQLite's for the rooms still typed so; the PostgreSQL
+            # store keeps the same port (log/port.py) and each room's twin is built below.
+            self.store = cast(
+                SQLiteEventStore,
+                PostgresEventStore(
+                    self.location, busy_timeout_ms=busy_ms, password=self.config.store_password()
+                ),
+            )
+            # This host's own files (the spill, the waiting turns) stay on its disk.
+            self.db_path = str(self.config.db_path().expanduser().resolve())
+        else:
+            self.store = SQLiteEventStore(location, busy_timeout_ms=busy_ms)
+            self.db_path = self.location
         # The whole vocabulary is known from the start, so any reader (the CLI, an export, a
         # rebuild) can decode every event before the subsystem that writes it is first used.
         self.types = vocabulary()
@@ -101,13 +120,16 @@ class ChronicleCore:
     @staticmethod
     def _key(db_path: str | os.PathLike[str]) -> str:
         text = str(db_path)
+        if is_postgres(text):
+            return text.strip()  # a connection string never holds the password (config.py)
         if text == ":memory:" or text.startswith("file:"):
             return text  # a URI (e.g. "file:/path/chronicle.db?mode=ro") goes to SQLite as written
         return str(Path(text).expanduser().resolve())
 
     @classmethod
     def get(cls, db_path: str | os.PathLike[str], *, config: Config | None = None) -> ChronicleCore:
-        """The process's core for `db_path`, opened on first use. `:memory:` is never shared."""
+        """The process's core for `db_path` (a SQLite file, or a PostgreSQL connection string:
+        `Config.location()`), opened on first use. `:memory:` is never shared."""
         if str(db_path) == ":memory:":
             return cls(db_path, config)
         key = cls._key(db_path)
@@ -121,7 +143,7 @@ class ChronicleCore:
     @classmethod
     def for_hermes_home(cls, hermes_home: str | os.PathLike[str] | None = None) -> ChronicleCore:
         config = load_hermes_config(hermes_home)
-        return cls.get(config.db_path(), config=config)
+        return cls.get(config.location(), config=config)
 
     @classmethod
     def open_cores(cls) -> list[ChronicleCore]:
@@ -144,12 +166,21 @@ class ChronicleCore:
 
     @property
     def sessions(self) -> SessionTree:
-        from .sessions.tables import SQLiteSessionTables
+        return self._subsystem("sessions", lambda core: core._new_sessions())
+
+    def _new_sessions(self) -> SessionTree:
         from .sessions.tree import SessionTree
 
-        return self._subsystem(
-            "sessions", lambda core: SessionTree(core.reader, SQLiteSessionTables(core.store))
-        )
+        if self.postgres:
+            from .log.postgres import PostgresEventStore
+            from .sessions.postgres import PostgresSessionTables
+
+            pg = cast(PostgresEventStore, self.store)
+            # a refused capture waits in this host's spill, beside its local db_path
+            return SessionTree(self.reader, PostgresSessionTables(pg, spill_path=self.db_path))
+        from .sessions.tables import SQLiteSessionTables
+
+        return SessionTree(self.reader, SQLiteSessionTables(self.store))
 
     @property
     def capture(self) -> Capture:
@@ -159,21 +190,23 @@ class ChronicleCore:
 
     @property
     def recall(self) -> Recall:
+        return self._subsystem("recall", lambda core: core._new_recall())
+
+    def _new_recall(self) -> Recall:
         from .recall.recall import Recall
 
-        return self._subsystem(
-            "recall",
-            lambda core: Recall(
-                core.reader,
-                core.config,
-                core.sessions,
-                core.capture,
-                # forgetting redraws the sections that held what it hid (compaction's writer)
-                redraw=lambda seqs: [
-                    f"{r.old} -> {r.new}" for r in core.compaction.forget_messages(seqs)
-                ],
-            ),
-        )
+        def redraw(seqs: Sequence[int]) -> list[str]:
+            # forgetting redraws the sections that held what it hid (compaction's writer)
+            return [f"{r.old} -> {r.new}" for r in self.compaction.forget_messages(seqs)]
+
+        if self.postgres:
+            from .log.postgres import PostgresEventStore
+            from .recall.postgres import PostgresRecallIndex
+
+            reader = cast("EventReader[PostgresEventStore]", self.reader)
+            index = PostgresRecallIndex(reader, self.config, self.sessions, self.capture)
+            return Recall.over(index, self.capture, redraw)
+        return Recall(self.reader, self.config, self.sessions, self.capture, redraw=redraw)
 
     @property
     def compaction(self) -> Compaction:
@@ -236,7 +269,7 @@ class ChronicleCore:
     # -- reading -------------------------------------------------------------------------
 
     def chronicle(self, name: str = "default") -> SQLiteChronicleStore:
-        return SQLiteChronicleStore(self.store, name)
+        return chronicle_of(self.store, name)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -246,9 +279,9 @@ class ChronicleCore:
             return
         self._closed = True
         with self._registry_lock:
-            if self._registry.get(self._key(self.db_path)) is self:
-                del self._registry[self._key(self.db_path)]
+            if self._registry.get(self._key(self.location)) is self:
+                del self._registry[self._key(self.location)]
         self.store.close()
 
     def __repr__(self) -> str:
-        return f"ChronicleCore({self.db_path!r})"
+        return f"ChronicleCore({self.location!r})"

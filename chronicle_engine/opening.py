@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from .capture.spill import database_file
 from .capture.waiting import WaitingTurns
-from .errors import StoreBusy, StoreCorrupt, StoreError
+from .errors import StoreBusy, StoreCorrupt, StoreError, UsageError
 
 if TYPE_CHECKING:
     from .config import Config
@@ -105,7 +105,7 @@ class Reopening:
     def open(self, *, patient: bool) -> ChronicleCore:
         """The core (`open_core`), or StoreError saying where turns wait meanwhile and when the
         next attempt is; before the backoff is over, StoreError without trying."""
-        db_path = self.config.db_path()
+        db_path = self.config.location()  # a SQLite file, or a PostgreSQL connection string
         if not self.due():
             raise StoreError(
                 f"the database {db_path} is not open yet (attempt {self.attempts + 1} in "
@@ -113,7 +113,9 @@ class Reopening:
             )
         try:
             return open_core(db_path, self.config, patient=patient)
-        except (StoreError, OSError) as exc:
+        except (StoreError, OSError, UsageError) as exc:
+            # (UsageError: e.g. the password variable chronicle.store_password_env names is not
+            # set; the turns wait all the same)
             delay = self._failed()
             where = self.waiting.places() if self.waiting else "nowhere"
             raise StoreError(

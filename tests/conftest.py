@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 
 import pytest
 from pydantic_ai import models
@@ -104,3 +105,17 @@ def target(request: pytest.FixtureRequest, tmp_path):
         return
     with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
         yield Target("postgres", conninfo)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_settings(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """What config.yaml's `chronicle:` says about the store, once per store: nothing (SQLite at
+    db_path), then `store:` naming a schema of its own on the session's PostgreSQL server. A
+    test's Hermes home merges it in; the cores the slots open follow it."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    from postgres_support import own_schema
+
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        yield {"store": conninfo}

@@ -1,4 +1,5 @@
-"""The context-engine slot as Hermes drives it: registration, deepcopy, policy, hooks, tools."""
+"""The context-engine slot as Hermes drives it: registration, deepcopy, policy, hooks, tools;
+the Hermes home's config.yaml selects each store in turn (`store_settings`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from chronicle_engine.messages import is_own_handoff
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_settings: dict[str, str]) -> Path:
     hermes_home = tmp_path / "hermes_home"
     hermes_home.mkdir()
     (hermes_home / "config.yaml").write_text(
@@ -30,7 +31,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                     "protect_first_n": 1,
                     "protect_last_n": 4,
                 },
-                "chronicle": {"context": {"low_watermark_percent": 0.2}},
+                "chronicle": {"context": {"low_watermark_percent": 0.2}, **store_settings},
             }
         )
     )
@@ -40,7 +41,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def core(home: Path) -> Any:
-    c = core_for(home / "chronicle" / "chronicle.db", load_hermes_config(home))
+    config = load_hermes_config(home)
+    c = core_for(config.location(), config)  # the SQLite file in home, or the PostgreSQL store
     yield c
     c.shutdown()
 
@@ -234,4 +236,4 @@ def test_a_lazy_engine_opens_the_core_of_hermes_home(home: Path) -> None:
     assert e.core.db_path == str((home / "chronicle" / "chronicle.db").resolve())
     assert clone.core is e.core  # one core per database, whichever copy opened it
     assert e.get_status()["engine"] == "chronicle"
-    ChronicleCore.get(e.core.db_path).shutdown()
+    ChronicleCore.get(e.core.location).shutdown()

@@ -23,15 +23,26 @@ from provider import ChronicleMemoryProvider
 
 
 @pytest.fixture
-def home(tmp_path) -> Path:
+def home(tmp_path, store_settings) -> Path:
+    """A Hermes home on each store in turn: SQLite in it, then PostgreSQL named by config.yaml."""
     path = tmp_path / "hermes_home"
     path.mkdir()
+    if store_settings:
+        (path / "config.yaml").write_text(yaml.safe_dump({"chronicle": store_settings}))
     return path
+
+
+def configure(home: Path, data: dict) -> None:
+    """Write config.yaml, keeping the store the home was made on."""
+    before = load_hermes_config(home)
+    store = {"store": before.settings.store} if before.postgres else {}
+    chronicle = {**data.get("chronicle", {}), **store}
+    (home / "config.yaml").write_text(yaml.safe_dump({**data, "chronicle": chronicle}))
 
 
 def core_of(home: Path) -> ChronicleCore:
     config = load_hermes_config(home)
-    return ChronicleCore.get(config.db_path(), config=config)
+    return ChronicleCore.get(config.location(), config=config)
 
 
 def captured(core: ChronicleCore, sessions: list[str] | None = None) -> list[tuple[str, str]]:
@@ -239,7 +250,7 @@ def test_pre_compress_captures_first_and_stays_quiet_when_chronicle_compacts_too
     assert "2 so far" in note
     assert len(captured(provider.core)) == 2
     provider.shutdown()
-    (home / "config.yaml").write_text(yaml.safe_dump({"context": {"engine": "chronicle"}}))
+    configure(home, {"context": {"engine": "chronicle"}})
     other = ChronicleMemoryProvider()
     other.initialize("s", hermes_home=str(home), platform="cli")
     assert other.on_pre_compress(live) == ""
@@ -247,9 +258,7 @@ def test_pre_compress_captures_first_and_stays_quiet_when_chronicle_compacts_too
 
 
 def test_capture_switches_honour_config(home):
-    (home / "config.yaml").write_text(
-        yaml.safe_dump({"chronicle": {"capture": {"skip_agent_contexts": ["flush"]}}})
-    )
+    configure(home, {"chronicle": {"capture": {"skip_agent_contexts": ["flush"]}}})
     flush = ChronicleMemoryProvider()
     flush.initialize("f", hermes_home=str(home), platform="cli", agent_context="flush")
     flush.sync_turn("x", "y", session_id="f", messages=[{"role": "user", "content": "x"}])
@@ -275,10 +284,13 @@ def test_the_last_provider_to_go_shuts_the_core(home):
     second.sync_turn("x", "y", session_id="b", messages=[{"role": "user", "content": "still here"}])
     second.shutdown()
     assert core._closed
-    assert ChronicleCore.get(core.db_path) is not core  # a fresh core reopens the file
+    assert ChronicleCore.get(core.location) is not core  # a fresh core reopens the store
 
 
-def test_setup_schema_save_config_and_backup_paths(home, tmp_path):
+def test_setup_schema_save_config_and_backup_paths(tmp_path):
+    # SQLite only: where its file lives, and the files `hermes backup` must copy.
+    home = tmp_path / "hermes_home"
+    home.mkdir()
     provider = ChronicleMemoryProvider()
     assert [f["key"] for f in provider.get_config_schema()] == ["db_path"]
     (home / "config.yaml").write_text(yaml.safe_dump({"memory": {"provider": "chronicle"}}))

@@ -24,10 +24,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from ..log.events import EventReader
-from ..log.store import SQLiteEventStore, StoredEvent, sqlite_errors
+from ..log.store import SQLiteEventStore, StoredEvent
 from .reconsolidate import announce, next_generation
 from .sections import Section, level_name, level_of
 from .store import SQLiteChronicleStore
+from .stores import chronicle_of
 from .write import WriterSummarizer, draw_condensed
 from .writers import SectionWriter
 
@@ -56,15 +57,10 @@ def covering(store: SQLiteEventStore, seqs: Collection[int]) -> list[tuple[str, 
     if not seqs:
         return []
     lo, hi = min(seqs), max(seqs)
-    with sqlite_errors("reading sections"), store.reading() as conn:
-        rows = conn.execute(
-            "SELECT DISTINCT s.chronicle FROM sections s WHERE s.from_seq <= ? AND s.to_seq >= ?",
-            (hi, lo),
-        ).fetchall()
     found: list[tuple[int, str, Section]] = []
     wanted = sorted(seqs)
-    for (name,) in rows:
-        chronicle = SQLiteChronicleStore(store, name)
+    for name in chronicle_of(store).chronicles_over(lo, hi):
+        chronicle = chronicle_of(store, name)
         for section in chronicle.current(from_seq=lo, to_seq=hi):
             a = section.anchor
             if any(a.from_seq <= s <= a.to_seq for s in wanted):
@@ -85,7 +81,7 @@ def _child(
     level_text, _, section_id = label.rpartition(":")
     level = int(level_text[1:]) if level_text.startswith("L") else 1
     name = level_name(base, level)
-    chronicle = SQLiteChronicleStore(store, name)
+    chronicle = chronicle_of(store, name)
     current = chronicle.current_of(section_id)
     found = redrawn.get((name, current)) or chronicle.get(current)
     return None if found is None else (_label(level, found.anchor.section_id), found)
@@ -128,7 +124,7 @@ def _redraw(
                 supersedes=old,
             )
             return section
-    chronicle = SQLiteChronicleStore(store, name)
+    chronicle = chronicle_of(store, name)
     kept = {e.seq for e in messages(base, a.from_seq, a.to_seq)} - set(forgotten)
     # The seed's re-consolidation, with the section writer: the range read again from the log,
     # only the conversation's remembered messages admitted.
@@ -168,7 +164,7 @@ def rederive(
         new.append((name, old, section))
     with store.atomic() as conn:
         for name, old, section in new:
-            chronicle = SQLiteChronicleStore(store, name)
+            chronicle = chronicle_of(store, name)
             chronicle.append_new(section, conn)
             _purge_range(chronicle, old, section, reason, conn)
     for _, _, section in new:

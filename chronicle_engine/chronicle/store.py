@@ -207,6 +207,17 @@ class ChronicleStoreBase(Tables[Store, Conn]):
             rows = c.execute("SELECT DISTINCT chronicle FROM sections").fetchall()
         return sorted(str(r[0]) for r in rows)
 
+    def chronicles_over(self, lo: int, hi: int) -> list[str]:
+        """The name of every chronicle with a section (of any generation) overlapping lo..hi."""
+        with self._errors("reading sections"), self._reading() as c:
+            rows = c.execute(
+                self._sql(
+                    "SELECT DISTINCT chronicle FROM sections WHERE from_seq <= ? AND to_seq >= ?"
+                ),
+                (hi, lo),
+            ).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
     def __len__(self) -> int:
         with self._errors("counting sections"), self._reading() as c:
             row = self._one(c, "SELECT COUNT(*) FROM sections WHERE chronicle = ?", (self.name,))

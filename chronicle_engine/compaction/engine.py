@@ -35,6 +35,7 @@ from ..capture.secrets import MASK_MARK, mask
 from ..chronicle.forget import Rederived, rederive
 from ..chronicle.sections import Section
 from ..chronicle.store import SQLiteChronicleStore
+from ..chronicle.stores import chronicle_of
 from ..chronicle.write import draw
 from ..chronicle.writers import SectionWriter, writer_from_config
 from ..config import Config
@@ -192,7 +193,7 @@ class Compaction:
     def chronicle(self, name: str) -> SQLiteChronicleStore:
         found = self._chronicles.get(name)
         if found is None:
-            found = SQLiteChronicleStore(self._store, name)
+            found = chronicle_of(self._store, name)
             self._chronicles[name] = found
         return found
 

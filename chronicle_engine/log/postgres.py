@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import TupleRow
 
 from ..errors import (
@@ -215,6 +216,7 @@ class _ThreadState(threading.local):
 
     conn: Connection | None = None
     depth: int = 0
+    budget_ms: int | None = None  # the lock wait `patience` allows, inside its block
 
 
 class PostgresEventStore:
@@ -228,8 +230,12 @@ class PostgresEventStore:
         busy_timeout_ms: int = 5000,
         connect_timeout_s: int = 10,
         migrations: Sequence[PostgresMigration] = (),
+        password: str | None = None,
     ) -> None:
         self.conninfo = conninfo
+        # Given apart from the conninfo (which is shown, and keys the core registry) and
+        # handed to libpq at each connect; None leaves it to PGPASSWORD or ~/.pgpass.
+        self._password = password
         self.busy_timeout_ms = busy_timeout_ms
         self.connect_timeout_s = connect_timeout_s
         self._local = _ThreadState()
@@ -244,8 +250,11 @@ class PostgresEventStore:
 
     def _open(self) -> Connection:
         with postgres_errors("connecting to PostgreSQL"):
+            conninfo = self.conninfo
+            if self._password is not None:  # libpq's own keyword, added at the connect only
+                conninfo = make_conninfo(conninfo, password=self._password)
             conn = psycopg.connect(
-                self.conninfo, autocommit=True, connect_timeout=self.connect_timeout_s
+                conninfo, autocommit=True, connect_timeout=self.connect_timeout_s
             )
             # Not the `options` keyword: it would replace options the conninfo sets.
             conn.execute(
@@ -281,6 +290,30 @@ class PostgresEventStore:
     def depth(self) -> int:
         """How deeply this thread is nested in `atomic()` (1: the outermost transaction)."""
         return self._local.depth
+
+    @contextlib.contextmanager
+    def patience(self, budget_ms: int) -> Iterator[None]:
+        """Within the block, this thread waits at most `budget_ms` for a lock (the server's
+        `lock_timeout`), then gets StoreBusy: as SQLite's `patience`, for calls on Hermes'
+        main thread, which must degrade quickly rather than hold the turn."""
+        previous = self._local.budget_ms
+        budget = int(budget_ms if previous is None else min(previous, budget_ms))
+        conn = self.connection
+        with postgres_errors("setting the lock timeout"):
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{budget}ms",))
+        self._local.budget_ms = budget
+        try:
+            yield
+        finally:
+            self._local.budget_ms = previous
+            restore = f"{previous if previous is not None else self.busy_timeout_ms}ms"
+            with contextlib.suppress(psycopg.Error):
+                if not conn.closed and not conn.broken:
+                    conn.execute("SELECT set_config('lock_timeout', %s, false)", (restore,))
+
+    def checkpoint(self) -> None:
+        """Nothing to do: the server writes its own WAL back (SQLite's store folds its WAL
+        here, and the slots call this on either)."""
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:

@@ -1,0 +1,299 @@
+"""`chronicle.store` selects PostgreSQL: the setting, the core's wiring of every twin, and a chat
+driven through both slots (provider.py, context.py) on a PostgreSQL store named by config.yaml.
+
+The server is the session's throwaway cluster (tests/postgres_support.py); each test has a
+schema of its own, named in the connection string's `options`, as a host would name a database.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+from postgres_support import own_schema
+from test_compaction_engine import turn
+from test_compaction_support import load_plugin
+
+from chronicle_engine.config import Config, load_hermes_config
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.errors import UsageError
+from chronicle_engine.log.postgres import PostgresEventStore
+from chronicle_engine.messages import is_own_handoff
+from provider import ChronicleMemoryProvider
+
+SECRET = "s3cr3t-never-logged"
+
+
+# -- the setting ---------------------------------------------------------------------------
+
+
+def test_the_default_store_is_sqlite_at_db_path(tmp_path: Path) -> None:
+    config = Config({}, hermes_home=tmp_path)
+    assert not config.postgres
+    assert config.location() == str(tmp_path / "chronicle" / "chronicle.db")
+    assert Config({"store": "sqlite"}, hermes_home=tmp_path).location() == config.location()
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        "postgresql://chronicle@db.internal:5432/chronicle",
+        "postgres://db.internal/chronicle?sslmode=require",
+        "host=db.internal port=5432 dbname=chronicle user=chronicle",
+    ],
+)
+def test_a_connection_string_selects_postgresql(tmp_path: Path, store: str) -> None:
+    config = Config({"store": store}, hermes_home=tmp_path)
+    assert config.postgres and config.location() == store
+    # this host's own files stay beside db_path
+    assert config.db_path() == tmp_path / "chronicle" / "chronicle.db"
+
+
+@pytest.mark.parametrize(
+    "store",
+    [
+        f"postgresql://chronicle:{SECRET}@db.internal/chronicle",
+        f"postgresql://db.internal/chronicle?password={SECRET}",
+        f"host=db.internal dbname=chronicle password={SECRET}",
+        f"host=db.internal dbname=chronicle PASSWORD = '{SECRET}'",
+    ],
+)
+def test_a_password_in_config_is_refused_and_never_logged(
+    tmp_path: Path, store: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"store": store}}))
+    with caplog.at_level(logging.DEBUG), pytest.raises(UsageError) as refused:
+        load_hermes_config(tmp_path)
+    assert "holds a password" in str(refused.value) and "store_password_env" in str(refused.value)
+    assert SECRET not in str(refused.value)
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("store", ["mysql://db/chronicle", "/var/lib/chronicle.db", 5432])
+def test_a_store_that_names_nothing_usable_is_refused(tmp_path: Path, store: object) -> None:
+    # Falling back to SQLite would split one memory between two places.
+    with pytest.raises(UsageError, match="postgresql:// URI or a libpq connection string"):
+        Config({"store": store}, hermes_home=tmp_path)
+
+
+def test_the_password_comes_from_the_variable_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = Config(
+        {"store": "host=h dbname=d", "store_password_env": "CHRONICLE_PG_PASSWORD"},
+        hermes_home=tmp_path,
+    )
+    monkeypatch.delenv("CHRONICLE_PG_PASSWORD", raising=False)
+    with pytest.raises(UsageError, match="CHRONICLE_PG_PASSWORD, which is not set"):
+        config.store_password()
+    monkeypatch.setenv("CHRONICLE_PG_PASSWORD", SECRET)
+    assert config.store_password() == SECRET
+    assert Config({"store": "host=h dbname=d"}, hermes_home=tmp_path).store_password() is None
+
+
+# -- a PostgreSQL server with a password ------------------------------------------------------
+
+
+def test_the_password_reaches_the_server_and_nothing_shows_it(
+    postgres_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role that must give its password (scram, over TCP): the store connects with the one
+    the environment holds, and neither the store, the core nor the registry key shows it."""
+    role = "chronicle_pw"
+    with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{SECRET}'")
+        conn.execute(f"GRANT ALL ON DATABASE chronicle_test TO {role}")
+    try:
+        hba = postgres_cluster.data / "pg_hba.conf"
+        original = hba.read_text()
+        hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + original)
+        with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+        with own_schema(postgres_cluster) as conninfo:
+            with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
+                schema = conninfo.split("search_path=")[1].rstrip("'")
+                conn.execute(f"GRANT ALL ON SCHEMA {schema} TO {role}")
+            dsn = conninfo.replace("user=chronicle", f"user={role}")
+            settings = {"store": dsn, "store_password_env": "CHRONICLE_PG_PASSWORD"}
+            monkeypatch.setenv("CHRONICLE_PG_PASSWORD", "wrong")
+            with pytest.raises(Exception, match="password authentication failed"):
+                ChronicleCore(dsn, Config(settings, hermes_home=tmp_path))
+            monkeypatch.setenv("CHRONICLE_PG_PASSWORD", SECRET)
+            core = ChronicleCore.get(dsn, config=Config(settings, hermes_home=tmp_path))
+            try:
+                assert core.postgres and core.store.count() == 0
+                shown = " ".join(
+                    [repr(core), repr(core.store), core.location, *ChronicleCore._registry]
+                )
+                assert SECRET not in shown
+            finally:
+                core.shutdown()
+    finally:
+        hba.write_text(original)
+        with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+# -- the core on PostgreSQL ----------------------------------------------------------------
+
+
+@pytest.fixture
+def dsn(postgres_cluster: Any) -> Iterator[str]:
+    with own_schema(postgres_cluster) as conninfo:
+        yield conninfo
+
+
+@pytest.fixture
+def home(tmp_path: Path, dsn: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Hermes home whose config.yaml selects the PostgreSQL store."""
+    hermes_home = tmp_path / "hermes_home"
+    hermes_home.mkdir()
+    compression = {"threshold": 0.6, "target_ratio": 0.25, "protect_first_n": 1}
+    chronicle = {"store": dsn, "context": {"low_watermark_percent": 0.2}}
+    config = {"compression": {**compression, "protect_last_n": 4}, "chronicle": chronicle}
+    (hermes_home / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("HERMES_HOME", str(hermes_home))
+    return hermes_home
+
+
+def test_the_core_builds_every_twin_over_the_store(home: Path, dsn: str) -> None:
+    from chronicle_engine.chronicle.postgres import PostgresChronicleStore
+    from chronicle_engine.recall.postgres import PostgresRecallIndex
+    from chronicle_engine.sessions.postgres import PostgresSessionTables
+
+    core = ChronicleCore.for_hermes_home(home)
+    try:
+        assert core.postgres and isinstance(core.store, PostgresEventStore)
+        assert ChronicleCore.get(dsn) is core  # one core per database, keyed by its DSN
+        assert ChronicleCore._key(dsn) == dsn.strip()
+        assert core.db_path == str((home / "chronicle" / "chronicle.db").resolve())
+        assert isinstance(core.sessions.tables, PostgresSessionTables)
+        assert core.sessions.tables.spill_path == core.db_path
+        assert isinstance(core.chronicle("default"), PostgresChronicleStore)
+        assert isinstance(core.compaction.chronicle("c"), PostgresChronicleStore)
+        assert isinstance(core.recall.index, PostgresRecallIndex)
+        # nothing was written on this host's disk: the log is on the server
+        assert not (home / "chronicle" / "chronicle.db").exists()
+    finally:
+        core.shutdown()
+    assert ChronicleCore._registry.get(dsn) is None
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    return [m for n in range(turns) for m in turn(n)]
+
+
+def engine_for(home: Path) -> Any:
+    module = import_module(load_plugin().__name__ + ".context")
+    engine = module.ChronicleContextEngine()
+    engine.update_model(model="m", context_length=64_000)
+    engine.on_session_start("a1", hermes_home=str(home), platform="cli")
+    return engine
+
+
+def test_a_chat_end_to_end_on_postgresql(home: Path, dsn: str) -> None:
+    """Both slots as Hermes drives them, on the store config.yaml names: capture through
+    sync_turn, a compaction into sections and a tail, expand byte for byte, search, and all
+    of it again from a fresh process's cores (a restart)."""
+    provider = ChronicleMemoryProvider()
+    provider.initialize("a1", hermes_home=str(home), platform="cli", user_id="u1")
+    engine = engine_for(home)
+    assert provider.core is engine.core and provider.core.postgres
+    messages = chat(40)
+    live: list[dict[str, Any]] = []
+    for n in range(40):
+        live.extend(turn(n))
+        provider.sync_turn("q", "a", session_id="a1", messages=live)
+    core = provider.core
+    captured = [
+        e.payload["message"]
+        for e in core.store.read(sessions=["a1"], namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ]
+    assert captured == messages  # each once, in order
+    out = engine.compress(messages, current_tokens=None, focus_topic=None, force=False)
+    assert engine.compression_count == 1
+    handoff = next(m for m in out if is_own_handoff(m))
+    assert out[-4:] == messages[-4:]  # the verbatim tail
+    status = json.loads(engine.handle_tool_call("chronicle_context_status", {}, messages=out))
+    labels = [s["section_id"] for s in status["handoff"]["sections"]]
+    assert labels and all(label in handoff["content"] for label in labels)
+    expanded: list[dict[str, Any]] = []
+    for label in labels:
+        page = json.loads(
+            engine.handle_tool_call(
+                "chronicle_expand", {"section_id": label, "page_size": 200}, messages=out
+            )
+        )
+        assert page["total"] == len(page["messages"]), page
+        expanded.extend(m["message"] for m in page["messages"])
+    # byte for byte: the sections hold the captured messages after the protected first one,
+    # in order, up to the kept ones
+    assert out[0] == messages[0]
+    assert json.dumps(expanded) == json.dumps(messages[1 : 1 + len(expanded)])
+    assert 1 + len(expanded) + len(out) - 2 >= len(messages)  # (out: head, handoff, kept)
+    found = json.loads(provider.handle_tool_call("chronicle_search", {"query": "value 7003"}))
+    assert "7003" in json.dumps(found)
+    sections = core.chronicle(core.sessions.chronicle_name("a1")).current()
+    engine.on_session_end("a1", messages)
+    provider.shutdown()
+    assert ChronicleCore._registry.get(dsn) is None  # the last user shut it
+
+    # A restart: new cores over the same server read everything back.
+    again = ChronicleMemoryProvider()
+    again.initialize("a2", hermes_home=str(home), platform="cli", user_id="u1")
+    reopened = again.core
+    assert reopened is not core and reopened.postgres
+    assert [
+        e.payload["message"]
+        for e in reopened.store.read(sessions=["a1"], namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ] == messages
+    assert reopened.chronicle(reopened.sessions.chronicle_name("a1")).current() == sections
+    assert "7003" in json.dumps(
+        json.loads(again.handle_tool_call("chronicle_search", {"query": "value 7003"}))
+    )
+    again.shutdown()
+
+
+def test_a_server_that_is_down_at_start_breaks_no_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nothing listens where config.yaml points: both slots' hooks return their neutral values,
+    the refusal is logged once, and the turns wait on this host's disk."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    home = tmp_path / "hermes_home"
+    home.mkdir()
+    dsn = f"host=127.0.0.1 port={port} user=chronicle dbname=chronicle connect_timeout=2"
+    (home / "config.yaml").write_text(
+        yaml.safe_dump({"chronicle": {"store": dsn, "busy_timeout_ms": 200}})
+    )
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    provider = ChronicleMemoryProvider()
+    engine = import_module(load_plugin().__name__ + ".context").ChronicleContextEngine()
+    live = chat(3)
+    with caplog.at_level(logging.WARNING):
+        provider.initialize("s1", hermes_home=str(home), platform="cli")
+        provider.sync_turn("q", "a", session_id="s1", messages=live)
+        assert provider.prefetch("value 7003") == ""
+        engine.update_model(model="m", context_length=64_000)
+        engine.on_session_start("s1", hermes_home=str(home), platform="cli")
+        assert engine.compress(live) is live
+    refusals = [r for r in caplog.records if "could not be opened" in r.getMessage()]
+    assert 1 <= len(refusals) <= 2  # once per slot at most
+    waiting = list((home / "chronicle").glob("*waiting*"))
+    assert waiting, "the turn waits on this host's disk"
+    provider.shutdown()
