@@ -207,6 +207,17 @@ class ChronicleStoreBase(Tables[Store, Conn]):
             rows = c.execute("SELECT DISTINCT chronicle FROM sections").fetchall()
         return sorted(str(r[0]) for r in rows)
 
+    def summary(self) -> list[tuple[str, int, int, int]]:
+        """(chronicle, sections, current sections, highest to_seq) for every chronicle, by name."""
+        with self._errors("listing chronicles"), self._reading() as c:
+            rows = c.execute(
+                "SELECT s.chronicle, COUNT(*),"
+                " SUM(CASE WHEN NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle ="
+                " s.chronicle AND nx.supersedes = s.section_id) THEN 1 ELSE 0 END),"
+                " MAX(s.to_seq) FROM sections s GROUP BY s.chronicle ORDER BY s.chronicle"
+            ).fetchall()
+        return [(str(name), int(n), int(cur), int(hi)) for name, n, cur, hi in rows]
+
     def chronicles_over(self, lo: int, hi: int) -> list[str]:
         """The name of every chronicle with a section (of any generation) overlapping lo..hi."""
         with self._errors("reading sections"), self._reading() as c:

@@ -76,12 +76,27 @@ class Session:
         given = getattr(self.args, "db", None)
         return Path(given).expanduser() if given else self.config.db_path()
 
+    @property
+    def postgres(self) -> bool:
+        """Whether the selected store is config.yaml's PostgreSQL one (`--db` names a file)."""
+        return getattr(self.args, "db", None) is None and self.config.postgres
+
+    @property
+    def location(self) -> str:
+        """The selected store as a core names it: the SQLite file, or the connection string."""
+        return self.config.location() if self.postgres else str(self.db_path)
+
     def core(self, *, create: bool = False) -> ChronicleCore:
         """The core for the selected database. Without `create`, a missing file is an error
         rather than a new empty database in the wrong place."""
         if self._core is None:
             from ..core import ChronicleCore
 
+            if self.postgres:  # config.yaml's chronicle.store: the server's database
+                already = {c.location for c in ChronicleCore.open_cores()}
+                self._core = ChronicleCore.get(self.config.location(), config=self.config)
+                self._owns_core = self._core.location not in already
+                return self._core
             path = self.db_path
             if not create and not path.exists():
                 raise CommandFailed(

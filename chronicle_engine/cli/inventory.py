@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import TypedDict
 
+from ..chronicle.store import SQLiteChronicleStore
+from ..chronicle.stores import chronicle_of
 from ..log.store import SQLiteEventStore, sqlite_errors
 from .exits import CommandFailed, Exit
 
@@ -116,15 +118,12 @@ def resolve_session(store: SQLiteEventStore, given: str) -> str:
 
 def chronicle_rows(store: SQLiteEventStore) -> list[ChronicleRow]:
     """Each chronicle in the database with its section counts and the seq it is folded through."""
-    if not has_table(store, "sections"):
-        return []
-    with sqlite_errors("listing chronicles"), store.reading() as conn:
-        rows = conn.execute(
-            "SELECT s.chronicle, COUNT(*),"
-            " SUM(CASE WHEN NOT EXISTS (SELECT 1 FROM sections nx WHERE nx.chronicle ="
-            " s.chronicle AND nx.supersedes = s.section_id) THEN 1 ELSE 0 END),"
-            " MAX(s.to_seq) FROM sections s GROUP BY s.chronicle ORDER BY s.chronicle"
-        ).fetchall()
+    if isinstance(store, SQLiteEventStore):
+        if not has_table(store, "sections"):
+            return []
+        rows = SQLiteChronicleStore(store, migrated=True).summary()  # (reads; migrates nothing)
+    else:  # PostgreSQL: its chronicle store migrates on open, as every host's core does
+        rows = chronicle_of(store).summary()
     return [
         ChronicleRow(chronicle=name, sections=n, current=cur, through_seq=hi)
         for name, n, cur, hi in rows

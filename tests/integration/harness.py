@@ -94,6 +94,11 @@ class HermesHome:
     def db_path(self) -> Path:
         return self.home / "chronicle" / "chronicle.db"
 
+    @property
+    def location(self) -> str:
+        """The store Hermes writes: config.yaml's `chronicle.store` (PostgreSQL), else the file."""
+        return str(self.chronicle.get("store") or self.db_path)
+
     def env(self) -> dict[str, str]:
         keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
         # pip's own settings (an index, a wheel cache) are the machine's, as for any user.

@@ -8,6 +8,7 @@ The assertions read what the stub model received, and Chronicle's database after
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -71,8 +72,16 @@ def last_user(request: dict[str, Any]) -> str:
     return next(text_of(m) for m in reversed(request["messages"]) if m["role"] == "user")
 
 
-def make_home(tmp_path: Path, stub: StubModel, source: Path, **compression: Any) -> HermesHome:
-    home = HermesHome(tmp_path / "h", stub, compression={**COMPRESSION, **compression})
+def make_home(
+    tmp_path: Path,
+    stub: StubModel,
+    source: Path,
+    chronicle: dict[str, Any] | None = None,
+    **compression: Any,
+) -> HermesHome:
+    home = HermesHome(
+        tmp_path / "h", stub, chronicle=chronicle or {}, compression={**COMPRESSION, **compression}
+    )
     home.write_config()
     home.install_plugin(source)
     return home
@@ -158,19 +167,35 @@ def _run_conversation(conv: Conversation) -> None:
 
 
 # Hermes 0.19.0 ships `compression.in_place: true` in its default config: a compaction keeps the
-# session id. With `in_place: false` it continues under a new id (a lineage). Both must work.
-@pytest.fixture(scope="module", params=[True, False], ids=["in-place", "rotating"])
+# session id. With `in_place: false` it continues under a new id (a lineage). Both must work,
+# and the default one again with config.yaml's `chronicle.store` naming PostgreSQL (a schema of
+# its own on the session's throwaway server, tests/postgres_support.py).
+@pytest.fixture(
+    scope="module",
+    params=[(True, "sqlite"), (False, "sqlite"), (True, "postgres")],
+    ids=["in-place", "rotating", "in-place-postgres"],
+)
 def conversation(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     plugin_source: Path,
 ) -> Iterator[Conversation]:
-    with StubModel() as stub:
+    in_place, store = request.param
+    with contextlib.ExitStack() as stack:
+        chronicle: dict[str, Any] = {}
+        if store == "postgres":
+            from postgres_support import own_schema
+
+            cluster = request.getfixturevalue("postgres_cluster")
+            chronicle["store"] = stack.enter_context(own_schema(cluster))
+        stub = stack.enter_context(StubModel())
         root = tmp_path_factory.mktemp("conversation")
-        home = make_home(root, stub, plugin_source, in_place=request.param)
-        conv = Conversation(in_place=request.param, home=home, stub=stub)
+        home = make_home(root, stub, plugin_source, chronicle, in_place=in_place)
+        conv = Conversation(in_place=in_place, home=home, stub=stub)
         _run_conversation(conv)
         yield conv
+        if store == "postgres":  # the store Hermes wrote was the server's: nothing on disk
+            assert not home.db_path.exists()
 
 
 def test_both_slots_are_chronicle(conversation: Conversation) -> None:
@@ -189,7 +214,7 @@ def test_chronicle_compacted_more_than_once_and_its_handoffs_reached_the_model(
     assert len(distinct) >= 2, (
         f"compaction fired {len(distinct)} times in {conversation.turns} turns"
     )
-    core = ChronicleCore.get(conversation.home.db_path)
+    core = ChronicleCore.get(conversation.home.location)
     try:
         name = core.sessions.chronicle_name(conversation.session)
         assert len(core.chronicle(name)) >= 1
@@ -243,7 +268,7 @@ def test_the_tail_stayed_verbatim(conversation: Conversation) -> None:
                 assert sent[int(found.group(1))] in text
     assert checked
     if cut:
-        core = ChronicleCore.get(conversation.home.db_path)
+        core = ChronicleCore.get(conversation.home.location)
         try:
             for start_text, seq in cut:
                 event = core.store.get(seq)
@@ -288,7 +313,7 @@ def test_memory_was_prefetched_into_a_later_turn(conversation: Conversation) -> 
 
 
 def test_the_session_tree_records_the_compactions(conversation: Conversation) -> None:
-    core = ChronicleCore.get(conversation.home.db_path)
+    core = ChronicleCore.get(conversation.home.location)
     try:
         kinds = [e.kind for e in core.sessions.path(conversation.session)]
     finally:

@@ -40,7 +40,7 @@ def run(s: Session) -> Outcome:
     chronicles = chronicle_rows(store)
     maintenance = core.scheduler.maintenance_status()
     data = {
-        "db_path": str(s.db_path),
+        "db_path": s.location,
         "files": files,
         "events": events,
         "last_seq": last_seq,
@@ -52,7 +52,7 @@ def run(s: Session) -> Outcome:
 
     def draw(console: Console) -> None:
         size = sum(files.values())
-        console.print(f"[bold]Chronicle[/] {s.db_path}  ({size / 1024:.0f} KiB on disk)")
+        console.print(f"[bold]Chronicle[/] {s.location}  ({size / 1024:.0f} KiB on disk)")
         console.print(
             f"{events} events through seq {last_seq}, "
             f"{len(sessions)} sessions, {len(chronicles)} chronicles"
