@@ -93,6 +93,28 @@ def chat_core(request: pytest.FixtureRequest, tmp_path):
     core.shutdown()
 
 
+@pytest.fixture(params=["memory", "file", "postgres"])
+def store_core(request: pytest.FixtureRequest, tmp_path):
+    """A whole ChronicleCore on each store: SQLite in memory and in a WAL file, then PostgreSQL
+    (a schema of its own on the session's server) selected as config.yaml's `chronicle.store`
+    selects it. Shut down at the end."""
+    from chronicle_engine.config import Config
+    from chronicle_engine.core import ChronicleCore
+
+    if request.param != "postgres":
+        core = ChronicleCore.get(":memory:" if request.param == "memory" else tmp_path / "c.db")
+        yield core
+        core.shutdown()
+        return
+    from postgres_support import own_schema
+
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        config = Config({"store": conninfo}, hermes_home=tmp_path / "hermes_home")
+        core = ChronicleCore.get(config.location(), config=config)
+        yield core
+        core.shutdown()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path):
     """A store's place on each backend in turn: a SQLite file, then a schema of its own on the

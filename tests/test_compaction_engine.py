@@ -12,7 +12,6 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,11 +30,9 @@ from chronicle_engine.log.bookkeeping import BOOKKEEPING_NAMESPACE
 from chronicle_engine.messages import content_text, estimate_list_tokens, is_own_handoff
 
 
-@pytest.fixture(params=["memory", "file"])
-def core(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ChronicleCore]:
-    c = core_for(":memory:" if request.param == "memory" else tmp_path / "chronicle.db")
-    yield c
-    c.shutdown()
+@pytest.fixture
+def core(store_core: ChronicleCore) -> ChronicleCore:
+    return store_core  # SQLite in memory, in a file, and PostgreSQL (conftest.py)
 
 
 def small_policy(**overrides: Any) -> Policy:

@@ -39,8 +39,8 @@ def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chronicle: dict[str, 
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return _home(tmp_path, monkeypatch, {})
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_settings: dict[str, str]) -> Path:
+    return _home(tmp_path, monkeypatch, dict(store_settings))  # SQLite, then PostgreSQL
 
 
 @pytest.fixture(autouse=True)

@@ -5,14 +5,13 @@ section, search results, prefetch or beliefs; `chronicle_expand` still returns i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_compaction_engine import Host, small_policy, turn
-from test_compaction_support import core_for, wire
+from test_compaction_support import wire
 from test_scheduler_support import FakeClock, open_core
 
 from chronicle_engine.capture.secrets import mask
@@ -83,11 +82,9 @@ def assert_no_secret(text: str, where: str) -> None:
         assert secret not in text, f"{secret!r} leaked into {where}"
 
 
-@pytest.fixture(params=["memory", "file"])
-def core(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ChronicleCore]:
-    c = core_for(":memory:" if request.param == "memory" else tmp_path / "chronicle.db")
-    yield c
-    c.shutdown()
+@pytest.fixture
+def core(store_core: ChronicleCore) -> ChronicleCore:
+    return store_core  # SQLite in memory, in a file, and PostgreSQL (conftest.py)
 
 
 def fold_a_leak(core: ChronicleCore) -> tuple[Host, list[dict[str, Any]], list[int | None]]:

@@ -297,3 +297,33 @@ def test_a_server_that_is_down_at_start_breaks_no_turn(
     waiting = list((home / "chronicle").glob("*waiting*"))
     assert waiting, "the turn waits on this host's disk"
     provider.shutdown()
+
+
+def test_the_cli_reads_the_postgresql_store_config_yaml_names(
+    home: Path, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chronicle_engine.cli import Exit, main
+
+    provider = ChronicleMemoryProvider()
+    provider.initialize("a1", hermes_home=str(home), platform="cli")
+    messages = chat(40)
+    provider.sync_turn("q", "a", session_id="a1", messages=messages)
+    engine = engine_for(home)
+    engine.compress(messages)
+    provider.shutdown()
+    engine.on_session_end("a1", [])
+
+    def run(*argv: str) -> Any:
+        code = main([*argv, "--hermes-home", str(home), "--json"])
+        out = capsys.readouterr().out
+        assert code == Exit.OK, out
+        return json.loads(out)
+
+    status = run("status")
+    assert status["db_path"] == dsn and status["events"] > len(messages)
+    assert status["sessions"] >= 1 and status["chronicles"][0]["current"] >= 1
+    (sections,) = run("sections", "--session", "a1").values()
+    assert sections and all(s["from_seq"] <= s["to_seq"] for s in sections)
+    (lineage,) = run("tree", "--session", "a1")["lineages"]
+    assert lineage["sessions"][-1]["session"] == "a1"
+    assert not (home / "chronicle" / "chronicle.db").exists()

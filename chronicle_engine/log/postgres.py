@@ -1,11 +1,10 @@
 """The event log on PostgreSQL (psycopg 3): the same port as the SQLite store, for a log shared
 by several hosts.
 
-PARTIAL: the log (events, fold positions, migrations) and the tables of the rooms that have a
-PostgreSQL twin (`PostgresTables`: the scheduler's queue and sweep cursors, chronicle sections,
-the session tree). Recall's full-text index and the consolidation units are still SQLite's, so
-no setting selects this store yet; the contract suites (tests/test_log_contract.py and the
-rooms' suites parametrised by `target`) run it beside the SQLite store.
+The log (events, fold positions, migrations); each room's twin keeps its own tables over
+`PostgresTables`. `chronicle.store` in config.yaml selects it (config.py), and the core builds
+every room's twin over it (core.py); the contract suites (tests/test_log_contract.py and the
+rooms' suites parametrised by `target` or `store_settings`) run it beside the SQLite store.
 
 Invariants:
 - Append-only in the database: triggers refuse UPDATE, DELETE and TRUNCATE of `events`.
@@ -221,7 +220,7 @@ class _ThreadState(threading.local):
 
 class PostgresEventStore:
     """The append-only log in one PostgreSQL database (`conninfo`: a libpq connection string or
-    URI; a password belongs in PGPASSWORD or a .pgpass file, not in it)."""
+    URI; a password belongs in PGPASSWORD, a .pgpass file or `password`, never in it)."""
 
     def __init__(
         self,
