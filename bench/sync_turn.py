@@ -1,6 +1,7 @@
 """sync_turn latency: a 10-message turn (one 4 KB tool result) into a store of 100k events.
 
     .venv/bin/python bench/sync_turn.py [--events 100000] [--turns 300] [--db PATH] [--no-prefetch]
+        [--postgres]
 
 Drives the memory provider exactly as Hermes' "mem-sync" worker does: `sync_turn(user, assistant,
 session_id=, messages=<the live list>)` after each turn, with the live list growing by ten
@@ -16,6 +17,7 @@ conversation (all of it in the window, never compacted here) grows by ten messag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -26,10 +28,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from chronicle_engine.capture.events import MessageCaptured, register_capture_events  # noqa: E402
+from chronicle_engine.config import load_hermes_config  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.log.store import PendingEvent  # noqa: E402
 from provider import ChronicleMemoryProvider  # noqa: E402
@@ -146,14 +151,35 @@ def main() -> None:
     parser.add_argument(
         "--no-prefetch", action="store_true", help="time sync_turn alone, without per-turn memory"
     )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the store on a throwaway PostgreSQL server on 127.0.0.1 (tests/postgres_support.py), "
+        "selected by config.yaml's chronicle.store as a host selects it",
+    )
     args = parser.parse_args()
-    rng = random.Random(7)
+    with contextlib.ExitStack() as stack:
+        store = ""
+        if args.postgres:
+            from pg_setup import cluster, own_schema
 
+            server = stack.enter_context(cluster(""))
+            assert server is not None
+            store = stack.enter_context(own_schema(server))
+        run(args, store)
+
+
+def run(args: argparse.Namespace, store: str) -> None:
+    rng = random.Random(7)
     home = Path(tempfile.mkdtemp(prefix="chronicle-bench-"))
     db = Path(args.db) if args.db else home / "chronicle" / "chronicle.db"
-    (home / "config.yaml").write_text(f"chronicle:\n  db_path: {db}\n", encoding="utf-8")
+    settings = {"db_path": str(db), **({"store": store} if store else {})}
+    (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": settings}), encoding="utf-8")
     started = time.perf_counter()
-    core = ChronicleCore.get(db)
+    config = load_hermes_config(home)
+    core = ChronicleCore.get(config.location(), config=config)
+    if store:
+        db = Path("PostgreSQL")  # (named so in the lines below)
     if core.store.count() < args.events:
         fill(core, args.events - core.store.count(), rng)
     print(
@@ -239,7 +265,7 @@ def main() -> None:
             f"prefetch p50 over turns 1-50: {statistics.median(wall[:50]):.2f} ms, over the last "
             f"50 turns: {statistics.median(wall[-50:]):.2f} ms"
         )
-    if not args.db:
+    if not args.db and not store:
         for suffix in ("", "-wal", "-shm"):
             path = Path(str(db) + suffix)
             if path.exists():
