@@ -327,3 +327,31 @@ def test_the_cli_reads_the_postgresql_store_config_yaml_names(
     (lineage,) = run("tree", "--session", "a1")["lineages"]
     assert lineage["sessions"][-1]["session"] == "a1"
     assert not (home / "chronicle" / "chronicle.db").exists()
+
+
+def test_one_users_memory_never_reaches_another_host_of_the_fleet(home: Path) -> None:
+    """Two hosts on one PostgreSQL store, serving two people: what one said is searched and
+    prefetched for them, never for the other (recall's scoping is a key in every query)."""
+    ann, bob = ChronicleMemoryProvider(), ChronicleMemoryProvider()
+    ann.initialize("ann-1", hermes_home=str(home), platform="telegram", user_id="ann")
+    bob.initialize("bob-1", hermes_home=str(home), platform="telegram", user_id="bob")
+    said = [
+        {"role": "user", "content": "My locker code at the gym is 4471."},
+        {"role": "assistant", "content": "Noted: locker code 4471."},
+    ]
+    ann.sync_turn("x", "y", session_id="ann-1", messages=said)
+    bob.sync_turn("x", "y", session_id="bob-1", messages=[{"role": "user", "content": "hi"}])
+    for provider, name in ((ann, "ann"), (bob, "bob")):  # a later session: memory, not context
+        provider.on_session_switch(
+            f"{name}-2", parent_session_id=f"{name}-1", reset=True, reason="new_session"
+        )
+    assert "4471" in ann.prefetch("What is my gym locker code?", session_id="")
+    assert "4471" in json.dumps(
+        json.loads(ann.handle_tool_call("chronicle_search", {"query": "locker code"}))
+    )
+    assert "4471" not in bob.prefetch("What is my gym locker code?", session_id="")
+    assert "4471" not in json.dumps(
+        json.loads(bob.handle_tool_call("chronicle_search", {"query": "locker code"}))
+    )
+    ann.shutdown()
+    bob.shutdown()
