@@ -326,6 +326,9 @@ def test_the_cli_reads_the_postgresql_store_config_yaml_names(
     assert sections and all(s["from_seq"] <= s["to_seq"] for s in sections)
     (lineage,) = run("tree", "--session", "a1")["lineages"]
     assert lineage["sessions"][-1]["session"] == "a1"
+    doctor = {(c["area"], c["name"]): c["status"] for c in run("doctor")["checks"]}
+    assert doctor[("database", "reachable")] == "ok"
+    assert doctor[("database", "append-only guards")] == "ok"
     assert not (home / "chronicle" / "chronicle.db").exists()
 
 

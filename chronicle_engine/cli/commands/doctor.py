@@ -55,7 +55,9 @@ def run(s: Session) -> Outcome:
     checks += _dependency_checks(s)
     checks += _hermes_checks(s)
     checks += _config_checks(s)
-    if s.db_path.exists():
+    if s.postgres:
+        checks += _postgres_checks(s)
+    elif s.db_path.exists():
         checks += _database_checks(s)
     else:
         checks.append(
@@ -72,10 +74,10 @@ def run(s: Session) -> Outcome:
         if any(c.status == "fail" for c in checks)
         else ("warn" if any(c.status == "warn" for c in checks) else "ok")
     )
-    data = {"db_path": str(s.db_path), "verdict": worst, "checks": [asdict(c) for c in checks]}
+    data = {"db_path": s.location, "verdict": worst, "checks": [asdict(c) for c in checks]}
 
     def draw(console: Console) -> None:
-        console.print(f"[bold]chronicle doctor[/]: {worst}  ({s.db_path})")
+        console.print(f"[bold]chronicle doctor[/]: {worst}  ({s.location})")
         mark = {"ok": "[green]  ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]"}
         for c in checks:
             console.print(f"{mark[c.status]}  {c.area}: {c.name}")
@@ -139,6 +141,37 @@ def _database_checks(s: Session) -> list[Check]:
     if has_table(store, "sections"):
         out += _chronicle_checks(core)
     return out
+
+
+def _postgres_checks(s: Session) -> list[Check]:
+    """config.yaml's PostgreSQL store: reachable, the log's append-only triggers in place, and
+    the chronicle checks SQLite gets (the server checks its own pages)."""
+    from ...errors import StoreError
+
+    try:
+        core = s.core()
+        with core.store.reading() as conn:
+            triggers = {
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'events'::regclass"
+                ).fetchall()
+            }
+    except StoreError as exc:
+        return [Check("database", "reachable", "fail", f"PostgreSQL: {exc}")]
+    out = [Check("database", "reachable", "ok", "PostgreSQL (chronicle.store)")]
+    missing = {"events_never_update", "events_never_truncate"} - triggers
+    out.append(
+        Check(
+            "database",
+            "append-only guards",
+            "fail" if missing else "ok",
+            f"missing triggers: {', '.join(sorted(missing))}"
+            if missing
+            else "events cannot be updated, deleted or truncated",
+        )
+    )
+    return out + _chronicle_checks(core)
 
 
 def _chronicle_checks(core: ChronicleCore) -> list[Check]:
