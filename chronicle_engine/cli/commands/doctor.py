@@ -127,16 +127,8 @@ def _database_checks(s: Session) -> list[Check]:
             f"journal_mode={mode}",
         )
     )
-    missing = {"events_never_update", "events_never_delete"} - triggers
     out.append(
-        Check(
-            "database",
-            "append-only guards",
-            "fail" if missing else "ok",
-            f"missing triggers: {', '.join(sorted(missing))}"
-            if missing
-            else "events cannot be updated or deleted",
-        )
+        _guards({"events_never_update", "events_never_delete"} - triggers, "updated or deleted")
     )
     if has_table(store, "sections"):
         out += _chronicle_checks(core)
@@ -161,17 +153,20 @@ def _postgres_checks(s: Session) -> list[Check]:
         return [Check("database", "reachable", "fail", f"PostgreSQL: {exc}")]
     out = [Check("database", "reachable", "ok", "PostgreSQL (chronicle.store)")]
     missing = {"events_never_update", "events_never_truncate"} - triggers
-    out.append(
-        Check(
+    out.append(_guards(missing, "updated, deleted or truncated"))
+    return out + _chronicle_checks(core)
+
+
+def _guards(missing: set[str], refused: str) -> Check:
+    """The log's append-only triggers: `missing` those not found."""
+    if missing:
+        return Check(
             "database",
             "append-only guards",
-            "fail" if missing else "ok",
-            f"missing triggers: {', '.join(sorted(missing))}"
-            if missing
-            else "events cannot be updated, deleted or truncated",
+            "fail",
+            f"missing triggers: {', '.join(sorted(missing))}",
         )
-    )
-    return out + _chronicle_checks(core)
+    return Check("database", "append-only guards", "ok", f"events cannot be {refused}")
 
 
 def _chronicle_checks(core: ChronicleCore) -> list[Check]:
