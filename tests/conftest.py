@@ -106,10 +106,14 @@ def store_core(request: pytest.FixtureRequest, tmp_path):
         yield core
         core.shutdown()
         return
+    import yaml
     from postgres_support import own_schema
 
     with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
-        config = Config({"store": conninfo}, hermes_home=tmp_path / "hermes_home")
+        home = tmp_path / "hermes_home"  # config.yaml there names it, for the command line
+        home.mkdir(exist_ok=True)
+        (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"store": conninfo}}))
+        config = Config({"store": conninfo}, hermes_home=home)
         core = ChronicleCore.get(config.location(), config=config)
         yield core
         core.shutdown()

@@ -89,11 +89,14 @@ def test_the_status_tool_and_the_command_line_read_the_ledger(
     assert set(ledger["last_pass"]) >= {"left_out", "in_handoff", "messages_left_out"}
     if str(core.db_path) == ":memory:":
         return  # the command line opens a database file
-    code = main(["ledger", "--session", host.session, "--db", str(core.db_path), "--json"])
+    # (PostgreSQL: the command line finds the store in the Hermes home's config.yaml)
+    where = ["--hermes-home", str(core.config.hermes_home)] if core.postgres else []
+    where = where or ["--db", str(core.db_path)]
+    code = main(["ledger", "--session", host.session, *where, "--json"])
     assert code == Exit.OK
     out = json.loads(capsys.readouterr().out)
     assert len(out["passes"]) == ledger["passes"]
-    assert main(["ledger", "--session", host.session, "--db", str(core.db_path)]) == Exit.OK
+    assert main(["ledger", "--session", host.session, *where]) == Exit.OK
     assert "messages folded" in capsys.readouterr().out
 
 
