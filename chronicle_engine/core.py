@@ -8,6 +8,11 @@ memory-provider slot, the context-engine slot, the CLI and the tests alike.
 The core owns the store and the event registries, and it is the wiring: it builds each subsystem
 on first use, bottom-up (log reader -> sessions -> capture -> recall -> compaction -> scheduler),
 handing each constructor the lower parts it uses. No subsystem receives the core.
+
+The store is SQLite's file, or PostgreSQL when config.yaml's `chronicle.store` names a server
+(`Config.location()` is what a core is opened and registered by); then each room's PostgreSQL
+twin is built instead, and `db_path` names only this host's own files (spill, waiting turns).
+`store` keeps SQLite's type for the rooms still typed against it (both keep log/port.py).
 """
 
 from __future__ import annotations
