@@ -266,10 +266,14 @@ def test_a_chat_end_to_end_on_postgresql(home: Path, dsn: str) -> None:
 
 
 def test_a_server_that_is_down_at_start_breaks_no_turn(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    dsn: str,
 ) -> None:
     """Nothing listens where config.yaml points: both slots' hooks return their neutral values,
-    the refusal is logged once, and the turns wait on this host's disk."""
+    the refusal is logged once, and the turns wait on this host's disk until a server takes
+    them (here the next start, with config.yaml pointing at one that is up)."""
     import socket
 
     with socket.socket() as s:
@@ -277,9 +281,9 @@ def test_a_server_that_is_down_at_start_breaks_no_turn(
         port = s.getsockname()[1]  # closed again: nothing listens there
     home = tmp_path / "hermes_home"
     home.mkdir()
-    dsn = f"host=127.0.0.1 port={port} user=chronicle dbname=chronicle connect_timeout=2"
+    down = f"host=127.0.0.1 port={port} user=chronicle dbname=chronicle connect_timeout=2"
     (home / "config.yaml").write_text(
-        yaml.safe_dump({"chronicle": {"store": dsn, "busy_timeout_ms": 200}})
+        yaml.safe_dump({"chronicle": {"store": down, "busy_timeout_ms": 200}})
     )
     monkeypatch.setenv("HERMES_HOME", str(home))
     provider = ChronicleMemoryProvider()
@@ -297,6 +301,17 @@ def test_a_server_that_is_down_at_start_breaks_no_turn(
     waiting = list((home / "chronicle").glob("*waiting*"))
     assert waiting, "the turn waits on this host's disk"
     provider.shutdown()
+    (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"store": dsn}}))
+    again = ChronicleMemoryProvider()
+    again.initialize("s2", hermes_home=str(home), platform="cli")
+    kept = [
+        e.payload["message"]
+        for e in again.core.store.read(session="s1")
+        if e.envelope.type == "MessageCaptured"
+    ]
+    assert kept == live  # each once, in order
+    assert not list((home / "chronicle").glob("*waiting*"))
+    again.shutdown()
 
 
 def test_the_cli_reads_the_postgresql_store_config_yaml_names(
