@@ -98,7 +98,6 @@ def store_core(request: pytest.FixtureRequest, tmp_path):
     """A whole ChronicleCore on each store: SQLite in memory and in a WAL file, then PostgreSQL
     (a schema of its own on the session's server) selected as config.yaml's `chronicle.store`
     selects it. Shut down at the end."""
-    from chronicle_engine.config import Config
     from chronicle_engine.core import ChronicleCore
 
     if request.param != "postgres":
@@ -106,17 +105,11 @@ def store_core(request: pytest.FixtureRequest, tmp_path):
         yield core
         core.shutdown()
         return
-    import yaml
-    from postgres_support import own_schema
+    from postgres_support import postgres_core
 
-    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
-        home = tmp_path / "hermes_home"  # config.yaml there names it, for the command line
-        home.mkdir(exist_ok=True)
-        (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"store": conninfo}}))
-        config = Config({"store": conninfo}, hermes_home=home)
-        core = ChronicleCore.get(config.location(), config=config)
+    cluster = request.getfixturevalue("postgres_cluster")
+    with postgres_core(cluster, tmp_path / "hermes_home") as core:
         yield core
-        core.shutdown()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -31,6 +31,7 @@ __all__ = [
     "TreeParts",
     "find_bin_dir",
     "own_schema",
+    "postgres_core",
     "release_together",
     "start_cluster",
 ]
@@ -238,6 +239,28 @@ def own_schema(cluster: PostgresCluster) -> Iterator[str]:
     finally:
         with psycopg.connect(cluster.conninfo(), autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.contextmanager
+def postgres_core(
+    cluster: PostgresCluster, home: Path, compression: dict[str, object] | None = None
+):  # -> Iterator[ChronicleCore]
+    """A whole core on a schema of its own, selected as config.yaml's `chronicle.store` selects
+    it (and named by `home`'s config.yaml, for the command line); shut down at the end."""
+    import yaml
+
+    from chronicle_engine.config import Config
+    from chronicle_engine.core import ChronicleCore
+
+    with own_schema(cluster) as conninfo:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"store": conninfo}}))
+        config = Config({"store": conninfo}, compression=compression, hermes_home=home)
+        core = ChronicleCore.get(config.location(), config=config)
+        try:
+            yield core
+        finally:
+            core.shutdown()
 
 
 @dataclass

@@ -43,8 +43,15 @@ HERMES_DEFAULTS = {
 }
 
 
-@pytest.fixture
-def core() -> Iterator[ChronicleCore]:
+@pytest.fixture(params=["memory", "postgres"])
+def core(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ChronicleCore]:
+    if request.param == "postgres":
+        from postgres_support import postgres_core
+
+        cluster = request.getfixturevalue("postgres_cluster")
+        with postgres_core(cluster, tmp_path / "hermes_home", HERMES_DEFAULTS) as c:
+            yield c
+        return
     c = core_for(":memory:", Config(compression=HERMES_DEFAULTS))
     yield c
     c.shutdown()
