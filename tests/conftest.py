@@ -108,7 +108,7 @@ def store_core(request: pytest.FixtureRequest, tmp_path):
     from postgres_support import postgres_core
 
     cluster = request.getfixturevalue("postgres_cluster")
-    with postgres_core(cluster, tmp_path / "hermes_home") as core:
+    with postgres_core(cluster, tmp_path / "store_core_home") as core:
         yield core
 
 

@@ -49,7 +49,7 @@ def core(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[ChronicleCor
         from postgres_support import postgres_core
 
         cluster = request.getfixturevalue("postgres_cluster")
-        with postgres_core(cluster, tmp_path / "hermes_home", HERMES_DEFAULTS) as c:
+        with postgres_core(cluster, tmp_path / "store_core_home", HERMES_DEFAULTS) as c:
             yield c
         return
     c = core_for(":memory:", Config(compression=HERMES_DEFAULTS))
