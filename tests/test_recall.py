@@ -9,7 +9,7 @@ import logging
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_recall_support import open_core, say
+from test_recall_support import core_on, open_core, say
 
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.errors import UsageError
@@ -19,8 +19,15 @@ from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "postgres"])
 def core(request, tmp_path):
+    with core_on(request.param, request, tmp_path) as c:
+        yield c
+
+
+@pytest.fixture(params=["memory", "file"])
+def sqlite_core(request, tmp_path):
+    """For what only SQLite has (FTS5's own segment merges)."""
     c = open_core(request.param, tmp_path)
     yield c
     c.shutdown()
@@ -729,9 +736,10 @@ def test_the_memory_tools_in_order():
 # -- maintenance hooks ------------------------------------------------------------------------------
 
 
-def test_merging_the_indexes_leaves_search_unchanged(core):
+def test_merging_the_indexes_leaves_search_unchanged(sqlite_core):
     from chronicle_engine.scheduler.maintenance import MAINTENANCE, TaskContext
 
+    core = sqlite_core
     for i in range(40):
         say(
             core,

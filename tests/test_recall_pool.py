@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_recall_support import open_core, say
+from test_recall_support import core_on, say
 
 from chronicle_engine.recall.pool import pool_sessions
 from chronicle_engine.recall.search import Hit
@@ -14,11 +14,10 @@ from chronicle_engine.recall.tools import RECALL_TOOLS
 from chronicle_engine.tools import dispatch
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "postgres"])
 def core(request, tmp_path):
-    c = open_core(request.param, tmp_path)
-    yield c
-    c.shutdown()
+    with core_on(request.param, request, tmp_path) as c:
+        yield c
 
 
 def hit(n: int, session: str | None) -> Hit:

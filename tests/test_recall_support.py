@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from chronicle_engine.config import Config
@@ -48,10 +50,13 @@ def say(
 
 
 def open_core(kind: str, tmp_path: Any, **config: Any) -> ChronicleCore:
-    """A core over ":memory:" or a WAL file in `tmp_path`, with optional config values
+    """A core over ":memory:", a WAL file in `tmp_path`, or (`kind` a PostgreSQL connection
+    string) PostgreSQL as config.yaml's `chronicle.store` selects it, with optional config values
     (`recall__embeddings__url=...` sets chronicle.recall.embeddings.url)."""
     path = ":memory:" if kind == "memory" else tmp_path / "chronicle.db"
     values: dict[str, Any] = {}
+    if kind not in ("memory", "file"):
+        path, values["store"] = kind, kind
     for dotted, value in config.items():
         node = values
         *parents, leaf = dotted.split("__")
@@ -59,3 +64,20 @@ def open_core(kind: str, tmp_path: Any, **config: Any) -> ChronicleCore:
             node = node.setdefault(p, {})
         node[leaf] = value
     return ChronicleCore(path, Config(values))
+
+
+@contextlib.contextmanager
+def core_on(kind: str, request: Any, tmp_path: Any, **config: Any) -> Iterator[ChronicleCore]:
+    """`open_core` for a fixture's param: "memory", "file", or "postgres" (a schema of its own on
+    the test session's server, dropped after the test); shut down at the end."""
+    if kind != "postgres":
+        core = open_core(kind, tmp_path, **config)
+        yield core
+        core.shutdown()
+        return
+    from postgres_support import own_schema
+
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        core = open_core(conninfo, tmp_path, **config)
+        yield core
+        core.shutdown()
