@@ -23,14 +23,18 @@ What differs from SQLite, and only that, lives here:
 - Several hosts fold one database: the fold takes an advisory transaction lock first, then
   reads its position (as on SQLite), so a batch is folded once.
 
+- Beliefs and sections are ranked by bm25 as messages are: beliefs over the whole belief index
+  (FTS5 keeps every scope's beliefs in one table too), each word's document frequency counted
+  exactly at each search (never from the planner's cache, which a forget can leave stale).
+- `recall.Recall` (the memory tools, per-turn memory, answers) runs over this index: the core
+  builds `Recall.over(PostgresRecallIndex(...), capture, redraw)` when `chronicle.store` names
+  PostgreSQL (tests/test_recall.py and test_recall_pool.py run on both stores).
+
 PARTIAL (issue 17):
-- Sections are ranked by bm25 as messages are (and beliefs, over the whole belief index as FTS5's
-  one table), but indexed at the next catch-up after they are written, not in the writer's
+- Sections are indexed at the next catch-up after they are written, not in the writer's
   transaction.
 - No vectors: `recall_vectors` exists (forgetting deletes from it) but nothing embeds on
   PostgreSQL, so search is full-text only.
-- `recall.Recall` (the memory tools, per-turn memory, answers) runs over this index when the
-  wiring hands it in (`Recall.over(PostgresRecallIndex(...), capture, redraw)`); no setting does yet.
 - tsvector keeps at most 256 positions of a lexeme and none past 16,383: a word repeated more
   than 256 times in one message (a tool's output) counts 256 times in its bm25.
 - A section's words are split as a message's are (`text.tokens`: each CJK character a word);
