@@ -1,0 +1,182 @@
+"""Instructions a call costs on a lived-in store, counted by callgrind (independent of the load).
+
+    .venv/bin/python bench/instructions.py CHECKOUT STORE.db search [--count 100] [--scope all]
+    .venv/bin/python bench/instructions.py CHECKOUT STORE.db rebuild
+    .venv/bin/python bench/instructions.py CHECKOUT STORE.db compress [--runs 3]
+
+CHECKOUT is a directory holding a `chronicle_engine` (this repository, or an older commit's
+`git archive`); its code is imported first. STORE.db (a lived-in store of bench/scale.py) is
+copied to a scratch file first and never changed. The measured process runs under
+`valgrind --tool=callgrind` with instrumentation off until the measured call starts and after it
+ends (a small library built here with gcc toggles it through callgrind's client requests), with
+PYTHONHASHSEED=0; the figure is callgrind's total of instructions for the call alone:
+
+- search: `--count` default-scope searches (bench/search_scale.py's queries, seed 11) after 20
+  warm-up ones, in one process;
+- rebuild: recall's whole fold again (`RecallIndex.rebuild`), after one search;
+- compress: a 1,001-message conversation (bench/compress.py's) is captured by a process of its
+  own, which then lets background work settle as bench/scale.py's `settle` does; then a fresh process's first compress() of it is
+  counted, `--runs` times (a new conversation each), each also printing its thread CPU time
+  measured inside valgrind (not comparable with native times).
+
+Needs valgrind, its headers (valgrind/callgrind.h) and gcc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_TOGGLE = """
+#include <valgrind/callgrind.h>
+void cg_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; }
+void cg_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_STOP_INSTRUMENTATION; }
+"""
+
+_CHILD = r"""
+import ctypes, random, sys, time
+mode, checkout, db, lib, arg = sys.argv[1:6]
+sys.path[:0] = [checkout, checkout + "/bench"]
+from chronicle_engine.core import ChronicleCore
+core = ChronicleCore.get(db)
+try:
+    if mode == "setup":
+        from compress import conversation
+        core.capture.capture_messages(arg, conversation(1001))
+        # then settle as bench/scale.py's `settle` does: search index, consolidation, schedules
+        core.recall.catch_up()
+        consolidator = core.scheduler.consolidator
+        for _ in range(1000):
+            if consolidator is None or consolidator.run(20_000).remaining == 0:
+                break
+        started = time.perf_counter()
+        for _ in range(1000):
+            if not core.scheduler.tick("sync_turn") or time.perf_counter() - started > 600:
+                break
+        raise SystemExit(0)
+    cg = ctypes.CDLL(lib)
+    if mode == "search":
+        from search_scale import Corpus, queries
+        count, scope = arg.split(":")
+        asked = queries(core, Corpus(), int(count) + 20, random.Random(11))
+        for q in asked[:20]:
+            core.recall.search(q, scope=scope)
+        cg.cg_on()
+        for q in asked[20:]:
+            core.recall.search(q, scope=scope)
+        cg.cg_off()
+    elif mode == "rebuild":
+        core.recall.search("warm up")
+        cg.cg_on()
+        core.recall.index.rebuild()
+        cg.cg_off()
+    elif mode == "compress":
+        from compress import conversation
+        from chronicle_engine.compaction.policy import policy_from_config
+        from chronicle_engine.config import Config
+        from chronicle_engine.messages import estimate_list_tokens
+        messages = conversation(1001)
+        window = int(estimate_list_tokens(messages) / 0.9)
+        policy = policy_from_config(
+            Config(compression={"threshold": 0.5, "target_ratio": 0.2}), window
+        )
+        compaction = core.compaction
+        cg.cg_on()
+        t = time.thread_time()
+        outcome = compaction.compress(arg, messages, policy=policy)
+        cpu = (time.thread_time() - t) * 1000
+        cg.cg_off()
+        if outcome.messages is None:
+            raise SystemExit(f"compress made no progress: {outcome.reason}")
+        print(f"cpu_ms {cpu:.1f}")
+finally:
+    core.shutdown()
+"""
+
+_TOTALS = re.compile(r"^totals:\s+(\d+)", re.MULTILINE)
+
+
+def _library(folder: Path) -> Path:
+    source = folder / "cgtoggle.c"
+    source.write_text(_TOGGLE, encoding="utf-8")
+    lib = folder / "libcgtoggle.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(source)], check=True)
+    return lib
+
+
+def _run(mode: str, checkout: Path, db: Path, lib: Path, arg: str, out: Path | None) -> str:
+    argv = [sys.executable, "-c", _CHILD, mode, str(checkout), str(db), str(lib), arg]
+    if out is not None:
+        argv = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--collect-atstart=no",
+            f"--callgrind-out-file={out}",
+            *argv,
+        ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def _instructions(out: Path) -> int:
+    found = _TOTALS.search(out.read_text(encoding="utf-8", errors="replace"))
+    if found is None:
+        raise SystemExit(f"no totals in {out}")
+    return int(found[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("checkout", type=Path)
+    parser.add_argument("store", type=Path)
+    parser.add_argument("mode", choices=("search", "rebuild", "compress"))
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--scope", default="all")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    checkout = args.checkout.resolve()
+    if not (checkout / "chronicle_engine").is_dir():
+        raise SystemExit(f"{checkout} holds no chronicle_engine")
+    with tempfile.TemporaryDirectory(prefix="chronicle-instr-") as tmp:
+        folder = Path(tmp)
+        lib = _library(folder)
+        db = folder / "store.db"
+        shutil.copyfile(args.store, db)
+        print(f"checkout {checkout}, store {args.store} ({args.store.stat().st_size / 1e6:.0f} MB)")
+        if args.mode == "search":
+            out = folder / "search.cg"
+            _run("search", checkout, db, lib, f"{args.count}:{args.scope}", out)
+            n = _instructions(out)
+            print(
+                f"search: {n:,} instructions for {args.count} searches (scope {args.scope}),"
+                f" {n / args.count / 1e6:.2f} M each"
+            )
+        elif args.mode == "rebuild":
+            out = folder / "rebuild.cg"
+            _run("rebuild", checkout, db, lib, "-", out)
+            print(f"rebuild: {_instructions(out):,} instructions")
+        else:
+            for k in range(args.runs):
+                session = f"instr-compress-{k}"
+                _run("setup", checkout, db, lib, session, None)
+                out = folder / f"compress-{k}.cg"
+                printed = _run("compress", checkout, db, lib, session, out)
+                cpu = printed.strip().splitlines()[-1] if printed.strip() else ""
+                print(f"first compress {k + 1}: {_instructions(out):,} instructions ({cpu})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
