@@ -63,12 +63,13 @@ def _held(messages: list[dict[str, Any]]) -> list[str]:
 
 @pytest.mark.parametrize("rotated", [True, False], ids=["rotation", "in_place"])
 def test_undo_after_compactions_keeps_the_projection_equal_to_the_host_list(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotated: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rotated: bool, store_settings: dict[str, str]
 ) -> None:
     home = tmp_path / "hermes_home"
     home.mkdir()
-    (home / "config.yaml").write_text(
-        yaml.safe_dump({"memory": {"provider": "chronicle"}, "context": {"engine": "chronicle"}})
+    slots_selected = {"memory": {"provider": "chronicle"}, "context": {"engine": "chronicle"}}
+    (home / "config.yaml").write_text(  # (on each store: SQLite, then PostgreSQL)
+        yaml.safe_dump({**slots_selected, "chronicle": dict(store_settings)})
     )
     monkeypatch.setenv("HERMES_HOME", str(home))
     registered, provider = slots()
