@@ -64,11 +64,12 @@ from .expand import Expanded, by_budget, by_page, chars_of
 from .facts import message_facts
 from .handoff import ViewSection, cited, handoff_message, handoff_tokens, parse_label, render
 from .instructions import Carried, render_instructions
-from .ledger import LEDGER_WORDS, folded_of, ledger_totals, runs
+from .ledger import folded_of, ledger_totals, runs
 from .ledgers import LedgerBook, LedgerInputs
 from .limits import bound_pins, host_overhead, message_budget
 from .planner import MessageFacts, Plan, plan
 from .policy import Policy, policy_from_config
+from .status import status_of
 from .view import Condensed, level_name, rebase
 
 __all__ = ["Compaction", "Outcome", "message_facts"]
@@ -959,64 +960,22 @@ class Compaction:
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, object]:
         self._count_quietly()
         state = self.lineage_state(session_id)
-        passes = state.passes
-        last = passes[-1].event if passes else None
-        saved = sum(max(0, p.event.tokens_before - p.event.tokens_after) for p in passes)
-        carries: list[dict[str, object]] = []
-        if last is not None:
+        carried: list[ViewSection] = []
+        if state.passes:
             names = self._sessions.chronicle_names(session_id)
-            for label in last.view:
+            for label in state.passes[-1].event.view:
                 found = self.resolve(names, label)
                 if found is not None:
-                    carries.append(
-                        {
-                            "section_id": found.label,
-                            "from_seq": found.from_seq,
-                            "to_seq": found.to_seq,
-                            "level": found.level,
-                            "messages": (found.section.meta or {}).get("messages"),
-                        }
-                    )
-        return {
-            "engine": "chronicle",
-            "policy": policy.describe() if policy is not None else None,
-            "summarizer": self.writer.name,
-            "passes": len(passes),
-            "tokens_saved": saved,
-            "last_pass": (
-                {
-                    **{
-                        k: getattr(last, k)
-                        for k in (
-                            "tokens_before",
-                            "tokens_after",
-                            "messages_before",
-                            "messages_after",
-                            "written",
-                            "reused",
-                            "rebased",
-                            "model_calls",
-                            "fell_back",
-                            "handoff_tokens",
-                            "duration_ms",
-                        )
-                    },
-                    "session": passes[-1].envelope.session,
-                }
-                if last
-                else None
-            ),
-            "handoff": {
-                "sections": carries,
-                "tokens": last.handoff_tokens if last else 0,
-            },
-            "pins": [
-                {"from_seq": lo, "to_seq": hi, "note": note}
-                for (lo, hi), note in state.pins.items()
-            ],
-            "focus": state.focus or None,
-            "ledger": ledger_totals(self._visible(state.ledgers)),
-        }
+                    carried.append(found)
+        return status_of(
+            state.passes,
+            state.pins,
+            state.focus,
+            carried,
+            policy=policy,
+            summarizer=self.writer.name,
+            ledger=ledger_totals(self.ledgers_book.visible(state.ledgers, self._forgotten_between)),
+        )
 
     def ledgers(self, session_id: str) -> list[dict[str, object]]:
         """Each pass's ledger over the conversation, oldest first: what it folded, and what its
@@ -1024,7 +983,9 @@ class Compaction:
         self._count_quietly()
         return [
             {"seq": d.seq, "session": d.envelope.session, **d.event.model_dump(exclude=_RECORDED)}
-            for d in self._visible(self.lineage_state(session_id).ledgers)
+            for d in self.ledgers_book.visible(
+                self.lineage_state(session_id).ledgers, self._forgotten_between
+            )
         ]
 
     def _count_quietly(self) -> None:
@@ -1033,19 +994,6 @@ class Compaction:
             self.count_ledgers()
         except Exception:
             log.warning("could not count the ledgers of the passes", exc_info=True)
-
-    def _visible(self, ledgers: Sequence[Decoded[PassLedger]]) -> list[Decoded[PassLedger]]:
-        """The ledgers as a reader may see them: one whose range holds a forgotten message no
-        longer lists entities by name (its counts stay; the words may be the forgotten ones)."""
-        if self._forgotten_between is None:
-            return list(ledgers)
-        out: list[Decoded[PassLedger]] = []
-        for d in ledgers:
-            event = d.event
-            if event.folded_messages and self._forgotten_between(event.from_seq, event.to_seq):
-                event = event.model_copy(update=dict.fromkeys(LEDGER_WORDS, []))
-            out.append(Decoded(d.envelope, event))
-        return out
 
     def has_content(self, messages: Sequence[object], policy: Policy) -> bool:
         """Whether a forced pass would fold anything (the gateway's `/compress` preflight).

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,7 +26,7 @@ from ..chronicle.sections import Section
 from ..log.events import Decoded, EventReader
 from ..sessions.events import CompactionRecorded
 from .events import PassLedger
-from .ledger import ledger_of, scanned
+from .ledger import LEDGER_WORDS, ledger_of, scanned
 
 __all__ = ["LedgerBook", "LedgerInputs"]
 
@@ -95,6 +95,24 @@ class LedgerBook:
         with self._lock:
             counts = {**self._kept, **counts}
         return [Decoded(d.envelope, counts[d.seq]) if d.seq in counts else d for d in ledgers]
+
+    @staticmethod
+    def visible(
+        ledgers: Sequence[Decoded[PassLedger]],
+        forgotten_between: Callable[[int, int], set[int]] | None,
+    ) -> list[Decoded[PassLedger]]:
+        """The ledgers as a reader may see them: one whose range holds a forgotten message
+        (`forgotten_between`, None: nothing is known forgotten) no longer lists entities by name
+        (its counts stay; the words may be the forgotten ones)."""
+        if forgotten_between is None:
+            return list(ledgers)
+        out: list[Decoded[PassLedger]] = []
+        for d in ledgers:
+            event = d.event
+            if event.folded_messages and forgotten_between(event.from_seq, event.to_seq):
+                event = event.model_copy(update=dict.fromkeys(LEDGER_WORDS, []))
+            out.append(Decoded(d.envelope, event))
+        return out
 
     def count(self) -> int:
         """Count every pending ledger and append the counts; returns how many were counted."""
