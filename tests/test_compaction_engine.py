@@ -666,3 +666,43 @@ def test_a_pass_caps_its_total_time_for_model_calls(tmp_path: Any) -> None:
     spent = [v for v in fell if v and "spent its time" in str(v.section.meta.get("fell_back"))]
     assert spent  # the rest were written extractively, and say why
     core.shutdown()
+
+
+class _Text(str):
+    """A str subclass: `shortened.origin` reads its note like any text's."""
+
+
+def _calls(arguments: str) -> dict[str, object]:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda seq: {"role": "tool", "content": shortened.note("x" * 50, seq)},
+        lambda seq: {"role": "tool", "content": _Text(shortened.note("x" * 50, seq))},
+        lambda seq: {"role": "user", "content": "words" + shortened.edited_note("edited", seq)},
+        lambda seq: _calls(shortened.arguments_note("{}" * 40, 4, seq)),
+        lambda seq: {"role": "tool", "content": shortened.note("x" * 50, seq + 1)},
+        lambda seq: {"role": "user", "content": "plain words]"},
+        lambda seq: {"role": "user", "content": None},
+        lambda seq: {"role": "user", "content": [{"type": "text", "text": "part]"}]},
+        lambda seq: _calls("{}"),
+        lambda seq: "not a dict",
+    ],
+)
+def test_a_pass_reads_the_logged_original_of_every_copy_that_stands_for_one(
+    core: ChronicleCore, make: Any
+) -> None:
+    # `_original` answers the messages that cannot carry a note without asking `origin`: the
+    # answer is the one `origin` gives (the log's original of the seq it names, else the
+    # message itself).
+    (seq,) = core.capture.capture_messages("s", [{"role": "tool", "content": "the original"}])
+    assert seq is not None
+    message = make(seq)
+    got = core.compaction._original(seq, message)
+    if shortened.origin(message) == seq:
+        assert got == {"role": "tool", "content": "the original"}
+    else:
+        assert got is message

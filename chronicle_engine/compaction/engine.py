@@ -462,6 +462,10 @@ class Compaction:
 
     def _original(self, seq: int, message: object) -> object:
         """What a section summarises: the logged original of a copy an earlier pass cut."""
+        if isinstance(message, dict) and not message.get("tool_calls"):
+            content = message.get("content")
+            if not isinstance(content, str) or not content.endswith("]"):
+                return message  # (no note ends its text, no call's arguments carry one: `origin`)
         if shortened.origin(message) != seq:
             return message
         event = self._store.get(seq)
