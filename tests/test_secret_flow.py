@@ -204,7 +204,10 @@ def test_a_consolidation_section_holds_no_credential_and_expand_still_does(tmp_p
         tmp_path / "chronicle.db", {"maintenance": {"schedules": {"consolidate": "* * * * *"}}}
     )
     try:
-        sched = core.new_scheduler(clock=FakeClock())  # the shipped wiring: the section writer
+        # the shipped wiring (the section writer); the tick's budgets run on the test's clock,
+        # so a busy machine cannot end the tick before the section is written
+        clock = FakeClock()
+        sched = core.new_scheduler(clock=clock, timer=clock)
         messages = leaky_turn()
         core.capture.capture_messages("s1", messages)
         core.capture.record_session_end("s1", len(messages), len(messages))
@@ -227,7 +230,8 @@ def test_a_summariser_that_copies_raw_text_still_writes_masked_prose(tmp_path: A
         tmp_path / "chronicle.db", {"maintenance": {"schedules": {"consolidate": "* * * * *"}}}
     )
     try:
-        sched = core.new_scheduler(clock=FakeClock(), summarize=raw)
+        clock = FakeClock()
+        sched = core.new_scheduler(clock=clock, timer=clock, summarize=raw)
         messages = leaky_turn()
         core.capture.capture_messages("s1", messages)
         core.capture.record_session_end("s1", len(messages), len(messages))
