@@ -202,6 +202,25 @@ def test_a_compound_name_finds_the_message_that_holds_it_whole(core):
     assert ids(core.recall.search("vault-1 id", scope="messages")) == [f"m{whole}", f"m{apart}"]
 
 
+def test_a_named_speakers_turn_is_lifted_from_below_the_first_rows_read(core):
+    # Eighty turns match the query's words more strongly than Caroline's; the query names her,
+    # so her turns are lifted by the speaker boost. Ranking reads rows strongest first and stops
+    # when no unread row can reach the results: that bound must allow the boost when the query
+    # holds a word of a speaker's name (recall_name_words), or her turns are never read.
+    for n in range(80):
+        say(core, f"other-{n}", "garden roses in the garden", name="Zed")
+    hers = [
+        say(core, f"hers-{n}", f"roses again on day {n} of the garden walk", name="Caroline")
+        for n in range(3)
+    ]
+    found = ids(core.recall.search("what did caroline say about garden roses", scope="messages"))
+    assert found[0] in {f"m{seq}" for seq in hers}
+    # A query naming nobody ranks the stronger turns first.
+    assert ids(core.recall.search("garden roses", scope="messages"))[0] not in {
+        f"m{seq}" for seq in hers
+    }
+
+
 def test_a_question_in_the_first_person_is_answered_from_the_persons_words(core):
     say(core, "s1", "What should I pack for a week of hiking in Japan?")
     assistant = say(

@@ -25,7 +25,7 @@ from ..log.tables import Statements
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
 from .schema import create_message_index, log_texts, message_index
-from .text import index_row
+from .text import index_row, name_words
 
 __all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
 
@@ -135,6 +135,7 @@ class RecallFold:
             "recall_beliefs",
             "recall_hidden",
             "recall_messages",
+            "recall_name_words",
             "recall_scopes",
             "recall_vectors",
         ):
@@ -206,6 +207,10 @@ class RecallFold:
                 "" if person == body else person,  # schema.PERSON_TEXT reads it back
             ),
         )
+        for word in name_words(name):
+            conn.execute(
+                "INSERT INTO recall_name_words(word) VALUES (?) ON CONFLICT DO NOTHING", (word,)
+            )
         self._index(conn, scope, env.seq)
         if speaker == "person" and agent_context == "primary" and person:
             for i, claim in enumerate(extract(person)):

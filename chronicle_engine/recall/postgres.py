@@ -298,11 +298,22 @@ def _m003_belief_lengths(conn: Connection) -> None:
     )
 
 
+def _m004_names(conn: Connection) -> None:
+    """The words of every speaker name a message row holds, once (SQLite's recall.m010_names)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS recall_name_words (word TEXT PRIMARY KEY)")
+    names = conn.execute("SELECT DISTINCT name FROM recall_messages WHERE name != ''").fetchall()
+    for word in sorted({word for (name,) in names for word in tokens(name)}):
+        conn.execute(
+            "INSERT INTO recall_name_words(word) VALUES (%s) ON CONFLICT DO NOTHING", (word,)
+        )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
     PostgresMigration("recall.m002_sections_index", _m002_sections),
     PostgresMigration("recall.m003_belief_lengths", _m003_belief_lengths),
+    PostgresMigration("recall.m004_names", _m004_names),
 )
 
 
@@ -418,6 +429,7 @@ class PostgresRecallFold(RecallFold):
             "recall_message_terms",
             "recall_scope_terms",
             "recall_messages",
+            "recall_name_words",
             "recall_scopes",
             "recall_vectors",
         ):

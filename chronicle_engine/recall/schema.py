@@ -32,7 +32,7 @@ from ..log.store import (
     stored_texts,
 )
 from ..log.tables import SQLConnection
-from .text import TOKENIZER, index_row
+from .text import TOKENIZER, index_row, tokens
 
 __all__ = [
     "RECALL_MIGRATIONS",
@@ -313,6 +313,19 @@ def _m009_body_from_log(conn: sqlite3.Connection) -> None:
     run_script(conn, _BODY_FROM_LOG + _NEVER_UPDATE)
 
 
+def _m010_names(conn: sqlite3.Connection) -> None:
+    # The words of every speaker name a message row holds, once: ranking asks whether a query
+    # holds one before it allows the speaker boost in its bound (search.MessageSearch.rank).
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS recall_name_words (word TEXT PRIMARY KEY) WITHOUT ROWID"
+    )
+    names = conn.execute("SELECT DISTINCT name FROM recall_messages WHERE name != ''").fetchall()
+    conn.executemany(
+        "INSERT OR IGNORE INTO recall_name_words(word) VALUES (?)",
+        [(word,) for (name,) in names for word in set(tokens(name))],
+    )
+
+
 def _m006_context_tail(conn: sqlite3.Connection) -> None:
     # The context column holds the end of the turn before, about two sentences (it held the
     # last sentence only, too little for a short chat's question spread over two).
@@ -329,6 +342,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m007_person_once", _m007_person_once),
     Migration("recall.m008_drop_links", _m008_drop_links),
     Migration("recall.m009_body_from_log", _m009_body_from_log),
+    Migration("recall.m010_names", _m010_names),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

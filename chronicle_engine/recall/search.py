@@ -29,7 +29,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from ..capture.secrets import mask
 from ..config import RecallSettings
@@ -37,7 +36,7 @@ from ..log.store import Row
 from ..log.tables import Statements
 from .reach import Reach
 from .schema import PERSON_TEXT, log_texts, message_index
-from .text import match_any, quote, tokens
+from .text import match_any, name_words, quote
 from .when import Moment
 
 __all__ = [
@@ -194,11 +193,6 @@ def _with_text(conn: Statements, rows: Iterable[MessageRow]) -> None:
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
 """A query in the first person speaks as the person whose memory this is: their own turns are
 the evidence, as a speaker's are when a query names them."""
-
-
-@lru_cache(maxsize=4096)
-def _name_tokens(name: str) -> frozenset[str]:
-    return frozenset(tokens(name))
 
 
 SectionCandidates = Callable[
@@ -404,7 +398,9 @@ class MessageSearch:
         # reach the results: the factors below lift a score by at most `ceiling`, so once the
         # `wanted`-th best score is above the next relevance times that, the rest cannot rank.
         ceiling = max([*t.role_weights.values(), 0.8]) * (1.0 + max(t.recency_weight, 0.0))
-        ceiling *= max(t.speaker_boost, 1.0) * (max(t.time_boost, 1.0) if moment else 1.0)
+        if speaks_as_person or _may_name(conn, query_tokens, t.speaker_boost):
+            ceiling *= max(t.speaker_boost, 1.0)
+        ceiling *= max(t.time_boost, 1.0) if moment else 1.0
         wanted = limit * 2  # room for the sessions `_spread` holds back
         ordered = sorted(relevance, key=lambda s: -relevance[s])
         scored: list[tuple[float, MessageRow]] = []
@@ -427,7 +423,7 @@ class MessageSearch:
                 if t.recency_weight and row.ts and newest_ts:
                     age = max(newest_ts - row.ts, 0.0)
                     score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
-                named = bool(row.name and query_tokens & _name_tokens(row.name))
+                named = bool(row.name and query_tokens & name_words(row.name))
                 if named or (speaks_as_person and row.speaker == "person"):
                     score *= t.speaker_boost
                 if moment is not None and moment.holds(row.ts):
@@ -442,6 +438,21 @@ class MessageSearch:
         corrections = _corrections(conn, [r.seq for _, r in chosen])
         _with_text(conn, [row for _, row in chosen])
         return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
+
+
+def _may_name(conn: Statements, query_tokens: set[str], boost: float) -> bool:
+    """Whether the speaker boost can lift any row for this query: a row is lifted when the
+    query holds a word of its speaker's name, and `recall_name_words` holds every word of every
+    name a row has (never fewer: a forgotten row's words stay), so when it holds none of the
+    query's words no row is lifted, and the ranking's bound can leave the boost out."""
+    if boost <= 1.0 or not query_tokens:
+        return False
+    words = sorted(query_tokens)
+    found = conn.execute(
+        f"SELECT 1 FROM recall_name_words WHERE word IN ({','.join('?' * len(words))}) LIMIT 1",
+        words,
+    ).fetchone()
+    return found is not None
 
 
 def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = None) -> Hit:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from .porter import stem
 
@@ -143,6 +144,12 @@ def index_row(name: str, body: str, before: str) -> tuple[str, str, str]:
 def tokens(text: str) -> list[str]:
     """The words of `text`, folded (not stemmed), in order, as the message index holds them."""
     return _WORD.findall(index_text(normalize(text)))
+
+
+@lru_cache(maxsize=4096)
+def name_words(name: str) -> frozenset[str]:
+    """The words of a speaker's name, as ranking matches a query's words against them."""
+    return frozenset(tokens(name))
 
 
 def _pieces(word: str) -> list[str]:
