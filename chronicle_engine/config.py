@@ -676,11 +676,61 @@ class Config:
 _URI_SCHEMES = ("postgresql://", "postgres://")
 
 
+# libpq's connection keywords (PostgreSQL 15's list): a libpq string starts with one of them,
+# so a SQLite path that holds an "=" ("/srv/home=work/chronicle.db") is still a path.
+_LIBPQ_KEYWORDS = frozenset(
+    [
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "channel_binding",
+        "connect_timeout",
+        "client_encoding",
+        "options",
+        "application_name",
+        "fallback_application_name",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "replication",
+        "gssencmode",
+        "sslmode",
+        "requiressl",
+        "sslcompression",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslrootcert",
+        "sslcrl",
+        "sslcrldir",
+        "sslsni",
+        "requirepeer",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "krbsrvname",
+        "gsslib",
+        "service",
+        "target_session_attrs",
+        "load_balance_hosts",
+    ]
+)
+_LIBPQ_START = re.compile(r"\s*([a-z_]+)\s*=")
+
+
 def is_postgres(location: str) -> bool:
-    """Whether a core's location names PostgreSQL (a URI, or a libpq `key=value` string)
-    rather than a SQLite file."""
+    """Whether a core's location names PostgreSQL (a `postgresql://` URI, or a libpq string,
+    which starts with one of libpq's keywords and an "=") rather than a SQLite file."""
     text = location.strip()
-    return text.startswith(_URI_SCHEMES) or ("=" in text and not text.startswith("file:"))
+    if text.startswith(_URI_SCHEMES):
+        return True
+    first = _LIBPQ_START.match(text)
+    return first is not None and first.group(1) in _LIBPQ_KEYWORDS
 
 
 def _holds_password(dsn: str) -> bool:

@@ -457,6 +457,22 @@ def test_forgetting_a_message_takes_its_words_out_of_the_next_turns_context(core
     assert f"m{reply}" in ids(core.recall.search("sunday", scope="messages"))
 
 
+def test_a_message_forgotten_while_a_search_reads_it_is_not_read_back_from_the_log(core):
+    # Ranking reads a row's metadata, then the chosen rows' text; a forget committed between
+    # the two (another thread or process) must not bring the forgotten words back.
+    from chronicle_engine.recall.search import _with_text, message_rows
+
+    seq = say(core, "s1", "My locker code is 4471, the blue one by the pool.")
+    core.recall.catch_up()
+    index = core.recall.index
+    with index.reading("test") as conn:
+        (row,) = message_rows(conn, [seq], text=False).values()
+    core.recall.forget(f"m{seq}")
+    with index.reading("test") as conn:
+        _with_text(conn, [row])
+    assert "4471" not in row.body and "4471" not in row.person
+
+
 def test_forgetting_a_belief_without_its_source_keeps_the_message(core):
     seq = say(core, "s1", "I really love jasmine tea.")
     core.recall.forget(f"b{seq}.0")

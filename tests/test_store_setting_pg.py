@@ -21,7 +21,7 @@ from postgres_support import own_schema
 from test_compaction_engine import turn
 from test_compaction_support import load_plugin
 
-from chronicle_engine.config import Config, load_hermes_config
+from chronicle_engine.config import Config, is_postgres, load_hermes_config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import UsageError
 from chronicle_engine.log.postgres import PostgresEventStore
@@ -39,6 +39,20 @@ def test_the_default_store_is_sqlite_at_db_path(tmp_path: Path) -> None:
     assert not config.postgres
     assert config.location() == str(tmp_path / "chronicle" / "chronicle.db")
     assert Config({"store": "sqlite"}, hermes_home=tmp_path).location() == config.location()
+
+
+def test_a_sqlite_path_holding_an_equals_sign_stays_a_sqlite_file(tmp_path: Path) -> None:
+    # A libpq string starts with one of libpq's keywords; a path may hold "=" anywhere.
+    home = tmp_path / "home=work"
+    core = ChronicleCore.for_hermes_home(home)
+    try:
+        assert not core.postgres
+        core.capture.capture_messages("s1", [{"role": "user", "content": "kept in SQLite"}])
+        assert (home / "chronicle" / "chronicle.db").exists()
+    finally:
+        core.shutdown()
+    assert is_postgres("dbname=chronicle") and is_postgres(" host=/var/run/postgresql")
+    assert not is_postgres("home=work/chronicle.db") and not is_postgres(str(home))
 
 
 @pytest.mark.parametrize(

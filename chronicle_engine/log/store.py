@@ -229,7 +229,8 @@ def stored_text_sql(seq: str, field: str, fallback: Sequence[str]) -> str:
     out as a copy of another path, or a non-text value there, reads differently: a caller that
     relies on it compares with the text it expects first (recall does, at fold time)."""
     return (
-        f"(SELECT COALESCE(e.payload ->> '$.{field}', e.payload ->> '$.{'.'.join(fallback)}')"
+        f"(SELECT COALESCE(json_extract(e.payload, '$.{field}'),"
+        f" json_extract(e.payload, '$.{'.'.join(fallback)}'))"
         f" FROM events e WHERE e.seq = {seq})"
     )
 
@@ -256,7 +257,8 @@ def stored_texts(
         chunk = wanted[i : i + _CHUNK]
         path = "$." + ".".join(fallback)
         for seq, text, at in conn.execute(
-            f"SELECT seq, COALESCE(payload ->> '$.{field}', payload ->> '{path}'), created_at"
+            f"SELECT seq, COALESCE(json_extract(payload, '$.{field}'),"
+            f" json_extract(payload, '{path}')), created_at"
             f" FROM events WHERE seq IN ({','.join('?' * len(chunk))})",
             chunk,
         ):

@@ -164,6 +164,15 @@ def _from_log(conn: Statements, rows: Iterable[MessageRow]) -> None:
     blank = {row.seq: row for row in rows if not row.body or not row.at}
     if not blank:
         return
+    # A row forgotten since ranking read it (another thread or process) has its body blanked
+    # too: it must stay blank, not be read back from the log.
+    marks = ",".join("?" * len(blank))
+    for (target,) in conn.execute(
+        f"SELECT target FROM recall_hidden WHERE target IN ({marks})", [f"m{s}" for s in blank]
+    ):
+        blank.pop(int(str(target)[1:]), None)
+    if not blank:
+        return
     for seq, (body, at) in log_texts(conn, blank).items():
         row = blank[seq]
         row.at = row.at or at

@@ -10,9 +10,9 @@ from the log by whatever runs on the database next.
 The password never comes from the command line or config.yaml: libpq reads PGPASSWORD or
 ~/.pgpass, and a URL or conninfo that holds one is refused before anything connects.
 
-PARTIAL: recall and the scheduler's sweeps and consolidation units do not run on PostgreSQL yet,
-so no setting points Hermes at the migrated database; this carries the data there (and the
-session tree's tables, which do run there) ahead of that.
+After it, point Hermes at the migrated database with `chronicle.store` in config.yaml
+(docs/scaling.md); recall's index and the scheduler's tables are built there by the first core
+that opens it.
 """
 
 from __future__ import annotations
