@@ -613,6 +613,8 @@ class Config:
         self.hermes_home = Path(hermes_home) if hermes_home else None
         self.raw: dict[str, object] = dict(raw or {})
         self.unknown: list[str] = []
+        self.store_refused: UsageError | None = None
+        """Why `chronicle.store` was refused (a password in it, or no store it names)."""
         accepted: dict[str, object] = {}
         for path, value in _flatten(values or {}, declared).items():
             if path in REMOVED:
@@ -633,7 +635,13 @@ class Config:
                 )
                 continue
             if path == "store":
-                value = checked_store(value)  # refused here: the value is never logged
+                try:
+                    value = checked_store(value)  # refused here: the value is never logged
+                except UsageError as exc:
+                    # Kept, not raised: opening raises it (`location`), so the slots keep
+                    # turns waiting on disk, as for any store that will not open.
+                    self.store_refused = exc
+                    continue
             accepted[path] = value
         self.settings = _validate(accepted, declared)
 
@@ -643,12 +651,16 @@ class Config:
 
     @property
     def postgres(self) -> bool:
-        """Whether `chronicle.store` selects PostgreSQL."""
-        return bool(self.settings.store)
+        """Whether `chronicle.store` selects PostgreSQL (or names a store that was refused:
+        never SQLite in its place, which would split one memory between two places)."""
+        return bool(self.settings.store) or self.store_refused is not None
 
     def location(self) -> str:
         """What a core is opened by (`ChronicleCore.get`): the PostgreSQL connection string
-        `chronicle.store` names, else the SQLite file."""
+        `chronicle.store` names, else the SQLite file. A refused `chronicle.store` raises its
+        UsageError here."""
+        if self.store_refused is not None:
+            raise self.store_refused
         return self.settings.store if self.postgres else str(self.db_path())
 
     def store_password(self) -> str | None:

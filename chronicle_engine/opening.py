@@ -105,13 +105,19 @@ class Reopening:
     def open(self, *, patient: bool) -> ChronicleCore:
         """The core (`open_core`), or StoreError saying where turns wait meanwhile and when the
         next attempt is; before the backoff is over, StoreError without trying."""
-        db_path = self.config.location()  # a SQLite file, or a PostgreSQL connection string
+        try:
+            db_path = self.config.location()  # a SQLite file, or a PostgreSQL connection string
+            refused: UsageError | None = None
+        except UsageError as exc:  # chronicle.store refused: turns wait as for a closed store
+            db_path, refused = "that chronicle.store names", exc
         if not self.due():
             raise StoreError(
                 f"the database {db_path} is not open yet (attempt {self.attempts + 1} in "
                 f"{max(0.0, self.next_at - time.monotonic()):.2f}s)"
             )
         try:
+            if refused is not None:
+                raise refused
             return open_core(db_path, self.config, patient=patient)
         except (StoreError, OSError, UsageError) as exc:
             # (UsageError: e.g. the password variable chronicle.store_password_env names is not

@@ -84,7 +84,7 @@ def test_a_password_in_config_is_refused_and_never_logged(
 ) -> None:
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"chronicle": {"store": store}}))
     with caplog.at_level(logging.DEBUG), pytest.raises(UsageError) as refused:
-        load_hermes_config(tmp_path)
+        load_hermes_config(tmp_path).location()  # refused when a core would open it
     assert "holds a password" in str(refused.value) and "store_password_env" in str(refused.value)
     assert SECRET not in str(refused.value)
     assert SECRET not in caplog.text
@@ -93,8 +93,29 @@ def test_a_password_in_config_is_refused_and_never_logged(
 @pytest.mark.parametrize("store", ["mysql://db/chronicle", "/var/lib/chronicle.db", 5432])
 def test_a_store_that_names_nothing_usable_is_refused(tmp_path: Path, store: object) -> None:
     # Falling back to SQLite would split one memory between two places.
+    config = Config({"store": store}, hermes_home=tmp_path)
+    assert config.postgres  # never SQLite in its place
     with pytest.raises(UsageError, match="postgresql:// URI or a libpq connection string"):
-        Config({"store": store}, hermes_home=tmp_path)
+        config.location()
+
+
+def test_turns_wait_on_disk_while_chronicle_store_is_refused(tmp_path: Path) -> None:
+    # A password written into the DSN is a likely first try: the slots refuse to open the
+    # store, say why once, and keep every turn on disk until config.yaml is put right.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        yaml.safe_dump({"chronicle": {"store": f"postgresql://u:{SECRET}@127.0.0.1:9/db"}})
+    )
+    provider = ChronicleMemoryProvider()
+    provider.initialize("s1", hermes_home=str(home), platform="cli")
+    said = [{"role": "user", "content": "remember the boiler is due in October"}]
+    provider.sync_turn(said[0]["content"], "", session_id="s1", messages=said)
+    provider.shutdown()
+    waiting = [p for p in home.rglob("*") if p.is_file() and p.name != "config.yaml"]
+    assert waiting, "the turn must wait on disk"
+    assert any("boiler" in p.read_text(errors="replace") for p in waiting)
+    assert all(SECRET not in p.read_text(errors="replace") for p in waiting)
 
 
 def test_the_password_comes_from_the_variable_named(
