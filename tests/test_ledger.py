@@ -284,3 +284,45 @@ def test_what_a_pass_records_of_its_folded_messages_is_what_each_message_says(
     ]
     assert folded == [(s, text) for s, (text, _) in want]
     assert own == [(s, json.dumps(text)) for s, (text, differs) in want if differs]
+
+
+def test_a_ledger_never_lists_a_credential_of_the_messages_it_folded(
+    core: ChronicleCore,  # noqa: F811
+    capsys: Any,
+) -> None:
+    # Each request carries a credential beside its ticket; the writers read masked views, so the
+    # ledger (read through the status tool, the engine and the command line) must too.
+    keys = [f"sk-proj-{n:04d}AbCdEf0123456789AbCdEf0123456789xyz" for n in range(60)]
+    host = Host(core, small_policy())
+    for n in range(60):
+        host.add(*turn(n, size=300, instruction=f"ticket OPS-{n}: use key {keys[n]} on db-{n}"))
+        if host.due():
+            host.compress()
+    status = dispatch(
+        CONTEXT_TOOLS, core.compaction, "chronicle_context_status", {}, session_id=host.session
+    )
+    ledgers = core.compaction.ledgers(host.session)
+    assert json.loads(status)["ledger"]["passes"] == len(ledgers) >= 1
+    listed = {
+        e for entry in ledgers for k in ("in_handoff", "in_sections", "left_out") for e in entry[k]
+    }
+    assert any(e.startswith("OPS-") for e in listed)  # the tickets are still counted and listed
+    shown = status + json.dumps(ledgers)
+    if str(core.db_path) != ":memory:":
+        where = ["--hermes-home", str(core.config.hermes_home)] if core.postgres else []
+        assert (
+            main(
+                [
+                    "ledger",
+                    "--session",
+                    host.session,
+                    *(where or ["--db", str(core.db_path)]),
+                    "--json",
+                ]
+            )
+            == Exit.OK
+        )
+        shown += capsys.readouterr().out
+    folded = sum(entry["folded_messages"] for entry in ledgers)
+    assert folded > 0
+    assert not [key for key in keys if key in shown or key[:20] in shown]

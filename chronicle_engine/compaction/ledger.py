@@ -19,7 +19,8 @@ capture still gave it (aligned by position, `capture/plan.py`) is not among thos
 count in another process reads the log's original of it, the pass's own process the rewrite.
 
 Entities are the identifier-like words the extractive writer calls facts (ids such as tickets,
-paths, numbers, dates, URLs), read from each folded message's text. An entity is *in the handoff*
+paths, numbers, dates, URLs), read from each folded message's text with every credential masked
+(as the writers read it: a ledger never lists a credential). An entity is *in the handoff*
 when the handoff the model sees names it, *in the sections* when only the prose of the pass's
 sections does (one expand of the section away), and *left out* otherwise. A message is *kept*
 when the prose names one of its entities or quotes its opening words.
@@ -32,6 +33,7 @@ from collections.abc import Mapping, Sequence
 
 from ..capture.align import plain_json, wire_message
 from ..capture.events import HANDOFF_MARKER
+from ..capture.secrets import mask
 from ..capture.shortened import origin
 from ..chronicle.extractive import STRIP, facts_in
 from ..log.events import Decoded
@@ -199,7 +201,10 @@ def ledger_of(
     kept: list[int] = []
     left: list[int] = []
     quotable = len(lowered_handoff) >= 12 or len(lowered_prose) >= 12
-    for seq, text in folded:
+    for seq, raw in folded:
+        # Read as the writers read it (a masked view): a credential is neither listed nor
+        # counted, and an opening the prose quotes is compared masked as the prose holds it.
+        text = mask(raw)
         named = False
         for entity in facts_in(text, limit=_ENTITIES):
             key = entity.lower()
