@@ -326,3 +326,37 @@ def test_a_ledger_never_lists_a_credential_of_the_messages_it_folded(
     folded = sum(entry["folded_messages"] for entry in ledgers)
     assert folded > 0
     assert not [key for key in keys if key in shown or key[:20] in shown]
+
+
+def test_a_read_counts_its_own_conversation_and_each_ledger_once(core: ChronicleCore) -> None:  # noqa: F811
+    # A status read counts the ledgers of the conversation it reads, not every conversation's;
+    # a ledger counted and not read back yet is not counted again (one count per ledger).
+    from chronicle_engine.compaction.events import NAMESPACE, PassLedger
+
+    hosts = [Host(core, small_policy(), session=name) for name in ("a", "b")]
+    for n in range(60):
+        for host in hosts:
+            host.add(*turn(n, size=300))
+            if host.due():
+                host.compress()
+    compaction = core.compaction
+    compaction.lineage_state("a")  # (reads the log: the book sees the records)
+    book = compaction.ledgers_book
+    assert book.pending(["a"]) and book.pending(["b"])
+
+    def counts() -> list[tuple[str, int]]:
+        found = []
+        for event in core.store.read(namespaces=[NAMESPACE]):
+            decoded = core.reader.decode(event)
+            if isinstance(decoded, PassLedger) and decoded.of:
+                found.append((event.envelope.session or "", decoded.of))
+        return found
+
+    dispatch(CONTEXT_TOOLS, compaction, "chronicle_context_status", {}, session_id="a")
+    assert {session for session, _ in counts()} == {"a"}
+    assert not book.pending(["a"]) and book.pending(["b"])
+    # Two counts in a row, the first one's events not read back in between: one count each.
+    b_ledgers = len(book.pending(["b"]))
+    assert book.count(["b"]) == b_ledgers and book.count(["b"]) == 0
+    found = counts()
+    assert len(found) == len(set(found)) and sum(s == "b" for s, _ in found) == b_ledgers

@@ -863,12 +863,13 @@ class Compaction:
 
     # -- the ledgers, counted ----------------------------------------------------------------
 
-    def count_ledgers(self) -> int:
-        """Count every pass's ledger recorded and not counted yet (`ledgers.py`), appending each
-        count to the log; returns how many were counted. Reading a ledger counts first, and so
-        does a forget before it redraws any prose."""
+    def count_ledgers(self, sessions: Collection[str] | None = None) -> int:
+        """Count every pass's ledger recorded and not counted yet (`ledgers.py`) of `sessions`
+        (None: of every conversation), appending each count to the log; returns how many were
+        counted. Reading a conversation's ledgers counts its own first, and a forget counts
+        every one before it redraws any prose."""
         self._refresh_events()
-        counted = self.ledgers_book.count()
+        counted = self.ledgers_book.count(sessions)
         if counted:
             self._refresh_events()
         return counted
@@ -962,7 +963,7 @@ class Compaction:
         return expanded
 
     def status(self, session_id: str, policy: Policy | None = None) -> dict[str, object]:
-        self._count_quietly()
+        self._count_quietly(session_id)
         state = self.lineage_state(session_id)
         carried: list[ViewSection] = []
         if state.passes:
@@ -984,7 +985,7 @@ class Compaction:
     def ledgers(self, session_id: str) -> list[dict[str, object]]:
         """Each pass's ledger over the conversation, oldest first: what it folded, and what its
         prose kept and left out, by entity and by message."""
-        self._count_quietly()
+        self._count_quietly(session_id)
         return [
             {"seq": d.seq, "session": d.envelope.session, **d.event.model_dump(exclude=_RECORDED)}
             for d in self.ledgers_book.visible(
@@ -992,10 +993,11 @@ class Compaction:
             )
         ]
 
-    def _count_quietly(self) -> None:
-        """`count_ledgers` for a read: a ledger that cannot be counted reads as recorded."""
+    def _count_quietly(self, session_id: str) -> None:
+        """`count_ledgers` for a read of one conversation (its lineage's sessions): a ledger
+        that cannot be counted reads as recorded."""
         try:
-            self.count_ledgers()
+            self.count_ledgers(self._sessions.lineage(session_id) or [session_id])
         except Exception:
             log.warning("could not count the ledgers of the passes", exc_info=True)
 

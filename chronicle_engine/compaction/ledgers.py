@@ -9,8 +9,12 @@ Invariants (what a ledger says is `ledger.py`'s):
   store (`logged`): the folded messages' logged content or the text the record kept (`own`),
   the handoff from the tree's compaction entry the pass wrote right after the ledger, the prose
   from its sections by id. Forgetting purges prose, so the engine counts before it redraws.
+- A read counts only the ledgers of the conversation it reads (`count(sessions)`); an export and
+  a forget count them all.
 - A count the store refuses (read-only, busy) is kept in this process and counted again by the
-  next one; two processes counting at once append two counts, of which readers take the first.
+  next one. A process counts each ledger once (a count appended leaves the pending ones at
+  once, before its event is read back); two processes counting at once append two counts, of
+  which readers take the first.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -78,10 +82,13 @@ class LedgerBook:
             while len(self._held) > _HELD:
                 self._held.pop(next(iter(self._held)))
 
-    def pending(self) -> list[Decoded[PassLedger]]:
-        """The ledgers recorded and not counted yet, oldest first."""
+    def pending(self, sessions: Collection[str] | None = None) -> list[Decoded[PassLedger]]:
+        """The ledgers recorded and not counted yet, oldest first (of `sessions`; None: all)."""
         with self._lock:
-            return sorted(self._uncounted.values(), key=lambda d: d.seq)
+            found: Collection[Decoded[PassLedger]] = self._uncounted.values()
+            if sessions is not None:
+                found = [d for d in found if (d.envelope.session or "") in sessions]
+            return sorted(found, key=lambda d: d.seq)
 
     def inputs(self, seq: int) -> LedgerInputs | None:
         """What this process's pass held for the ledger recorded at `seq` (None: not held)."""
@@ -114,12 +121,13 @@ class LedgerBook:
             out.append(Decoded(d.envelope, event))
         return out
 
-    def count(self) -> int:
-        """Count every pending ledger and append the counts; returns how many were counted."""
+    def count(self, sessions: Collection[str] | None = None) -> int:
+        """Count the pending ledgers of `sessions` (None: every one) and append the counts;
+        returns how many were counted."""
         counted = 0
         store, types = self._reader.store, self._reader.types
         with self._counting:
-            for d in self.pending():
+            for d in self.pending(sessions):
                 with self._lock:
                     if d.seq in self._kept:
                         continue
@@ -137,6 +145,9 @@ class LedgerBook:
                     log.warning("could not record the count of ledger %s", d.seq, exc_info=True)
                     with self._lock:
                         self._kept[d.seq] = count
+                else:  # counted: not pending again, though its event is not read back yet
+                    with self._lock:
+                        self._uncounted.pop(d.seq, None)
                 counted += 1
         return counted
 
