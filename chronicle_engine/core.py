@@ -30,7 +30,7 @@ from .chronicle.store import SQLiteChronicleStore
 from .chronicle.stores import chronicle_of
 from .compaction.events import register_context_events
 from .config import Config, is_postgres, load_hermes_config
-from .errors import StoreError
+from .errors import StoreError, StoreTooNew
 from .log.bookkeeping import register_builtin_events
 from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from .log.store import SQLiteEventStore
@@ -68,6 +68,43 @@ def vocabulary() -> EventTypeRegistry:
     return types
 
 
+def known_migrations(*, postgres: bool) -> frozenset[str]:
+    """The name of every migration this build applies to a store of that kind."""
+    if postgres:
+        from .chronicle.postgres import PG_CHRONICLE_MIGRATIONS
+        from .log.postgres import LOG_MIGRATIONS as PG_LOG_MIGRATIONS
+        from .recall.postgres import PG_RECALL_MIGRATIONS
+        from .scheduler.postgres import PG_SCHEDULER_MIGRATIONS
+        from .sessions.postgres import PG_SESSION_MIGRATIONS
+
+        return frozenset(
+            m.name
+            for m in (
+                *PG_LOG_MIGRATIONS,
+                *PG_CHRONICLE_MIGRATIONS,
+                *PG_SESSION_MIGRATIONS,
+                *PG_RECALL_MIGRATIONS,
+                *PG_SCHEDULER_MIGRATIONS,
+            )
+        )
+    from .chronicle.store import CHRONICLE_MIGRATIONS
+    from .log.store import LOG_MIGRATIONS
+    from .recall.schema import MIGRATIONS as RECALL_MIGRATIONS
+    from .scheduler.schema import SCHEDULER_MIGRATIONS
+    from .sessions.fold import MIGRATIONS as SESSION_MIGRATIONS
+
+    return frozenset(
+        m.name
+        for m in (
+            *LOG_MIGRATIONS,
+            *CHRONICLE_MIGRATIONS,
+            *SESSION_MIGRATIONS,
+            *RECALL_MIGRATIONS,
+            *SCHEDULER_MIGRATIONS,
+        )
+    )
+
+
 class ChronicleCore:
     """The store, the event vocabulary and the subsystems for one database."""
 
@@ -96,6 +133,7 @@ class ChronicleCore:
         else:
             self.store = SQLiteEventStore(location, busy_timeout_ms=busy_ms)
             self.db_path = self.location
+        self._refuse_a_newer_schema()
         # The whole vocabulary is known from the start, so any reader (the CLI, an export, a
         # rebuild) can decode every event before the subsystem that writes it is first used.
         self.types = vocabulary()
@@ -107,6 +145,22 @@ class ChronicleCore:
         self.warned: set[str] = set()
         """Degraded states already logged for this database; both slots log each one once."""
         self._replay_spill()
+
+    def _refuse_a_newer_schema(self) -> None:
+        """A database a newer Chronicle migrated (it records migrations this build does not
+        know) is closed again and refused (`StoreTooNew`) before anything reads or writes it."""
+        try:
+            unknown = sorted(self.store.migrated() - known_migrations(postgres=self.postgres))
+        except BaseException:
+            self.store.close()
+            raise
+        if unknown:
+            self.store.close()
+            raise StoreTooNew(
+                f"{self.location} was migrated by a newer Chronicle (migrations this build does "
+                f"not know: {', '.join(unknown)}); upgrade Chronicle to open it (or open a "
+                "backup taken before the upgrade)"
+            )
 
     def _replay_spill(self) -> None:
         """Events kept aside while this database refused writes (`capture/spill.py`) reach the

@@ -19,6 +19,7 @@ __all__ = [
     "StoreReadOnly",
     "StoreFull",
     "StoreCorrupt",
+    "StoreTooNew",
     "AppendOnlyViolation",
     "UnknownEventType",
     "SectionCollision",
@@ -68,6 +69,12 @@ class StoreCorrupt(StoreReadOnly):
     """The database file is damaged (not a database, a malformed page). Writes wait in the
     spill like a read-only store's; when a core opens it, the file is moved aside and a fresh
     one started, and `chronicle doctor --salvage` reads what it can from the old one."""
+
+
+class StoreTooNew(StoreError):
+    """The database records migrations this build does not know: a newer Chronicle migrated it.
+    It is not opened (an older build could misread what the newer one wrote, or write what it
+    no longer reads); turns wait on disk until Chronicle is upgraded."""
 
 
 class AppendOnlyViolation(StoreError):

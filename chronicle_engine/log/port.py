@@ -112,6 +112,10 @@ class EventLogStore(Protocol[Conn, Step]):
         """Apply the migrations not yet recorded, each atomically with its record."""
         ...
 
+    def migrated(self) -> set[str]:
+        """The names of the migrations recorded in the database (by this build or another)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -344,6 +344,11 @@ class PostgresEventStore:
                 applied.append(migration.name)
         return applied
 
+    def migrated(self) -> set[str]:
+        """The names of the migrations recorded in this database (by this build or another)."""
+        with postgres_errors("reading the schema"), self.reading() as conn:
+            return {str(row[0]) for row in conn.execute("SELECT name FROM migrations")}
+
     # -- the log ---------------------------------------------------------------------------
 
     def append(self, events: Sequence[PendingEvent], *, guarded: bool = True) -> list[StoredEvent]:

@@ -663,6 +663,11 @@ class SQLiteEventStore:
                 applied.append(migration.name)
         return applied
 
+    def migrated(self) -> set[str]:
+        """The names of the migrations recorded in this database (by this build or another)."""
+        with sqlite_errors("reading the schema"), self.reading() as conn:
+            return {str(row[0]) for row in conn.execute("SELECT name FROM migrations")}
+
     def _pending(self, migrations: Sequence[Migration]) -> bool:
         """Whether any of `migrations` is not recorded yet (read without taking the write lock)."""
         if not migrations:
