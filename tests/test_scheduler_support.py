@@ -85,69 +85,6 @@ class PostgresWhere(str):
     """A conninfo (a schema of its own on the test session's server) as a test's `where`."""
 
 
-class PostgresCore:
-    """What the scheduler tests use of a `ChronicleCore`, over a PostgreSQL store: the log, the
-    session tree, capture, recall and the scheduler built as the core builds them on SQLite,
-    each over its PostgreSQL twin. (No compaction: a test that needs the context engine's
-    section writer runs on SQLite.)"""
-
-    def __init__(self, conninfo: str, config: Config) -> None:
-        from chronicle_engine.core import vocabulary
-        from chronicle_engine.log.events import EventReader, UpcastRegistry
-        from chronicle_engine.log.postgres import PostgresEventStore
-        from chronicle_engine.sessions.capture import Capture
-        from chronicle_engine.sessions.postgres import PostgresSessionTables
-        from chronicle_engine.sessions.tree import SessionTree
-
-        self.config = config
-        self.store = PostgresEventStore(conninfo)
-        self.types = vocabulary()
-        self.reader = EventReader(self.store, UpcastRegistry(), self.types)
-        self.sessions = SessionTree(self.reader, PostgresSessionTables(self.store))
-        self.capture = Capture(self.sessions, config)
-        self.warned: set[str] = set()
-        self._recall: Any = None
-        self._scheduler: Scheduler | None = None
-
-    @property
-    def recall(self) -> Any:
-        if self._recall is None:
-            from chronicle_engine.recall.postgres import PostgresRecallIndex
-            from chronicle_engine.recall.recall import Recall
-
-            index = PostgresRecallIndex(self.reader, self.config, self.sessions, self.capture)
-            self._recall = Recall.over(index, self.capture)
-        return self._recall
-
-    def chronicle(self, name: str = "default") -> Any:
-        from chronicle_engine.chronicle.postgres import PostgresChronicleStore
-
-        return PostgresChronicleStore(self.store, name)
-
-    def new_scheduler(self, **kwargs: Any) -> Scheduler:
-        def no_writer() -> Any:
-            raise RuntimeError("no context engine in this test's PostgreSQL core")
-
-        return Scheduler(
-            self.reader,
-            self.config,
-            sessions=lambda: self.sessions,
-            writer=no_writer,
-            recall=lambda: self.recall,
-            warned=self.warned,
-            **kwargs,
-        )
-
-    @property
-    def scheduler(self) -> Scheduler:
-        if self._scheduler is None:
-            self._scheduler = self.new_scheduler()
-        return self._scheduler
-
-    def shutdown(self) -> None:
-        self.store.close()
-
-
 def reading(core: Any) -> contextlib.AbstractContextManager[Any]:
     """A connection to `core`'s database that reads `?` placeholders, on either store."""
     return _tables(core).reading("a test's read")
@@ -159,7 +96,7 @@ def writing(core: Any) -> contextlib.AbstractContextManager[Any]:
 
 
 def _tables(core: Any) -> Any:
-    if isinstance(core, PostgresCore):
+    if core.postgres:
         from chronicle_engine.log.postgres import PostgresTables
 
         return PostgresTables(core.store)
@@ -169,16 +106,14 @@ def _tables(core: Any) -> Any:
 
 
 def on_postgres(core: Any) -> bool:
-    return isinstance(core, PostgresCore)
+    return bool(core.postgres)
 
 
 def open_core(where: str | Path, *overrides: dict[str, Any]) -> Any:
     """A core over `where` (a SQLite location, or a `PostgresWhere`) with every schedule off
     but those `overrides` switch on."""
     config = Config(merged(QUIET, *overrides))
-    if isinstance(where, PostgresWhere):
-        return PostgresCore(where, config)
-    core = ChronicleCore(where, config)
+    core = ChronicleCore(where, config)  # (a `PostgresWhere`: the store config.yaml would select)
     register_capture_events(core.types)
     return core
 
