@@ -16,6 +16,9 @@ own fresh database. Two ways in, each scored against plain FTS5 over the same tu
   session. The capture clock replays the dataset's session dates (a real capture carries real
   times; a replay carries the dataset's).
 
+In both, the question is asked at its `question_date` (recall's clock, `RecallIndex.clock`), so a
+relative time it names ("a week ago", "last Friday") counts from then, as it would live.
+
 Scoring (the benchmark's src/retrieval): gold = the user turns marked `has_answer`; abstention
 questions and questions with no gold user turn are skipped. Per question type: turn recall_any@10
 (some gold turn in the top 10), turn recall_all@10 (all of them), and session recall_all@10 (the
@@ -294,6 +297,7 @@ def run_protocol(q: Question, db_dir: Path, embeddings: str = "") -> Run:
         turn_of = turn_map(core.recall.index, q)
         if embeddings:
             embed_everything(core)
+        core.recall.index.clock = q.date.timestamp  # asked on the question's date
         args = {"query": q.text, "limit": K}
         t0 = time.perf_counter()
         answer = json.loads(dispatch(RECALL_TOOLS, core.recall, "chronicle_search", args))
@@ -315,6 +319,7 @@ def run_postgres(q: Question, server: PostgresCluster) -> Run:
                 sid, wire(turns), platform="longmemeval", created_at=date.isoformat()
             )
         turn_of = turn_map(index, q)
+        index.clock = q.date.timestamp
         t0 = time.perf_counter()
         answer = {"results": ask_index(index, q.text, limit=K)}
         elapsed = time.perf_counter() - t0
@@ -379,6 +384,7 @@ def run_live(q: Question, home: Path) -> Run:
                     provider.sync_turn(pending[-1]["content"], "", session_id=sid, messages=live)
             turn_of = turn_map(provider.core, q)
             set_clock(q.date)
+            provider.core.recall.index.clock = q.date.timestamp
             provider.on_session_switch(f"{q.qid}-question", reset=True)
             t0 = time.perf_counter()
             answer = json.loads(

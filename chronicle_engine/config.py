@@ -267,7 +267,8 @@ class RecallSettings(_Section):
     time_boost: Number = Field(
         2.0,
         description="Score factor for a message from the time the query names (a date, a month "
-        "or a year written out).",
+        "or a year written out; or counted from when it is asked: '5 days ago', 'last Friday', "
+        "'last month').",
     )
     recency_weight: Number = Field(
         0.1, description="How much newer messages gain: score x (1 + w x 2^(-age/half-life))."

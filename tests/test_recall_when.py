@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_recall_support import open_core, say
 
-from chronicle_engine.recall.when import _PATTERNS, Moment, named_time
+from chronicle_engine.recall.when import _PATTERNS, Moment, Span, named_time
 
 
 def ts(*parts: int) -> float:
@@ -93,3 +93,111 @@ def test_a_query_names_a_time_exactly_when_a_pattern_reads_one(query: str) -> No
     # (the days here are all real ones: a pattern's match of an impossible day is skipped)
     matched = any(pattern.search(query) for pattern in _PATTERNS)
     assert (named_time(query) is not None) == matched
+
+
+# Wednesday 22 March 2023, 11:50 UTC: when the relative times below are asked.
+ASKED = ts(2023, 3, 22, 11, 50)
+
+
+def day(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M").replace(tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end", "phrase"),
+    [
+        ("What did I cook 5 days ago?", "2023-03-16 00:00", "2023-03-19 00:00", "5 days ago"),
+        (
+            "which book did I finish a week ago",
+            "2023-03-11 23:50",
+            "2023-03-18 23:50",
+            "a week ago",
+        ),
+        ("two months ago", "2023-01-06 11:50", "2023-02-05 11:50", "two months ago"),
+        ("what did I buy yesterday", "2023-03-20 00:00", "2023-03-23 00:00", "yesterday"),
+        ("the artist from last Friday", "2023-03-16 00:00", "2023-03-19 00:00", "last Friday"),
+        ("last Wednesday", "2023-03-14 00:00", "2023-03-17 00:00", "last Wednesday"),
+        ("a hike last weekend", "2023-03-17 00:00", "2023-03-21 00:00", "last weekend"),
+        ("last week", "2023-03-12 00:00", "2023-03-21 00:00", "last week"),
+        ("last month", "2023-01-31 00:00", "2023-03-02 00:00", "last month"),
+        ("last year", "2021-12-31 00:00", "2023-01-02 00:00", "last year"),
+        ("over the last 3 days", "2023-03-19 11:50", "2023-03-23 11:50", "over the last 3 days"),
+        ("in the past two weeks", "2023-03-08 11:50", "2023-03-23 11:50", "in the past two weeks"),
+    ],
+)
+def test_relative_times_count_from_when_the_query_is_asked(query, start, end, phrase):
+    span = named_time(query, ASKED)
+    assert isinstance(span, Span)
+    assert (span.start, span.end, span.phrase) == (day(start), day(end), phrase)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["How many days ago did I buy it?", "the last time I went", "a few weeks ago", "recently"],
+)
+def test_relative_words_that_name_no_span_are_not_read(query):
+    assert named_time(query, ASKED) is None
+
+
+def test_a_date_written_out_comes_before_a_relative_time():
+    assert named_time("on 16 November, 2023, not yesterday", ASKED) == Moment(2023, 11, 16)
+
+
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "5",
+                "a",
+                "two",
+                "days",
+                "week",
+                "ago",
+                "last",
+                "past",
+                "in",
+                "the",
+                "month",
+                "Friday",
+                "weekend",
+                "yesterday",
+                "over",
+                "year",
+                "I",
+            ]
+        ),
+        max_size=6,
+    ).map(" ".join),
+    st.floats(min_value=ts(2000, 1, 1), max_value=ts(2090, 1, 1)),
+)
+def test_a_relative_span_is_never_empty_and_never_all_future(query: str, now: float) -> None:
+    span = named_time(query, now)
+    if span is not None:
+        assert isinstance(span, Span)
+        assert span.start < span.end and span.start <= now
+        assert span.phrase and span.phrase in query
+
+
+def test_the_relative_time_lifts_its_messages_and_leaves_its_words_out(core):
+    core.recall.index.clock = lambda: ASKED
+    earlier = say(
+        core,
+        "s1",
+        "Pottery class: two days ago I made a bowl, a week ago a cup.",
+        created_at="2023-02-02T18:00:00+00:00",
+    )
+    that_day = say(
+        core,
+        "s2",
+        "Finished the pottery class project, a blue vase.",
+        created_at="2023-03-17T18:00:00+00:00",
+    )
+    plain = core.recall.search("pottery class days ago", scope="messages")
+    assert plain[0]["id"] == f"m{earlier}"
+    dated = core.recall.search("What did I make in pottery class 5 days ago?", scope="messages")
+    assert dated[0]["id"] == f"m{that_day}"
+    # Asked 40 days later, "5 days ago" is after the newest message: it names nothing here, and
+    # the query ranks as one naming no time, its words kept ("days ago", "made").
+    core.recall.index.clock = lambda: ASKED + 40 * 86_400
+    later = core.recall.search("What did I make in pottery class 5 days ago?", scope="messages")
+    assert [hit["id"] for hit in later] == [f"m{earlier}", f"m{that_day}"]

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from ..config import Config
@@ -38,9 +39,9 @@ from .search import (
     rank_beliefs,
     rank_sections,
 )
-from .text import query_words, tokens
+from .text import STOPWORDS, query_words, tokens
 from .vectors import Embedder, nearest
-from .when import named_time
+from .when import Span, named_time
 
 __all__ = ["RecallIndex", "SCOPES"]
 
@@ -87,6 +88,9 @@ class RecallIndex:
         self._warned: set[str] = set()
         self.injected = Injected()
         """What per-turn memory already gave each conversation (prefetch.py)."""
+        self.clock: Callable[[], float] = time.time
+        """When a query is asked (UTC seconds): what "5 days ago" or "last week" counts from.
+        A bench replaying a dataset sets it to the dataset's own time."""
         capture.on_stored(self._stored)
 
     @contextlib.contextmanager
@@ -233,6 +237,7 @@ class RecallIndex:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
         limit = max(1, min(int(limit or self.tuning.search_limit), 100))
         query = query if isinstance(query, str) else str(query)
+        moment = named_time(query, self.clock())
         words = query_words(query)[:_MAX_QUERY_WORDS]
         if not words:
             return []
@@ -243,6 +248,8 @@ class RecallIndex:
             n = self.scope(conn, session_id, user_id, profile)
             if n is None:
                 return []
+            if isinstance(moment, Span):
+                moment, words = _relative(conn, n, query, moment, words)
             reach = Reach(outside=outside if outside is not None and outside.sessions else None)
             chronicles: set[str] | None = None
             if scope == "session":
@@ -267,7 +274,7 @@ class RecallIndex:
                     reach=reach,
                     text=message_text,
                     limit=limit,
-                    moment=named_time(query),
+                    moment=moment,
                 )
                 if query_vector is not None:
                     nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)
@@ -341,6 +348,24 @@ class RecallIndex:
             if seq in found and (keep is None or keep(found[seq]))
         ]
         return hits[:limit]
+
+
+def _relative(
+    conn: Statements, scope: int, query: str, span: Span, words: list[str]
+) -> tuple[Span | None, list[str]]:
+    """The span a query's relative time names, and its words but the time's: "5 days ago" says
+    when, not what, and the evidence, told at another time, words it otherwise ("today"); a date
+    written out keeps its words, as the evidence may write it the same way. A span that starts
+    after the user's newest message holds none of this memory: the query was not counted from
+    now (or nothing was said since), so it is ranked as one naming no time, words and all. When
+    only function words would be left, the query keeps them all."""
+    newest = conn.execute(
+        "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
+    ).fetchone()
+    if newest is None or not newest[0] or float(newest[0]) < span.start:
+        return None, words
+    rest = query_words(query.replace(span.phrase, " "))[:_MAX_QUERY_WORDS]
+    return span, rest if any(word not in STOPWORDS for word in rest) else words
 
 
 def _span(conn: Statements, sessions: Sequence[str]) -> tuple[int, int] | None:

@@ -37,7 +37,7 @@ from ..log.tables import Statements
 from .reach import Reach
 from .schema import PERSON_TEXT, log_texts, message_index
 from .text import match_any, name_words, quote
-from .when import Moment
+from .when import Moment, Span
 
 __all__ = [
     "Hit",
@@ -370,7 +370,7 @@ class MessageSearch:
         reach: Reach | None = None,
         text: bool = False,
         limit: int = 10,
-        moment: Moment | None = None,
+        moment: Moment | Span | None = None,
     ) -> list[Hit]:
         """The best `limit` messages within `reach` that `keep` accepts. With `text`, rows reach
         `keep` with their text (read with them, in the same query). A `moment` the query names

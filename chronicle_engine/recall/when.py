@@ -1,17 +1,21 @@
-"""The time a query names: "on 21 May, 2023", "in August 2023", "in December", "during 2022".
+"""The time a query names: "on 21 May, 2023", "in August 2023", "in December", "during 2022",
+and, counted from when it is asked, "5 days ago", "a week ago", "yesterday", "last Friday",
+"last month", "in the past two weeks".
 
-Invariant: only dates written out are read (a day with its month and year, a month with or
-without its year, a year after a preposition); nothing relative ("last week") and nothing
-guessed. A query that names no time gets None, and ranking is unchanged.
+Invariants: a date written out is read as written (a day with its month and year, a month with
+or without its year, a year after a preposition); a relative time is read only when the caller
+says when the query is asked (`now`), as a span of that clock's time, in UTC. Nothing is
+guessed: "recently", "the other day" or "a few weeks ago" name no span, and a query that names
+no time gets None, so its ranking is unchanged.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
-__all__ = ["Moment", "named_time"]
+__all__ = ["Moment", "Span", "named_time"]
 
 _MONTHS = {
     name: number
@@ -82,13 +86,14 @@ _YEAR_SEEN = re.compile(r"(?:19|20)\d\d")
 _MONTH_STARTS = tuple(sorted({name[:3] for name in _MONTHS}))
 
 
-def named_time(query: str) -> Moment | None:
-    """The first time `query` names, or None."""
+def named_time(query: str, now: float | None = None) -> Moment | Span | None:
+    """The first date `query` writes out, else (when `now`, UTC seconds, says when it is asked)
+    the time it names relative to then, else None."""
     query = query or ""
     if _YEAR_SEEN.search(query) is None:
         folded = query.casefold()
         if not any(start in folded for start in _MONTH_STARTS):
-            return None
+            return None if now is None else relative_time(query, now)
     for pattern in _PATTERNS:
         found = pattern.search(query)
         if found is None:
@@ -102,4 +107,107 @@ def named_time(query: str) -> Moment | None:
         if day is not None and not 1 <= day <= 31:
             continue
         return Moment(year, month, day)
+    return None if now is None else relative_time(query, now)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of time, [start, end) in UTC seconds, that a query names relative to when it
+    is asked."""
+
+    start: float
+    end: float
+    phrase: str = field(default="", compare=False)
+    """The words of the query that named it ("5 days ago")."""
+
+    def holds(self, ts: float) -> bool:
+        return bool(ts) and self.start <= ts < self.end
+
+
+_DAY_S = 86_400.0
+_UNIT_DAYS = {"day": 1.0, "week": 7.0, "fortnight": 14.0, "month": 30.0, "year": 365.0}
+_NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+_NUMBERS = {word: n for n, word in enumerate(_NUMBER_WORDS, start=1)} | {"a": 1, "an": 1}
+_COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + ")"
+_UNIT = r"(?P<unit>day|week|fortnight|month|year)s?"
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_RELATIVE = (
+    ("ago", re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b", re.IGNORECASE)),
+    ("yesterday", re.compile(r"\byesterday\b", re.IGNORECASE)),
+    ("weekday", re.compile(rf"\blast\s+(?P<weekday>{'|'.join(_WEEKDAYS)})\b", re.IGNORECASE)),
+    ("weekend", re.compile(r"\blast\s+weekend\b", re.IGNORECASE)),
+    (
+        "past",
+        re.compile(
+            rf"\b(?:in|over|during|within|for)\s+the\s+(?:past|last)\s+(?:{_COUNT}\s+)?{_UNIT}",
+            re.IGNORECASE,
+        ),
+    ),
+    ("last", re.compile(r"\blast\s+(?P<unit>week|month|year)\b", re.IGNORECASE)),
+)
+_RELATIVE_SEEN = re.compile(r"ago|yesterday|last|past", re.IGNORECASE)
+
+
+def _day_of(moment: datetime, phrase: str) -> Span:
+    """A calendar day as `Moment.holds` reads one: the day before and after it too (a
+    conversation's date and the time it tells of may straddle midnight, or a time zone)."""
+    start = datetime(moment.year, moment.month, moment.day, tzinfo=UTC).timestamp()
+    return Span(start - _DAY_S, start + 2 * _DAY_S, phrase)
+
+
+def relative_time(query: str, now: float) -> Span | None:
+    """The span of time `query` names relative to `now` (UTC seconds), or None.
+
+    "N days ago", "yesterday" and "last Friday" (the last Friday before today) name a calendar
+    day, with a day of slack either side as a date written out has; "last weekend" the last
+    Saturday and Sunday, so too; "N weeks/months/years ago" the stretch within half a unit of
+    that moment; "last week/month/year" the calendar week (Monday first), month or year before
+    the current one, with a day of slack; "in the past N days/weeks/months" everything since
+    then."""
+    if not query or _RELATIVE_SEEN.search(query) is None:
+        return None
+    at = datetime.fromtimestamp(now, UTC)
+    for kind, pattern in _RELATIVE:
+        found = pattern.search(query)
+        if found is None:
+            continue
+        parts = found.groupdict()
+        phrase = found.group(0)
+        count_word = (parts.get("count") or "1").lower()
+        count = int(count_word) if count_word.isdigit() else _NUMBERS[count_word]
+        days = _UNIT_DAYS[parts["unit"].lower()] if parts.get("unit") else 1.0
+        if kind == "yesterday":
+            return _day_of(at - timedelta(days=1), phrase)
+        if kind == "ago":
+            if days == 1.0:
+                return _day_of(at - timedelta(days=count), phrase)
+            half = 0.5 * days * _DAY_S
+            then = now - count * days * _DAY_S
+            return Span(then - half, then + half, phrase)
+        if kind == "weekday":
+            back = (at.weekday() - _WEEKDAYS.index(parts["weekday"].lower()) - 1) % 7 + 1
+            return _day_of(at - timedelta(days=back), phrase)
+        if kind == "weekend":
+            saturday = at - timedelta(days=(at.weekday() - 6) % 7 + 1)
+            start = _day_of(saturday, phrase).start
+            return Span(start, start + 4 * _DAY_S, phrase)
+        if kind == "past":
+            return Span(now - count * days * _DAY_S, now + _DAY_S, phrase)
+        return _calendar_before(at, parts["unit"].lower(), phrase)
     return None
+
+
+def _calendar_before(at: datetime, unit: str, phrase: str) -> Span:
+    """The calendar week (Monday first), month or year before the one holding `at`, with a day
+    of slack either side."""
+    today = datetime(at.year, at.month, at.day, tzinfo=UTC)
+    if unit == "week":
+        end = today - timedelta(days=at.weekday())
+        start = end - timedelta(days=7)
+    elif unit == "month":
+        end = today.replace(day=1)
+        start = (end - timedelta(days=1)).replace(day=1)
+    else:
+        end = today.replace(month=1, day=1)
+        start = end.replace(year=end.year - 1)
+    return Span(start.timestamp() - _DAY_S, end.timestamp() + _DAY_S, phrase)
