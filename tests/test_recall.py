@@ -67,12 +67,17 @@ def test_the_answer_next_to_its_question_is_found(core):
     assert f"m{answer}" in ids(core.recall.search("which dentist", scope="messages"))
 
 
-def test_one_session_does_not_take_every_result(core):
-    for i in range(12):
-        say(core, "long", f"gardening note {i}: tomatoes need water")
+@pytest.mark.parametrize("turns", [12, 90])
+def test_one_session_does_not_take_every_result(core, turns):
+    # 90: more of the long session's turns than ranking reads at a time, each scoring above the
+    # others' (its words twice): the other sessions' rows must be read all the same.
+    core.capture.capture_messages(
+        "long",
+        [{"role": "user", "content": f"gardening {i}: gardening, tomatoes"} for i in range(turns)],
+    )
     others = [
-        say(core, "short", "gardening: the roses need pruning"),
-        say(core, "shorter", "gardening gloves are in the shed"),
+        say(core, "short", "gardening: the roses need pruning, and the shed"),
+        say(core, "shorter", "gardening gloves are in the shed, by the wall"),
     ]
     found = core.recall.search("gardening", scope="messages", limit=5)
     assert {f"m{o}" for o in others} <= set(ids(found))

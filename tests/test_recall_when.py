@@ -3,7 +3,7 @@ before."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given
@@ -201,3 +201,36 @@ def test_the_relative_time_lifts_its_messages_and_leaves_its_words_out(core):
     core.recall.index.clock = lambda: ASKED + 40 * 86_400
     later = core.recall.search("What did I make in pottery class 5 days ago?", scope="messages")
     assert [hit["id"] for hit in later] == [f"m{earlier}", f"m{that_day}"]
+
+
+def _holds_by_calendar(moment: Moment, ts: float) -> bool:
+    """What a moment holds, read off the calendar date of `ts` (the reference `holds` keeps
+    to without building a datetime for each row)."""
+    if not ts:
+        return False
+    when = datetime.fromtimestamp(ts, UTC)
+    if moment.day is not None and moment.month is not None and moment.year is not None:
+        try:
+            day = datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
+        except ValueError:
+            return False
+        return abs((when - day).total_seconds() - 43_200) <= 129_600
+    if moment.year is not None and when.year != moment.year:
+        return False
+    return moment.month is None or when.month == moment.month
+
+
+@given(
+    st.sampled_from([None, 1999, 2023, 2024]),
+    st.sampled_from([None, *range(1, 13)]),
+    st.sampled_from([None, 1, 15, 28, 29, 30, 31]),
+    st.integers(min_value=-40, max_value=40),
+    st.sampled_from([0.0, 0.5, -0.5, 1e-6, -1e-6, 4e4]),
+)
+def test_a_moment_holds_what_its_calendar_dates_hold(year, month, day, days, shift):
+    moment = Moment(year, month, day if month and year else None)
+    # times around the moment's own first day (its boundaries are where a shortcut would slip)
+    first = datetime(year or 2023, month or 6, min(day or 1, 28), tzinfo=UTC)
+    at = (first + timedelta(days=days)).timestamp() + shift
+    assert moment.holds(at) == _holds_by_calendar(moment, at)
+    assert not moment.holds(0.0)

@@ -404,18 +404,20 @@ class MessageSearch:
         half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
         speaks_as_person = bool(query_tokens & _FIRST_PERSON)
         # Rows are read in relevance order, a chunk at a time, until no unread candidate can
-        # reach the results: the factors below lift a score by at most `ceiling`, so once the
-        # `wanted`-th best score is above the next relevance times that, the rest cannot rank.
+        # reach the results: the factors below lift a score by at most `ceiling`, so no unread
+        # row scores above the next relevance times that. Once the `limit`-th best score is
+        # above it (a heap: the cheap test) and so is every result `_spread` would pick (it may
+        # pass over a session's surplus for another session's weaker rows), the rest cannot rank.
         ceiling = max([*t.role_weights.values(), 0.8]) * (1.0 + max(t.recency_weight, 0.0))
         if speaks_as_person or _may_name(conn, query_tokens, t.speaker_boost):
             ceiling *= max(t.speaker_boost, 1.0)
         ceiling *= max(t.time_boost, 1.0) if moment else 1.0
-        wanted = limit * 2  # room for the sessions `_spread` holds back
         ordered = sorted(relevance, key=lambda s: -relevance[s])
         scored: list[tuple[float, MessageRow]] = []
-        best: list[float] = []  # the `wanted` best scores so far, a min-heap
+        best: list[float] = []  # the `limit` best scores so far, a min-heap
         for start in range(0, len(ordered), _ROW_CHUNK):
-            if len(best) == wanted and best[0] > relevance[ordered[start]] * ceiling:
+            bound = relevance[ordered[start]] * ceiling
+            if len(best) == limit and best[0] > bound and _settled(scored, limit, t, bound):
                 break
             chunk = ordered[start : start + _ROW_CHUNK]
             rows = message_rows(conn, [seq for seq in chunk if seq not in known], text=text)
@@ -438,11 +440,11 @@ class MessageSearch:
                 if moment is not None and moment.holds(row.ts):
                     score *= t.time_boost
                 scored.append((score, row))
-                if len(best) < wanted:
+                if len(best) < limit:
                     heapq.heappush(best, score)
                 elif score > best[0]:
                     heapq.heapreplace(best, score)
-        scored.sort(key=lambda x: (-x[0], -x[1].seq))
+        scored.sort(key=_by_score)
         chosen = _spread(scored, limit, t.session_share)
         corrections = _corrections(conn, [r.seq for _, r in chosen])
         _with_text(conn, [row for _, row in chosen])
@@ -515,11 +517,25 @@ def _links(
     return out
 
 
+def _by_score(item: tuple[float, MessageRow]) -> tuple[float, int]:
+    return (-item[0], -item[1].seq)
+
+
 def _spread(
     scored: list[tuple[float, MessageRow]], limit: int, share: float
 ) -> list[tuple[float, MessageRow]]:
-    """The best `limit`, with no session taking more than `share` of them while others have
-    hits; what a session could not place waits for leftover room, in score order."""
+    """The best `limit` of `scored` (best first), with no session taking more than `share` of
+    them while others have hits; what a session could not place waits for leftover room, in
+    score order."""
+    head, waiting = _heads(scored, limit, share)
+    return sorted(head + waiting[: limit - len(head)], key=_by_score)
+
+
+def _heads(
+    scored: list[tuple[float, MessageRow]], limit: int, share: float
+) -> tuple[list[tuple[float, MessageRow]], list[tuple[float, MessageRow]]]:
+    """`_spread`'s picks in score order, up to `limit`, and the rows it passed over as their
+    session's surplus."""
     cap = max(1, int(limit * share + 0.999)) if share < 1 else limit
     taken: dict[str | None, int] = defaultdict(int)
     head: list[tuple[float, MessageRow]] = []
@@ -533,7 +549,17 @@ def _spread(
             head.append(item)
         else:
             waiting.append(item)
-    return sorted(head + waiting[: limit - len(head)], key=lambda x: (-x[0], -x[1].seq))
+    return head, waiting
+
+
+def _settled(
+    scored: list[tuple[float, MessageRow]], limit: int, tuning: RecallSettings, bound: float
+) -> bool:
+    """Whether rows scoring at most `bound` can no longer change `_spread`'s results: its picks
+    from the rows scored so far fill the results, every one above `bound` (an unread row would
+    come after all of them, and the surplus waits only while the results are not full)."""
+    head, _ = _heads(sorted(scored, key=_by_score), limit, tuning.session_share)
+    return len(head) == limit and head[-1][0] > bound
 
 
 def _corrections(conn: Statements, seqs: Sequence[int]) -> dict[int, list[str]]:

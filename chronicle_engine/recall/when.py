@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 
 __all__ = ["Moment", "Span", "named_time"]
 
@@ -53,6 +54,9 @@ _PATTERNS = (
 )
 
 
+_DAY_S = 86_400.0
+
+
 @dataclass(frozen=True)
 class Moment:
     """A year, a month (of a year, or of any year) or a day, as a query names it."""
@@ -66,16 +70,33 @@ class Moment:
         it, as a conversation's date and the time it tells of may straddle midnight)."""
         if not ts:
             return False
-        when = datetime.fromtimestamp(ts, UTC)
-        if self.day is not None and self.month is not None and self.year is not None:
+        bounds = self._bounds
+        if bounds is not None:  # ranking asks this of every row it reads: no datetime for each
+            return bounds[0] <= ts <= bounds[1]
+        return self.month is None or datetime.fromtimestamp(ts, UTC).month == self.month
+
+    @cached_property
+    def _bounds(self) -> tuple[float, float] | None:
+        """The first and last second (UTC) this moment holds: a day (with a day of slack either
+        side), a month of a year, or a year; None for a month of any year. A day that does not
+        exist (30 February) holds nothing."""
+        if self.year is None:
+            return None
+        if self.day is not None and self.month is not None:
             try:
-                day = datetime(self.year, self.month, self.day, tzinfo=UTC)
+                day = datetime(self.year, self.month, self.day, tzinfo=UTC).timestamp()
             except ValueError:
-                return False
-            return abs((when - day).total_seconds() - 43_200) <= 129_600
-        if self.year is not None and when.year != self.year:
-            return False
-        return self.month is None or when.month == self.month
+                return (1.0, 0.0)
+            return (day - _DAY_S, day + 2 * _DAY_S)
+        if self.month is None:
+            start, end = (
+                datetime(self.year, 1, 1, tzinfo=UTC),
+                datetime(self.year + 1, 1, 1, tzinfo=UTC),
+            )
+        else:
+            start = datetime(self.year, self.month, 1, tzinfo=UTC)
+            end = (start + timedelta(days=31)).replace(day=1)
+        return (start.timestamp(), end.timestamp() - 1e-6)
 
 
 # Every pattern needs a year or a month, and every month's name starts with its first three
@@ -124,7 +145,6 @@ class Span:
         return bool(ts) and self.start <= ts < self.end
 
 
-_DAY_S = 86_400.0
 _UNIT_DAYS = {"day": 1.0, "week": 7.0, "fortnight": 14.0, "month": 30.0, "year": 365.0}
 _NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _NUMBERS = {word: n for n, word in enumerate(_NUMBER_WORDS, start=1)} | {"a": 1, "an": 1}
