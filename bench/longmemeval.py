@@ -382,7 +382,7 @@ def run_live(q: Question, home: Path) -> Run:
                 if pending:  # a session that ends on the user's turn
                     live += pending
                     provider.sync_turn(pending[-1]["content"], "", session_id=sid, messages=live)
-            turn_of = turn_map(provider.core, q)
+            turn_of = turn_map(provider.core.recall.index, q)
             set_clock(q.date)
             provider.core.recall.index.clock = q.date.timestamp
             provider.on_session_switch(f"{q.qid}-question", reset=True)
