@@ -104,6 +104,44 @@ def test_any_payload_reads_back_exactly_and_its_repeated_text_is_held_once(
     assert ("@same" in json.loads(row)) == shared
 
 
+_ODD = st.sampled_from(["caf\udce9 and more text after it", "\ud800", "é" * 30, "\u2028"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["role", "text", "message", "person_text", "n", "list", "caf\udce9"]),
+        st.one_of(_VALUES, _ODD, st.floats(allow_nan=True)),
+        max_size=6,
+    ),
+    st.sampled_from([("test", "Said", 1), ("chronicle.chat", "MessageCaptured", 1),
+                     ("other", "MessageCaptured", 1)]),
+    st.one_of(st.none(), st.just("s"), st.just("s\udce9")),
+)  # fmt: skip
+def test_the_rows_append_writes_are_the_general_rules_text(
+    payload: dict[str, object], kind: tuple[str, str, int], session: str | None
+) -> None:
+    """`storable`'s shortcuts (no bookkeeping for a plain payload, the C encoder called
+    directly) write exactly what the general rule writes: surrogates escaped, then
+    `_stored_payload` with the type's template, then the JSON encoder's text."""
+    import chronicle_engine.capture.events  # noqa: F401  (registers the message template)
+    from chronicle_engine.log.store import _TEMPLATE_OF, _stored_payload, storable
+    from chronicle_engine.storable import escape_surrogates, escape_text
+
+    event = PendingEvent(*kind, payload, session=session)
+    escaped = {escape_text(k): escape_surrogates(v) for k, v in payload.items()}
+    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    try:
+        expected = encoder.encode(_stored_payload(escaped, _TEMPLATE_OF.get(kind)))
+    except UsageError:
+        with pytest.raises(UsageError):
+            storable([event])
+        return
+    (stored,), (text,) = storable([event])
+    assert text == expected
+    assert stored.session == (None if session is None else escape_text(session))
+
+
 def test_a_captured_message_leaves_its_defaults_out_of_the_row_and_reads_back_whole(
     store: SQLiteEventStore,
 ) -> None:

@@ -80,9 +80,29 @@ _CHUNK = 500  # ids or seqs per `IN (...)` list: under SQLite's default variable
 # Pages of WAL before SQLite checkpoints on its own (default 1000). A checkpoint fsyncs the database
 # file, so a larger interval keeps appends fast; maintenance and shutdown checkpoint explicitly.
 WAL_AUTOCHECKPOINT_PAGES = 10_000
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 # raw_decode skips decode()'s two whitespace regexes; payloads are written without any.
 _raw_decode = json.JSONDecoder().raw_decode
+
+
+def _json_encoder() -> Callable[[object], str]:
+    """`_ENCODER.encode`, calling the C encoder it builds directly: the same text, without
+    `encode` and `iterencode`'s Python frames (every append encodes each payload here)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _ENCODER.encode
+    default = _ENCODER.default
+    text = json.encoder.encode_basestring
+    join = "".join
+
+    def encode(value: object) -> str:
+        # A fresh markers dict per call, as `iterencode` makes: it catches circular containers.
+        return join(make({}, default, text, None, ":", ",", False, False, True)(value, 0))
+
+    return encode
+
+
+_encode = _json_encoder()
 
 
 _SAME = "@same"
@@ -109,6 +129,7 @@ class _Template:
 
 _TEMPLATES: dict[int, _Template] = {}
 _TEMPLATE_OF: dict[tuple[str, str, int], _Template] = {}
+_TEMPLATED_TYPES: set[str] = set()  # the type names of _TEMPLATE_OF: a cheaper first question
 
 
 def register_payload_template(
@@ -143,6 +164,7 @@ def register_payload_template(
         raise UsageError(f"payload template {tag} is already registered with other fields")
     _TEMPLATES[tag] = template
     _TEMPLATE_OF[(namespace, type_, version)] = template
+    _TEMPLATED_TYPES.add(type_)
 
 
 def _is_default(value: object, default: object) -> bool:
@@ -556,8 +578,10 @@ class SQLiteEventStore:
         """One transaction; nested calls become savepoints. The only way anything writes."""
         # The process's write lock, waited for as long as this thread's patience allows (taken
         # here rather than through a nested context manager: every append passes this way).
+        # Positional arguments: a C function called with keywords builds a dict and a string
+        # per keyword on each call.
         budget = self._local.budget_ms
-        if not self._write_lock.acquire(timeout=-1 if budget is None else budget / 1000):
+        if not self._write_lock.acquire(True, -1 if budget is None else budget / 1000):
             raise StoreBusy(
                 f"another thread of this process held {self.path}'s write lock for more than "
                 f"{budget} ms; retry later"
@@ -688,9 +712,10 @@ class SQLiteEventStore:
         if not events:
             return []
         events, texts = storable(events)
+        # By index, not zip(strict=True): a keyword argument costs a C call a dict and a string.
         rows = [
-            (e.id, e.namespace, e.type, e.version, e.created_at, e.session, text)
-            for e, text in zip(events, texts, strict=True)
+            (e.id, e.namespace, e.type, e.version, e.created_at, e.session, texts[i])
+            for i, e in enumerate(events)
         ]
         with sqlite_errors("appending events"), self.atomic() as conn:
             conn.executemany(
@@ -716,11 +741,11 @@ class SQLiteEventStore:
         stored: list[StoredEvent] = []
         events, texts = storable(events)
         with sqlite_errors("appending events"), self.atomic() as conn:
-            for e, text in zip(events, texts, strict=True):
+            for i, e in enumerate(events):
                 cur = conn.execute(
                     "INSERT OR IGNORE INTO events(id, namespace, type, version, created_at, session, payload)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (e.id, e.namespace, e.type, e.version, e.created_at, e.session, text),
+                    (e.id, e.namespace, e.type, e.version, e.created_at, e.session, texts[i]),
                 )
                 if cur.rowcount == 1:
                     seq = cur.lastrowid
@@ -999,9 +1024,26 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
     stops a write; capture has already escaped a message's and kept its original."""
     texts: list[str] = []
     clean = True
-    template_of = _TEMPLATE_OF.get
+    templated = _TEMPLATED_TYPES
+    shortest = _SHORTEST_SHARED
     for e in events:  # one loop, no call per check: every append passes here
-        text = _encode(_stored_payload(e.payload, template_of((e.namespace, e.type, e.version))))
+        payload = e.payload
+        if e.type in templated:
+            payload = _stored_payload(payload, _TEMPLATE_OF.get((e.namespace, e.type, e.version)))
+        else:
+            # `_stored_payload` without a template keeps a payload as it is unless two of its
+            # texts may be one (two long top-level texts, or a dict's) or it uses a reserved key.
+            longs = 0
+            for value in payload.values():
+                if isinstance(value, str):
+                    if len(value) >= shortest:
+                        longs += 1
+                elif isinstance(value, dict):
+                    longs = 2
+                    break
+            if longs > 1 or _SAME in payload or _TEMPLATE in payload:
+                payload = _stored_payload(payload)
+        text = _encode(payload)
         texts.append(text)
         if clean and not (text.isascii() and (e.session is None or e.session.isascii())):
             clean = not has_surrogate(text) and not has_surrogate(e.session or "")
@@ -1035,8 +1077,11 @@ def read_pages(
         rows = fetch(cursor, page)
         if not rows:
             return
-        for row in rows:
-            yield row_to_event(row)
+        for row in rows:  # row_to_event's work, inline: a fold's catch-up reads every row here
+            payload = _raw_decode(row[7])[0]
+            if _TEMPLATE in payload or _SAME in payload:
+                payload = read_payload(payload)
+            yield StoredEvent(Envelope._make(row[:7]), payload)
         cursor = int(rows[-1][0])
         if remaining is not None:
             remaining -= len(rows)
@@ -1059,7 +1104,10 @@ def _chunked(
 
 def row_to_event(row: EventRow) -> StoredEvent:
     """A row selected as EVENT_COLUMNS, as a StoredEvent (for folds that select their own rows)."""
-    return StoredEvent(Envelope._make(row[:7]), read_payload(_raw_decode(row[7])[0]))
+    payload = _raw_decode(row[7])[0]
+    if _TEMPLATE in payload or _SAME in payload:
+        payload = read_payload(payload)
+    return StoredEvent(Envelope._make(row[:7]), payload)
 
 
 # The drivers type a row's values as Any (sqlite3's fetchone, psycopg's TupleRow): a boundary.
