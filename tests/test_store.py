@@ -280,6 +280,32 @@ def test_many_threads_append_without_loss_or_lock_errors(store: SQLiteEventStore
     assert seqs == list(range(1, 8 * 50 * 2 + 1))
 
 
+def _of(namespace: str, i: int) -> PendingEvent:
+    return PendingEvent(namespace, "Thing", 1, {"i": i}, session="s")
+
+
+def test_any_after_remembers_only_committed_stretches_without_the_namespace(tmp_path) -> None:
+    path = tmp_path / "log.db"
+    store, other = SQLiteEventStore(path), SQLiteEventStore(path)
+    store.append([_of("a", i) for i in range(5)])
+    assert not store.any_after(0, namespaces=["b"])  # (0, 5] holds no "b": remembered
+    store.append([_of("a", 5)])
+    assert not store.any_after(2, namespaces=["b"]) and not store.any_after(0, namespaces=["b"])
+    other.append([_of("b", 6)])  # another writer (process)
+    assert store.any_after(0, namespaces=["b"]) and not store.any_after(7, namespaces=["b"])
+    assert store.any_after(3, namespaces=["b"]) and not store.any_after(7, namespaces=["a"])
+    # Seen inside a transaction that then rolls back, a stretch is not a fact: its seqs are
+    # taken again by the next commit.
+    with pytest.raises(RuntimeError), store.atomic():
+        store.append([_of("a", i) for i in range(3)])
+        assert not store.any_after(7, namespaces=["c"])
+        raise RuntimeError("roll back")
+    (c,) = other.append([_of("c", 9)])
+    assert c.seq == 8 and store.any_after(7, namespaces=["c"])
+    store.close()
+    other.close()
+
+
 def test_two_stores_on_one_file_behave_like_two_processes(tmp_path) -> None:
     path = tmp_path / "shared.db"
     a, b = SQLiteEventStore(path), SQLiteEventStore(path)

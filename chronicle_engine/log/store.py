@@ -494,6 +494,8 @@ class SQLiteEventStore:
         self._depth = 0  # savepoint nesting of the thread holding the write lock
         self._shared: sqlite3.Connection | None = None
         self._closed = False
+        # namespaces -> (lo, hi): the log holds none of their events in (lo, hi] (`any_after`)
+        self._none_between: dict[tuple[str, ...], tuple[int, int]] = {}
         self.uri = self.path.startswith("file:")
         if not self.in_memory and not self.uri:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -888,7 +890,13 @@ class SQLiteEventStore:
         namespaces: Sequence[str] | None = None,
         session: str | None = None,
     ) -> bool:
-        """Whether the log holds an event past `after` (of those namespaces; of that session)."""
+        """Whether the log holds an event past `after` (of those namespaces; of that session).
+
+        Asked of namespaces alone, the answer is remembered: a stretch of seqs found without
+        their events, up to the log's last seq as committed then, never gains one (the log is
+        append-only and a later commit takes a higher seq), so the next question reads only
+        the events appended since, however far behind `after` stays (a fold nobody catches up
+        is asked every turn)."""
         where = ["seq > ?"]
         params: list[str | int] = [after]
         if session is not None:
@@ -900,11 +908,28 @@ class SQLiteEventStore:
             # `+namespace`: walk the short seq range past `after`, not the namespace index.
             where.append(f"+namespace IN ({','.join('?' * len(namespaces))})")
             params.extend(namespaces)
+        if session is not None or namespaces is None:
+            with sqlite_errors("reading the log's end"), self.reading() as conn:
+                row = conn.execute(
+                    f"SELECT 1 FROM events WHERE {' AND '.join(where)} LIMIT 1", params
+                ).fetchone()
+            return row is not None
+        key = tuple(namespaces)
+        lo, hi = self._none_between.get(key, (after, after))
+        if not lo <= after <= hi:
+            lo = hi = after
+        params[0] = hi
         with sqlite_errors("reading the log's end"), self.reading() as conn:
-            row = conn.execute(
-                f"SELECT 1 FROM events WHERE {' AND '.join(where)} LIMIT 1", params
+            # One statement, one snapshot: the last seq is the one the search saw.
+            found, last = conn.execute(
+                f"SELECT EXISTS (SELECT 1 FROM events WHERE {' AND '.join(where)}),"
+                " (SELECT COALESCE(MAX(seq), 0) FROM events)",
+                params,
             ).fetchone()
-        return row is not None
+            # Inside a write transaction the last seq may be an uncommitted one: not a fact.
+            if not found and not conn.in_transaction:
+                self._none_between[key] = (lo, max(hi, int(last)))
+        return bool(found)
 
     def latest(self, namespace: str, type_: str, *, sessions: Sequence[str]) -> StoredEvent | None:
         """The last event of (namespace, type) written in any of `sessions`."""

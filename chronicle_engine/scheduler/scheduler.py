@@ -29,6 +29,7 @@ from ..config import Config
 from ..errors import StoreError, UsageError
 from ..log.events import EventReader
 from ..log.store import SQLiteEventStore
+from ..recall.events import NAMESPACE as RECALL
 from .consolidation import Consolidator, Conversations, OpenUnitRow
 from .cron import latest_due, next_due_after
 from .events import JobFailed
@@ -467,8 +468,7 @@ class Scheduler:
             self._reader.types,
             conversations=conversations,
             summarize=summarize,
-            # What a unit's section must not summarise (read when a unit closes).
-            forgotten=lambda: self._recall().forgotten_messages(),
+            forgotten=self._forgotten,
             rules=UnitRules(
                 unit_turns=self.settings.unit_turns,
                 idle_gap_seconds=self.settings.idle_gap_seconds,
@@ -476,6 +476,15 @@ class Scheduler:
             ),
             parts=self._parts,
         )
+
+    def _forgotten(self) -> set[int]:
+        """What a unit's section must not summarise (read when a unit closes). Only recall's
+        own events hide a message: while the log holds none, nothing is forgotten, and recall
+        (its tables, and its index of every section written from then on) is not built just
+        to say so."""
+        if not self._store.any_after(0, namespaces=(RECALL,)):
+            return set()
+        return self._recall().forgotten_messages()
 
     @property
     def consolidator(self) -> Consolidator | None:

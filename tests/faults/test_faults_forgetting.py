@@ -241,3 +241,60 @@ def test_background_consolidation_leaves_a_forgotten_message_out(tmp_path: Path)
         assert FACT not in section.prose and "request 4" in section.prose
     finally:
         core.shutdown()
+
+
+def test_a_later_process_consolidating_leaves_out_what_an_earlier_one_forgot(
+    tmp_path: Path,
+) -> None:
+    """Consolidation asks recall what is forgotten only when the log holds recall's events
+    (the only ones that hide a message), so it must find a forgetting it did not see happen."""
+    path = tmp_path / "chronicle.db"
+
+    def recall_built(db: Path) -> bool:
+        conn = sqlite3.connect(db)
+        try:
+            return (
+                conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'recall_hidden'").fetchone()
+                is not None
+            )
+        finally:
+            conn.close()
+
+    core = ChronicleCore.get(path)
+    try:
+        host = _Host(core)
+        for n in range(6):
+            host.add(*_turn(n))
+        core.capture.record_session_end(host.session, len(host.messages), 0)
+        consolidator = core.scheduler.consolidator
+        assert consolidator is not None
+        consolidator.run(budget=10_000)
+        (first,) = core.chronicle(core.sessions.chronicle_name(host.session)).current()
+        assert FACT in first.prose and not recall_built(path)  # nothing forgotten: not asked
+        session = host.session
+    finally:
+        core.shutdown()
+
+    core = ChronicleCore.get(path)
+    try:
+        host = _Host(core)
+        host.session = session + "-2"
+        for n in range(6):
+            host.add(*_turn(n))
+        said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)
+        hit = next(r for r in said["results"] if int(r["id"][1:]) > first.anchor.to_seq)
+        host.tool(RECALL_TOOLS, "chronicle_forget", id=hit["id"], include_source=True)
+        core.capture.record_session_end(host.session, len(host.messages), 0)
+    finally:
+        core.shutdown()
+
+    core = ChronicleCore.get(path)  # a new process: its recall is not built yet
+    try:
+        consolidator = core.scheduler.consolidator
+        assert consolidator is not None
+        consolidator.run(budget=10_000)
+        (section,) = core.chronicle(core.sessions.chronicle_name(session + "-2")).current()
+        assert section.anchor.from_seq <= int(hit["id"][1:]) <= section.anchor.to_seq
+        assert FACT not in section.prose and "request 4" in section.prose
+    finally:
+        core.shutdown()
