@@ -15,9 +15,11 @@ a request, a tool output or an answer) is played through three engines under the
 With `--out-of-the-box` Chronicle gets no `compression:` section at all (the built-in compressor
 still gets Hermes' defaults): what a user who never configured anything sees.
 
-It prints model calls, compression time, the tokens left after the last pass, and how many
-planted facts are still recoverable: in the final context, or (Chronicle) through the tools, by
-chronicle_expand over the sections the handoff cites and by chronicle_search.
+It prints model calls, compression time (seconds, to the millisecond: the extractive row's six
+passes take about 0.1 s, where one step of 10 ms was a change of 10%), the tokens left after the
+last pass, and how many planted facts are still recoverable: in the final context, or (Chronicle)
+through the tools, by chronicle_expand over the sections the handoff cites and by
+chronicle_search.
 """
 
 from __future__ import annotations
@@ -363,7 +365,7 @@ def main() -> None:
     for r in rows:
         search = r.get("search_top5")
         print(
-            f"| {r['engine']} | {r['passes']} | {r['model_calls']} | {r['seconds']:.2f} | {r['tokens_after']:,} | "
+            f"| {r['engine']} | {r['passes']} | {r['model_calls']} | {r['seconds']:.3f} | {r['tokens_after']:,} | "
             f"{r['in_context']}/{len(facts)} | {r['recoverable']}/{len(facts)} | "
             f"{'-' if search is None else f'{search}/{len(facts)}'} |"
         )
