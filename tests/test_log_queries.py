@@ -168,6 +168,10 @@ def test_any_after_walks_the_tail_or_the_sessions_index(store: SQLiteEventStore)
     assert store.any_after(2990, session="s0") and not store.any_after(2996, session="s0")
     (plan,) = _plans(store, lambda: store.any_after(2990, namespaces=["chronicle.chat"]))
     assert _BY_ROWID.search(plan), plan
+    # From the start (is there any such event at all?) the namespace's index answers.
+    (plan,) = _plans(store, lambda: store.any_after(0, namespaces=["chronicle.absent"]))
+    assert "USING COVERING INDEX events_by_type (namespace=?)" in plan, plan
+    assert not store.any_after(0, namespaces=["chronicle.absent"])
     (plan,) = _plans(store, lambda: store.any_after(2990, session="s1"))
     assert "USING COVERING INDEX events_by_session (session=? AND seq>?)" in plan, plan
 

@@ -919,6 +919,11 @@ class SQLiteEventStore:
         if not lo <= after <= hi:
             lo = hi = after
         params[0] = hi
+        if hi <= 0:
+            # From the log's start (seqs begin at 1) any event of the namespaces answers:
+            # their index finds the first at once, where the whole log would be read when
+            # there is none.
+            where, params = [where[-1].removeprefix("+")], params[1:]
         with sqlite_errors("reading the log's end"), self.reading() as conn:
             # One statement, one snapshot: the last seq is the one the search saw.
             found, last = conn.execute(
