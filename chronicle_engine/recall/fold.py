@@ -16,6 +16,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from ..capture.events import NAMESPACE as CHAT
@@ -27,7 +28,16 @@ from .events import NAMESPACE as RECALL
 from .schema import create_message_index, log_texts, message_index
 from .text import index_row, name_words
 
-__all__ = ["FOLD_NAME", "RecallFold", "scope_number", "parse_time", "current_belief"]
+__all__ = [
+    "FOLD_NAME",
+    "MESSAGE_COLUMNS",
+    "CapturedMessage",
+    "RecallFold",
+    "captured",
+    "current_belief",
+    "parse_time",
+    "scope_number",
+]
 
 FOLD_NAME = "recall"
 
@@ -92,6 +102,65 @@ def _short_name(message: object) -> str:
     return ""
 
 
+MESSAGE_COLUMNS = (
+    "seq, scope, session, role, speaker, name, agent_context, at, ts, prev, body, person"
+)
+"""`recall_messages`' columns, in the order `CapturedMessage.row` gives them."""
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedMessage:
+    """What recall keeps of a captured message, masked; the same on every store."""
+
+    user_id: str | None
+    profile: str | None
+    role: str
+    speaker: str
+    agent_context: str
+    name: str
+    body: str
+    person: str  # the person's own words ('' unless the speaker is the person)
+
+    def row(
+        self, env: Envelope, scope: int, prev: int | None, body: str, at: str
+    ) -> tuple[object, ...]:
+        """Its `recall_messages` row (`MESSAGE_COLUMNS`), with the body and time as stored."""
+        return (
+            env.seq,
+            scope,
+            env.session,
+            self.role,
+            self.speaker,
+            self.name,
+            self.agent_context,
+            at,
+            parse_time(env.created_at),
+            prev,
+            body,
+            "" if self.person == self.body else self.person,  # schema.PERSON_TEXT reads it back
+        )
+
+
+def captured(event: StoredEvent) -> CapturedMessage | None:
+    """A `MessageCaptured` event as recall keeps it; None when it holds no text to recall."""
+    p = event.payload
+    text = p.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    speaker = str(p.get("speaker") or "host")
+    person = p.get("person_text") if speaker == "person" else ""
+    return CapturedMessage(
+        user_id=_text(p.get("user_id")),
+        profile=_text(p.get("profile")),
+        role=str(p.get("role") or ""),
+        speaker=speaker,
+        agent_context=str(p.get("agent_context") or "primary"),
+        name=_short_name(p.get("message")),
+        body=mask(text),
+        person=mask(person) if isinstance(person, str) else "",
+    )
+
+
 class RecallFold:
     """Folds chat and memory-tool events into recall's tables."""
 
@@ -154,19 +223,11 @@ class RecallFold:
     # -- messages ---------------------------------------------------------------------------
 
     def _message(self, conn: Statements, event: StoredEvent) -> None:
-        p = event.payload
-        env = event.envelope
-        text = p.get("text")
-        if not isinstance(text, str) or not text.strip():
+        m = captured(event)
+        if m is None:
             return
-        scope = self._scope(conn, _text(p.get("user_id")), _text(p.get("profile")))
-        assert scope is not None
-        speaker = str(p.get("speaker") or "host")
-        agent_context = str(p.get("agent_context") or "primary")
-        person = p.get("person_text") if speaker == "person" else ""
-        person = mask(person) if isinstance(person, str) else ""
-        body = mask(text)
-        name = _short_name(p.get("message"))
+        env = event.envelope
+        scope = self._scope(conn, m.user_id, m.profile)
         # (`session IS ?` says the same on SQLite; PostgreSQL reads no placeholder after IS)
         prev_row = (
             conn.execute(
@@ -180,40 +241,32 @@ class RecallFold:
             )
         ).fetchone()
         prev = prev_row[0] if prev_row else None
-        stored, at = body, env.created_at
+        stored, at = m.body, env.created_at
         if self.body_from_log:
             # schema.log_texts and the index's view read them from the log
             logged = log_texts(conn, [env.seq]).get(env.seq)
-            if logged is not None and logged[0] == body:
+            if logged is not None and logged[0] == m.body:
                 stored = ""
             if logged is not None and logged[1] == at:
                 at = ""
         conn.execute(
-            "INSERT INTO recall_messages(seq, scope, session, role, speaker, name,"
-            " agent_context, at, ts, prev, body, person) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO recall_messages({MESSAGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
-            (
-                env.seq,
-                scope,
-                env.session,
-                str(p.get("role") or ""),
-                speaker,
-                name,
-                agent_context,
-                at,
-                parse_time(env.created_at),
-                prev,
-                stored,
-                "" if person == body else person,  # schema.PERSON_TEXT reads it back
-            ),
+            m.row(env, scope, prev, stored, at),
         )
-        for word in name_words(name):
+        for word in name_words(m.name):
             conn.execute(
                 "INSERT INTO recall_name_words(word) VALUES (?) ON CONFLICT DO NOTHING", (word,)
             )
         self._index(conn, scope, env.seq)
-        if speaker == "person" and agent_context == "primary" and person:
-            for i, claim in enumerate(extract(person)):
+        self._person_claims(conn, scope, m, env)
+
+    def _person_claims(
+        self, conn: Statements, scope: int, m: CapturedMessage, env: Envelope
+    ) -> None:
+        """The beliefs a message states: the person's own words, in the primary context."""
+        if m.speaker == "person" and m.agent_context == "primary" and m.person:
+            for i, claim in enumerate(extract(m.person)):
                 self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="person")
 
     @staticmethod

@@ -54,6 +54,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
+from ..capture.events import NAMESPACE as CHAT
 from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS
 from ..config import Config
 from ..errors import StoreBusy, StoreReadOnly
@@ -67,16 +68,17 @@ from ..log.postgres import (
     postgres_errors,
 )
 from ..log.projector import Projector
-from ..log.store import StoredEvent
+from ..log.store import Envelope, StoredEvent
 from ..log.tables import Statements
 from ..sessions.capture import Capture
 from ..sessions.tree import SessionTree
-from .fold import RecallFold, scope_number
+from .events import NAMESPACE as RECALL
+from .fold import MESSAGE_COLUMNS, CapturedMessage, RecallFold, captured, scope_number
 from .index import RecallIndex
 from .porter import stem
 from .reach import Reach
 from .search import BeliefIndex, MessageSearch
-from .text import tokens
+from .text import index_row, name_words, tokens
 
 __all__ = [
     "PG_RECALL_MIGRATIONS",
@@ -366,12 +368,98 @@ def tsquery_all(words: Sequence[str]) -> str:
 
 
 class PostgresRecallFold(RecallFold):
-    """`RecallFold` writing PostgreSQL's indexes instead of FTS5's."""
+    """`RecallFold` writing PostgreSQL's indexes instead of FTS5's. A run of captured messages
+    is written a few statements at a time, not several a message: each statement is a round
+    trip to the server, and a batch of the projector's holds up to a thousand messages."""
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         # Hosts take turns; each then reads the position inside its transaction (RecallFold).
         conn.execute("SELECT pg_advisory_xact_lock(?)", (_FOLD_LOCK,))
-        super().apply(conn, events, prepared)
+        row = conn.execute(
+            "SELECT position FROM fold_positions WHERE fold = ?", (self.name,)
+        ).fetchone()
+        done = int(row[0]) if row else 0
+        run: list[tuple[Envelope, CapturedMessage]] = []
+        for event in events:
+            env = event.envelope
+            if env.seq <= done:
+                continue
+            if env.namespace == CHAT and env.type == "MessageCaptured":
+                if (message := captured(event)) is not None:
+                    run.append((env, message))
+            elif env.namespace == RECALL:
+                # A memory tool's event reads what came before it: the run is written first.
+                self._messages(conn, run)
+                run = []
+                super().apply(conn, [event], prepared)
+        self._messages(conn, run)
+
+    def _messages(self, conn: Statements, run: Sequence[tuple[Envelope, CapturedMessage]]) -> None:
+        """`RecallFold._message` for each of a run of messages, in log order, in five or six
+        statements: the same rows, scope numbers and beliefs as one at a time."""
+        if not run:
+            return
+        scopes = self._scopes(conn, [(m.user_id or "", m.profile or "") for _, m in run])
+        last = _last_in_sessions(conn, run)
+        rows: list[tuple[object, ...]] = []
+        indexed: list[tuple[int, int, int, str]] = []
+        names: set[str] = set()
+        for env, m in run:
+            scope = scopes[(m.user_id or "", m.profile or "")]
+            prev, before = last.get(env.session, (None, ""))
+            rows.append(m.row(env, scope, prev, m.body, env.created_at))
+            last[env.session] = (env.seq, m.body)
+            name, body, ctx = index_row(m.name, m.body, before)
+            literal, length = terms((("A", name), ("B", body), ("C", ctx)))
+            indexed.append((env.seq, scope, length, literal))
+            names.update(name_words(m.name))
+        conn.execute(
+            f"INSERT INTO recall_messages({MESSAGE_COLUMNS}) SELECT * FROM unnest(?::bigint[],"
+            " ?::integer[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[], ?::text[],"
+            " ?::double precision[], ?::bigint[], ?::text[], ?::text[]) ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*rows, strict=True)],
+        )
+        if names:
+            conn.execute(
+                "INSERT INTO recall_name_words(word) SELECT * FROM unnest(?::text[])"
+                " ON CONFLICT DO NOTHING",
+                (sorted(names),),
+            )
+        # The index and each scope's counts in one statement (`_index` for one message).
+        conn.execute(
+            "WITH added AS (INSERT INTO recall_message_terms(seq, scope, dl, tsv)"
+            " SELECT g.seq, g.scope, g.dl, g.tsv::tsvector"
+            " FROM unnest(?::bigint[], ?::integer[], ?::integer[], ?::text[]) AS g(seq, scope, dl, tsv)"
+            " ON CONFLICT DO NOTHING RETURNING scope, dl)"
+            " INSERT INTO recall_scope_terms(scope, docs, words)"
+            " SELECT scope, count(*), sum(dl) FROM added GROUP BY scope"
+            " ON CONFLICT (scope) DO UPDATE SET docs = recall_scope_terms.docs + excluded.docs,"
+            " words = recall_scope_terms.words + excluded.words",
+            [list(column) for column in zip(*indexed, strict=True)],
+        )
+        for env, m in run:
+            self._person_claims(conn, scopes[(m.user_id or "", m.profile or "")], m, env)
+
+    @staticmethod
+    def _scopes(conn: Statements, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The scope number of each (user, profile) key; new ones numbered in order of first
+        appearance, as one message at a time numbers them."""
+        wanted = list(dict.fromkeys(keys))
+        found = {
+            (str(user), str(profile)): int(n)
+            for user, profile, n in conn.execute(
+                "SELECT s.user_id, s.profile, s.n FROM recall_scopes s"
+                " JOIN unnest(?::text[], ?::text[]) AS k(user_id, profile)"
+                " ON s.user_id = k.user_id AND s.profile = k.profile",
+                ([u for u, _ in wanted], [p for _, p in wanted]),
+            )
+        }
+        for key in wanted:
+            if key not in found:
+                n = scope_number(conn, *key, create=True, index=False)
+                assert n is not None
+                found[key] = n
+        return found
 
     def _scope(self, conn: Statements, user_id: str | None, profile: str | None) -> int:
         n = scope_number(conn, user_id, profile, create=True, index=False)
@@ -437,6 +525,38 @@ class PostgresRecallFold(RecallFold):
         # A rebuild gives the same scope numbers and belief rowids, as SQLite's does.
         conn.execute("SELECT setval(pg_get_serial_sequence('recall_scopes', 'n'), 1, false)")
         conn.execute("SELECT setval(pg_get_serial_sequence('recall_beliefs', 'rowid'), 1, false)")
+
+
+def _last_in_sessions(
+    conn: Statements, run: Sequence[tuple[Envelope, CapturedMessage]]
+) -> dict[str | None, tuple[int | None, str]]:
+    """For each session of `run`, the message recall holds last before the run's first one in
+    it: (its seq, its words as the next turn's context: '' if it was forgotten)."""
+    first: dict[str | None, int] = {}
+    for env, _ in run:
+        first.setdefault(env.session, env.seq)
+    last: dict[str | None, tuple[int | None, str]] = {}
+    before = (
+        "SELECT m.seq, m.body, EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
+        " FROM recall_messages m WHERE {where} AND m.seq < {first} ORDER BY m.seq DESC LIMIT 1"
+    )
+    named = [(session, seq) for session, seq in first.items() if session is not None]
+    if named:
+        for session, seq, body, hidden in conn.execute(
+            "SELECT g.session, p.* FROM unnest(?::text[], ?::bigint[]) AS g(session, first)"
+            " CROSS JOIN LATERAL ("
+            + before.format(where="m.session = g.session", first="g.first")
+            + ") p",
+            ([s for s, _ in named], [seq for _, seq in named]),
+        ):
+            last[str(session)] = (int(seq), "" if hidden else str(body))
+    if None in first:
+        row = conn.execute(
+            before.format(where="m.session IS NULL", first="?"), (first[None],)
+        ).fetchone()
+        if row is not None:
+            last[None] = (int(row[0]), "" if row[2] else str(row[1]))
+    return last
 
 
 # -- search -------------------------------------------------------------------------------------

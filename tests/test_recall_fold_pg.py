@@ -1,0 +1,198 @@
+"""The recall fold on PostgreSQL writes a run of messages a few statements at a time; it must
+write exactly what SQLite's fold writes one message at a time.
+
+The same log (messages in several sessions, users and profiles, some naming a speaker, some the
+person's claims, among them forgets, notes and corrections) is appended to a SQLite file and to
+a PostgreSQL schema, and each store's recall index folds it (PostgreSQL's in batches of a
+drawn size, so runs start and end anywhere). Then every table recall keeps is compared row by
+row, and PostgreSQL's full-text rows are checked against the words each message row says.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from postgres_support import Target, own_schema
+
+from chronicle_engine.capture.events import MessageCaptured
+from chronicle_engine.config import Config
+from chronicle_engine.log.projector import Projector
+from chronicle_engine.log.store import PendingEvent
+from chronicle_engine.recall.events import MemoryCorrected, MemoryForgotten, MemoryRemembered
+from chronicle_engine.recall.index import RecallIndex
+from chronicle_engine.recall.postgres import PostgresRecallIndex, terms
+from chronicle_engine.recall.text import index_row
+
+SAID = [
+    "My name is Ann and I live in Lisbon.",
+    "I live in Porto now, near the river.",
+    "I work at the harbour office.",
+    "Which hotel did you book for Lisbon?",
+    "The Alfama guesthouse, room 12, near the tram stop.",
+    "   ",  # no text to recall: not folded
+    "my api key is sk-abcdefghijklmnopqrstuvwx, keep it",
+    "I like green tea in the morning.",
+]
+
+message = st.tuples(
+    st.just("message"),
+    st.sampled_from(["s1", "s2", "s3", None]),
+    st.sampled_from([None, "ann", "bo"]),
+    st.sampled_from([None, "work"]),
+    st.sampled_from(["person", "assistant"]),
+    st.sampled_from(["", "Ann", "Bo Li"]),
+    st.sampled_from(SAID),
+)
+memory = st.tuples(
+    st.sampled_from(["forget", "forget-belief", "remember", "correct"]),
+    st.integers(min_value=0, max_value=40),
+    st.sampled_from([None, "ann"]),
+)
+
+
+def _events(script: list[tuple[object, ...]]) -> list[tuple[object, str | None]]:
+    """The domain events of a drawn script, with their sessions (forgets aim at earlier seqs)."""
+    out: list[tuple[object, str | None]] = []
+    for step in script:
+        if step[0] == "message":
+            _, session, user, profile, speaker, name, text = step
+            role = "user" if speaker == "person" else "assistant"
+            wire: dict[str, object] = {"role": role, "content": text}
+            if name:
+                wire["name"] = name
+            event = MessageCaptured(
+                role=role,
+                message=wire,
+                fingerprint=f"f{len(out)}",
+                speaker=str(speaker),
+                text=str(text),
+                person_text=str(text) if speaker == "person" else "",
+                user_id=user,  # type: ignore[arg-type]
+                profile=profile,  # type: ignore[arg-type]
+            )
+            out.append((event, session))  # type: ignore[arg-type]
+            continue
+        kind, at, user = step
+        seq = 1 + int(at) % max(len(out), 1)
+        if kind == "forget":
+            out.append((MemoryForgotten(target=f"m{seq}", user_id=user), None))  # type: ignore[arg-type]
+        elif kind == "forget-belief":
+            out.append(
+                (MemoryForgotten(target=f"b{seq}.0", include_source=True, user_id=user), None)  # type: ignore[arg-type]
+            )
+        elif kind == "remember":
+            out.append(
+                (MemoryRemembered(text=f"note {at}: the gate code is B-{at}", user_id=user), None)
+            )  # type: ignore[arg-type]
+        else:
+            out.append(
+                (MemoryCorrected(target=f"b{seq}.0", text="I live in Faro", user_id=user), None)
+            )  # type: ignore[arg-type]
+    return out
+
+
+_TABLES = {
+    "recall_scopes": "SELECT n, user_id, profile FROM recall_scopes ORDER BY n",
+    "recall_messages": (
+        "SELECT m.seq, m.scope, m.session, m.role, m.speaker, m.name, m.agent_context, m.ts,"
+        " m.prev, m.person, t.name, t.body, t.ctx FROM recall_messages m"
+        " JOIN recall_message_text t ON t.seq = m.seq ORDER BY m.seq"
+    ),
+    "recall_hidden": "SELECT target, by_seq FROM recall_hidden ORDER BY target",
+    "recall_beliefs": (
+        "SELECT rowid, id, scope, kind, key, value, polarity, text, origin, source_seq, session,"
+        " at, supersedes FROM recall_beliefs ORDER BY rowid"
+    ),
+    "recall_belief_sources": "SELECT belief, seq FROM recall_belief_sources ORDER BY belief, seq",
+    "recall_corrections": "SELECT target, belief FROM recall_corrections ORDER BY target, belief",
+    "recall_name_words": "SELECT word FROM recall_name_words ORDER BY word",
+}
+
+
+def _rows(index: RecallIndex) -> dict[str, list[tuple[object, ...]]]:
+    with index.reading("comparing") as conn:
+        return {
+            table: [tuple(row) for row in conn.execute(sql).fetchall()]
+            for table, sql in _TABLES.items()
+        }
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    script=st.lists(st.one_of(message, message, message, memory), min_size=1, max_size=40),
+    batch=st.sampled_from([1, 2, 7, 1000]),
+)
+def test_a_batched_fold_writes_what_one_message_at_a_time_writes(
+    postgres_cluster, tmp_path_factory: pytest.TempPathFactory, script, batch
+) -> None:
+    events = _events(script)
+    folded = {}
+    with own_schema(postgres_cluster) as conninfo:
+        for target in (
+            Target("sqlite", str(tmp_path_factory.mktemp("fold") / "fold.db")),
+            Target("postgres", conninfo),
+        ):
+            parts = target.tree()
+            try:
+                build = RecallIndex if target.kind == "sqlite" else PostgresRecallIndex
+                index = build(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+                types = parts.reader.types  # type: ignore[attr-defined]
+                pending: list[PendingEvent] = [
+                    types.pending(
+                        event,
+                        session=session,
+                        id=f"e{i}",
+                        created_at=f"2026-05-01T10:{i // 60:02d}:{i % 60:02d}+00:00",
+                    )
+                    for i, (event, session) in enumerate(events)
+                ]
+                parts.store.append(pending)  # type: ignore[attr-defined]
+                if target.kind == "postgres":
+                    index.projector = Projector(
+                        index.projector.store, parts.reader, [index.fold], batch_size=batch
+                    )
+                index.catch_up()
+                folded[target.kind] = _rows(index)
+                if target.kind == "postgres":
+                    _check_terms(index, folded["postgres"])
+            finally:
+                parts.shutdown()
+    for table in _TABLES:
+        assert folded["postgres"][table] == folded["sqlite"][table], table
+
+
+def _check_terms(index: RecallIndex, rows: dict[str, list[tuple[object, ...]]]) -> None:
+    """Each visible message's full-text row holds the words its row says, and each scope's
+    counts add its rows up."""
+    with index.reading("checking the index") as conn:
+        held = {
+            int(seq): (int(scope), int(dl), str(tsv))
+            for seq, scope, dl, tsv in conn.execute(
+                "SELECT seq, scope, dl, tsv::text FROM recall_message_terms"
+            )
+        }
+        counts = {
+            int(scope): (int(docs), int(words))
+            for scope, docs, words in conn.execute(
+                "SELECT scope, docs, words FROM recall_scope_terms WHERE docs > 0"
+            )
+        }
+        hidden = {str(target) for (target,) in conn.execute("SELECT target FROM recall_hidden")}
+        expected: dict[int, tuple[int, int, str]] = {}
+        for row in rows["recall_messages"]:
+            seq, scope, name, body, ctx = int(row[0]), int(row[1]), row[10], row[11], row[12]  # type: ignore[arg-type]
+            if f"m{seq}" in hidden:
+                continue
+            n, b, c = index_row(str(name), str(body), str(ctx))
+            literal, length = terms((("A", n), ("B", b), ("C", c)))
+            tsv = conn.execute("SELECT ?::tsvector::text", (literal,)).fetchone()
+            expected[seq] = (scope, length, str(tsv[0]))
+    assert held == expected
+    sums: dict[int, tuple[int, int]] = {}
+    for scope, dl, _ in expected.values():
+        docs, words = sums.get(scope, (0, 0))
+        sums[scope] = (docs + 1, words + dl)
+    assert counts == sums
