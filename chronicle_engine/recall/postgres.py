@@ -50,9 +50,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from functools import lru_cache
 
 from ..capture.events import NAMESPACE as CHAT
 from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS
@@ -326,23 +326,35 @@ def _lexeme(word: str) -> str:
     return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+@lru_cache(maxsize=65536)
+def _quoted_stem(word: str) -> str | None:
+    """A word's lexeme as a tsvector literal writes it (None when PostgreSQL would refuse it)."""
+    lexeme = stem(word)
+    return _lexeme(lexeme) if len(lexeme.encode()) < _MAX_LEXEME_BYTES else None
+
+
 def terms(columns: Sequence[tuple[str, str]]) -> tuple[str, int]:
     """A tsvector literal for (weight label, text) columns, and the number of words in them (as
     FTS5 counts a row's length): each word porter-stemmed, each column its own run of positions
     (a gap between runs, so no phrase spans two columns)."""
-    positions: dict[str, list[str]] = defaultdict(list)
+    positions: dict[str, list[str]] = {}
     at = 1
     total = 0
     for label, text in columns:
         words = tokens(text)
         total += len(words)
-        for i, word in enumerate(words):
-            lexeme = stem(word)
-            if len(lexeme.encode()) < _MAX_LEXEME_BYTES:
-                positions[lexeme].append(f"{min(at + i, _MAX_POSITION)}{label}")
+        for position, word in enumerate(words, start=at):
+            lexeme = _quoted_stem(word)
+            if lexeme is None:
+                continue
+            mark = f"{position if position < _MAX_POSITION else _MAX_POSITION}{label}"
+            held = positions.get(lexeme)
+            if held is None:
+                positions[lexeme] = [mark]
+            else:
+                held.append(mark)
         at += len(words) + 1
-    literal = " ".join(f"{_lexeme(lex)}:{','.join(pos)}" for lex, pos in positions.items())
-    return literal, total
+    return " ".join(f"{lexeme}:{','.join(marks)}" for lexeme, marks in positions.items()), total
 
 
 def _stems(word: str) -> list[str]:
