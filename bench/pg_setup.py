@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,35 @@ from chronicle_engine.recall.postgres import PostgresRecallIndex
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from postgres_support import PostgresCluster, Target, TreeParts, own_schema, start_cluster  # noqa: E402
 
-__all__ = ["ask_index", "cluster", "postgres_recall", "PostgresCluster"]
+__all__ = ["ask_index", "cached_database", "cluster", "postgres_recall", "PostgresCluster"]
+
+
+@contextlib.contextmanager
+def cached_database(
+    cache: Path, name: str, build: Callable[[str], None], settings: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """A conninfo of a fresh copy of database `name` in the cluster kept under `cache` (made on
+    first use; `settings`: more server settings). The first run builds `name` with
+    `build(conninfo)` (into another name, renamed when it returns, so a build cut short is never
+    taken for a whole one); the copy (what a bench may write to) is dropped at the end."""
+    import psycopg
+
+    with start_cluster(cache, settings) as server:
+        admin = server.conninfo("postgres")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            held = {str(d) for (d,) in conn.execute("SELECT datname FROM pg_database")}
+            if name not in held:
+                conn.execute(f"DROP DATABASE IF EXISTS {name}_building")
+                conn.execute(f"CREATE DATABASE {name}_building")
+                build(server.conninfo(f"{name}_building"))
+                conn.execute(f"ALTER DATABASE {name}_building RENAME TO {name}")
+            conn.execute(f"DROP DATABASE IF EXISTS {name}_run")
+            conn.execute(f"CREATE DATABASE {name}_run TEMPLATE {name} STRATEGY FILE_COPY")
+        try:
+            yield server.conninfo(f"{name}_run")
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name}_run WITH (FORCE)")
 
 
 def cluster(store: str) -> contextlib.AbstractContextManager[PostgresCluster | None]:

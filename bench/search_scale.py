@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +177,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
+PG_SETTINGS = ("shared_buffers=1GB",)
+"""The bench server's settings beyond tests/postgres_support.py's (a host with 24 GB)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -187,74 +191,137 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, default=None, help="database file (default: temp)")
     parser.add_argument("--reuse", action="store_true", help="search an existing --db as is")
     parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the store on PostgreSQL: a server on 127.0.0.1 whose data directory is kept in "
+        "--pg-cache, holding one built store per --messages/--users; each run searches a copy",
+    )
+    parser.add_argument("--pg-cache", type=Path, default=Path("/tmp/pg-scale-cache"))
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path(__file__).parent / "out" / "latency.json",
         help="merge this run's points into this file (for bench/plots.py)",
     )
     args = parser.parse_args(argv)
-    points: list[dict[str, object]] = []
-    tmp = tempfile.TemporaryDirectory(prefix="chronicle-scale-")
-    path = args.db or Path(tmp.name) / "scale.db"
     corpus = Corpus()
-    core = ChronicleCore.get(path)
-    try:
-        if args.reuse and core.store.count() > 0:
-            print(f"reusing {path}: {core.store.count():,} events")
-            core.recall.catch_up()
+    with tempfile.TemporaryDirectory(prefix="chronicle-scale-") as tmp:
+        if args.postgres:
+            points = _on_postgres(args, corpus, Path(tmp))
         else:
-            if core.store.count() > 0:
-                print(f"{path} is not empty; pass --reuse or another --db", file=sys.stderr)
-                return 2
-            print(f"building {args.messages:,} messages for {args.users} user(s) in {path}")
-            seconds = build(core, args.messages, args.users, corpus)
-            size = path.stat().st_size / 1e6
-            print(
-                f"built in {seconds:.0f} s ({args.messages / seconds:,.0f} messages/s), {size:,.0f} MB"
-            )
-        rng = random.Random(11)
-        asked = queries(core, corpus, args.queries, rng)
-        user = "user0" if args.users > 1 else None
-        for q in asked[:20]:  # warm the page cache and the frequency cache like a live process
-            core.recall.search(q, user_id=user)
-        for label, scope, by_session in (
-            ("messages", "messages", False),
-            ("all", "all", False),
-            ("all, by_session", "all", True),
-        ):
-            latencies = []
-            found = 0
-            cpu = time.process_time()
-            for q in asked:
-                t0 = time.perf_counter()
-                results = core.recall.search(
-                    q, user_id=user, scope=scope, limit=10, by_session=by_session
-                )
-                latencies.append((time.perf_counter() - t0) * 1000)
-                found += bool(results)
-            cpu_ms = (time.process_time() - cpu) * 1000 / len(asked)
-            points.append(
-                {
-                    "op": f"search ({label})",
-                    "events": core.store.count(),
-                    "p50_ms": round(statistics.median(latencies), 3),
-                    "p95_ms": round(percentile(latencies, 0.95), 3),
-                    "cpu_ms_per_query": round(cpu_ms, 3),
-                }
-            )
-            print(
-                f"scope={label:<15} {len(asked)} queries: p50 {statistics.median(latencies):.2f} ms,"
-                f" p95 {percentile(latencies, 0.95):.2f} ms, max {max(latencies):.2f} ms, CPU"
-                f" {cpu_ms:.2f} ms a query ({found} with results)"
-            )
-        points.append(first_search_after_capture(core, corpus, asked, user, 10_000))
-    finally:
-        core.shutdown()
-        tmp.cleanup()
+            path = args.db or Path(tmp) / "scale.db"
+            core = ChronicleCore.get(path)
+            try:
+                if args.reuse and core.store.count() > 0:
+                    print(f"reusing {path}: {core.store.count():,} events")
+                    core.recall.catch_up()
+                else:
+                    if core.store.count() > 0:
+                        print(f"{path} is not empty; pass --reuse or another --db", file=sys.stderr)
+                        return 2
+                    _build(core, args, corpus, lambda: path.stat().st_size)
+                points = measure(core, corpus, args.queries, args.users)
+            finally:
+                core.shutdown()
     write_points(
         args.out, points, " ".join(["python bench/search_scale.py", *(argv or sys.argv[1:])])
     )
     return 0
+
+
+def _build(
+    core: ChronicleCore, args: argparse.Namespace, corpus: Corpus, size: Callable[[], int]
+) -> None:
+    print(f"building {args.messages:,} messages for {args.users} user(s) in {core.location}")
+    seconds = build(core, args.messages, args.users, corpus)
+    print(
+        f"built in {seconds:.0f} s ({args.messages / seconds:,.0f} messages/s), "
+        f"{size() / 1e6:,.0f} MB"
+    )
+
+
+def _on_postgres(args: argparse.Namespace, corpus: Corpus, home: Path) -> list[dict[str, object]]:
+    """Build (once, kept in the cache's server) and measure the store on PostgreSQL."""
+    import psycopg
+    from pg_setup import cached_database
+
+    from chronicle_engine.config import Config
+
+    def core_on(conninfo: str) -> ChronicleCore:
+        return ChronicleCore(conninfo, Config({"store": conninfo}, hermes_home=home))
+
+    def size(core: ChronicleCore) -> int:
+        with core.store.reading() as conn:  # type: ignore[attr-defined]
+            row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return int(row[0])
+
+    def make(conninfo: str) -> None:
+        core = core_on(conninfo)
+        try:
+            _build(core, args, Corpus(), lambda: size(core))
+        finally:
+            core.shutdown()
+        # What autovacuum does to a live store soon after: statistics for the planner, the GIN
+        # indexes' pending lists merged. A copy made before it would search an unplanned store.
+        started = time.perf_counter()
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("VACUUM (ANALYZE)")
+        print(f"vacuumed and analyzed in {time.perf_counter() - started:.0f} s")
+
+    name = f"scale_{args.messages}_{args.users}"
+    print(f"PostgreSQL kept in {args.pg_cache} ({', '.join(PG_SETTINGS)}), store {name}")
+    with cached_database(args.pg_cache, name, make, PG_SETTINGS) as conninfo:
+        core = core_on(conninfo)
+        try:
+            print(
+                f"searching a copy of {name}: {core.store.count():,} events, {size(core) / 1e6:,.0f} MB"
+            )
+            core.recall.catch_up()
+            return measure(core, corpus, args.queries, args.users)
+        finally:
+            core.shutdown()
+
+
+def measure(core: ChronicleCore, corpus: Corpus, count: int, users: int) -> list[dict[str, object]]:
+    """Search latency per scope on a built store, then the first search after a capture."""
+    points: list[dict[str, object]] = []
+    rng = random.Random(11)
+    asked = queries(core, corpus, count, rng)
+    user = "user0" if users > 1 else None
+    for q in asked[:20]:  # warm the page cache and the frequency cache like a live process
+        core.recall.search(q, user_id=user)
+    for label, scope, by_session in (
+        ("messages", "messages", False),
+        ("all", "all", False),
+        ("all, by_session", "all", True),
+    ):
+        latencies = []
+        found = 0
+        cpu = time.process_time()
+        for q in asked:
+            t0 = time.perf_counter()
+            results = core.recall.search(
+                q, user_id=user, scope=scope, limit=10, by_session=by_session
+            )
+            latencies.append((time.perf_counter() - t0) * 1000)
+            found += bool(results)
+        cpu_ms = (time.process_time() - cpu) * 1000 / len(asked)
+        points.append(
+            {
+                "op": f"search ({label})",
+                "events": core.store.count(),
+                "p50_ms": round(statistics.median(latencies), 3),
+                "p95_ms": round(percentile(latencies, 0.95), 3),
+                "cpu_ms_per_query": round(cpu_ms, 3),
+            }
+        )
+        print(
+            f"scope={label:<15} {len(asked)} queries: p50 {statistics.median(latencies):.2f} ms,"
+            f" p95 {percentile(latencies, 0.95):.2f} ms, max {max(latencies):.2f} ms, CPU"
+            f" {cpu_ms:.2f} ms a query ({found} with results)"
+        )
+    points.append(first_search_after_capture(core, corpus, asked, user, 10_000))
+    return points
 
 
 def write_points(out: Path, points: list[dict[str, object]], command: str) -> None:

@@ -139,35 +139,44 @@ def _owner() -> str | None:
 
 
 @contextlib.contextmanager
-def start_cluster() -> Iterator[PostgresCluster]:
-    """A running cluster with database `chronicle_test`, owned by user `chronicle`; stopped and
-    removed when the block ends."""
+def start_cluster(
+    root: Path | None = None, settings: tuple[str, ...] = ()
+) -> Iterator[PostgresCluster]:
+    """A running cluster with database `chronicle_test`, owned by user `chronicle`. Without
+    `root`: made in a new temporary directory, stopped and removed when the block ends. With
+    `root`: made there unless it already holds one (the benches keep a big store so between
+    runs), stopped when the block ends and kept. `settings` are more server settings
+    ("name=value")."""
     bin_dir = find_bin_dir()
     run_as = _owner()
+    keep = root is not None
     # Not pytest's tmp_path: its parents are private to the user running the tests.
-    root = Path(tempfile.mkdtemp(prefix="chronicle-pg-", dir="/tmp" if run_as else None))
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="chronicle-pg-", dir="/tmp" if run_as else None))
     cluster: PostgresCluster | None = None
     try:
-        (root / "socket").mkdir()
+        made = not (root / "data" / "PG_VERSION").exists()
+        (root / "socket").mkdir(parents=True, exist_ok=True)
         if run_as:
             entry = pwd.getpwnam(run_as)
             for path in (root, root / "socket"):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
         cluster = PostgresCluster(root, bin_dir, _free_port(), run_as)
-        cluster.run(
-            "initdb",
-            "-D",
-            str(cluster.data),
-            "-U",
-            USER,
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-            timeout=START_TIMEOUT_S,
-        )
+        if made:
+            cluster.run(
+                "initdb",
+                "-D",
+                str(cluster.data),
+                "-U",
+                USER,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                timeout=START_TIMEOUT_S,
+            )
         started = False
         for _attempt in range(3):  # the free port can be taken between probe and bind
             options = (
@@ -175,7 +184,7 @@ def start_cluster() -> Iterator[PostgresCluster]:
                 f"-c unix_socket_directories={cluster.socket_dir} "
                 # Only a crash of the machine needs fsync; a killed server recovers from its WAL.
                 "-c fsync=off -c max_connections=100"
-            )
+            ) + "".join(f" -c {setting}" for setting in settings)
             try:
                 cluster.run(
                     "pg_ctl",
@@ -203,7 +212,8 @@ def start_cluster() -> Iterator[PostgresCluster]:
     finally:
         if cluster is not None:
             cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _create_database(cluster: PostgresCluster) -> None:
@@ -215,7 +225,10 @@ def _create_database(cluster: PostgresCluster) -> None:
             with psycopg.connect(
                 cluster.conninfo("postgres"), autocommit=True, connect_timeout=5
             ) as conn:
-                conn.execute(f"CREATE DATABASE {DATABASE}")
+                if not conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+                ).fetchone():
+                    conn.execute(f"CREATE DATABASE {DATABASE}")
                 return
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
