@@ -38,7 +38,13 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 # The plugin's __init__ has made `chronicle_engine` importable (installed, or loaded from
 # ./engine under that one name), so both Hermes loaders share its modules and cores.
 from chronicle_engine import users as _users
-from chronicle_engine.config import Config, default_db_path, load_hermes_config
+from chronicle_engine.config import (
+    ChronicleSettings,
+    Config,
+    checked_store,
+    default_db_path,
+    load_hermes_config,
+)
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import ChronicleError, StoreError, UsageError
 from chronicle_engine.host import HostGuard, fenced
@@ -49,6 +55,9 @@ from chronicle_engine.sessions.capture import Capture
 __all__ = ["ChronicleMemoryProvider", "CheckpointFailed", "is_trivial_prompt"]
 
 log = logging.getLogger("chronicle.provider")
+
+SETUP_PASSWORD_ENV = "CHRONICLE_PG_PASSWORD"
+"""The variable `hermes memory setup` keeps a PostgreSQL password in ($HERMES_HOME/.env)."""
 
 try:  # newer hosts: the indicator's shape and the host's own trivial-prompt test
     from agent.memory_provider import RecallStatus as _RecallStatus
@@ -534,18 +543,50 @@ class ChronicleMemoryProvider(_ProviderBase):
     # -- setup (hermes memory setup) -----------------------------------------------------------
 
     def get_config_schema(self) -> list[dict[str, Any]]:
+        """`hermes memory setup`'s questions: the settings' own descriptions (config.py). A
+        password is never asked into config.yaml: the operator names the variable that holds
+        it, and when that is `SETUP_PASSWORD_ENV` Hermes asks for it next, masked, and keeps it
+        in $HERMES_HOME/.env, which Hermes loads into the environment at start."""
+        described = ChronicleSettings.model_fields
         return [
             {
-                "key": "db_path",
-                "description": "Where Chronicle keeps its SQLite log (blank: inside HERMES_HOME)",
+                "key": "store",
+                "description": described["store"].description,
                 "required": False,
                 "default": "",
-            }
+            },
+            {
+                "key": "store_password_env",
+                "description": f"{described['store_password_env'].description} Answer "
+                f"{SETUP_PASSWORD_ENV} to type the password next (kept in $HERMES_HOME/.env).",
+                "required": False,
+                "default": "",
+            },
+            {
+                "key": "store_password",
+                "description": "PostgreSQL password",
+                "secret": True,
+                "env_var": SETUP_PASSWORD_ENV,
+                "when": {"store_password_env": SETUP_PASSWORD_ENV},
+            },
+            {
+                "key": "db_path",
+                "description": described["db_path"].description,
+                "required": False,
+                "default": "",
+            },
         ]
 
     @fenced(None)
     def save_config(self, values: dict[str, Any], hermes_home: str) -> None:
-        """Write the answers under `chronicle:` in $HERMES_HOME/config.yaml, keeping the rest."""
+        """Write the answers under `chronicle:` in $HERMES_HOME/config.yaml, keeping the rest.
+        A store holding a password is refused (logged, nothing written); a blank answer removes
+        the setting."""
+        answers: dict[str, str] = {}
+        for key in ("store", "store_password_env", "db_path"):
+            if key in values:
+                value = values[key]
+                answers[key] = checked_store(value) if key == "store" else str(value or "")
         path = Path(hermes_home) / "config.yaml"
         data: dict[str, Any] = {}
         if path.exists():
@@ -555,12 +596,11 @@ class ChronicleMemoryProvider(_ProviderBase):
         section = data.get("chronicle")
         if not isinstance(section, dict):
             section = {}
-        for key, value in values.items():
-            if key == "db_path":
-                if value:
-                    section["db_path"] = str(value)
-                else:
-                    section.pop("db_path", None)
+        for key, value in answers.items():
+            if value:
+                section[key] = value
+            else:
+                section.pop(key, None)
         data["chronicle"] = section
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".yaml.chronicle-tmp")

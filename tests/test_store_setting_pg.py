@@ -136,18 +136,17 @@ def test_the_password_comes_from_the_variable_named(
 # -- a PostgreSQL server with a password ------------------------------------------------------
 
 
-def test_the_password_reaches_the_server_and_nothing_shows_it(
-    postgres_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A role that must give its password (scram, over TCP): the store connects with the one
-    the environment holds, and neither the store, the core nor the registry key shows it."""
+@pytest.fixture
+def password_dsn(postgres_cluster: Any) -> Iterator[str]:
+    """A conninfo (no password in it) for a role that must give its password SECRET (scram,
+    over TCP), with a schema of its own."""
     role = "chronicle_pw"
     with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{SECRET}'")
         conn.execute(f"GRANT ALL ON DATABASE chronicle_test TO {role}")
+    hba = postgres_cluster.data / "pg_hba.conf"
+    original = hba.read_text()
     try:
-        hba = postgres_cluster.data / "pg_hba.conf"
-        original = hba.read_text()
         hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + original)
         with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
             conn.execute("SELECT pg_reload_conf()")
@@ -155,27 +154,78 @@ def test_the_password_reaches_the_server_and_nothing_shows_it(
             with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
                 schema = conninfo.split("search_path=")[1].rstrip("'")
                 conn.execute(f"GRANT ALL ON SCHEMA {schema} TO {role}")
-            dsn = conninfo.replace("user=chronicle", f"user={role}")
-            settings = {"store": dsn, "store_password_env": "CHRONICLE_PG_PASSWORD"}
-            monkeypatch.setenv("CHRONICLE_PG_PASSWORD", "wrong")
-            with pytest.raises(Exception, match="password authentication failed"):
-                ChronicleCore(dsn, Config(settings, hermes_home=tmp_path))
-            monkeypatch.setenv("CHRONICLE_PG_PASSWORD", SECRET)
-            core = ChronicleCore.get(dsn, config=Config(settings, hermes_home=tmp_path))
-            try:
-                assert core.postgres and core.store.count() == 0
-                shown = " ".join(
-                    [repr(core), repr(core.store), core.location, *ChronicleCore._registry]
-                )
-                assert SECRET not in shown
-            finally:
-                core.shutdown()
+            yield conninfo.replace("user=chronicle", f"user={role}")
     finally:
         hba.write_text(original)
         with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
             conn.execute("SELECT pg_reload_conf()")
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+def test_the_password_reaches_the_server_and_nothing_shows_it(
+    password_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store connects with the password the environment holds, and neither the store, the
+    core nor the registry key shows it."""
+    dsn = password_dsn
+    settings = {"store": dsn, "store_password_env": "CHRONICLE_PG_PASSWORD"}
+    monkeypatch.setenv("CHRONICLE_PG_PASSWORD", "wrong")
+    with pytest.raises(Exception, match="password authentication failed"):
+        ChronicleCore(dsn, Config(settings, hermes_home=tmp_path))
+    monkeypatch.setenv("CHRONICLE_PG_PASSWORD", SECRET)
+    core = ChronicleCore.get(dsn, config=Config(settings, hermes_home=tmp_path))
+    try:
+        assert core.postgres and core.store.count() == 0
+        shown = " ".join([repr(core), repr(core.store), core.location, *ChronicleCore._registry])
+        assert SECRET not in shown
+    finally:
+        core.shutdown()
+
+
+def test_memory_setup_answers_open_the_postgresql_store(
+    password_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hermes memory setup`'s questions as Hermes 0.19.0 reads a provider's schema: the store,
+    the variable that holds the password, then (only when that is the one setup keeps) the
+    password itself, masked, which Hermes writes to $HERMES_HOME/.env with its own writer and
+    loads into the environment at start. The answers open the store; config.yaml never holds
+    the password."""
+    from hermes_cli.env_loader import load_hermes_dotenv
+    from hermes_cli.memory_setup import _write_env_vars
+
+    from provider import SETUP_PASSWORD_ENV
+
+    monkeypatch.setenv(SETUP_PASSWORD_ENV, "")  # (unset again at the end: the loader sets it)
+    home = tmp_path / "hermes_home"
+    home.mkdir()
+    (home / "config.yaml").write_text(yaml.safe_dump({"memory": {"provider": "chronicle"}}))
+    provider = ChronicleMemoryProvider()
+    schema = {field["key"]: field for field in provider.get_config_schema()}
+    assert list(schema) == ["store", "store_password_env", "store_password", "db_path"]
+    secret = schema["store_password"]
+    assert secret["secret"] and secret["env_var"] == SETUP_PASSWORD_ENV
+    assert secret["when"] == {"store_password_env": SETUP_PASSWORD_ENV}  # asked after that answer
+    answers = {"store": password_dsn, "store_password_env": SETUP_PASSWORD_ENV}
+
+    provider.save_config({**answers, "store": password_dsn + " password=" + SECRET}, str(home))
+    assert "chronicle" not in yaml.safe_load((home / "config.yaml").read_text())  # refused
+
+    provider.save_config(answers, str(home))
+    _write_env_vars(home / ".env", {secret["env_var"]: SECRET})
+    saved = (home / "config.yaml").read_text()
+    assert SECRET not in saved
+    assert yaml.safe_load(saved)["chronicle"] == answers
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    load_hermes_dotenv(hermes_home=home)
+    provider.initialize("s", hermes_home=str(home), platform="cli")
+    try:
+        provider.sync_turn("hello", "hi", session_id="s")
+        core = provider.core
+        assert core.postgres and core.location == password_dsn
+        assert [e.envelope.type for e in core.store.read()].count("MessageCaptured") == 2
+    finally:
+        provider.shutdown()
 
 
 # -- the core on PostgreSQL ----------------------------------------------------------------
