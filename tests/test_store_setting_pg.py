@@ -433,6 +433,14 @@ def test_the_cli_reads_the_postgresql_store_config_yaml_names(
     assert doctor[("database", "reachable")] == "ok"
     assert doctor[("database", "append-only guards")] == "ok"
     assert not (home / "chronicle" / "chronicle.db").exists()
+    # A trigger that exists but does not fire guards nothing.
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE events DISABLE TRIGGER events_never_update")
+    guards = [
+        c for c in run("doctor", exit=Exit.UNHEALTHY)["checks"] if c["name"] == "append-only guards"
+    ]
+    assert [g["status"] for g in guards] == ["fail"]
+    assert "disabled triggers: events_never_update" in guards[0]["detail"]
 
 
 def test_one_users_memory_never_reaches_another_host_of_the_fleet(home: Path) -> None:

@@ -4,7 +4,7 @@ machine. Read-only: it reports and says what to do; it never repairs behind your
 from __future__ import annotations
 
 import argparse
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Set
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -143,29 +143,39 @@ def _postgres_checks(s: Session) -> list[Check]:
     try:
         core = s.core()
         with core.store.reading() as conn:
-            triggers = {
-                str(r[0])
-                for r in conn.execute(
-                    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'events'::regclass"
+            # tgenabled: 'O' fires in ordinary sessions, 'A' always; 'D' (disabled) and 'R'
+            # (replica sessions only) leave an ordinary session free to rewrite the log.
+            enabled = {
+                str(name): str(state) in ("O", "A")
+                for name, state in conn.execute(
+                    "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'events'::regclass"
                 ).fetchall()
             }
     except StoreError as exc:
         return [Check("database", "reachable", "fail", f"PostgreSQL: {exc}")]
     out = [Check("database", "reachable", "ok", "PostgreSQL (chronicle.store)")]
-    missing = {"events_never_update", "events_never_truncate"} - triggers
-    out.append(_guards(missing, "updated, deleted or truncated"))
+    guards = {"events_never_update", "events_never_truncate"}
+    out.append(
+        _guards(
+            guards - set(enabled),
+            "updated, deleted or truncated",
+            disabled={name for name in guards if enabled.get(name) is False},
+        )
+    )
     return out + _chronicle_checks(core)
 
 
-def _guards(missing: set[str], refused: str) -> Check:
-    """The log's append-only triggers: `missing` those not found."""
-    if missing:
-        return Check(
-            "database",
-            "append-only guards",
-            "fail",
-            f"missing triggers: {', '.join(sorted(missing))}",
-        )
+def _guards(missing: set[str], refused: str, *, disabled: Set[str] = frozenset()) -> Check:
+    """The log's append-only triggers: `missing` those not found, `disabled` those found that
+    do not fire (PostgreSQL's ALTER TABLE ... DISABLE TRIGGER)."""
+    if missing or disabled:
+        said = [f"missing triggers: {', '.join(sorted(missing))}"] if missing else []
+        if disabled:
+            said.append(
+                f"disabled triggers: {', '.join(sorted(disabled))} (ALTER TABLE events "
+                "ENABLE TRIGGER <name> restores each)"
+            )
+        return Check("database", "append-only guards", "fail", "; ".join(said))
     return Check("database", "append-only guards", "ok", f"events cannot be {refused}")
 
 
