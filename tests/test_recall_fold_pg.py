@@ -196,3 +196,27 @@ def _check_terms(index: RecallIndex, rows: dict[str, list[tuple[object, ...]]]) 
         docs, words = sums.get(scope, (0, 0))
         sums[scope] = (docs + 1, words + dl)
     assert counts == sums
+
+
+def test_a_belief_indexed_by_an_older_host_gets_its_length(postgres_cluster) -> None:
+    """Hosts on code from before recall.m003 index a belief without its length (dl): the server
+    fills it in, so bm25 does not read the belief as having no words."""
+    with own_schema(postgres_cluster) as conninfo:
+        parts = Target("postgres", conninfo).tree()
+        try:
+            index = PostgresRecallIndex(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+            literal, length = terms((("B", "note: the gate code is B-22 at the north gate"),))
+            with index.writing("indexing as an older host does") as conn:
+                conn.execute(
+                    "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (7, ?::tsvector)",
+                    (literal,),
+                )
+                conn.execute(
+                    "INSERT INTO recall_belief_terms(rowid, tsv, dl) VALUES (8, ?::tsvector, 3)",
+                    (literal,),
+                )
+            with index.reading("reading lengths") as conn:
+                held = dict(conn.execute("SELECT rowid, dl FROM recall_belief_terms").fetchall())
+            assert length == 11 and held == {7: length, 8: 3}  # (a length given is kept)
+        finally:
+            parts.shutdown()

@@ -290,14 +290,15 @@ def _m002_sections(conn: Connection) -> None:
         conn.execute(statement)
 
 
+_BELIEF_LENGTH = "(SELECT count(*) FROM unnest({tsv}) u, unnest(u.positions) p)"
+"""A belief's length in words, from its tsvector `{tsv}` (each position a word)."""
+
+
 def _m003_belief_lengths(conn: Connection) -> None:
     """Each indexed belief's length in words, for bm25 (as `recall_message_terms.dl`): the
     positions its tsvector holds (a belief repeats no word 256 times)."""
     conn.execute("ALTER TABLE recall_belief_terms ADD COLUMN dl INTEGER NOT NULL DEFAULT 0")
-    conn.execute(
-        "UPDATE recall_belief_terms t SET dl = (SELECT count(*) FROM unnest(t.tsv) u,"
-        " unnest(u.positions) p)"
-    )
+    conn.execute("UPDATE recall_belief_terms t SET dl = " + _BELIEF_LENGTH.format(tsv="t.tsv"))
 
 
 def _m004_names(conn: Connection) -> None:
@@ -310,12 +311,41 @@ def _m004_names(conn: Connection) -> None:
         )
 
 
+def _m005_belief_lengths_on_insert(conn: Connection) -> None:
+    """A host still on code from before m003 inserts belief rows without a length (dl 0, the
+    column's default), which bm25 would read as the shortest belief there is: the server fills
+    it in from the row's tsvector, and fills the rows such hosts have written since m003."""
+    length = _BELIEF_LENGTH.format(tsv="NEW.tsv")
+    conn.execute(
+        f"""
+        CREATE FUNCTION recall_belief_terms_length() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.dl = 0 THEN
+                NEW.dl := {length};
+            END IF;
+            RETURN NEW;
+        END
+        $$
+        """
+    )
+    conn.execute(
+        "CREATE TRIGGER recall_belief_terms_length BEFORE INSERT ON recall_belief_terms"
+        " FOR EACH ROW EXECUTE FUNCTION recall_belief_terms_length()"
+    )
+    conn.execute(
+        "UPDATE recall_belief_terms t SET dl = "
+        + _BELIEF_LENGTH.format(tsv="t.tsv")
+        + " WHERE t.dl = 0"
+    )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
     PostgresMigration("recall.m002_sections_index", _m002_sections),
     PostgresMigration("recall.m003_belief_lengths", _m003_belief_lengths),
     PostgresMigration("recall.m004_names", _m004_names),
+    PostgresMigration("recall.m005_belief_lengths_on_insert", _m005_belief_lengths_on_insert),
 )
 
 
