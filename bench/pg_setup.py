@@ -27,12 +27,18 @@ __all__ = ["ask_index", "cached_database", "cluster", "postgres_recall", "Postgr
 
 @contextlib.contextmanager
 def cached_database(
-    cache: Path, name: str, build: Callable[[str], None], settings: tuple[str, ...] = ()
+    cache: Path,
+    name: str,
+    build: Callable[[str], None],
+    settings: tuple[str, ...] = (),
+    migrate: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
     """A conninfo of a fresh copy of database `name` in the cluster kept under `cache` (made on
     first use; `settings`: more server settings). The first run builds `name` with
     `build(conninfo)` (into another name, renamed when it returns, so a build cut short is never
-    taken for a whole one); the copy (what a bench may write to) is dropped at the end."""
+    taken for a whole one); later runs hand it to `migrate` first, so the copy is made from a
+    store this code has migrated once. The copy (what a bench may write to) is dropped at the
+    end."""
     import psycopg
 
     with start_cluster(cache, settings) as server:
@@ -44,6 +50,8 @@ def cached_database(
                 conn.execute(f"CREATE DATABASE {name}_building")
                 build(server.conninfo(f"{name}_building"))
                 conn.execute(f"ALTER DATABASE {name}_building RENAME TO {name}")
+            elif migrate is not None:
+                migrate(server.conninfo(name))
             conn.execute(f"DROP DATABASE IF EXISTS {name}_run")
             conn.execute(f"CREATE DATABASE {name}_run TEMPLATE {name} STRATEGY FILE_COPY")
         try:

@@ -166,7 +166,7 @@ def test_a_batched_fold_writes_what_one_message_at_a_time_writes(
 
 def _check_terms(index: RecallIndex, rows: dict[str, list[tuple[object, ...]]]) -> None:
     """Each visible message's full-text row holds the words its row says, and each scope's
-    counts add its rows up."""
+    counts (rows, words, rows holding each lexeme) add its rows up."""
     with index.reading("checking the index") as conn:
         held = {
             int(seq): (int(scope), int(dl), str(tsv))
@@ -180,6 +180,19 @@ def _check_terms(index: RecallIndex, rows: dict[str, list[tuple[object, ...]]]) 
                 "SELECT scope, docs, words FROM recall_scope_terms WHERE docs > 0"
             )
         }
+        lexemes = {
+            (int(scope), str(lexeme)): int(docs)
+            for scope, lexeme, docs in conn.execute(
+                "SELECT scope, lexeme, docs FROM recall_lexeme_docs WHERE docs > 0"
+            )
+        }
+        counted = {
+            (int(scope), str(lexeme)): int(docs)
+            for scope, lexeme, docs in conn.execute(
+                "SELECT t.scope, l.lexeme, count(*) FROM recall_message_terms t,"
+                " unnest(tsvector_to_array(t.tsv)) l(lexeme) GROUP BY t.scope, l.lexeme"
+            )
+        }
         hidden = {str(target) for (target,) in conn.execute("SELECT target FROM recall_hidden")}
         expected: dict[int, tuple[int, int, str]] = {}
         for row in rows["recall_messages"]:
@@ -191,6 +204,7 @@ def _check_terms(index: RecallIndex, rows: dict[str, list[tuple[object, ...]]]) 
             tsv = conn.execute("SELECT ?::tsvector::text", (literal,)).fetchone()
             expected[seq] = (scope, length, str(tsv[0]))
     assert held == expected
+    assert lexemes == counted  # each lexeme's document count, kept through forgets
     sums: dict[int, tuple[int, int]] = {}
     for scope, dl, _ in expected.values():
         docs, words = sums.get(scope, (0, 0))
@@ -220,3 +234,37 @@ def test_a_belief_indexed_by_an_older_host_gets_its_length(postgres_cluster) -> 
             assert length == 11 and held == {7: length, 8: 3}  # (a length given is kept)
         finally:
             parts.shutdown()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    columns=st.lists(
+        st.tuples(
+            st.sampled_from("ABC"),
+            st.lists(
+                st.sampled_from(["tawa", "xtawa", "tawas", "a1", "Ünï", "東京", "b", "9", "the"]),
+                max_size=12,
+            ).map(" ".join),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_positions_read_from_the_text_are_the_servers(postgres_cluster, columns) -> None:
+    """bm25 reads a row's positions from its tsvector's text (`_positions`): the same pairs the
+    server's unnest() gives, for every lexeme, none taken for another that ends like it."""
+    import psycopg
+
+    from chronicle_engine.recall.postgres import _lexeme, _positions
+
+    literal, _ = terms(columns)
+    with psycopg.connect(postgres_cluster.conninfo(), autocommit=True) as conn:
+        text = conn.execute("SELECT %s::tsvector::text", (literal,)).fetchone()[0]
+        served = {
+            str(lexeme): set(zip(positions, weights, strict=True))
+            for lexeme, positions, weights in conn.execute(
+                "SELECT lexeme, positions, weights FROM unnest(%s::tsvector)", (literal,)
+            )
+        }
+    wanted = {lexeme: f"{_lexeme(lexeme)}:" for lexeme in [*served, "tawa", "zzz"]}
+    assert _positions(text, wanted) == served

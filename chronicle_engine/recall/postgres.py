@@ -339,6 +339,21 @@ def _m005_belief_lengths_on_insert(conn: Connection) -> None:
     )
 
 
+def _m006_lexeme_docs(conn: Connection) -> None:
+    """How many of a scope's indexed messages hold each lexeme, kept by the fold in its
+    transaction (FTS5 keeps the same count in its index): a word's document frequency is then a
+    look-up, where counting its matches reads one table row a match."""
+    conn.execute(
+        "CREATE TABLE recall_lexeme_docs (scope INTEGER NOT NULL, lexeme TEXT NOT NULL,"
+        " docs BIGINT NOT NULL, PRIMARY KEY (scope, lexeme))"
+    )
+    conn.execute(
+        "INSERT INTO recall_lexeme_docs(scope, lexeme, docs) SELECT t.scope, l.lexeme, count(*)"
+        " FROM recall_message_terms t, unnest(tsvector_to_array(t.tsv)) l(lexeme)"
+        " GROUP BY t.scope, l.lexeme"
+    )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -346,6 +361,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m003_belief_lengths", _m003_belief_lengths),
     PostgresMigration("recall.m004_names", _m004_names),
     PostgresMigration("recall.m005_belief_lengths_on_insert", _m005_belief_lengths_on_insert),
+    PostgresMigration("recall.m006_lexeme_docs", _m006_lexeme_docs),
 )
 
 
@@ -467,18 +483,7 @@ class PostgresRecallFold(RecallFold):
                 " ON CONFLICT DO NOTHING",
                 (sorted(names),),
             )
-        # The index and each scope's counts in one statement (`_index` for one message).
-        conn.execute(
-            "WITH added AS (INSERT INTO recall_message_terms(seq, scope, dl, tsv)"
-            " SELECT g.seq, g.scope, g.dl, g.tsv::tsvector"
-            " FROM unnest(?::bigint[], ?::integer[], ?::integer[], ?::text[]) AS g(seq, scope, dl, tsv)"
-            " ON CONFLICT DO NOTHING RETURNING scope, dl)"
-            " INSERT INTO recall_scope_terms(scope, docs, words)"
-            " SELECT scope, count(*), sum(dl) FROM added GROUP BY scope"
-            " ON CONFLICT (scope) DO UPDATE SET docs = recall_scope_terms.docs + excluded.docs,"
-            " words = recall_scope_terms.words + excluded.words",
-            [list(column) for column in zip(*indexed, strict=True)],
-        )
+        _add_terms(conn, indexed)
         for env, m in run:
             self._person_claims(conn, scopes[(m.user_id or "", m.profile or "")], m, env)
 
@@ -514,28 +519,17 @@ class PostgresRecallFold(RecallFold):
             return
         name, body, ctx = values
         literal, length = terms((("A", name), ("B", body), ("C", ctx)))
-        inserted = conn.execute(
-            "INSERT INTO recall_message_terms(seq, scope, dl, tsv) VALUES (?, ?, ?, ?::tsvector)"
-            " ON CONFLICT DO NOTHING",
-            (seq, scope, length, literal),
-        ).rowcount
-        if inserted:
-            conn.execute(
-                "INSERT INTO recall_scope_terms(scope, docs, words) VALUES (?, 1, ?)"
-                " ON CONFLICT (scope) DO UPDATE SET docs = recall_scope_terms.docs + 1,"
-                " words = recall_scope_terms.words + excluded.words",
-                (scope, length),
-            )
+        _add_terms(conn, [(seq, scope, length, literal)])
 
     def _unindex(self, conn: Statements, scope: int, seq: int) -> None:
-        row = conn.execute(
-            "DELETE FROM recall_message_terms WHERE seq = ? RETURNING dl", (seq,)
-        ).fetchone()
-        if row is not None:
-            conn.execute(
-                "UPDATE recall_scope_terms SET docs = docs - 1, words = words - ? WHERE scope = ?",
-                (int(row[0]), scope),
-            )
+        conn.execute(
+            "WITH gone AS (DELETE FROM recall_message_terms WHERE seq = ? RETURNING scope, dl, tsv),"
+            " counted AS (UPDATE recall_scope_terms s SET docs = s.docs - 1, words = s.words - g.dl"
+            " FROM gone g WHERE s.scope = g.scope)"
+            " UPDATE recall_lexeme_docs d SET docs = d.docs - 1 FROM gone g"
+            " WHERE d.scope = g.scope AND d.lexeme = ANY(tsvector_to_array(g.tsv))",
+            (seq,),
+        )
 
     def _index_belief(self, conn: Statements, belief_id: str) -> None:
         row = conn.execute(
@@ -558,6 +552,7 @@ class PostgresRecallFold(RecallFold):
             "recall_hidden",
             "recall_message_terms",
             "recall_scope_terms",
+            "recall_lexeme_docs",
             "recall_messages",
             "recall_name_words",
             "recall_scopes",
@@ -567,6 +562,27 @@ class PostgresRecallFold(RecallFold):
         # A rebuild gives the same scope numbers and belief rowids, as SQLite's does.
         conn.execute("SELECT setval(pg_get_serial_sequence('recall_scopes', 'n'), 1, false)")
         conn.execute("SELECT setval(pg_get_serial_sequence('recall_beliefs', 'rowid'), 1, false)")
+
+
+def _add_terms(conn: Statements, rows: Sequence[tuple[int, int, int, str]]) -> None:
+    """Index messages, (seq, scope, length, tsvector literal) each, and count them: each scope's
+    rows and words, and how many of its rows hold each lexeme (`recall_lexeme_docs`), in one
+    statement. A message indexed already is left as it is, and not counted again."""
+    conn.execute(
+        "WITH added AS (INSERT INTO recall_message_terms(seq, scope, dl, tsv)"
+        " SELECT g.seq, g.scope, g.dl, g.tsv::tsvector"
+        " FROM unnest(?::bigint[], ?::integer[], ?::integer[], ?::text[]) AS g(seq, scope, dl, tsv)"
+        " ON CONFLICT DO NOTHING RETURNING scope, dl, tsv),"
+        " counted AS (INSERT INTO recall_scope_terms(scope, docs, words)"
+        " SELECT scope, count(*), sum(dl) FROM added GROUP BY scope"
+        " ON CONFLICT (scope) DO UPDATE SET docs = recall_scope_terms.docs + excluded.docs,"
+        " words = recall_scope_terms.words + excluded.words)"
+        " INSERT INTO recall_lexeme_docs(scope, lexeme, docs)"
+        " SELECT a.scope, l.lexeme, count(*) FROM added a, unnest(tsvector_to_array(a.tsv)) l(lexeme)"
+        " GROUP BY a.scope, l.lexeme"
+        " ON CONFLICT (scope, lexeme) DO UPDATE SET docs = recall_lexeme_docs.docs + excluded.docs",
+        [list(column) for column in zip(*rows, strict=True)],
+    )
 
 
 def _last_in_sessions(
@@ -620,6 +636,8 @@ class PostgresMessageSearch(MessageSearch):
         query = tsquery_any([word])
         if not query:
             return 0
+        if table != _SECTION_TERMS and len(_stems(word)) == 1:
+            return min(self._lexeme_docs(conn, table, [word])[word], cap)
         if table == _SECTION_TERMS:
             row = conn.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM {_SECTION_TERMS} t"
@@ -635,23 +653,43 @@ class PostgresMessageSearch(MessageSearch):
         assert row is not None  # a count is always one row
         return int(row[0])
 
+    @staticmethod
+    def _lexeme_docs(conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
+        """How many messages of the scope `table` names hold each of `words` (each one lexeme),
+        as the fold counts them (`recall_lexeme_docs`): exact, and one look-up for them all."""
+        stems = {w: _stems(w)[0] for w in words}
+        found = {
+            str(lexeme): int(docs)
+            for lexeme, docs in conn.execute(
+                "SELECT lexeme, docs FROM recall_lexeme_docs WHERE scope = ? AND lexeme = ANY(?)",
+                (int(table.rsplit(":", 1)[1]), sorted(set(stems.values()))),
+            )
+        }
+        return {w: found.get(lexeme, 0) for w, lexeme in stems.items()}
+
     def _exact_counts(self, conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
-        """How many rows of `table` (`_count`'s names) hold each of `words`, in one statement."""
-        queries = {w: q for w in words if (q := tsquery_any([w]))}
-        if not queries:
-            return dict.fromkeys(words, 0)
-        if table in (_SECTION_TERMS, _BELIEF_TERMS):
-            one, scope = f"(SELECT count(*) FROM {table} t WHERE t.tsv @@ ?::tsquery)", []
-        else:
-            one = f"(SELECT count(*) FROM {_TERMS} t WHERE t.scope = ? AND t.tsv @@ ?::tsquery)"
-            scope = [int(table.rsplit(":", 1)[1])]
-        row = conn.execute(
-            "SELECT " + ", ".join([one] * len(queries)),
-            [p for q in queries.values() for p in (*scope, q)],
-        ).fetchone()
-        assert row is not None  # a select of counts is always one row
-        found = dict(zip(queries, (int(n) for n in row), strict=True))
-        return {w: found.get(w, 0) for w in words}
+        """How many rows of `table` (`_count`'s names) hold each of `words`: a message word of
+        one lexeme from the fold's counts, the rest counted, in one statement."""
+        single = (
+            [w for w in words if len(_stems(w)) == 1]
+            if table not in (_SECTION_TERMS, _BELIEF_TERMS)
+            else []
+        )
+        counted = self._lexeme_docs(conn, table, single) if single else {}
+        queries = {w: q for w in words if w not in counted and (q := tsquery_any([w]))}
+        if queries:
+            if table in (_SECTION_TERMS, _BELIEF_TERMS):
+                one, scope = f"(SELECT count(*) FROM {table} t WHERE t.tsv @@ ?::tsquery)", []
+            else:
+                one = f"(SELECT count(*) FROM {_TERMS} t WHERE t.scope = ? AND t.tsv @@ ?::tsquery)"
+                scope = [int(table.rsplit(":", 1)[1])]
+            row = conn.execute(
+                "SELECT " + ", ".join([one] * len(queries)),
+                [p for q in queries.values() for p in (*scope, q)],
+            ).fetchone()
+            assert row is not None  # a select of counts is always one row
+            counted.update(zip(queries, (int(n) for n in row), strict=True))
+        return {w: counted.get(w, 0) for w in words}
 
     def bm25(
         self,
@@ -708,11 +746,12 @@ class PostgresMessageSearch(MessageSearch):
             conn,
             _terms_key(scope),
             rare,
-            f"SELECT t.seq, t.dl, u.lexeme, u.positions, u.weights FROM {source}, unnest(t.tsv) u"
-            f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow} AND u.lexeme = ANY(?)",
+            f"SELECT t.seq, t.dl, t.tsv::text FROM {source}"
+            f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}",
             ([scope], params),
             (int(stats[0]), int(stats[1])) if stats else (0, 0),
             {"A": t.name_weight, "B": 1.0, "C": t.context_weight},
+            whole=not narrow,
         )
         return dict(best[: t.candidates])
 
@@ -725,27 +764,38 @@ class PostgresMessageSearch(MessageSearch):
         params: tuple[Sequence[object], Sequence[object]],
         stats: tuple[int, int],
         weight: dict[str, float],
+        *,
+        whole: bool = False,
     ) -> list[tuple[int, float]]:
         """bm25 as FTS5 computes it (k1 1.2, b 0.75, `weight` per column label) of every row
-        `sql` returns: (id, length, lexeme, positions, labels) for each lexeme of `rare` a row
-        holds. `sql` takes `params[0]`, the tsquery, `params[1]`, then the lexemes; `stats` is
-        (rows, words) of the whole index. Best first."""
+        `sql` returns: (id, length, its tsvector as text). `sql` takes `params[0]`, the tsquery,
+        then `params[1]`; `stats` is
+        (rows, words) of the whole index; `whole`: `sql` returns every row of the index (`key`)
+        that holds any of `rare`. Best first."""
         query = tsquery_any(rare)
         if not query:
             return []
         phrases = {w: _stems(w) for w in rare}
-        lexemes = sorted({s for stems in phrases.values() for s in stems})
-        held: dict[int, tuple[int, dict[str, set[tuple[int, str]]]]] = {}
-        for row_id, length, lexeme, positions, labels in conn.execute(
-            sql, (*params[0], query, *params[1], lexemes)
-        ):
-            entry = held.setdefault(int(row_id), (int(length), {}))
-            entry[1][str(lexeme)] = set(zip(positions or (), labels or (), strict=False))
+        marks = {s: f"{_lexeme(s)}:" for stems in phrases.values() for s in stems}
+        # The positions are read from the tsvector's text, not unnest()ed on the server: unnest
+        # builds every lexeme's arrays of a row (~40 in a message) to keep one or two.
+        held: dict[int, tuple[int, dict[str, set[tuple[int, str]]]]] = {
+            int(row_id): (int(length), _positions(str(text), marks))
+            for row_id, length, text in conn.execute(sql, (*params[0], query, *params[1]))
+        }
         docs, words = stats
         average = (words / docs if docs else 0.0) or 1.0
         # FTS5 scores with each word's exact document frequency, never a cached one (a cached
-        # count can be stale after a forget, and larger than the rows there are now).
-        hits = self._exact_counts(conn, key, rare)
+        # count can be stale after a forget, and larger than the rows there are now). When the
+        # rows read are all the index holds of the words, they are that count.
+        hits = (
+            {
+                w: sum(1 for _, found in held.values() if _frequency_in(stems, found, {}))
+                for w, stems in phrases.items()
+            }
+            if whole
+            else self._exact_counts(conn, key, rare)
+        )
         idf: dict[str, float] = {}
         for word in rare:
             ratio = (docs - hits[word] + 0.5) / (hits[word] + 0.5)
@@ -777,9 +827,9 @@ class PostgresMessageSearch(MessageSearch):
             conn,
             _BELIEF_TERMS,
             list(dict.fromkeys(words)),
-            f"SELECT b.rowid, t.dl, u.lexeme, u.positions, u.weights FROM {_BELIEF_TERMS} t"
-            " JOIN recall_beliefs b ON b.rowid = t.rowid, unnest(t.tsv) u"
-            f" WHERE t.tsv @@ ?::tsquery AND {where} AND u.lexeme = ANY(?)",
+            f"SELECT b.rowid, t.dl, t.tsv::text FROM {_BELIEF_TERMS} t"
+            " JOIN recall_beliefs b ON b.rowid = t.rowid"
+            f" WHERE t.tsv @@ ?::tsquery AND {where}",
             ([], params),
             (int(stats[0]), int(stats[1])) if stats else (0, 0),
             {"B": 1.0},
@@ -809,12 +859,12 @@ class PostgresMessageSearch(MessageSearch):
                 conn,
                 _SECTION_TERMS,
                 rare,
-                "SELECT t.written, t.dl, u.lexeme, u.positions, u.weights"
-                f" FROM {_SECTION_TERMS} t, unnest(t.tsv) u"
-                f" WHERE t.tsv @@ ?::tsquery{narrow} AND u.lexeme = ANY(?)",
+                f"SELECT t.written, t.dl, t.tsv::text FROM {_SECTION_TERMS} t"
+                f" WHERE t.tsv @@ ?::tsquery{narrow}",
                 ((), params),
                 (int(stats[0]), int(stats[1])) if stats else (0, 0),
                 {"A": 1.0},
+                whole=span is None,
             )[: max(budget, limit)]
         ranked: list[tuple[int, float]] = []
         seen: set[int] = set()
@@ -830,6 +880,27 @@ class PostgresMessageSearch(MessageSearch):
                     seen.add(written)
                     ranked.append((int(written), score))
         return ranked
+
+
+def _positions(text: str, marks: dict[str, str]) -> dict[str, set[tuple[int, str]]]:
+    """The (position, weight label) pairs of each lexeme of `marks` (lexeme -> its quoted form
+    and a colon, as `tsvector` text writes it) in a tsvector's text: `'a':1B,4C 'b':2B`. A
+    lexeme's entry starts the text or follows a space (lexemes are letters and digits, so no
+    quote, colon or space inside one); a position without a letter is weight D."""
+    found: dict[str, set[tuple[int, str]]] = {}
+    for lexeme, mark in marks.items():
+        at = text.find(mark)
+        while at > 0 and text[at - 1] != " ":
+            at = text.find(mark, at + 1)
+        if at < 0:
+            continue
+        start = at + len(mark)
+        end = text.find(" ", start)
+        found[lexeme] = {
+            (int(p[:-1]), p[-1]) if p[-1].isalpha() else (int(p), "D")
+            for p in text[start : end if end >= 0 else len(text)].split(",")
+        }
+    return found
 
 
 def _frequency_in(
