@@ -268,3 +268,45 @@ def test_positions_read_from_the_text_are_the_servers(postgres_cluster, columns)
         }
     wanted = {lexeme: f"{_lexeme(lexeme)}:" for lexeme in [*served, "tawa", "zzz"]}
     assert _positions(text, wanted) == served
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_forgetting_a_turn_leaves_the_next_persons_turn_in_their_own_memory(
+    postgres_cluster, tmp_path, kind: str
+) -> None:
+    """In a group chat one session holds several people's turns. Forgetting one takes its words
+    out of the next turn's index row (they were its context): that row is re-indexed in its own
+    person's memory, never in the memory of the person who forgot."""
+    with own_schema(postgres_cluster) as conninfo:
+        target = Target(kind, str(tmp_path / "group.db") if kind == "sqlite" else conninfo)
+        parts = target.tree()
+        try:
+            build = RecallIndex if kind == "sqlite" else PostgresRecallIndex
+            index = build(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+            types = parts.reader.types  # type: ignore[attr-defined]
+            said = [("ann", "Our team offsite is in Porto."), ("bob", "My badge number is 88231.")]
+            parts.store.append(  # type: ignore[attr-defined]
+                [
+                    types.pending(
+                        MessageCaptured(
+                            role="user",
+                            message={"role": "user", "content": text},
+                            fingerprint=user,
+                            speaker="person",
+                            text=text,
+                            person_text=text,
+                            user_id=user,
+                        ),
+                        session="group",
+                    )
+                    for user, text in said
+                ]
+            )
+            index.catch_up()
+            parts.store.append([types.pending(MemoryForgotten(target="m1", user_id="ann"))])  # type: ignore[attr-defined]
+            index.catch_up()
+            assert "m2" in [h.id for h in index.hits("badge number", user_id="bob")]
+            assert index.hits("badge number", user_id="ann") == []
+            assert index.hits("offsite Porto", user_id="ann") == []
+        finally:
+            parts.shutdown()

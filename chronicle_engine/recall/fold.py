@@ -299,14 +299,16 @@ class RecallFold:
         if row is None or _hidden(conn, f"m{seq}"):
             return
         scope = int(row[0])
-        # The next turn indexes this one's words as its context: take them out of it too.
+        # The next turn indexes this one's words as its context: take them out of it too. It is
+        # in its own scope's index (one session may hold several people's turns).
         following = [
-            r[0] for r in conn.execute("SELECT seq FROM recall_messages WHERE prev = ?", (seq,))
+            (int(r[0]), int(r[1]))
+            for r in conn.execute("SELECT seq, scope FROM recall_messages WHERE prev = ?", (seq,))
         ]
         self._unindex(conn, scope, seq)
-        for nxt in following:
+        for nxt, its_scope in following:
             if not _hidden(conn, f"m{nxt}"):
-                self._unindex(conn, scope, nxt)
+                self._unindex(conn, its_scope, nxt)
         conn.execute(
             "INSERT INTO recall_hidden(target, by_seq) VALUES (?, ?) ON CONFLICT DO NOTHING",
             (f"m{seq}", by),
@@ -314,9 +316,9 @@ class RecallFold:
         # Unindexed above with its words; now the words go too (the log keeps the event).
         conn.execute("UPDATE recall_messages SET body = '', person = '' WHERE seq = ?", (seq,))
         conn.execute("DELETE FROM recall_vectors WHERE target = ?", (f"m{seq}",))
-        for nxt in following:
+        for nxt, its_scope in following:
             if not _hidden(conn, f"m{nxt}"):
-                self._index(conn, scope, nxt)
+                self._index(conn, its_scope, nxt)
         # A belief that only this message stated goes with it.
         for (belief,) in conn.execute(
             "SELECT belief FROM recall_belief_sources WHERE seq = ?", (seq,)
