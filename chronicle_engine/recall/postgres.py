@@ -779,33 +779,32 @@ class PostgresMessageSearch(MessageSearch):
         marks = {s: f"{_lexeme(s)}:" for stems in phrases.values() for s in stems}
         # The positions are read from the tsvector's text, not unnest()ed on the server: unnest
         # builds every lexeme's arrays of a row (~40 in a message) to keep one or two.
-        held: dict[int, tuple[int, dict[str, set[tuple[int, str]]]]] = {
-            int(row_id): (int(length), _positions(str(text), marks))
-            for row_id, length, text in conn.execute(sql, (*params[0], query, *params[1]))
-        }
+        held: list[tuple[int, int, dict[str, list[str]]]] = []
+        present: dict[str, int] = dict.fromkeys(phrases, 0)
+        for row_id, length, text in conn.execute(sql, (*params[0], query, *params[1])):
+            runs = _runs(str(text), marks)
+            labels: dict[str, list[str]] = {}
+            for word, stems in phrases.items():
+                if found := _instances(stems, runs):
+                    labels[word] = found
+                    present[word] += 1
+            held.append((int(row_id), int(length), labels))
         docs, words = stats
         average = (words / docs if docs else 0.0) or 1.0
         # FTS5 scores with each word's exact document frequency, never a cached one (a cached
         # count can be stale after a forget, and larger than the rows there are now). When the
         # rows read are all the index holds of the words, they are that count.
-        hits = (
-            {
-                w: sum(1 for _, found in held.values() if _frequency_in(stems, found, {}))
-                for w, stems in phrases.items()
-            }
-            if whole
-            else self._exact_counts(conn, key, rare)
-        )
+        hits = present if whole else self._exact_counts(conn, key, rare)
         idf: dict[str, float] = {}
         for word in rare:
             ratio = (docs - hits[word] + 0.5) / (hits[word] + 0.5)
             value = math.log(ratio) if ratio > 0.0 else 0.0  # (another host's fold in between)
             idf[word] = value if value > 0.0 else 1e-6  # as FTS5's bm25 clamps it
         scores: dict[int, float] = {}
-        for row_id, (length, found) in held.items():
+        for row_id, length, labels in held:
             total = 0.0
-            for word, stems in phrases.items():
-                frequency = _frequency_in(stems, found, weight)
+            for word, found in labels.items():
+                frequency = sum(weight.get(label, 1.0) for label in found)
                 if frequency:
                     norm = _K1 * (1.0 - _B + _B * length / average)
                     total += idf[word] * frequency * (_K1 + 1.0) / (frequency + norm)
@@ -882,12 +881,12 @@ class PostgresMessageSearch(MessageSearch):
         return ranked
 
 
-def _positions(text: str, marks: dict[str, str]) -> dict[str, set[tuple[int, str]]]:
-    """The (position, weight label) pairs of each lexeme of `marks` (lexeme -> its quoted form
-    and a colon, as `tsvector` text writes it) in a tsvector's text: `'a':1B,4C 'b':2B`. A
-    lexeme's entry starts the text or follows a space (lexemes are letters and digits, so no
-    quote, colon or space inside one); a position without a letter is weight D."""
-    found: dict[str, set[tuple[int, str]]] = {}
+def _runs(text: str, marks: dict[str, str]) -> dict[str, str]:
+    """Each lexeme of `marks` (lexeme -> its quoted form and a colon, as `tsvector` text writes
+    it) a tsvector's text holds, with its run of positions: `'a':1B,4C 'b':2B` gives a "1B,4C".
+    A lexeme's entry starts the text or follows a space (lexemes are letters and digits, so no
+    quote, colon or space inside one)."""
+    found: dict[str, str] = {}
     for lexeme, mark in marks.items():
         at = text.find(mark)
         while at > 0 and text[at - 1] != " ":
@@ -896,27 +895,37 @@ def _positions(text: str, marks: dict[str, str]) -> dict[str, set[tuple[int, str
             continue
         start = at + len(mark)
         end = text.find(" ", start)
-        found[lexeme] = {
-            (int(p[:-1]), p[-1]) if p[-1].isalpha() else (int(p), "D")
-            for p in text[start : end if end >= 0 else len(text)].split(",")
-        }
+        found[lexeme] = text[start : end if end >= 0 else len(text)]
     return found
 
 
-def _frequency_in(
-    stems: Sequence[str], found: dict[str, set[tuple[int, str]]], weight: dict[str, float]
-) -> float:
-    """A phrase's weighted count in one row, as FTS5's bm25 counts it: each instance adds its
-    column's weight. An instance is the first lexeme at a position, the next one after it in the
-    same column, and so on."""
-    if not stems or stems[0] not in found:
-        return 0.0
-    rest = [found.get(s, set()) for s in stems[1:]]
-    return sum(
-        weight.get(label, 1.0)
-        for position, label in found[stems[0]]
+def _pairs(run: str) -> set[tuple[int, str]]:
+    """A run of positions as (position, weight label) pairs; one without a letter is D's."""
+    return {(int(p[:-1]), p[-1]) if p[-1].isalpha() else (int(p), "D") for p in run.split(",")}
+
+
+def _positions(text: str, marks: dict[str, str]) -> dict[str, set[tuple[int, str]]]:
+    """The (position, weight label) pairs of each lexeme of `marks` in a tsvector's text."""
+    return {lexeme: _pairs(run) for lexeme, run in _runs(text, marks).items()}
+
+
+def _instances(stems: Sequence[str], runs: dict[str, str]) -> list[str]:
+    """The column (weight label) of each instance of a phrase in one row, as FTS5's bm25 counts
+    them: an instance is the first lexeme at a position, the next one after it in the same
+    column, and so on. A one-word phrase's instances are its positions."""
+    first = runs.get(stems[0]) if stems else None
+    if first is None:
+        return []
+    if len(stems) == 1:
+        return [p[-1] if p[-1].isalpha() else "D" for p in first.split(",")]
+    rest = [_pairs(runs[s]) if s in runs else set() for s in stems[1:]]
+    if not all(rest):
+        return []
+    return [
+        label
+        for position, label in _pairs(first)
         if all((position + i, label) in held for i, held in enumerate(rest, start=1))
-    )
+    ]
 
 
 PG_BELIEFS = BeliefIndex(
