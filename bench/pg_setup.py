@@ -36,8 +36,8 @@ def cached_database(
     """A conninfo of a fresh copy of database `name` in the cluster kept under `cache` (made on
     first use; `settings`: more server settings). The first run builds `name` with
     `build(conninfo)` (into another name, renamed when it returns, so a build cut short is never
-    taken for a whole one); later runs hand it to `migrate` first, so the copy is made from a
-    store this code has migrated once. The copy (what a bench may write to) is dropped at the
+    taken for a whole one); then each run hands it to `migrate` first, so the copy is made from
+    a store this code has migrated once. The copy (what a bench may write to) is dropped at the
     end."""
     import psycopg
 
@@ -50,7 +50,7 @@ def cached_database(
                 conn.execute(f"CREATE DATABASE {name}_building")
                 build(server.conninfo(f"{name}_building"))
                 conn.execute(f"ALTER DATABASE {name}_building RENAME TO {name}")
-            elif migrate is not None:
+            if migrate is not None:
                 migrate(server.conninfo(name))
             conn.execute(f"DROP DATABASE IF EXISTS {name}_run")
             conn.execute(f"CREATE DATABASE {name}_run TEMPLATE {name} STRATEGY FILE_COPY")

@@ -269,13 +269,15 @@ def _on_postgres(args: argparse.Namespace, corpus: Corpus, home: Path) -> list[d
         print(f"vacuumed and analyzed in {time.perf_counter() - started:.0f} s")
 
     def migrate(conninfo: str) -> None:
+        """Open the kept store with this code (recall's index migrates its tables when built)
+        and fold the session tree, as a store captured turn by turn has it: otherwise the
+        capture below would first fold the whole log's sessions."""
         core = core_on(conninfo)
         try:
             started = time.perf_counter()
-            core.recall.catch_up()  # (recall's index migrates its tables when built)
-            print(
-                f"{conninfo.rsplit('=', 1)[1]} opened by this code in {time.perf_counter() - started:.1f} s"
-            )
+            core.recall.catch_up()
+            core.sessions.refresh()
+            print(f"kept store opened by this code in {time.perf_counter() - started:.1f} s")
         finally:
             core.shutdown()
 
