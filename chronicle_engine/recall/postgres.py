@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -617,6 +618,11 @@ def _last_in_sessions(
     return last
 
 
+_HELD = "ts_delete(t.tsv, tsvector_to_array(ts_delete(t.tsv, ?::text[])))::text"
+"""A row's tsvector (`t.tsv`) cut to the lexemes given, as text: what bm25 reads of a row. (The
+lexemes it does not hold are those left when the given ones are deleted.)"""
+
+
 # -- search -------------------------------------------------------------------------------------
 
 _TERMS = "recall_message_terms"
@@ -652,6 +658,23 @@ class PostgresMessageSearch(MessageSearch):
             ).fetchone()
         assert row is not None  # a count is always one row
         return int(row[0])
+
+    def plan(
+        self,
+        conn: Statements,
+        table: str,
+        words: Sequence[str],
+        budget: int | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """As `MessageSearch.plan`, with the message words' counts (of one lexeme each) read
+        together, exact, from the fold's counts: one look-up a search, not one a word."""
+        single = [w for w in words if len(_stems(w)) == 1] if table != _SECTION_TERMS else []
+        if single:
+            cap = max(self.tuning.match_budget if budget is None else budget, 1) + 1
+            now = time.monotonic()
+            for word, docs in self._lexeme_docs(conn, table, single).items():
+                self._df[(table, word)] = (now, min(docs, cap))  # what `_frequency` reads
+        return super().plan(conn, table, words, budget)
 
     @staticmethod
     def _lexeme_docs(conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
@@ -746,7 +769,7 @@ class PostgresMessageSearch(MessageSearch):
             conn,
             _terms_key(scope),
             rare,
-            f"SELECT t.seq, t.dl, t.tsv::text FROM {source}"
+            f"SELECT t.seq, t.dl, {_HELD} FROM {source}"
             f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}",
             ([scope], params),
             (int(stats[0]), int(stats[1])) if stats else (0, 0),
@@ -768,8 +791,8 @@ class PostgresMessageSearch(MessageSearch):
         whole: bool = False,
     ) -> list[tuple[int, float]]:
         """bm25 as FTS5 computes it (k1 1.2, b 0.75, `weight` per column label) of every row
-        `sql` returns: (id, length, its tsvector as text). `sql` takes `params[0]`, the tsquery,
-        then `params[1]`; `stats` is
+        `sql` returns: (id, length, `_HELD`: its tsvector's entries of the query's lexemes, as
+        text). `sql` takes the lexemes, `params[0]`, the tsquery, then `params[1]`; `stats` is
         (rows, words) of the whole index; `whole`: `sql` returns every row of the index (`key`)
         that holds any of `rare`. Best first."""
         query = tsquery_any(rare)
@@ -777,11 +800,14 @@ class PostgresMessageSearch(MessageSearch):
             return []
         phrases = {w: _stems(w) for w in rare}
         marks = {s: f"{_lexeme(s)}:" for stems in phrases.values() for s in stems}
-        # The positions are read from the tsvector's text, not unnest()ed on the server: unnest
-        # builds every lexeme's arrays of a row (~40 in a message) to keep one or two.
+        # The positions are read from the text of the row's tsvector cut to the query's lexemes
+        # (`_HELD`), not unnest()ed on the server: unnest builds every lexeme's arrays of a row
+        # (~40 in a message) to keep one or two, and the whole tsvector is ~50 times the bytes.
         held: list[tuple[int, int, dict[str, list[str]]]] = []
         present: dict[str, int] = dict.fromkeys(phrases, 0)
-        for row_id, length, text in conn.execute(sql, (*params[0], query, *params[1])):
+        for row_id, length, text in conn.execute(
+            sql, (sorted(marks), *params[0], query, *params[1])
+        ):
             runs = _runs(str(text), marks)
             labels: dict[str, list[str]] = {}
             for word, stems in phrases.items():
@@ -826,7 +852,7 @@ class PostgresMessageSearch(MessageSearch):
             conn,
             _BELIEF_TERMS,
             list(dict.fromkeys(words)),
-            f"SELECT b.rowid, t.dl, t.tsv::text FROM {_BELIEF_TERMS} t"
+            f"SELECT b.rowid, t.dl, {_HELD} FROM {_BELIEF_TERMS} t"
             " JOIN recall_beliefs b ON b.rowid = t.rowid"
             f" WHERE t.tsv @@ ?::tsquery AND {where}",
             ([], params),
@@ -858,7 +884,7 @@ class PostgresMessageSearch(MessageSearch):
                 conn,
                 _SECTION_TERMS,
                 rare,
-                f"SELECT t.written, t.dl, t.tsv::text FROM {_SECTION_TERMS} t"
+                f"SELECT t.written, t.dl, {_HELD} FROM {_SECTION_TERMS} t"
                 f" WHERE t.tsv @@ ?::tsquery{narrow}",
                 ((), params),
                 (int(stats[0]), int(stats[1])) if stats else (0, 0),
@@ -994,6 +1020,10 @@ class PostgresRecallIndex(RecallIndex):
     def index_sections(self) -> int:
         """Index the queued sections (those written, purged or deleted since the last call);
         returns how many. Hosts draining at once each take rows the others have not."""
+        with self.reading("looking for sections to index") as conn:
+            # (a read first: most catch-ups find none, and a write costs three round trips)
+            if conn.execute("SELECT 1 FROM recall_section_queue LIMIT 1").fetchone() is None:
+                return 0
         with self.writing("indexing sections") as conn:
             queued = [
                 int(w)
