@@ -659,22 +659,16 @@ class PostgresMessageSearch(MessageSearch):
         assert row is not None  # a count is always one row
         return int(row[0])
 
-    def plan(
-        self,
-        conn: Statements,
-        table: str,
-        words: Sequence[str],
-        budget: int | None = None,
-    ) -> tuple[list[str], list[str]]:
-        """As `MessageSearch.plan`, with the message words' counts (of one lexeme each) read
-        together, exact, from the fold's counts: one look-up a search, not one a word."""
-        single = [w for w in words if len(_stems(w)) == 1] if table != _SECTION_TERMS else []
+    def _count_together(self, conn: Statements, table: str, words: Sequence[str]) -> None:
+        """Read the counts `plan` asks for of the message words of one lexeme each together,
+        exact, from the fold's counts (into the cache `_frequency` reads): one look-up a
+        search, not one a word."""
+        single = [w for w in words if len(_stems(w)) == 1]
         if single:
-            cap = max(self.tuning.match_budget if budget is None else budget, 1) + 1
+            cap = max(self.tuning.match_budget, 1) + 1  # (as `plan` counts them: up to its cap)
             now = time.monotonic()
             for word, docs in self._lexeme_docs(conn, table, single).items():
-                self._df[(table, word)] = (now, min(docs, cap))  # what `_frequency` reads
-        return super().plan(conn, table, words, budget)
+                self._df[(table, word)] = (now, min(docs, cap))
 
     @staticmethod
     def _lexeme_docs(conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
@@ -728,6 +722,7 @@ class PostgresMessageSearch(MessageSearch):
             return {}
         t = self.tuning
         key = _terms_key(scope)
+        self._count_together(conn, key, words)
         rare, common = self.plan(conn, key, words)
         source, narrow = f"{_TERMS} t", ""
         params: list[str | int] = []
