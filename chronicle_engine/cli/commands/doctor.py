@@ -172,8 +172,8 @@ def _guards(missing: set[str], refused: str, *, disabled: Set[str] = frozenset()
         said = [f"missing triggers: {', '.join(sorted(missing))}"] if missing else []
         if disabled:
             said.append(
-                f"disabled triggers: {', '.join(sorted(disabled))} (ALTER TABLE events "
-                "ENABLE TRIGGER <name> restores each)"
+                f"disabled triggers: {', '.join(sorted(disabled))} (the log's "
+                "table's owner restores each with ALTER TABLE ... ENABLE TRIGGER)"
             )
         return Check("database", "append-only guards", "fail", "; ".join(said))
     return Check("database", "append-only guards", "ok", f"events cannot be {refused}")
