@@ -425,6 +425,10 @@ def test_the_cli_reads_the_postgresql_store_config_yaml_names(
     (sections,) = run("sections", "--session", "a1").values()
     assert sections and all(s["from_seq"] <= s["to_seq"] for s in sections)
     (lineage,) = run("tree", "--session", "a1")["lineages"]
+    # A session the store does not hold is refused, naming the ones it does.
+    assert main(["sections", "--session", "nope", "--hermes-home", str(home)]) == Exit.NOT_FOUND
+    refused = capsys.readouterr().err
+    assert "no session 'nope' in the PostgreSQL store" in refused and "a1" in refused
     assert lineage["sessions"][-1]["session"] == "a1"
     # (unhealthy: this Hermes home selects neither slot; the database's checks are what count)
     checks = run("doctor", exit=Exit.UNHEALTHY)["checks"]

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ..chronicle.store import SQLiteChronicleStore
 from ..chronicle.stores import chronicle_of
 from ..log.store import SQLiteEventStore, sqlite_errors
 from .exits import CommandFailed, Exit
+
+if TYPE_CHECKING:
+    from ..log.postgres import PostgresEventStore
 
 __all__ = [
     "file_sizes",
@@ -80,7 +83,9 @@ def event_counts(store: SQLiteEventStore) -> list[EventCount]:
     ]
 
 
-def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[SessionRow]:
+def session_rows(
+    store: SQLiteEventStore | PostgresEventStore, limit: int | None = None
+) -> list[SessionRow]:
     """Sessions seen in the log, most recent first."""
     rows = store.session_counts(limit)
     return [
@@ -89,7 +94,7 @@ def session_rows(store: SQLiteEventStore, limit: int | None = None) -> list[Sess
     ]
 
 
-def resolve_session(store: SQLiteEventStore, given: str) -> str:
+def resolve_session(store: SQLiteEventStore | PostgresEventStore, given: str) -> str:
     """A session as a person names it: `latest` (or `@`), a whole id, or an unambiguous prefix
     of one. An id the database does not hold is refused, naming the ones it does."""
     known = [str(r["session"]) for r in session_rows(store)]
@@ -109,8 +114,9 @@ def resolve_session(store: SQLiteEventStore, given: str) -> str:
             Exit.USAGE,
         )
     recent = ", ".join(known[:5]) or "none"
+    where = store.path if isinstance(store, SQLiteEventStore) else "the PostgreSQL store"
     raise CommandFailed(
-        f"no session {given!r} in {store.path}; the most recent are: {recent} "
+        f"no session {given!r} in {where}; the most recent are: {recent} "
         "(`chronicle tree` lists them all; `--session latest` picks the newest)",
         Exit.NOT_FOUND,
     )

@@ -572,7 +572,7 @@ class PostgresEventStore:
         )
         return [(str(ns), str(t), int(n), int(lo), int(hi)) for ns, t, n, lo, hi in rows]
 
-    def session_counts(self, limit: int | None = None) -> list[tuple[object, ...]]:
+    def session_counts(self, limit: int | None = None) -> list[tuple[str, int, int, int, str, str]]:
         """(session, events, first seq, last seq, first created_at, last created_at) of every
         session the log holds events of, most recent first."""
         sql = (
@@ -583,7 +583,10 @@ class PostgresEventStore:
         if limit is not None:
             sql += " LIMIT %s"
             params = (limit,)
-        return [tuple(row) for row in self._rows("listing sessions", sql, params)]
+        return [
+            (str(s), int(n), int(lo), int(hi), str(t0), str(t1))
+            for s, n, lo, hi, t0, t1 in self._rows("listing sessions", sql, params)
+        ]
 
     # -- fold positions ---------------------------------------------------------------------
 
