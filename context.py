@@ -20,6 +20,7 @@ import copy
 import json
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -117,6 +118,7 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error: str | None = None
+        self._warming = False  # the compaction engine is being built (or was) off the host's thread
         self._model = ("", "")  # (model, provider) of the last update_model
         self._calls = 0  # model calls seen (update_from_response): the guard's clock
         self._thrash = ThrashGuard()
@@ -449,7 +451,27 @@ class ChronicleContextEngine(_Base):
         # switch is idempotent, so whichever slot comes first records it.
         if session_id and old and old != session_id and reason == "compression":
             core.sessions.switch(session_id, parent_session_id=old, reason="compression")
+        self._warm(core)
         self._tick("on_session_start")
+
+    def _warm(self, core: ChronicleCore) -> None:
+        """Build the compaction engine on a thread of its own, once: the first compress runs on
+        the host's thread, mid-turn, and would otherwise pay for it (its imports and the event
+        models it writes). Building reads and writes nothing; a failure is left to that compress."""
+        if self._warming:
+            return
+        self._warming = True
+
+        def build() -> None:
+            try:
+                if not getattr(core, "_closed", False):
+                    core.compaction  # noqa: B018 (built on first access)
+            except Exception:
+                log.debug(
+                    "chronicle: the compaction engine could not be built ahead", exc_info=True
+                )
+
+        threading.Thread(target=build, name="chronicle-warm-compaction", daemon=True).start()
 
     def _bind(self, session_id: str) -> None:
         if session_id != self._session_id:

@@ -48,6 +48,7 @@ from ..messages import (
     is_own_handoff,
 )
 from ..sessions.capture import Capture
+from ..sessions.events import CompactionRecorded
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
 from ..storable import escape_text
 from .assemble import assemble
@@ -168,8 +169,11 @@ class Compaction:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._writer: SectionWriter | None = None
-        # Context events of every conversation, read once and then incrementally by seq.
+        # Context events, read once and then incrementally by seq: of every conversation up to
+        # `_events_through`, and of a session further up to `_session_through[session]` (a
+        # pass reads its own lineage's only, so its cost does not grow with other conversations).
         self._events_through = 0
+        self._session_through: dict[str, int] = {}
         self._events_by_session: dict[str, list[Decoded[DomainEvent]]] = {}
         self._events_lock = threading.Lock()
         # the last range expanded (reading a range page by page must not read, measure and
@@ -178,6 +182,11 @@ class Compaction:
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
         self.ledgers_book = LedgerBook(reader, self.chronicle)
         """The passes' ledgers not counted yet, and counting them (`count_ledgers`)."""
+        # The event models a pass writes are built on first use (`defer_build`, so importing the
+        # plugin stays cheap); building them here keeps that cost out of the first pass, which
+        # runs on the host's thread (the context engine builds this at a session's start).
+        for model in (ContextCompacted, PassLedger, CompactionRecorded):
+            model.model_rebuild()
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -204,22 +213,45 @@ class Compaction:
 
     # -- the lineage's context events --------------------------------------------------------
 
-    def _refresh_events(self) -> None:
+    def _refresh_events(self, sessions: Sequence[str] | None = None) -> None:
+        """Read the context events appended since the last read: of every conversation, or
+        of `sessions` only."""
         with self._events_lock:
             reader = self._reader
-            for event in reader.read(after=self._events_through, namespaces=[NAMESPACE]):
-                self._events_through = event.seq
+            end = 0
+            if sessions is None:
+                events = reader.read(after=self._events_through, namespaces=[NAMESPACE])
+            else:
+                after = min(self._through(s) for s in sessions)
+                end = self._store.last_seq()  # read up to it, so the sessions are read through it
+                events = reader.read(
+                    after=after, upto=end, sessions=sessions, namespaces=[NAMESPACE]
+                )
+            last = None
+            for event in events:
+                last = event.seq
                 env = event.envelope
+                if event.seq <= self._through(env.session or ""):
+                    continue  # read before, by a read of its own session's
                 if reader.types.knows(env.namespace, env.type):  # decoded once, kept
                     decoded = Decoded(env, reader.decode(event))
                     self._events_by_session.setdefault(env.session or "", []).append(decoded)
                     if isinstance(decoded.event, PassLedger):
                         self.ledgers_book.seen(event.seq, Decoded(env, decoded.event))
+            if sessions is None:
+                if last is not None:
+                    self._events_through = last
+            else:
+                for session in sessions:
+                    self._session_through[session] = max(self._through(session), end)
+
+    def _through(self, session: str) -> int:
+        return max(self._events_through, self._session_through.get(session, 0))
 
     def lineage_state(self, session_id: str, lineage: Sequence[str] = ()) -> _Lineage:
         """Pins, focus and passes of the conversation (`lineage`: its sessions, when known)."""
-        self._refresh_events()
         sessions = list(lineage) or self._sessions.lineage(session_id) or [session_id]
+        self._refresh_events(list(dict.fromkeys(sessions)))
         events: list[Decoded[DomainEvent]] = []
         with self._events_lock:
             for sid in dict.fromkeys(sessions):
