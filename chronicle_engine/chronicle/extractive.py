@@ -102,6 +102,35 @@ def _is_decision(lowered: str) -> bool:
     return any(word in lowered for word in _DECISION_WORDS)
 
 
+# The error words by a part they share: a text without the part holds none of its words, so
+# most outputs are searched for 7 strings, not 11 (`_first_error`).
+_ERROR_GROUPS = tuple(
+    (part, tuple(w for w in _ERROR_WORDS if w.startswith(part)))
+    for part in (
+        "error",
+        "exception",
+        "traceback",
+        "fail",
+        "denied",
+        "not found",
+        "exit code ",
+        "exit status ",
+    )
+)
+
+
+def _first_error(lowered: str) -> int:
+    """Where the first error word of `lowered` starts (-1: none)."""
+    hit = -1
+    for part, words in _ERROR_GROUPS:
+        if part in lowered:
+            for word in words:
+                at = lowered.find(word)
+                if at >= 0 and (hit < 0 or at < hit):
+                    hit = at
+    return hit
+
+
 # Where a sentence ends: the whitespace after a [.!?] (`_sentences`; as re.split on
 # r"(?<=[.!?])\s+", without trying that lookbehind at every position).
 _SENTENCE_END = re.compile(r"[.!?](\s+)")
@@ -193,7 +222,7 @@ def _outcome(
     if not text:
         return "empty result"
     lowered = text.lower()
-    hit = min((lowered.find(k) for k in _ERROR_WORDS if k in lowered), default=-1)
+    hit = _first_error(lowered)
     if hit >= 0:
         start = text.rfind("\n", 0, hit) + 1
         return "ERROR " + _one_line(text[start:], 110)

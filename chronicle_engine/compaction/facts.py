@@ -60,17 +60,17 @@ def message_facts(
         instruction = real_user and seq is not None and states_a_rule(content_text(message))
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(
-            MessageFacts(
-                tokens=estimate_tokens(message),
-                role=role,
-                folded=folded,
-                handoff=own,
-                protected=pinned or held,
-                real_user=real_user,
-                call_ids=tool_call_ids(message) if role == "assistant" else (),
-                result_id=str(result_id) if result_id is not None else None,
-                pinned=pinned and not held,
-                instruction=instruction,
+            MessageFacts(  # (by position: one per message of every pass, keywords cost twice)
+                estimate_tokens(message),  # tokens
+                role,
+                folded,
+                own,  # handoff
+                pinned or held,  # protected
+                real_user,
+                tool_call_ids(message) if role == "assistant" else (),  # call_ids
+                str(result_id) if result_id is not None else None,  # result_id
+                pinned and not held,  # pinned
+                instruction,
             )
         )
     return out
