@@ -328,6 +328,37 @@ def test_pins_keep_a_message_verbatim_and_follow_the_lineage(core: ChronicleCore
     assert status["passes"] == 2
 
 
+def test_a_conversations_reads_and_whole_log_reads_see_each_event_once(
+    core: ChronicleCore,
+) -> None:
+    # A pass reads its own lineage's context events only; a status or ledger read reads every
+    # conversation's. Mixed in any order, each one sees every event of its conversation once.
+    a, b = Host(core, small_policy(), session="a"), Host(core, small_policy(), session="b")
+    for n in range(60):
+        a.add(*turn(n))
+        b.add(*turn(n))
+    seqs = core.capture.capture_messages(a.session, a.messages)
+    b_seqs = core.capture.capture_messages(b.session, b.messages)
+    compaction = core.compaction
+    compaction.pin(a.session, seqs[10], seqs[10], "first")
+    a.compress()  # reads a's events (its pin)
+    compaction.pin(b.session, b_seqs[12], b_seqs[12], "b's")
+    compaction.set_focus("a", "billing")  # under a's first session, after a's read
+    assert compaction.status(b.session)["passes"] == 0  # a whole-log read
+    compaction.pin("a", seqs[14], seqs[14], "second")
+    for n in range(60, 120):
+        a.add(*turn(n))
+    a.compress()  # a's events since its last read, and none twice
+    a_state = compaction.lineage_state(a.session)
+    assert len(a_state.passes) == 2 and a_state.focus == "billing"
+    assert sorted(a_state.pins.values()) == ["first", "second"]
+    b_state = compaction.lineage_state(b.session)
+    assert b_state.passes == [] and list(b_state.pins.values()) == ["b's"]
+    assert compaction.status(a.session)["passes"] == 2
+    assert [len(compaction.ledgers(h.session)) for h in (a, b)] == [2, 0]
+    assert len(compaction.lineage_state(a.session).passes) == 2  # (after the whole-log reads)
+
+
 def test_tools_of_a_later_session_reach_sections_cited_before(core: ChronicleCore) -> None:
     host = Host(core, small_policy())
     for n in range(60):
