@@ -164,6 +164,9 @@ def test_a_date_written_out_comes_before_a_relative_time():
                 "over",
                 "year",
                 "I",
+                "laſt",  # letters whose case folding is an ASCII letter's ("ſ" is "s")
+                "FRİDAY",
+                "ſix",
             ]
         ),
         max_size=6,
@@ -234,3 +237,17 @@ def test_a_moment_holds_what_its_calendar_dates_hold(year, month, day, days, shi
     at = (first + timedelta(days=days)).timestamp() + shift
     assert moment.holds(at) == _holds_by_calendar(moment, at)
     assert not moment.holds(0.0)
+
+
+@pytest.mark.parametrize(
+    "query", ["LAST FRİDAY", "ſix days ago", "laſt ſunday", "a FORTNİGHT ago", "fİve weeks ago"]
+)
+def test_letters_that_fold_to_ascii_ones_name_no_relative_time(query):
+    # Only ASCII spellings are read: "İ" and "ſ" fold to "i" and "s" but lower-case otherwise,
+    # and read as a weekday or a unit they named none (a query that raised instead of searching).
+    assert named_time(query, ASKED) is None
+
+
+def test_a_query_in_such_letters_is_searched(store_core):
+    store_core.capture.capture_messages("s", [{"role": "user", "content": "the boiler was fixed"}])
+    assert store_core.recall.search("the boiler LAST FRİDAY", scope="messages")

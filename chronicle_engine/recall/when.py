@@ -152,20 +152,23 @@ _COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True
 _UNIT = r"(?P<unit>day|week|fortnight|month|year)s?"
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _RELATIVE = (
-    ("ago", re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b", re.IGNORECASE)),
-    ("yesterday", re.compile(r"\byesterday\b", re.IGNORECASE)),
-    ("weekday", re.compile(rf"\blast\s+(?P<weekday>{'|'.join(_WEEKDAYS)})\b", re.IGNORECASE)),
-    ("weekend", re.compile(r"\blast\s+weekend\b", re.IGNORECASE)),
+    ("ago", re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b", re.IGNORECASE | re.ASCII)),
+    ("yesterday", re.compile(r"\byesterday\b", re.IGNORECASE | re.ASCII)),
+    (
+        "weekday",
+        re.compile(rf"\blast\s+(?P<weekday>{'|'.join(_WEEKDAYS)})\b", re.IGNORECASE | re.ASCII),
+    ),
+    ("weekend", re.compile(r"\blast\s+weekend\b", re.IGNORECASE | re.ASCII)),
     (
         "past",
         re.compile(
             rf"\b(?:in|over|during|within|for)\s+the\s+(?:past|last)\s+(?:{_COUNT}\s+)?{_UNIT}",
-            re.IGNORECASE,
+            re.IGNORECASE | re.ASCII,
         ),
     ),
-    ("last", re.compile(r"\blast\s+(?P<unit>week|month|year)\b", re.IGNORECASE)),
+    ("last", re.compile(r"\blast\s+(?P<unit>week|month|year)\b", re.IGNORECASE | re.ASCII)),
 )
-_RELATIVE_SEEN = re.compile(r"ago|yesterday|last|past", re.IGNORECASE)
+_RELATIVE_SEEN = re.compile(r"ago|yesterday|last|past", re.IGNORECASE | re.ASCII)
 
 
 def _day_of(moment: datetime, phrase: str) -> Span:
