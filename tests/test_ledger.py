@@ -361,3 +361,23 @@ def test_a_read_counts_its_own_conversation_and_each_ledger_once(core: Chronicle
     assert book.count(["b"]) == b_ledgers and book.count(["b"]) == 0
     found = counts()
     assert len(found) == len(set(found)) and sum(s == "b" for s, _ in found) == b_ledgers
+
+
+def test_a_count_an_older_build_recorded_unmasked_shows_no_credential(core: ChronicleCore) -> None:  # noqa: F811
+    # Builds before the ledger read messages masked recorded counts listing credentials as
+    # entities; the log keeps them, and every read leaves those words out.
+    host = _run(core, turns=60)
+    compaction = core.compaction
+    compaction.lineage_state(host.session)  # (reads the log: the book sees the records)
+    (first, *_) = compaction.ledgers_book.pending()
+    key = "sk-proj-0042AbCdEf0123456789AbCdEf0123456789xyz"
+    older = first.event.model_copy(
+        update={"of": first.seq, "counted": True, "left_out": [key, "OPS-1"], "in_handoff": [key]}
+    )
+    core.store.append([core.types.pending(older, session=first.envelope.session)])
+    shown = json.dumps(compaction.ledgers(host.session)) + dispatch(
+        CONTEXT_TOOLS, compaction, "chronicle_context_status", {}, session_id=host.session
+    )
+    assert key not in shown and key[:20] not in shown
+    (entry,) = [e for e in compaction.ledgers(host.session) if e["seq"] == first.seq]
+    assert entry["left_out"] == ["OPS-1"] and entry["in_handoff"] == []

@@ -26,11 +26,14 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..capture.secrets import mask
 from ..chronicle.sections import Section
 from ..log.events import Decoded, EventReader
 from ..sessions.events import CompactionRecorded
 from .events import PassLedger
 from .ledger import LEDGER_WORDS, ledger_of, scanned
+
+_LISTS = ("in_handoff", "in_sections", "left_out")  # the entities a ledger lists by name
 
 __all__ = ["LedgerBook", "LedgerInputs"]
 
@@ -110,14 +113,22 @@ class LedgerBook:
     ) -> list[Decoded[PassLedger]]:
         """The ledgers as a reader may see them: one whose range holds a forgotten message
         (`forgotten_between`, None: nothing is known forgotten) no longer lists entities by name
-        (its counts stay; the words may be the forgotten ones)."""
-        if forgotten_between is None:
-            return list(ledgers)
+        (its counts stay; the words may be the forgotten ones), and none lists a credential (a
+        count recorded by a build that did not mask what it read loses those words)."""
         out: list[Decoded[PassLedger]] = []
         for d in ledgers:
             event = d.event
-            if event.folded_messages and forgotten_between(event.from_seq, event.to_seq):
+            if (
+                forgotten_between is not None
+                and event.folded_messages
+                and forgotten_between(event.from_seq, event.to_seq)
+            ):
                 event = event.model_copy(update=dict.fromkeys(LEDGER_WORDS, []))
+            elif any(mask(e) != e for k in _LISTS for e in getattr(event, k)):
+                # A count recorded by a build that listed unmasked words: never shown so.
+                event = event.model_copy(
+                    update={k: [e for e in getattr(event, k) if mask(e) == e] for k in _LISTS}
+                )
             out.append(Decoded(d.envelope, event))
         return out
 
