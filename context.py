@@ -456,8 +456,9 @@ class ChronicleContextEngine(_Base):
 
     def _warm(self, core: ChronicleCore) -> None:
         """Build the compaction engine on a thread of its own, once: the first compress runs on
-        the host's thread, mid-turn, and would otherwise pay for it (its imports and the event
-        models it writes). Building reads and writes nothing; a failure is left to that compress."""
+        the host's thread, mid-turn, and would otherwise pay for it (its imports; the event
+        models it writes are built as the core opens). Building reads and writes nothing; a
+        failure is left to that compress."""
         if self._warming:
             return
         self._warming = True

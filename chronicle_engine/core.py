@@ -28,7 +28,7 @@ from .capture.events import register_capture_events
 from .capture.spill import Spill
 from .chronicle.store import SQLiteChronicleStore
 from .chronicle.stores import chronicle_of
-from .compaction.events import register_context_events
+from .compaction.events import ContextCompacted, PassLedger, register_context_events
 from .config import Config, is_postgres, load_hermes_config
 from .errors import StoreError, StoreTooNew
 from .log.bookkeeping import register_builtin_events
@@ -36,7 +36,7 @@ from .log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from .log.store import SQLiteEventStore
 from .recall.events import register_recall_events
 from .scheduler.events import register_scheduler_events
-from .sessions.events import register_session_events
+from .sessions.events import CompactionRecorded, register_session_events
 
 if TYPE_CHECKING:
     from .chronicle.sections import AsyncSummarizer, Summarizer
@@ -137,6 +137,12 @@ class ChronicleCore:
         # The whole vocabulary is known from the start, so any reader (the CLI, an export, a
         # rebuild) can decode every event before the subsystem that writes it is first used.
         self.types = vocabulary()
+        # The event models a compaction pass writes are built on first use (`defer_build`, so
+        # importing the plugin stays cheap). Building them as the core opens, before any thread
+        # can use them (pydantic's rebuild is not safe against a concurrent first use), keeps
+        # that cost out of the first pass, which runs on the host's thread mid-turn.
+        for model in (ContextCompacted, PassLedger, CompactionRecorded):
+            model.model_rebuild()
         self.upcasts = UpcastRegistry()
         self.reader = EventReader(self.store, self.upcasts, self.types)
         self._closed = False

@@ -48,7 +48,6 @@ from ..messages import (
     is_own_handoff,
 )
 from ..sessions.capture import Capture
-from ..sessions.events import CompactionRecorded
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
 from ..storable import escape_text
 from .assemble import assemble
@@ -182,11 +181,6 @@ class Compaction:
         self._instruction_texts: dict[int, str] = {}  # seq -> text (the log never changes)
         self.ledgers_book = LedgerBook(reader, self.chronicle)
         """The passes' ledgers not counted yet, and counting them (`count_ledgers`)."""
-        # The event models a pass writes are built on first use (`defer_build`, so importing the
-        # plugin stays cheap); building them here keeps that cost out of the first pass, which
-        # runs on the host's thread (the context engine builds this at a session's start).
-        for model in (ContextCompacted, PassLedger, CompactionRecorded):
-            model.model_rebuild()
 
     # -- wiring ------------------------------------------------------------------------------
 
