@@ -347,3 +347,27 @@ def test_read_only_connection_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(StoreReadOnly):
         store.append([ev(1)])
     store.close()
+
+
+def test_the_payload_encoder_falls_back_to_the_public_one_if_the_private_one_differs() -> None:
+    # Appends encode through CPython's private c_make_encoder (same text, fewer frames); a
+    # Python whose private encoder takes other arguments, or writes another text, gets the
+    # public encoder, never a different payload text.
+    import json
+
+    from chronicle_engine.log import store as log_store
+
+    fast = log_store._json_encoder()
+    assert fast is not log_store._ENCODER.encode  # (this Python has the private encoder)
+    value = {"k": ["é", 1.5, None, {"n": float("inf")}]}
+    assert fast(value) == log_store._ENCODER.encode(value)
+    real = json.encoder.c_make_encoder
+
+    def other_arguments(*args: object) -> object:
+        return real(*args[:-1])  # one argument short: raises
+
+    def other_text(*args: object) -> object:
+        return lambda value, level: ["{}"]
+
+    for changed in (other_arguments, other_text):
+        assert log_store._json_encoder(changed) == log_store._ENCODER.encode

@@ -85,10 +85,29 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _raw_decode = json.JSONDecoder().raw_decode
 
 
-def _json_encoder() -> Callable[[object], str]:
-    """`_ENCODER.encode`, calling the C encoder it builds directly: the same text, without
-    `encode` and `iterencode`'s Python frames (every append encodes each payload here)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
+class _MakeEncoder(Protocol):
+    """`json.encoder.c_make_encoder`'s signature, as CPython 3.11 to 3.13 have it."""
+
+    def __call__(
+        self,
+        markers: dict[int, object] | None,
+        default: Callable[[object], object],
+        encoder: Callable[[str], str],
+        indent: None,
+        key_separator: str,
+        item_separator: str,
+        sort_keys: bool,
+        skipkeys: bool,
+        allow_nan: bool,
+        /,
+    ) -> Callable[[object, int], Iterable[str]]: ...
+
+
+def _json_encoder(make: _MakeEncoder | None = None) -> Callable[[object], str]:
+    """`_ENCODER.encode`, calling the C encoder it builds (`make`: json's own) directly: the
+    same text, without `encode` and `iterencode`'s Python frames (every append encodes each
+    payload here)."""
+    make = make or getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return _ENCODER.encode
     default = _ENCODER.default
@@ -99,7 +118,14 @@ def _json_encoder() -> Callable[[object], str]:
         # A fresh markers dict per call, as `iterencode` makes: it catches circular containers.
         return join(make({}, default, text, None, ":", ",", False, False, True)(value, 0))
 
-    return encode
+    # `c_make_encoder` is CPython's private API: if its arguments ever change, the public
+    # encoder is used instead of a different text (checked once, on a sample of every kind).
+    sample = {"a": [1, -2.5, float("nan"), True, None, 'é\n"\ud800'], "": {"b": []}}
+    try:
+        same = encode(sample) == _ENCODER.encode(sample)
+    except Exception:  # noqa: BLE001 - any failure means: not the same encoder
+        same = False
+    return encode if same else _ENCODER.encode
 
 
 _encode = _json_encoder()
