@@ -236,6 +236,42 @@ def test_a_belief_indexed_by_an_older_host_gets_its_length(postgres_cluster) -> 
             parts.shutdown()
 
 
+def test_rows_an_older_host_indexes_or_deletes_are_counted_by_lexeme(postgres_cluster) -> None:
+    """Hosts on code from before recall.m006 (a rolling upgrade) insert and delete full-text rows
+    without counting them in `recall_lexeme_docs`: the server's triggers count them, so each
+    word's document frequency stays the number of rows holding it."""
+    with own_schema(postgres_cluster) as conninfo:
+        parts = Target("postgres", conninfo).tree()
+        try:
+            index = PostgresRecallIndex(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+            gate, _ = terms((("B", "the gate code is B-22 at the north gate"),))
+            tea, _ = terms((("B", "green tea at the north gate"),))
+            with index.writing("indexing as an older host does") as conn:
+                for seq, literal in ((1, gate), (2, tea), (3, gate)):
+                    conn.execute(
+                        "INSERT INTO recall_message_terms(seq, scope, dl, tsv)"
+                        " VALUES (?, 1, 5, ?::tsvector)",
+                        (seq, literal),
+                    )
+                conn.execute("DELETE FROM recall_message_terms WHERE seq = 3")
+            with index.reading("reading the counts") as conn:
+                kept = dict(
+                    conn.execute(
+                        "SELECT lexeme, docs FROM recall_lexeme_docs WHERE scope = 1 AND docs > 0"
+                    ).fetchall()
+                )
+                rows = dict(
+                    conn.execute(
+                        "SELECT l.lexeme, count(*) FROM recall_message_terms t,"
+                        " unnest(tsvector_to_array(t.tsv)) l(lexeme) WHERE t.scope = 1"
+                        " GROUP BY l.lexeme"
+                    ).fetchall()
+                )
+            assert kept == rows and kept["north"] == 2 and kept["tea"] == 1 and kept["code"] == 1
+        finally:
+            parts.shutdown()
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     columns=st.lists(

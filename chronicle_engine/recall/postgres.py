@@ -355,6 +355,60 @@ def _m006_lexeme_docs(conn: Connection) -> None:
     )
 
 
+def _m007_lexeme_docs_by_trigger(conn: Connection) -> None:
+    """`recall_lexeme_docs` kept by the server, not by the fold: a host still on code from before
+    m006 (a rolling upgrade) inserts and deletes indexed messages without counting them, and
+    each word's document frequency would drift from the rows that hold it. Statement triggers
+    count what each insert adds and each delete takes away, whichever code ran it; the counts
+    are taken again from the rows, as such hosts may have left them since m006."""
+    conn.execute(
+        """
+        CREATE FUNCTION recall_lexeme_docs_added() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            INSERT INTO recall_lexeme_docs(scope, lexeme, docs)
+            SELECT a.scope, l.lexeme, count(*)
+            FROM recall_terms_added a, unnest(tsvector_to_array(a.tsv)) l(lexeme)
+            GROUP BY a.scope, l.lexeme
+            ON CONFLICT (scope, lexeme) DO UPDATE SET docs = recall_lexeme_docs.docs + excluded.docs;
+            RETURN NULL;
+        END
+        $$
+        """
+    )
+    conn.execute(
+        """
+        CREATE FUNCTION recall_lexeme_docs_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            UPDATE recall_lexeme_docs d SET docs = d.docs - g.n
+            FROM (
+                SELECT r.scope, l.lexeme, count(*) AS n
+                FROM recall_terms_gone r, unnest(tsvector_to_array(r.tsv)) l(lexeme)
+                GROUP BY r.scope, l.lexeme
+            ) g
+            WHERE d.scope = g.scope AND d.lexeme = g.lexeme;
+            RETURN NULL;
+        END
+        $$
+        """
+    )
+    conn.execute(
+        "CREATE TRIGGER recall_lexeme_docs_added AFTER INSERT ON recall_message_terms"
+        " REFERENCING NEW TABLE AS recall_terms_added"
+        " FOR EACH STATEMENT EXECUTE FUNCTION recall_lexeme_docs_added()"
+    )
+    conn.execute(
+        "CREATE TRIGGER recall_lexeme_docs_gone AFTER DELETE ON recall_message_terms"
+        " REFERENCING OLD TABLE AS recall_terms_gone"
+        " FOR EACH STATEMENT EXECUTE FUNCTION recall_lexeme_docs_gone()"
+    )
+    conn.execute("DELETE FROM recall_lexeme_docs")
+    conn.execute(
+        "INSERT INTO recall_lexeme_docs(scope, lexeme, docs) SELECT t.scope, l.lexeme, count(*)"
+        " FROM recall_message_terms t, unnest(tsvector_to_array(t.tsv)) l(lexeme)"
+        " GROUP BY t.scope, l.lexeme"
+    )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -363,6 +417,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m004_names", _m004_names),
     PostgresMigration("recall.m005_belief_lengths_on_insert", _m005_belief_lengths_on_insert),
     PostgresMigration("recall.m006_lexeme_docs", _m006_lexeme_docs),
+    PostgresMigration("recall.m007_lexeme_docs_by_trigger", _m007_lexeme_docs_by_trigger),
 )
 
 
@@ -524,13 +579,11 @@ class PostgresRecallFold(RecallFold):
 
     def _unindex(self, conn: Statements, scope: int, seq: int) -> None:
         conn.execute(
-            "WITH gone AS (DELETE FROM recall_message_terms WHERE seq = ? RETURNING scope, dl, tsv),"
-            " counted AS (UPDATE recall_scope_terms s SET docs = s.docs - 1, words = s.words - g.dl"
-            " FROM gone g WHERE s.scope = g.scope)"
-            " UPDATE recall_lexeme_docs d SET docs = d.docs - 1 FROM gone g"
-            " WHERE d.scope = g.scope AND d.lexeme = ANY(tsvector_to_array(g.tsv))",
+            "WITH gone AS (DELETE FROM recall_message_terms WHERE seq = ? RETURNING scope, dl)"
+            " UPDATE recall_scope_terms s SET docs = s.docs - 1, words = s.words - g.dl"
+            " FROM gone g WHERE s.scope = g.scope",
             (seq,),
-        )
+        )  # (recall_lexeme_docs: the delete's trigger, recall.m007)
 
     def _index_belief(self, conn: Statements, belief_id: str) -> None:
         row = conn.execute(
@@ -566,22 +619,19 @@ class PostgresRecallFold(RecallFold):
 
 
 def _add_terms(conn: Statements, rows: Sequence[tuple[int, int, int, str]]) -> None:
-    """Index messages, (seq, scope, length, tsvector literal) each, and count them: each scope's
-    rows and words, and how many of its rows hold each lexeme (`recall_lexeme_docs`), in one
-    statement. A message indexed already is left as it is, and not counted again."""
+    """Index messages, (seq, scope, length, tsvector literal) each, and count each scope's rows
+    and words, in one statement (how many rows hold each lexeme, `recall_lexeme_docs`, is the
+    insert's trigger's: recall.m007). A message indexed already is left as it is, and not
+    counted again."""
     conn.execute(
         "WITH added AS (INSERT INTO recall_message_terms(seq, scope, dl, tsv)"
         " SELECT g.seq, g.scope, g.dl, g.tsv::tsvector"
         " FROM unnest(?::bigint[], ?::integer[], ?::integer[], ?::text[]) AS g(seq, scope, dl, tsv)"
-        " ON CONFLICT DO NOTHING RETURNING scope, dl, tsv),"
-        " counted AS (INSERT INTO recall_scope_terms(scope, docs, words)"
+        " ON CONFLICT DO NOTHING RETURNING scope, dl)"
+        " INSERT INTO recall_scope_terms(scope, docs, words)"
         " SELECT scope, count(*), sum(dl) FROM added GROUP BY scope"
         " ON CONFLICT (scope) DO UPDATE SET docs = recall_scope_terms.docs + excluded.docs,"
-        " words = recall_scope_terms.words + excluded.words)"
-        " INSERT INTO recall_lexeme_docs(scope, lexeme, docs)"
-        " SELECT a.scope, l.lexeme, count(*) FROM added a, unnest(tsvector_to_array(a.tsv)) l(lexeme)"
-        " GROUP BY a.scope, l.lexeme"
-        " ON CONFLICT (scope, lexeme) DO UPDATE SET docs = recall_lexeme_docs.docs + excluded.docs",
+        " words = recall_scope_terms.words + excluded.words",
         [list(column) for column in zip(*rows, strict=True)],
     )
 
