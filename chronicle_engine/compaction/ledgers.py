@@ -66,6 +66,8 @@ class LedgerBook:
         self._uncounted: dict[int, Decoded[PassLedger]] = {}  # by the record's seq
         self._held: dict[int, LedgerInputs] = {}
         self._kept: dict[int, PassLedger] = {}  # counts the store refused
+        # (event, as shown) by the event's id: the event is kept, so its id is not reused
+        self._checked: dict[int, tuple[PassLedger, PassLedger]] = {}
         self._lock = threading.Lock()
         self._counting = threading.Lock()
 
@@ -106,8 +108,8 @@ class LedgerBook:
             counts = {**self._kept, **counts}
         return [Decoded(d.envelope, counts[d.seq]) if d.seq in counts else d for d in ledgers]
 
-    @staticmethod
     def visible(
+        self,
         ledgers: Sequence[Decoded[PassLedger]],
         forgotten_between: Callable[[int, int], set[int]] | None,
     ) -> list[Decoded[PassLedger]]:
@@ -124,13 +126,27 @@ class LedgerBook:
                 and forgotten_between(event.from_seq, event.to_seq)
             ):
                 event = event.model_copy(update=dict.fromkeys(LEDGER_WORDS, []))
-            elif any(mask(e) != e for k in _LISTS for e in getattr(event, k)):
-                # A count recorded by a build that listed unmasked words: never shown so.
-                event = event.model_copy(
-                    update={k: [e for e in getattr(event, k) if mask(e) == e] for k in _LISTS}
-                )
+            else:
+                event = self._masked(event)
             out.append(Decoded(d.envelope, event))
         return out
+
+    def _masked(self, event: PassLedger) -> PassLedger:
+        """`event` without the listed entities masking would change (a count recorded by a
+        build that listed unmasked words), checked once per event: events never change, and a
+        status read goes over every pass's lists."""
+        with self._lock:
+            found = self._checked.get(id(event))
+        if found is not None and found[0] is event:
+            return found[1]
+        clean = event
+        if any(mask(e) != e for k in _LISTS for e in getattr(event, k)):
+            clean = event.model_copy(
+                update={k: [e for e in getattr(event, k) if mask(e) == e] for k in _LISTS}
+            )
+        with self._lock:
+            self._checked[id(event)] = (event, clean)
+        return clean
 
     def count(self, sessions: Collection[str] | None = None) -> int:
         """Count the pending ledgers of `sessions` (None: every one) and append the counts;
