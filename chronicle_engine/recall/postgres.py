@@ -688,6 +688,15 @@ def _terms_key(scope: int) -> str:
 class PostgresMessageSearch(MessageSearch):
     """`MessageSearch` whose full-text candidates and bm25 come from the tsvector index."""
 
+    def index_key(self, scope: int) -> str:
+        return _terms_key(scope)
+
+    def documents(self, conn: Statements, scope: int) -> int:
+        row = conn.execute(
+            "SELECT docs FROM recall_scope_terms WHERE scope = ?", (scope,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def _count(self, conn: Statements, table: str, word: str, cap: int) -> int:
         query = tsquery_any([word])
         if not query:

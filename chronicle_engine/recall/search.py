@@ -15,8 +15,9 @@ Invariants:
   flat as the log grows.
 
 Ranking of messages: bm25 (body, the end of the turn before, speaker name; a compound word of
-the query, "vault-3", also as a phrase), plus a share of the score of the turns just before and
-after (an answer sits next to its question), times the speaker's role weight, a mild recency
+the query, "vault-3", also as a phrase; a number's other spelling, "3" for "three", weighed as
+the two would be as one word, `related.py`), plus a share of the score of the turns just before
+and after (an answer sits next to its question), times the speaker's role weight, a mild recency
 gain and a boost when the query names the speaker (a query in the first person names the person
 whose memory it is). One session may take at most `session_share` of the results while other
 sessions have hits.
@@ -35,6 +36,7 @@ from ..config import RecallSettings
 from ..log.store import Row
 from ..log.tables import Statements
 from .reach import Reach
+from .related import group_weight, related_words
 from .schema import PERSON_TEXT, log_texts, message_index
 from .text import match_any, name_words, quote
 from .when import Moment, Span
@@ -349,6 +351,39 @@ class MessageSearch:
                 scored.setdefault(int(seq), 1.0)
         return scored
 
+    def index_key(self, scope: int) -> str:
+        """What `plan` and `_frequency` name a scope's message index by."""
+        return message_index(scope)
+
+    def documents(self, conn: Statements, scope: int) -> int:
+        """How many messages a scope's index holds, as bm25 counts them: FTS5 keeps the count
+        in the first varint of its averages record (rowid 1 of the `_data` table)."""
+        row = conn.execute(f"SELECT block FROM {message_index(scope)}_data WHERE id = 1").fetchone()
+        return _varint(bytes(row[0])) if row and row[0] else 0
+
+    def _add_related(
+        self,
+        conn: Statements,
+        scope: int,
+        scored: dict[int, float],
+        related: Mapping[str, str],
+        reach: Reach | None,
+    ) -> None:
+        """Add to `scored` the bm25 of each related word (`related.related_words`), weighed by
+        `group_weight`. A word too common for the match budget is left out: its newest matches
+        carry no bm25 score to weigh, and a word that common would weigh next to nothing."""
+        key = self.index_key(scope)
+        budget = max(self.tuning.match_budget, 1)
+        words = {*related, *related.values()}
+        frequency = {w: self._frequency(conn, key, w, budget + 1) for w in words}
+        documents = self.documents(conn, scope)
+        for form in related:
+            if not 0 < frequency[form] <= budget:
+                continue
+            weight = group_weight(form, related, frequency, documents)
+            for seq, score in self.bm25(conn, scope, [form], reach).items():
+                scored[seq] = scored.get(seq, 0.0) + weight * score
+
     # -- sections -------------------------------------------------------------------------------
 
     sections_index = SECTIONS_FTS
@@ -377,6 +412,9 @@ class MessageSearch:
         lifts the messages of that time."""
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
+        related = related_words(words)
+        if related:
+            self._add_related(conn, scope, base, related, reach)
         if not base:
             return []
         # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
@@ -449,6 +487,18 @@ class MessageSearch:
         corrections = _corrections(conn, [r.seq for _, r in chosen])
         _with_text(conn, [row for _, row in chosen])
         return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
+
+
+def _varint(data: bytes) -> int:
+    """The SQLite varint `data` starts with (big-endian groups of 7 bits, the ninth byte whole)."""
+    value = 0
+    for i, byte in enumerate(data[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            break
+    return value
 
 
 def _may_name(conn: Statements, query_tokens: set[str], boost: float) -> bool:

@@ -1,0 +1,116 @@
+"""Related words (recall/related.py): a query word brings the other ways of writing what it
+names, searched beside it at a weight that never exceeds its own, on every store."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chronicle_engine.recall.related import RELATED, group_weight, idf, related_words
+from chronicle_engine.recall.text import query_words
+
+
+def test_a_number_brings_its_other_spelling():
+    assert related_words(query_words("my three kids")) == {"3": "three"}
+    assert related_words(query_words("a family with 3 sisters")) == {"three": "3"}
+    assert related_words(query_words("the 2nd floor")) == {"second": "2nd"}
+    assert related_words(query_words("Which was first?")) == {"1st": "first"}
+
+
+def test_a_word_the_query_wrote_is_not_brought_again():
+    assert related_words(query_words("three or 3 doctors")) == {}
+    assert related_words(query_words("the doctor said rest")) == {}
+
+
+def test_every_related_word_is_one_index_word():
+    # each is searched as one word: a phrase or a stopword would be another search
+    assert all(query_words(form) == [form] for forms in RELATED.values() for form in forms), (
+        "a related word must survive query_words as itself"
+    )
+
+
+@given(
+    st.integers(min_value=1, max_value=2_000_000),
+    st.lists(st.integers(min_value=0, max_value=2_000_000), min_size=3, max_size=3),
+)
+def test_a_related_word_never_weighs_more_than_itself(documents, counts):
+    related = {"3": "three", "3rd": "three"}  # (a group of three, as a longer list could hold)
+    frequency = dict(zip(["three", "3", "3rd"], counts, strict=True))
+    for form in related:
+        weight = group_weight(form, related, frequency, documents)
+        assert 0.0 < weight <= 1.0
+        # the group's idf, never above the query word's own
+        assert weight * idf(documents, frequency[form]) <= idf(documents, frequency["three"]) + 1e-9
+
+
+def _capture(core, texts):
+    core.capture.capture_messages(
+        "family",
+        [{"role": "user", "content": text} for text in texts],
+        user_id="ann",
+        platform="test",
+        created_at="2026-05-01T10:00:00+00:00",
+    )
+
+
+FILLER = [
+    f"{what} on day {day}."
+    for day in range(1, 6)
+    for what in (
+        "The boiler needs a new valve before winter",
+        "We planted tulips along the fence",
+        "The train to Porto was late again",
+        "I finally fixed the squeaky hallway hinge",
+    )
+]
+"""Twenty turns about other things: bm25 weighs a word by how few of the turns hold it."""
+
+
+def test_a_number_finds_the_turn_that_wrote_it_the_other_way(store_core):
+    # the same words but the number, each followed by a turn (whose context column holds its
+    # end): without "12" the newer one ranks first
+    _capture(
+        store_core,
+        [
+            *FILLER[:10],
+            "The lease on the flat runs for 12 months.",
+            *FILLER[10:],
+            "The lease on the flat runs for 18 months.",
+            "Noted, thanks.",
+        ],
+    )
+    found = store_core.recall.search(
+        "the lease runs for twelve months", scope="messages", user_id="ann"
+    )
+    assert found[0]["text"] == "The lease on the flat runs for 12 months."
+
+
+def test_the_written_word_ranks_above_its_related_word(store_core):
+    _capture(
+        store_core,
+        [
+            "We waited 3 hours at the station for the night train.",
+            *FILLER,
+            "We waited three hours at the station for the night train.",
+        ],
+    )
+    found = store_core.recall.search("three", scope="messages", user_id="ann")
+    # (the turns beside each share its score: the filler between them keeps them apart)
+    assert [hit["text"] for hit in found if "the night train" in hit["text"]] == [
+        "We waited three hours at the station for the night train.",
+        "We waited 3 hours at the station for the night train.",
+    ]
+    written, related = (h["score"] for h in found if "the night train" in h["text"])
+    assert written > related > 0
+
+
+@pytest.mark.parametrize("count", [1, 7, 300])
+def test_an_index_counts_its_messages_as_bm25_does(store_core, count):
+    _capture(store_core, [f"note number {i} about the garden" for i in range(count)])
+    index = store_core.recall.index
+    index.catch_up()
+    with index.reading("test") as conn:
+        scope = index.scope(conn, None, "ann", None)
+        assert scope is not None
+        assert index._messages.documents(conn, scope) == count
