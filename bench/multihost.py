@@ -34,6 +34,13 @@ timed apart), compressions and compress p50/p99, with the machine's load.
 thread captures back to back, which measures the store saturated, not a turn's own latency.
 Without `--conninfo` the PostgreSQL side is a throwaway local server (tests/postgres_support.py:
 initdb, pg_ctl on 127.0.0.1, fsync off), so its figures are loopback figures.
+
+On PostgreSQL the parent samples the server's sessions every `--sample-ms` while the hosts run
+(pg_stat_activity joined with pg_locks): how many sessions wait and on what (`waits`: the
+server's wait event, "Lock:advisory" for an advisory lock, "Lock:transactionid" for a row lock
+another transaction holds, "Client:ClientRead" for a backend idle in a transaction, waiting for
+its client), and what the holders of a lock others wait on were doing (`blockers`: "active" on
+the server, or "idle in transaction", i.e. waiting for their own host between statements).
 """
 
 from __future__ import annotations
@@ -282,6 +289,47 @@ def _compactor(kind: str, where: str, seconds: float, start_at: float) -> str:
     return json.dumps({"compress": times, "sections": written, "errors": errors})
 
 
+_WAITS_SQL = """
+    SELECT a.pid, a.state, coalesce(a.wait_event_type || ':' || a.wait_event, ''),
+           pg_blocking_pids(a.pid)
+    FROM pg_stat_activity a
+    WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+      AND a.backend_type = 'client backend'
+"""
+
+
+def _sample_waits(conninfo: str, stop: threading.Event, every: float) -> dict[str, object]:
+    """Tally what the server's sessions wait on, and what the ones they wait for are doing,
+    every `every` seconds until `stop` (see the module docstring)."""
+    import psycopg
+
+    waits: dict[str, int] = {}
+    blockers: dict[str, int] = {}
+    samples = 0
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        while not stop.wait(every):
+            rows = conn.execute(_WAITS_SQL).fetchall()
+            samples += 1
+            state = {int(pid): (str(st or ""), str(ev)) for pid, st, ev, _ in rows}
+            held: set[int] = set()
+            for _pid, st, event, blocking in rows:
+                if st == "active" or event.startswith("Lock:"):
+                    key = f"{st}:{event}" if event else str(st)
+                    waits[key] = waits.get(key, 0) + 1
+                held.update(int(b) for b in blocking or ())
+            for pid in held:
+                st, event = state.get(pid, ("gone", ""))
+                key = f"{st}:{event}" if event else st
+                blockers[key] = blockers.get(key, 0) + 1
+    return {
+        "samples": samples,
+        "waits_per_sample": {k: round(v / max(samples, 1), 2) for k, v in sorted(waits.items())},
+        "blockers_per_sample": {
+            k: round(v / max(samples, 1), 2) for k, v in sorted(blockers.items())
+        },
+    }
+
+
 def _ms(values: list[float], q: float) -> float:
     return round(_percentile(values, q) * 1000, 2) if values else 0.0
 
@@ -337,6 +385,7 @@ def run(
     seconds: float,
     pause_ms: float,
     scale: float,
+    sample_ms: float = 0.0,
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as home:
         core = _core(kind, where, home)  # migrates every room before the hosts start
@@ -347,6 +396,17 @@ def run(
     cpu_before = os.times()
     context = multiprocessing.get_context("spawn")
     shape = (seconds, start_at)
+    sampled: dict[str, object] = {}
+    stop = threading.Event()
+    sampler: threading.Thread | None = None
+    if kind == "postgres" and sample_ms > 0:
+
+        def sample() -> None:
+            time.sleep(max(0.0, start_at - time.time()))
+            sampled.update(_sample_waits(where, stop, sample_ms / 1000))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
     with context.Pool(processes + 2) as pool:
         hosts = [
             pool.apply_async(_host, (kind, where, f"h{p}", threads, *shape, pause_ms / 1000, scale))
@@ -357,6 +417,9 @@ def run(
         outputs = [json.loads(r.get(timeout=seconds + 600)) for r in hosts]
         searched = json.loads(searcher.get(timeout=seconds + 600))
         compressed = json.loads(compactor.get(timeout=seconds + 600))
+    stop.set()
+    if sampler is not None:
+        sampler.join(timeout=30)
     cpu = os.times()
     sent: dict[str, list[str]] = {}
     for out in outputs:
@@ -433,6 +496,7 @@ def run(
             + (cpu.children_system - cpu_before.children_system),
             1,
         ),
+        **({"server_waits": sampled} if sampled else {}),
     }
 
 
@@ -452,6 +516,12 @@ def main() -> None:
     )
     parser.add_argument("--conninfo", help="an existing PostgreSQL database (else a throwaway one)")
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="run one store only")
+    parser.add_argument(
+        "--sample-ms",
+        type=float,
+        default=20.0,
+        help="on PostgreSQL, sample the server's waits this often (0: not at all)",
+    )
     args = parser.parse_args()
     print(
         json.dumps(
@@ -462,7 +532,14 @@ def main() -> None:
             }
         )
     )
-    shape = (args.processes, args.threads, args.seconds, args.pause_ms, args.clock_scale)
+    shape = (
+        args.processes,
+        args.threads,
+        args.seconds,
+        args.pause_ms,
+        args.clock_scale,
+        args.sample_ms,
+    )
     if args.only != "postgres":
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(run("sqlite", str(Path(tmp) / "chronicle.db"), *shape)), flush=True)
