@@ -365,10 +365,35 @@ class PostgresEventStore:
     def _append(
         self, events: Sequence[PendingEvent], *, only_new: bool, guarded: bool
     ) -> list[StoredEvent]:
+        sql = "chronicle_append({arrays}, %s)"
+        conn = self.connection
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE or not guarded:
+            # Outside a transaction the call is its own: one round trip, and the counter's
+            # lock is released at the server's commit.
+            return self.append_through(sql, events, after=(only_new,))
+        with postgres_errors("appending events"), conn.transaction():
+            # a savepoint: a refused batch leaves the caller's work
+            return self.append_through(sql, events, after=(only_new,))
+
+    def append_through(
+        self,
+        function: str,
+        events: Sequence[PendingEvent],
+        *,
+        before: Sequence[object] = (),
+        after: Sequence[object] = (),
+    ) -> list[StoredEvent]:
+        """Append `events` through a server-side function that returns (seq, place) rows as
+        `chronicle_append` does: `chronicle_append` itself, or a room's function that appends
+        through it and writes its own rows in the same statement (the session tree's
+        `chronicle_tree_append`). `function` is its call, with `{arrays}` where the append's
+        seven arrays go, `before` and `after` the parameters around them. One round trip, in
+        the caller's transaction if there is one; the events as stored, in order (those the
+        function did not store left out)."""
         if not events:
             return []
         events, texts = storable(events)
-        params = (
+        arrays = (
             [e.id for e in events],
             [e.namespace for e in events],
             [e.type for e in events],
@@ -376,23 +401,13 @@ class PostgresEventStore:
             [e.created_at for e in events],
             [e.session for e in events],
             texts,
-            only_new,
         )
-        sql = (
-            "SELECT seq, place FROM chronicle_append(%s::text[], %s::text[], %s::text[],"
-            " %s::integer[], %s::text[], %s::text[], %s::text[], %s)"
+        sql = "SELECT seq, place FROM " + function.format(
+            arrays="%s::text[], %s::text[], %s::text[], %s::integer[], %s::text[], %s::text[],"
+            " %s::text[]"
         )
-        conn = self.connection
         with postgres_errors("appending events"):
-            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                # Outside a transaction the call is its own: one round trip, and the
-                # counter's lock is released at the server's commit.
-                rows = conn.execute(sql, params).fetchall()
-            elif not guarded:
-                rows = conn.execute(sql, params).fetchall()
-            else:
-                with conn.transaction():  # a savepoint: a refused batch leaves the caller's work
-                    rows = conn.execute(sql, params).fetchall()
+            rows = self.connection.execute(sql, (*before, *arrays, *after)).fetchall()
         stored: list[StoredEvent] = []
         for seq, place in rows:
             e = events[int(place) - 1]

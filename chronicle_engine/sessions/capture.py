@@ -210,9 +210,8 @@ class Capture(HostRecorder):
         except TypeError:
             items = [messages]
         result: list[int | None] = [None] * len(items)
-        stored = 0
         if not items:
-            return result, stored
+            return result, 0
         context: Context = {
             "user_id": user_id,
             "profile": profile,
@@ -222,35 +221,39 @@ class Capture(HostRecorder):
         }
         with self._locks_guard:
             rewound = session in self._rewinds
+
+        def write(w: TreeWriter) -> tuple[Plan, int]:
+            stored = 0
+            result[:] = [None] * len(items)
+            path = self._sync_path(w, session)
+            plan = None if return_seqs else self._planner.fast(session, path, items, context)
+            if plan is None:
+                plan = self._planner.full(session, path, items, result, context, rewound=rewound)
+                if plan.needs_whole_path and path.base:
+                    # Planned against the branch's end only, the list reached before it: plan
+                    # again against the whole branch.
+                    path = self._branch_path(w, w.leaf(session), whole=True)
+                    result[:] = [None] * len(items)
+                    plan = self._planner.full(
+                        session, path, items, result, context, rewound=rewound
+                    )
+            if plan.events:
+                end = w.end
+                events = self._events(session, plan, items, w.path)
+                seqs = w.append(events)
+                by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
+                for q in range(plan.first_new_q, len(plan.path.ids)):
+                    plan.path.stored(q, by_id[plan.path.ids[q]])
+                for offset, i in enumerate(plan.new):
+                    seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
+                    stored += seq > end  # not an id another process stored first
+            return plan, stored
+
         with self._lock(session):
             try:
-                with self.tree.writing() as w:
-                    path = self._sync_path(w, session)
-                    plan = (
-                        None if return_seqs else self._planner.fast(session, path, items, context)
-                    )
-                    if plan is None:
-                        plan = self._planner.full(
-                            session, path, items, result, context, rewound=rewound
-                        )
-                        if plan.needs_whole_path and path.base:
-                            # Planned against the branch's end only, the list reached before
-                            # it: plan again against the whole branch.
-                            path = self._branch_path(w, w.leaf(session), whole=True)
-                            result[:] = [None] * len(items)
-                            plan = self._planner.full(
-                                session, path, items, result, context, rewound=rewound
-                            )
-                    if plan.events:
-                        end = w.end
-                        events = self._events(session, plan, items, w.path)
-                        seqs = w.append(events)
-                        by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
-                        for q in range(plan.first_new_q, len(plan.path.ids)):
-                            plan.path.stored(q, by_id[plan.path.ids[q]])
-                        for offset, i in enumerate(plan.new):
-                            seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
-                            stored += seq > end  # not an id another process stored first
+                # A plan the store would not take (another host moved the session's branch)
+                # may have grown the cached branch in place: drop it before planning again.
+                plan, stored = self.tree.write_planned(write, lambda: self.forget(session))
             except (StoreBusy, StoreReadOnly) as exc:
                 raise self._keep_aside(exc, session, items, context) from exc
             except BaseException:

@@ -15,16 +15,24 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..log.projector import Projector
-from ..log.store import Migration, StoredEvent, run_script
+from ..log.store import Migration, PendingEvent, StoredEvent, run_script
 from ..log.tables import Statements
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
 
-__all__ = ["SessionFold", "FOLD_NAME", "MIGRATIONS", "fold_pending", "NAMESPACES"]
+__all__ = [
+    "EntryRow",
+    "SessionFold",
+    "FOLD_NAME",
+    "MIGRATIONS",
+    "entry_rows",
+    "fold_pending",
+    "NAMESPACES",
+]
 
 FOLD_NAME = "sessions.tree"
 NAMESPACES = (CHAT_NAMESPACE, SESSION_NAMESPACE)
@@ -131,11 +139,7 @@ def _add_entry(
     env = event.envelope
     session = env.session or ""
     head = _ensure_head(conn, session, env.seq)
-    parent = event.payload.get("parent")
-    if parent is None:
-        parent = head[2]
-    elif parent == "":
-        parent = None
+    parent = _parent(event, head[2])
     conn.execute(
         "INSERT INTO session_entries(entry_id, seq, session, parent_id, kind, fp, role,"
         " target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -190,7 +194,7 @@ def _switch(conn: Statements, event: StoredEvent) -> None:
 
 def apply_event(conn: Statements, event: StoredEvent) -> None:
     env = event.envelope
-    entry = _entry_of(event)
+    entry = _entry_of(env.namespace, env.type, event.payload)
     if entry is not None:
         kind, fp, role, target = entry
         _add_entry(conn, event, kind, fp, target, role)
@@ -228,7 +232,7 @@ def apply_events(conn: Statements, events: Sequence[StoredEvent]) -> None:
 
     for event in events:
         env = event.envelope
-        entry = _entry_of(event)
+        entry = _entry_of(env.namespace, env.type, event.payload)
         if entry is None:
             if env.namespace in NAMESPACES:
                 flush()
@@ -239,22 +243,50 @@ def apply_events(conn: Statements, events: Sequence[StoredEvent]) -> None:
         head = heads.get(session)
         if head is None:
             head = heads[session] = list(_ensure_head(conn, session, env.seq))
-        parent = event.payload.get("parent")
-        if parent is None:
-            parent = head[2]
-        elif parent == "":
-            parent = None
-        rows.append((env.id, env.seq, session, parent, kind, fp, role, target))
+        rows.append((env.id, env.seq, session, _parent(event, head[2]), kind, fp, role, target))
         head[2] = env.id
     flush()
 
 
-def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | None] | None:
-    """(kind, fingerprint, role, target) when the event is a tree entry."""
-    env = event.envelope
-    payload = event.payload
-    if env.namespace == CHAT_NAMESPACE:
-        if env.type != "MessageCaptured":
+def _parent(event: StoredEvent | PendingEvent, leaf: str | None) -> object:
+    """An entry's parent: the one its event names ("" for none), else the session's leaf."""
+    parent = event.payload.get("parent")
+    if parent is None:
+        return leaf
+    return None if parent == "" else parent
+
+
+# An entry a planned append adds: (entry id, parent id, kind, fingerprint, role, target).
+EntryRow = tuple[str, str | None, str, str | None, str | None, str | None]
+
+
+def entry_rows(
+    session: str, leaf: str | None, events: Sequence[PendingEvent]
+) -> list[EntryRow] | None:
+    """The entries `apply_events` would fold from `events`, appended to `session` while its leaf
+    is `leaf` (their seqs aside, which the append gives): for a store that folds them in the
+    append's own statement. None unless every event is an entry of `session` (a switch or a
+    moved leaf reads the tree as it folds)."""
+    rows: list[EntryRow] = []
+    for event in events:
+        entry = _entry_of(event.namespace, event.type, event.payload)
+        if entry is None or event.session != session:
+            return None
+        kind, fp, role, target = entry
+        parent = _parent(event, leaf)
+        if parent is not None and not isinstance(parent, str):
+            return None
+        rows.append((event.id, parent, kind, fp, role, target))
+        leaf = event.id
+    return rows
+
+
+def _entry_of(
+    namespace: str, type_: str, payload: Mapping[str, object]
+) -> tuple[str, str | None, str | None, str | None] | None:
+    """(kind, fingerprint, role, target) when an event of that type is a tree entry."""
+    if namespace == CHAT_NAMESPACE:
+        if type_ != "MessageCaptured":
             return None
         fp = payload.get("fingerprint")
         role = payload.get("role")
@@ -264,9 +296,9 @@ def _entry_of(event: StoredEvent) -> tuple[str, str | None, str | None, str | No
             role if isinstance(role, str) else None,
             None,
         )
-    if env.namespace != SESSION_NAMESPACE:
+    if namespace != SESSION_NAMESPACE:
         return None
-    kind = ENTRY_KINDS.get(env.type)
+    kind = ENTRY_KINDS.get(type_)
     if kind is None:
         return None
     # A compaction's target is the first message it kept verbatim.

@@ -8,6 +8,15 @@ once, and the fold's position moves in the transaction that wrote the rows it co
 append already holds the counter's row lock to commit, so the lock costs capture no
 concurrency it had.) A lock waited on past the store's `busy_timeout_ms` is StoreBusy.
 
+A capture need not wait for that lock while it plans: it plans against the tree as it reads it
+(no lock, no transaction) and hands its events with the entries they fold into to
+`append_planned`, one server-side call (`chronicle_tree_append`) that takes the tree's lock and
+the log's counter, checks the plan still holds (nothing of the tree's namespaces past the fold's
+position, the session's leaf the one it planned on, none of its ids in the log), then appends,
+folds the entries, moves the session's leaf and the fold's position, and commits: both locks are
+held for the server's work alone. A plan that no longer holds stores nothing, and the capture
+plans again inside `writing()`.
+
 `session_heads.rowid` stands in for SQLite's implicit rowid (the order heads were first written,
 which breaks ties between heads started at the same seq in `lineage()`).
 
@@ -25,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from ..log.postgres import Connection, PostgresEventStore, PostgresMigration, PostgresTables
 from ..log.store import PendingEvent, StoredEvent
 from ..log.tables import Statements
-from .fold import FOLD_NAME
+from .fold import FOLD_NAME, NAMESPACES, EntryRow
 from .tables import SessionTables
 
 __all__ = ["PG_SESSION_MIGRATIONS", "PostgresSessionTables"]
@@ -68,11 +77,59 @@ def _m001_tree(conn: Connection) -> None:
         conn.execute(statement)
 
 
+_TREE_APPEND = """
+CREATE FUNCTION chronicle_tree_append(
+    tree_lock BIGINT, fold_name TEXT, folded TEXT[], tree_session TEXT, planned_leaf TEXT,
+    ids TEXT[], namespaces TEXT[], types TEXT[], versions INTEGER[], created TEXT[],
+    sessions TEXT[], payloads TEXT[],
+    parents TEXT[], kinds TEXT[], fps TEXT[], roles TEXT[], targets TEXT[]
+) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    folded_to BIGINT;
+    seqs BIGINT[];
+BEGIN
+    -- The tree's lock, then the counter's (the order every tree writer takes them in); each
+    -- statement after reads a fresh snapshot, so the checks see every earlier writer's commit.
+    PERFORM pg_advisory_xact_lock(tree_lock);
+    PERFORM 1 FROM log_counter FOR UPDATE;
+    SELECT coalesce(max(p.position), 0) INTO folded_to
+    FROM fold_positions p WHERE p.fold = fold_name;
+    IF EXISTS (SELECT 1 FROM events e WHERE e.seq > folded_to AND e.namespace = ANY(folded))
+       OR (SELECT h.leaf_id FROM session_heads h WHERE h.session = tree_session)
+          IS DISTINCT FROM planned_leaf
+       OR EXISTS (SELECT 1 FROM events e WHERE e.id = ANY(ids)) THEN
+        RETURN;  -- the plan no longer holds: nothing stored, the caller plans again
+    END IF;
+    SELECT array_agg(a.seq ORDER BY a.place) INTO seqs
+    FROM chronicle_append(ids, namespaces, types, versions, created, sessions, payloads, FALSE) a;
+    -- What the fold (sessions/fold.py apply_events) writes for a run of one session's entries.
+    INSERT INTO session_heads(session, conversation, lineage_root, reason, started_seq)
+    VALUES (tree_session, tree_session, tree_session, 'new', seqs[1])
+    ON CONFLICT (session) DO NOTHING;
+    INSERT INTO session_entries(entry_id, seq, session, parent_id, kind, fp, role, target_id)
+    SELECT ids[i], seqs[i], tree_session, parents[i], kinds[i], fps[i], roles[i], targets[i]
+    FROM generate_subscripts(ids, 1) AS i ORDER BY i
+    ON CONFLICT DO NOTHING;
+    UPDATE session_heads h SET leaf_id = ids[cardinality(ids)] WHERE h.session = tree_session;
+    INSERT INTO fold_positions(fold, position) VALUES (fold_name, seqs[cardinality(seqs)])
+    ON CONFLICT (fold) DO UPDATE SET position = excluded.position;
+    RETURN QUERY SELECT u.s, u.i FROM unnest(seqs) WITH ORDINALITY AS u(s, i);
+END
+$$
+"""
+
+
+def _m003_planned_append(conn: Connection) -> None:
+    conn.execute(_TREE_APPEND)
+
+
 _TREE_LOCK = 0x73657373  # the advisory lock tree writers take turns on
 
 PG_SESSION_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's m001 and m002 in one step: the index by root is there from the start.
     PostgresMigration("sessions.m001_tree", _m001_tree),
+    PostgresMigration("sessions.m003_planned_append", _m003_planned_append),
 )
 
 
@@ -106,6 +163,30 @@ class PostgresSessionTables(PostgresTables):
         # No savepoint: a refused append fails the tree's whole write (the spill's replay,
         # which goes on after a failure, wraps its appends in a savepoint of its own).
         return self.store.append(events, guarded=False)
+
+    @property
+    def plans_unlocked(self) -> bool:
+        return True
+
+    def append_planned(
+        self,
+        session: str,
+        leaf: str | None,
+        events: Sequence[PendingEvent],
+        entries: Sequence[EntryRow],
+    ) -> list[StoredEvent] | None:
+        if not events:
+            return []
+        # The entries' ids are the events' (and in their order); the server adds the seqs.
+        parents, kinds, fps, roles, targets = ([row[k] for row in entries] for k in range(1, 6))
+        stored = self.store.append_through(
+            "chronicle_tree_append(%s, %s, %s::text[], %s, %s, {arrays},"
+            " %s::text[], %s::text[], %s::text[], %s::text[], %s::text[])",
+            events,
+            before=(_TREE_LOCK, FOLD_NAME, list(NAMESPACES), session, leaf),
+            after=(parents, kinds, fps, roles, targets),
+        )
+        return stored or None
 
 
 def _conforms(tables: PostgresSessionTables) -> SessionTables:

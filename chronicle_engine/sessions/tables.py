@@ -14,7 +14,7 @@ from typing import Protocol
 
 from ..log.store import PendingEvent, SQLiteEventStore, StoredEvent
 from ..log.tables import SQLiteTables, Statements
-from .fold import FOLD_NAME, MIGRATIONS
+from .fold import FOLD_NAME, MIGRATIONS, EntryRow
 
 __all__ = ["SessionTables", "SQLiteSessionTables"]
 
@@ -38,6 +38,26 @@ class SessionTables(Protocol):
 
     def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         """Inside a tree write: the log's append (the tree write fails with a refused one)."""
+        ...
+
+    @property
+    def plans_unlocked(self) -> bool:
+        """Whether a capture may plan outside the tree's write lock and have `append_planned`
+        take its events (True where writers on other hosts would otherwise queue on the lock
+        while each plans: PostgreSQL)."""
+        ...
+
+    def append_planned(
+        self,
+        session: str,
+        leaf: str | None,
+        events: Sequence[PendingEvent],
+        entries: Sequence[EntryRow],
+    ) -> list[StoredEvent] | None:
+        """Outside any transaction: append `events` of `session`, planned while its leaf was
+        `leaf`, and fold them as `entries` (`fold.entry_rows`), at once; None, storing nothing,
+        when the plan no longer holds (the leaf moved, something of the tree waits to be
+        folded, or one of the events is in the log already)."""
         ...
 
     def reading(self, what: str) -> AbstractContextManager[Statements]: ...
@@ -74,6 +94,19 @@ class SQLiteSessionTables(SQLiteTables):
 
     def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
         return self.store.append(events)
+
+    @property
+    def plans_unlocked(self) -> bool:
+        return False  # one writer at a time on one machine: a capture plans inside its write
+
+    def append_planned(
+        self,
+        session: str,
+        leaf: str | None,
+        events: Sequence[PendingEvent],
+        entries: Sequence[EntryRow],
+    ) -> list[StoredEvent] | None:
+        return None  # never asked (plans_unlocked is False): plan inside `writing()`
 
 
 def _conforms(tables: SQLiteSessionTables) -> SessionTables:

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.shortened import edited_note
@@ -40,7 +40,7 @@ from .events import (
     SessionSwitched,
     UsageRecorded,
 )
-from .fold import FOLD_NAME, SessionFold, apply_events, fold_pending
+from .fold import FOLD_NAME, SessionFold, apply_events, entry_rows, fold_pending
 from .fold import NAMESPACES as FOLDED_NAMESPACES
 from .paths import PathEntry, RecentPath, read_leaf, read_path, read_recent, walk_since
 from .projection import project
@@ -52,6 +52,8 @@ __all__ = ["SessionTree", "TreeWriter", "PathEntry", "CHRONICLE_PREFIX"]
 CHRONICLE_PREFIX = "conversation:"
 
 log = logging.getLogger("chronicle_engine.sessions")
+
+_T = TypeVar("_T")
 
 # Reasons Hermes itself passes (memory_manager, cli) that name one of ours differently.
 _HOST_REASONS = {"new_session": "new", "undo": "rewound"}
@@ -97,6 +99,44 @@ class TreeWriter:
             self.end = max(self.end, stored[-1].seq)
         existing.update((e.envelope.id, e.seq) for e in stored)
         return [existing[e.id] for e in events]
+
+
+class _Replan(Exception):
+    """A write planned outside the tree's lock that the store would not take as planned."""
+
+
+class _PlannedWriter(TreeWriter):
+    """A TreeWriter over a reading connection (no lock, no transaction): the writer a capture
+    plans with first (`SessionTree.write_planned`). It reads each session's leaf once, so the
+    plan stands on one leaf, and its append is the store's `append_planned`: taken only if that
+    leaf is still the session's and nothing of the tree waits to be folded; else `_Replan`."""
+
+    def __init__(self, tree: SessionTree, conn: Statements) -> None:
+        # Every event it appends is new (a plan that finds one stored is replanned), so any
+        # seq it hands back is past this `end`.
+        super().__init__(tree, conn, 0)
+        self._leaves: dict[str, str | None] = {}
+
+    def leaf(self, session: str) -> str | None:
+        if session not in self._leaves:
+            self._leaves[session] = read_leaf(self.conn, session)
+        return self._leaves[session]
+
+    def append(self, events: Sequence[PendingEvent]) -> list[int]:
+        if not events:
+            return []
+        session = events[0].session or ""
+        if session not in self._leaves:
+            raise _Replan  # not planned on a leaf this writer read
+        leaf = self._leaves[session]
+        entries = entry_rows(session, leaf, events)
+        if entries is None:
+            raise _Replan  # a switch or a moved leaf: the fold reads the tree for it
+        stored = self.tree.tables.append_planned(session, leaf, events, entries)
+        if stored is None:
+            raise _Replan
+        self._leaves[session] = entries[-1][0]
+        return [e.seq for e in stored]
 
 
 # A session's head row: conversation, lineage_root, parent_session, fork_seq, reason, leaf_id.
@@ -150,6 +190,27 @@ class SessionTree:
                     self.tables.set_position(conn, FOLD_NAME, writer.end)
             if claim is not None:
                 claim.settle()  # committed: the spill may go
+
+    def write_planned(self, body: Callable[[TreeWriter], _T], replanning: Callable[[], None]) -> _T:
+        """`body(writer)` as inside `writing()`. Where the tables allow it (`plans_unlocked`),
+        first planned without the tree's lock: body reads the tree as it stands and its one
+        append is folded and checked on the server (`_PlannedWriter`). When the store finds the
+        plan no longer holds (another host moved the session's leaf, or something waits to be
+        folded) nothing was stored: `replanning()` drops what body cached, and body runs
+        again inside `writing()`. Writers on many hosts then queue only for the server's part
+        of each other's writes, not for each other's planning and round trips."""
+        if (
+            self.tables.plans_unlocked
+            and self.tables.depth == 0
+            and (self.spill is None or not self.spill.waiting())
+        ):
+            try:
+                with self.tables.reading("planning a write to the session tree") as conn:
+                    return body(_PlannedWriter(self, conn))
+            except _Replan:
+                replanning()
+        with self.writing() as w:
+            return body(w)
 
     def _replay(self, stack: contextlib.ExitStack, writer: TreeWriter) -> Claim | None:
         assert self.spill is not None

@@ -1,0 +1,164 @@
+"""A capture on PostgreSQL plans outside the session tree's lock and has the server check and
+fold its append in one call (`sessions/postgres.py`, `SessionTree.write_planned`): the tree it
+leaves is the fold's, and a plan that no longer holds stores nothing and is planned again."""
+
+from __future__ import annotations
+
+import pytest
+from postgres_support import Target, own_schema
+from test_sessions import _tree_tables
+
+from chronicle_engine.log.projector import Projector
+from chronicle_engine.sessions.events import UsageRecorded
+from chronicle_engine.sessions.fold import FOLD_NAME, SessionFold, entry_rows
+from chronicle_engine.sessions.postgres import PostgresSessionTables
+
+
+@pytest.fixture
+def pg(postgres_cluster):
+    with own_schema(postgres_cluster) as conninfo:
+        yield Target("postgres", conninfo)
+
+
+def u(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def a(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+def _tree(parts) -> tuple[list, list, int]:
+    return (*_tree_tables(parts), parts.store.position(FOLD_NAME))
+
+
+class _Counted(PostgresSessionTables):
+    """The store's own session tables, counting what `append_planned` answered."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.taken = self.refused = 0
+        self.before_append = None
+
+    def append_planned(self, session, leaf, events, entries):
+        if self.before_append is not None:
+            hook, self.before_append = self.before_append, None
+            hook()
+        stored = super().append_planned(session, leaf, events, entries)
+        if stored is None:
+            self.refused += 1
+        else:
+            self.taken += 1
+        return stored
+
+
+def _counted_tree(target: Target):
+    from chronicle_engine.sessions.tree import SessionTree
+
+    parts = target.tree()
+    tables = _Counted(parts.store)
+    parts.sessions = SessionTree(parts.reader, tables)
+    from chronicle_engine.config import Config
+    from chronicle_engine.sessions.capture import Capture
+
+    parts.capture = Capture(parts.sessions, Config())
+    return parts, tables
+
+
+def test_planned_captures_are_taken_and_leave_the_tree_a_rebuild_gives(pg):
+    parts, tables = _counted_tree(pg)
+    lives: dict[str, list[dict]] = {"s": [], "t": []}
+    for i in range(6):
+        for session, live in lives.items():
+            live += [u(f"{session} asks {i}"), a(f"{session} answers {i}")]
+            assert parts.capture.capture_turn(session, list(live)) == 2
+    parts.sessions.record_usage("s", prompt_tokens=3, completion_tokens=1, source="host")
+    lives["s"] += [u("after the usage"), a("still on the branch")]
+    assert parts.capture.capture_turn("s", list(lives["s"])) == 2
+    # Every capture was taken as planned (the usage entry went through the tree's lock).
+    assert (tables.taken, tables.refused) == (13, 0)
+    for session, live in lives.items():
+        assert [m["content"] for m in parts.sessions.projection(session)] == [
+            m["content"] for m in live
+        ]
+    before = _tree(parts)
+    assert before[2] == parts.store.last_seq()
+    Projector(parts.sessions.tables, parts.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    assert _tree(parts) == before
+    parts.shutdown()
+
+
+def test_a_plan_that_no_longer_holds_stores_nothing(pg):
+    parts, tables = _counted_tree(pg)
+    parts.capture.capture_turn("s", [u("first"), a("reply")])
+    types = parts.sessions.types
+
+    def usage() -> list:
+        return [types.pending(UsageRecorded(prompt_tokens=1, completion_tokens=1), session="s")]
+
+    def attempt(events, on_leaf):
+        rows = entry_rows("s", on_leaf, events)
+        assert rows is not None
+        count = parts.store.count()
+        stored = tables.append_planned("s", on_leaf, events, rows)
+        if stored is None:
+            assert parts.store.count() == count  # refused: nothing appended
+        return stored
+
+    # planned on a leaf the session has left
+    assert attempt(usage(), parts.sessions.path("s")[0].entry_id) is None
+    # an event the log holds already (stored through the tree: nothing waits to be folded)
+    seq = parts.sessions.record_usage("s", prompt_tokens=1, completion_tokens=1, source="host")
+    held = parts.store.get(seq).envelope.id
+    on = parts.sessions.leaf("s")
+    assert on == held
+    again = [
+        types.pending(UsageRecorded(prompt_tokens=1, completion_tokens=1), session="s", id=held)
+    ]
+    assert attempt(again, on) is None
+    # an entry of the tree appended past the fold (an import, a host on older code)
+    parts.store.append(usage())
+    assert attempt(usage(), on) is None
+    assert tables.refused == 3
+    # the next capture is refused too, and planned again inside the lock, which folds first
+    assert parts.capture.capture_turn("s", [u("first"), a("reply"), u("more"), a("ok")]) == 2
+    assert tables.refused == 4
+    path = parts.sessions.path("s")
+    assert [e.kind for e in path] == ["message", "message", "usage", "usage", "message", "message"]
+    # and on the leaf as it stands, the plan is taken and folded like the rest
+    on = parts.sessions.leaf("s")
+    events = usage()
+    stored = attempt(events, on)
+    assert [e.envelope.id for e in stored] == [events[0].id]
+    assert parts.sessions.leaf("s") == events[0].id
+    before = _tree(parts)
+    assert before[2] == stored[0].seq
+    Projector(parts.sessions.tables, parts.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    assert _tree(parts) == before
+    parts.shutdown()
+
+
+def test_a_host_that_stores_the_same_turn_first_leaves_the_other_nothing_to_store(pg):
+    """Host A plans its capture; before its append reaches the server, host B stores the same
+    turn (the same session on two hosts): A's plan is refused, A plans again under the lock,
+    finds the turn stored, and stores nothing. Each message is in the log once."""
+    a_parts, a_tables = _counted_tree(pg)
+    b_parts = pg.tree()
+    live = [u("hello"), a("hi")]
+    assert a_parts.capture.capture_turn("s", list(live)) == 2
+    live += [u("the same turn"), a("on two hosts")]
+    a_tables.before_append = lambda: b_parts.capture.capture_turn("s", list(live))
+    assert a_parts.capture.capture_turn("s", list(live)) == 0
+    assert a_tables.refused == 1
+    said = [
+        e.payload["message"]["content"]
+        for e in a_parts.store.read(namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ]
+    assert said == [m["content"] for m in live]
+    assert [m["content"] for m in a_parts.sessions.projection("s")] == said
+    live += [u("next"), a("turn")]
+    assert a_parts.capture.capture_turn("s", list(live)) == 2
+    assert a_tables.taken == 2  # the first and the last
+    b_parts.shutdown()
+    a_parts.shutdown()
