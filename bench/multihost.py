@@ -36,11 +36,13 @@ Without `--conninfo` the PostgreSQL side is a throwaway local server (tests/post
 initdb, pg_ctl on 127.0.0.1, fsync off), so its figures are loopback figures.
 
 On PostgreSQL the parent samples the server's sessions every `--sample-ms` while the hosts run
-(pg_stat_activity joined with pg_locks): how many sessions wait and on what (`waits`: the
+(pg_stat_activity, pg_blocking_pids): how many sessions wait and on what (`waits`: the
 server's wait event, "Lock:advisory" for an advisory lock, "Lock:transactionid" for a row lock
 another transaction holds, "Client:ClientRead" for a backend idle in a transaction, waiting for
 its client), and what the holders of a lock others wait on were doing (`blockers`: "active" on
-the server, or "idle in transaction", i.e. waiting for their own host between statements).
+the server, or "idle in transaction", i.e. waiting for their own host between statements; with
+the start of their last statement, unless they are themselves waiting for a lock). It also
+prints the CPU the processes (`children_cpu_s`) and the local server (`server_cpu_s`) used.
 """
 
 from __future__ import annotations
@@ -289,9 +291,9 @@ def _compactor(kind: str, where: str, seconds: float, start_at: float) -> str:
     return json.dumps({"compress": times, "sections": written, "errors": errors})
 
 
-_WAITS_SQL = """
+_WAITS_SQL = r"""
     SELECT a.pid, a.state, coalesce(a.wait_event_type || ':' || a.wait_event, ''),
-           pg_blocking_pids(a.pid)
+           pg_blocking_pids(a.pid), left(regexp_replace(a.query, '\s+', ' ', 'g'), 48)
     FROM pg_stat_activity a
     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
       AND a.backend_type = 'client backend'
@@ -310,16 +312,17 @@ def _sample_waits(conninfo: str, stop: threading.Event, every: float) -> dict[st
         while not stop.wait(every):
             rows = conn.execute(_WAITS_SQL).fetchall()
             samples += 1
-            state = {int(pid): (str(st or ""), str(ev)) for pid, st, ev, _ in rows}
+            state = {int(pid): (str(st or ""), str(ev), str(q)) for pid, st, ev, _, q in rows}
             held: set[int] = set()
-            for _pid, st, event, blocking in rows:
+            for _pid, st, event, blocking, _query in rows:
                 if st == "active" or event.startswith("Lock:"):
                     key = f"{st}:{event}" if event else str(st)
                     waits[key] = waits.get(key, 0) + 1
                 held.update(int(b) for b in blocking or ())
             for pid in held:
-                st, event = state.get(pid, ("gone", ""))
+                st, event, query = state.get(pid, ("gone", "", ""))
                 key = f"{st}:{event}" if event else st
+                key += f" ({query})" if st != "active" or not event.startswith("Lock:") else ""
                 blockers[key] = blockers.get(key, 0) + 1
     return {
         "samples": samples,
@@ -328,6 +331,31 @@ def _sample_waits(conninfo: str, stop: threading.Event, every: float) -> dict[st
             k: round(v / max(samples, 1), 2) for k, v in sorted(blockers.items())
         },
     }
+
+
+def _server_cpu(postmaster: int | None) -> float:
+    """CPU seconds a local PostgreSQL server has used: the postmaster, its live backends and
+    the backends it has reaped (0.0 when the server is not local)."""
+    if postmaster is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(pid: int) -> list[str]:
+        # after the command's closing parenthesis: state is field 3, utime 14 ... cstime 17
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    try:
+        own = fields(postmaster)
+        total = sum(int(x) for x in own[11:15])  # utime, stime, cutime, cstime
+        children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+    except OSError:
+        return 0.0
+    for child in children:
+        try:
+            total += sum(int(x) for x in fields(int(child))[11:13])
+        except OSError:
+            continue  # gone between the listing and the read (its time is in cutime now)
+    return total / tick
 
 
 def _ms(values: list[float], q: float) -> float:
@@ -386,6 +414,7 @@ def run(
     pause_ms: float,
     scale: float,
     sample_ms: float = 0.0,
+    postmaster: int | None = None,
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as home:
         core = _core(kind, where, home)  # migrates every room before the hosts start
@@ -394,6 +423,7 @@ def run(
         core.shutdown()
     start_at = time.time() + 5.0  # every process's threads begin together
     cpu_before = os.times()
+    server_before = _server_cpu(postmaster)
     context = multiprocessing.get_context("spawn")
     shape = (seconds, start_at)
     sampled: dict[str, object] = {}
@@ -421,6 +451,7 @@ def run(
     if sampler is not None:
         sampler.join(timeout=30)
     cpu = os.times()
+    server_cpu = _server_cpu(postmaster) - server_before
     sent: dict[str, list[str]] = {}
     for out in outputs:
         sent.update(out["sent"])
@@ -496,6 +527,8 @@ def run(
             + (cpu.children_system - cpu_before.children_system),
             1,
         ),
+        # the local server's CPU over the same span (0.0 with --conninfo)
+        "server_cpu_s": round(server_cpu, 1),
         **({"server_waits": sampled} if sampled else {}),
     }
 
@@ -552,7 +585,8 @@ def main() -> None:
         from postgres_support import start_cluster
 
         with start_cluster() as cluster:
-            print(json.dumps(run("postgres", cluster.conninfo(), *shape)))
+            postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+            print(json.dumps(run("postgres", cluster.conninfo(), *shape, postmaster=postmaster)))
     print(json.dumps({"load_average_after": [round(x, 2) for x in os.getloadavg()]}))
 
 

@@ -83,7 +83,10 @@ CREATE FUNCTION chronicle_tree_append(
     ids TEXT[], namespaces TEXT[], types TEXT[], versions INTEGER[], created TEXT[],
     sessions TEXT[], payloads TEXT[],
     parents TEXT[], kinds TEXT[], fps TEXT[], roles TEXT[], targets TEXT[]
-) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE AS $$
+) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE
+-- Planned for each call's values: a plan cached for any position would not know that few
+-- events lie past it, and would scan the log for the check.
+SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
     folded_to BIGINT;
