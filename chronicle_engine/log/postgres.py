@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -693,6 +694,55 @@ class QmarkConnection:
         return self.raw.execute(sql.replace("?", "%s"), params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object:
+        """Each row through `sql`. An INSERT of one VALUES row goes as one statement over arrays
+        (`_as_arrays`) when it can: the server runs a statement per row otherwise, however the
+        rows are sent."""
+        rows = list(rows)
+        arrays = _as_arrays(sql, rows) if len(rows) > 1 else None
+        if arrays is not None:
+            self.raw.execute(*arrays)
+            return None
         with self.raw.cursor() as cursor:
             cursor.executemany(sql.replace("?", "%s"), rows)
         return None
+
+
+_VALUES_ROW = re.compile(r"\bVALUES\s*\(([^()]*)\)", re.IGNORECASE)
+_ARRAY_TYPES = {str: "text[]", int: "bigint[]"}
+
+
+def _as_arrays(sql: str, rows: Sequence[Sequence[object]]) -> tuple[str, list[object]] | None:
+    """`INSERT ... VALUES (?, ...)` for every row of `rows` as one INSERT ... SELECT over
+    unnest() of one array a column, or None when it cannot be: not such an INSERT, one with
+    DO UPDATE (which must not meet a row twice in one statement), or a column whose values are
+    not all text or all integers (NULLs aside). A column of NULLs only is written NULL."""
+    if not sql.lstrip().upper().startswith("INSERT") or "DO UPDATE" in sql.upper():
+        return None
+    found = list(_VALUES_ROW.finditer(sql))
+    if len(found) != 1:
+        return None
+    parts = found[0].group(1).split("?")
+    if len(parts) < 2 or any(len(row) != len(parts) - 1 for row in rows):
+        return None
+    selected: list[str] = [parts[0]]
+    arrays: list[str] = []
+    params: list[object] = []
+    for k, values in enumerate(zip(*rows, strict=True)):
+        kinds = {type(v) for v in values if v is not None}
+        if not kinds:
+            selected.append("NULL")
+        elif len(kinds) == 1 and (kind := kinds.pop()) in _ARRAY_TYPES:
+            selected.append(f"v.c{k}")
+            arrays.append(f"%s::{_ARRAY_TYPES[kind]}")
+            params.append(list(values))
+        else:
+            return None
+        selected.append(parts[k + 1])
+    if not arrays:
+        return None
+    names = ", ".join(f"c{k}" for k, part in enumerate(selected[1::2]) if part.startswith("v."))
+    rows_sql = (
+        f"SELECT {''.join(selected)} FROM unnest({', '.join(arrays)}) AS v({names}) WHERE TRUE"
+    )
+    at = found[0]
+    return sql[: at.start()] + rows_sql + sql[at.end() :], params

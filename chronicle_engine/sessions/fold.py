@@ -97,6 +97,9 @@ class SessionFold:
         conn.execute("DELETE FROM session_heads")
 
 
+# What makes an event a tree entry: (kind, fingerprint, role, target).
+_Entry = tuple[str, str | None, str | None, str | None]
+
 # A session's head row: (conversation, lineage_root, leaf_id).
 _Head = tuple[str, str, str | None]
 
@@ -212,40 +215,74 @@ def apply_event(conn: Statements, event: StoredEvent) -> None:
 
 def apply_events(conn: Statements, events: Sequence[StoredEvent]) -> None:
     """Fold `events` in order; the same result as `apply_event` one by one, in fewer statements:
-    a run of tree entries is inserted at once and each session's leaf written once."""
-    heads: dict[str, list[str | None]] = {}  # session -> [conversation, lineage_root, leaf]
-    rows: list[tuple[str, int, str, object, str, str | None, str | None, str | None]] = []
-
-    def flush() -> None:
-        if rows:
-            conn.executemany(
-                "INSERT INTO session_entries(entry_id, seq, session, parent_id, kind,"
-                " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                rows,
-            )
-            rows.clear()
-        for session, head in heads.items():
-            conn.execute(
-                "UPDATE session_heads SET leaf_id = ? WHERE session = ?", (head[2], session)
-            )
-        heads.clear()
-
+    each run of tree entries (`_apply_run`) at once."""
+    run: list[tuple[StoredEvent, _Entry]] = []
     for event in events:
         env = event.envelope
         entry = _entry_of(env.namespace, env.type, event.payload)
-        if entry is None:
-            if env.namespace in NAMESPACES:
-                flush()
-                apply_event(conn, event)
-            continue
-        kind, fp, role, target = entry
+        if entry is not None:
+            run.append((event, entry))
+        elif env.namespace in NAMESPACES:
+            _apply_run(conn, run)
+            run.clear()
+            apply_event(conn, event)
+    _apply_run(conn, run)
+
+
+def _apply_run(conn: Statements, run: Sequence[tuple[StoredEvent, _Entry]]) -> None:
+    """A run of tree entries (nothing between them moves a head but the entries themselves):
+    the sessions' heads read, and the missing ones started, together; the entries inserted
+    together; each session's leaf written once."""
+    if not run:
+        return
+    first: dict[str, int] = {}
+    for event, _ in run:
+        first.setdefault(event.envelope.session or "", event.envelope.seq)
+    leaves = _ensure_heads(conn, first)
+    rows: list[tuple[str, int, str, object, str, str | None, str | None, str | None]] = []
+    for event, (kind, fp, role, target) in run:
+        env = event.envelope
         session = env.session or ""
-        head = heads.get(session)
-        if head is None:
-            head = heads[session] = list(_ensure_head(conn, session, env.seq))
-        rows.append((env.id, env.seq, session, _parent(event, head[2]), kind, fp, role, target))
-        head[2] = env.id
-    flush()
+        rows.append(
+            (env.id, env.seq, session, _parent(event, leaves[session]), kind, fp, role, target)
+        )
+        leaves[session] = env.id
+    conn.executemany(
+        "INSERT INTO session_entries(entry_id, seq, session, parent_id, kind,"
+        " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        rows,
+    )
+    conn.executemany(
+        "UPDATE session_heads SET leaf_id = ? WHERE session = ?",
+        [(leaf, session) for session, leaf in leaves.items()],
+    )
+
+
+_SESSIONS_A_READ = 500  # sessions whose heads one statement reads
+
+
+def _ensure_heads(conn: Statements, first: Mapping[str, int]) -> dict[str, str | None]:
+    """`_ensure_head` for many sessions at once (`first`: each one's seq where it is first
+    met): their leaves, by session."""
+    sessions = list(first)
+    leaves: dict[str, str | None] = {}
+    for i in range(0, len(sessions), _SESSIONS_A_READ):
+        chunk = sessions[i : i + _SESSIONS_A_READ]
+        rows = conn.execute(
+            "SELECT session, leaf_id FROM session_heads"
+            f" WHERE session IN ({', '.join('?' * len(chunk))})",
+            chunk,
+        ).fetchall()
+        leaves.update((str(session), leaf) for session, leaf in rows)
+    started = [(s, s, s, first[s]) for s in sessions if s not in leaves]
+    if started:
+        conn.executemany(
+            "INSERT INTO session_heads(session, conversation, lineage_root, reason, started_seq)"
+            " VALUES (?, ?, ?, 'new', ?)",
+            started,
+        )
+        leaves.update((s, None) for s, *_ in started)
+    return leaves
 
 
 def _parent(event: StoredEvent | PendingEvent, leaf: str | None) -> object:
@@ -281,9 +318,7 @@ def entry_rows(
     return rows
 
 
-def _entry_of(
-    namespace: str, type_: str, payload: Mapping[str, object]
-) -> tuple[str, str | None, str | None, str | None] | None:
+def _entry_of(namespace: str, type_: str, payload: Mapping[str, object]) -> _Entry | None:
     """(kind, fingerprint, role, target) when an event of that type is a tree entry."""
     if namespace == CHAT_NAMESPACE:
         if type_ != "MessageCaptured":
