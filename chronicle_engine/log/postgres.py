@@ -171,8 +171,37 @@ def _m001_events(conn: Connection) -> None:
         conn.execute(statement)
 
 
+# Questions on the log asked by other rooms' server-side functions (the session tree's
+# `chronicle_tree_append`), so only the log's own SQL reads `events`. Planned per call: a plan
+# cached for any position would not know that few events lie past it.
+_QUESTIONS = (
+    """
+    CREATE FUNCTION chronicle_any_after(after BIGINT, wanted TEXT[]) RETURNS BOOLEAN
+    LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM events e WHERE e.seq > after AND e.namespace = ANY(wanted));
+    END
+    $$
+    """,
+    """
+    CREATE FUNCTION chronicle_holds_any(ids TEXT[]) RETURNS BOOLEAN
+    LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan AS $$
+    BEGIN
+        RETURN EXISTS (SELECT 1 FROM events e WHERE e.id = ANY(ids));
+    END
+    $$
+    """,
+)
+
+
+def _m002_questions(conn: Connection) -> None:
+    for statement in _QUESTIONS:
+        conn.execute(statement)
+
+
 LOG_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("log.m001_events", _m001_events),
+    PostgresMigration("log.m002_questions", _m002_questions),
 )
 
 

@@ -83,10 +83,7 @@ CREATE FUNCTION chronicle_tree_append(
     ids TEXT[], namespaces TEXT[], types TEXT[], versions INTEGER[], created TEXT[],
     sessions TEXT[], payloads TEXT[],
     parents TEXT[], kinds TEXT[], fps TEXT[], roles TEXT[], targets TEXT[]
-) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE
--- Planned for each call's values: a plan cached for any position would not know that few
--- events lie past it, and would scan the log for the check.
-SET plan_cache_mode = force_custom_plan AS $$
+) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 DECLARE
     folded_to BIGINT;
@@ -98,10 +95,11 @@ BEGIN
     PERFORM 1 FROM log_counter FOR UPDATE;
     SELECT coalesce(max(p.position), 0) INTO folded_to
     FROM fold_positions p WHERE p.fold = fold_name;
-    IF EXISTS (SELECT 1 FROM events e WHERE e.seq > folded_to AND e.namespace = ANY(folded))
+    -- (the log's own questions: only the log's SQL reads its table)
+    IF chronicle_any_after(folded_to, folded)
        OR (SELECT h.leaf_id FROM session_heads h WHERE h.session = tree_session)
           IS DISTINCT FROM planned_leaf
-       OR EXISTS (SELECT 1 FROM events e WHERE e.id = ANY(ids)) THEN
+       OR chronicle_holds_any(ids) THEN
         RETURN;  -- the plan no longer holds: nothing stored, the caller plans again
     END IF;
     SELECT array_agg(a.seq ORDER BY a.place) INTO seqs
