@@ -16,6 +16,7 @@ from chronicle_engine.errors import FormatError, UsageError
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.sessions.fold import FOLD_NAME, SessionFold
 from chronicle_engine.sessions.jsonl import export_jsonl, import_jsonl
+from chronicle_engine.sessions.paths import read_path, read_recent
 from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
 
 
@@ -446,3 +447,83 @@ def test_hosts_writing_one_tree_at_once_fold_every_entry_once(target):
     Projector(parts.sessions.tables, parts.reader, [SessionFold()]).rebuild(FOLD_NAME)
     assert _tree_tables(parts) == before
     parts.shutdown()
+
+
+def _walked(conn, leaf: str | None) -> list[tuple]:
+    """The branch at `leaf` by one lookup per parent link: what `read_path` must give."""
+    entries: list[tuple] = []
+    while leaf is not None:
+        row = conn.execute(
+            "SELECT entry_id, seq, kind, fp, session, target_id, role, parent_id"
+            " FROM session_entries WHERE entry_id = ?",
+            (leaf,),
+        ).fetchone()
+        if row is None:
+            break
+        entries.append(tuple(row[:7]))
+        leaf = row[7]
+    entries.reverse()
+    return entries
+
+
+_TREE_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("say"), st.integers(min_value=1, max_value=4)),
+        st.tuples(st.just("branch"), st.integers(min_value=0, max_value=60)),
+        st.tuples(st.just("compact"), st.integers(min_value=1, max_value=5)),
+        st.tuples(st.just("rotate"), st.sampled_from(["compression", "branch", "new"])),
+        st.tuples(st.just("usage"), st.integers(min_value=1, max_value=9)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_TREE_OPS, chunk=st.sampled_from([1, 2, 3, 7, 256]))
+def test_law_a_branch_read_in_steps_by_session_is_the_walk_by_parent_links(ops, chunk):
+    """Paths are read by each session's index in growing steps (`sessions/paths.py`); over
+    branches, continued and forked sessions, compactions and turns left behind, every entry's
+    path is the one its parent links give, and the end a capture reads is that path's end."""
+    core = ChronicleCore(":memory:")
+    session, live, n = "s0", [], 0
+    for op, arg in ops:
+        if op == "say":
+            for _ in range(arg):
+                n += 1
+                live.append(
+                    {"role": "user" if len(live) % 2 == 0 else "assistant", "content": f"m{n}"}
+                )
+            core.capture.capture_messages(session, json.loads(json.dumps(live)))
+        elif op == "branch" and core.sessions.path(session):
+            path = core.sessions.path(session)
+            core.sessions.branch(session, path[arg % len(path)].entry_id)
+            live = live[: max(0, len(live) - arg % 3)]
+        elif op == "compact":
+            seqs = [
+                s for s in core.capture.capture_messages(session, json.loads(json.dumps(live))) if s
+            ]
+            if len(seqs) > arg:
+                core.sessions.record_compaction(
+                    session,
+                    section_ids=["x"],
+                    first_kept_seq=seqs[-arg],
+                    head_seqs=seqs[:1],
+                    tokens_before=2,
+                    tokens_after=1,
+                )
+        elif op == "rotate":
+            parent, session = session, f"s{int(session[1:]) + 1}"
+            core.sessions.switch(session, parent_session_id=parent, reason=arg)
+        else:
+            core.sessions.record_usage(
+                session, prompt_tokens=arg, completion_tokens=1, source="host"
+            )
+    with core.sessions.tables.reading("test") as conn:
+        leaves = [r[0] for r in conn.execute("SELECT entry_id FROM session_entries").fetchall()]
+        for leaf in [*leaves, "no-such-entry"]:
+            whole = _walked(conn, leaf)
+            assert [tuple(e) for e in read_path(conn, leaf, chunk=chunk)] == whole
+            recent = read_recent(conn, leaf, core.sessions.compaction_refs, margin=2, chunk=chunk)
+            assert [tuple(e) for e in recent.entries] == whole[len(whole) - len(recent.entries) :]
+            assert recent == read_recent(conn, leaf, core.sessions.compaction_refs, margin=2)
+    core.shutdown()

@@ -7,8 +7,9 @@ one dialect for both stores (`log/tables.py`'s `Statements`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..log.tables import Statements
 
@@ -16,9 +17,16 @@ __all__ = ["PathEntry", "RecentPath", "read_leaf", "read_path", "read_recent", "
 
 _MAX_DEPTH = 10_000_000
 
+_COLUMNS = "entry_id, seq, kind, fp, session, target_id, role, parent_id"
 
-@dataclass(frozen=True, slots=True)
-class PathEntry:
+# A session_entries row as `_COLUMNS` reads it: a PathEntry's seven fields, then the parent's id.
+_Row = tuple[str, int, str, str | None, str, str | None, str | None, str | None]
+
+
+class PathEntry(NamedTuple):
+    """An entry of a branch (a tuple: a path of a thousand entries is read in every process's
+    first capture of a session, and a frozen dataclass cost three times as much to build)."""
+
     entry_id: str
     seq: int
     kind: str
@@ -34,23 +42,41 @@ def read_leaf(conn: Statements, session: str) -> str | None:
     return row[0] if row else None
 
 
-def read_path(conn: Statements, leaf: str | None) -> list[PathEntry]:
-    """The entries from the root down to `leaf`."""
-    if leaf is None:
-        return []
-    rows = conn.execute(
-        "WITH RECURSIVE path(entry_id, parent_id, seq, kind, fp, session, target_id, role, depth)"
-        " AS (SELECT entry_id, parent_id, seq, kind, fp, session, target_id, role, 0"
-        " FROM session_entries WHERE entry_id = ?"
-        " UNION ALL"
-        " SELECT e.entry_id, e.parent_id, e.seq, e.kind, e.fp, e.session, e.target_id, e.role,"
-        " p.depth + 1 FROM session_entries e JOIN path p ON e.entry_id = p.parent_id"
-        " WHERE p.depth < ?"
-        ") SELECT entry_id, seq, kind, fp, session, target_id, role FROM path"
-        " ORDER BY depth DESC",
-        (leaf, _MAX_DEPTH),
-    ).fetchall()
-    return [PathEntry(*row) for row in rows]
+def read_path(conn: Statements, leaf: str | None, *, chunk: int = 256) -> list[PathEntry]:
+    """The entries from the root down to `leaf` (`chunk`: the rows of the first step)."""
+    entries = [PathEntry(*row[:7]) for row in _upward(conn, leaf, chunk)]
+    entries.reverse()
+    return entries
+
+
+def _upward(conn: Statements, leaf: str | None, chunk: int = 256) -> Iterator[_Row]:
+    """The rows from `leaf` up to the root, leaf first (at most `_MAX_DEPTH`). An entry's
+    parent is nearly always an earlier entry of its own session, so the rows are read by the
+    session's index, in steps from the entry the walk stands on backwards; an entry the last
+    step did not hold (the first entry of a continued or forked session, an abandoned
+    branch's turn) is looked up by its id and starts the next step. Only parent links decide
+    the path: a row of the session off the branch is read and passed over."""
+    current = leaf
+    held: dict[str, _Row] = {}
+    walked = 0
+    while current is not None and walked < _MAX_DEPTH:
+        row = held.get(current)
+        if row is None:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM session_entries WHERE entry_id = ?", (current,)
+            ).fetchone()
+            if row is None:
+                return  # a parent the tree does not hold: the path starts at its child
+            rows: list[_Row] = conn.execute(
+                f"SELECT {_COLUMNS} FROM session_entries WHERE session = ? AND seq < ?"
+                " ORDER BY seq DESC LIMIT ?",
+                (row[4], row[1], chunk),
+            ).fetchall()
+            held = {r[0]: r for r in rows}
+            chunk = min(chunk * 2, 65_536)
+        yield row
+        walked += 1
+        current = row[7]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,53 +105,32 @@ def read_recent(
     compaction, or whose compaction refers to entries that are not its ancestors, is read
     whole (`complete`). `compaction_refs(seq)`: the compaction entry's (kept entry ids, head
     entry ids) from its payload."""
-    if leaf is None:
-        return RecentPath([], True)
     walked: list[PathEntry] = []  # leaf first
     heads: list[str] = []
     needed: set[str] | None = None  # the kept entries still to reach, once a compaction is seen
+    bounded = True
     margin_left = margin
-    current: str | None = leaf
-    while current is not None and len(walked) < _MAX_DEPTH:
-        rows = conn.execute(
-            "WITH RECURSIVE up(entry_id, parent_id, seq, kind, fp, session, target_id, role,"
-            " depth) AS (SELECT entry_id, parent_id, seq, kind, fp, session, target_id, role, 0"
-            " FROM session_entries WHERE entry_id = ?"
-            " UNION ALL"
-            " SELECT e.entry_id, e.parent_id, e.seq, e.kind, e.fp, e.session, e.target_id,"
-            " e.role, u.depth + 1 FROM session_entries e JOIN up u ON e.entry_id = u.parent_id"
-            " WHERE u.depth + 1 < ?"
-            ") SELECT entry_id, seq, kind, fp, session, target_id, role, parent_id FROM up"
-            " ORDER BY depth",
-            (current, chunk),
-        ).fetchall()
-        if not rows:
-            break
-        for row in rows:
-            entry = PathEntry(*row[:7])
-            walked.append(entry)
-            if needed is None:
-                if entry.kind == "compaction":
-                    if entry.target is None:
-                        break  # nothing kept to bound the read by: read it whole below
-                    kept, heads = compaction_refs(entry.seq)
-                    needed = {entry.target, *kept}
-            else:
-                needed.discard(entry.entry_id)
-                if not needed and entry.kind == "message":
-                    margin_left -= 1
-                    if margin_left <= 0:
-                        walked.reverse()
-                        return RecentPath(walked, False, _entries(conn, heads))
-        else:
-            current = rows[-1][7]
-            chunk = min(chunk * 2, 65_536)
+    for row in _upward(conn, leaf, chunk):
+        entry = PathEntry(*row[:7])
+        walked.append(entry)
+        if not bounded:
             continue
-        break
-    if current is None:  # reached the root: the whole branch was read
-        walked.reverse()
-        return RecentPath(walked, True)
-    return RecentPath(read_path(conn, leaf), True)
+        if needed is None:
+            if entry.kind == "compaction":
+                if entry.target is None:
+                    bounded = False  # nothing kept to bound the read by: read it whole
+                    continue
+                kept, heads = compaction_refs(entry.seq)
+                needed = {entry.target, *kept}
+        else:
+            needed.discard(entry.entry_id)
+            if not needed and entry.kind == "message":
+                margin_left -= 1
+                if margin_left <= 0:
+                    walked.reverse()
+                    return RecentPath(walked, False, _entries(conn, heads))
+    walked.reverse()
+    return RecentPath(walked, True)
 
 
 def _entries(conn: Statements, ids: list[str]) -> list[PathEntry]:
