@@ -59,11 +59,22 @@ class BranchPath:
         return self.base + len(self.ids)
 
     def extend(self, entries: Sequence[Entry]) -> None:
+        # `add` in line: a process's first capture of a session extends by the whole branch.
+        ids, seqs, fps, turns, by_seq = self.ids, self.seqs, self.fps, self.turns, self._by_seq
+        turn = turns[-1] if turns else self.base_turns
         for e in entries:
-            if e.kind == "compaction":
+            kind = e.kind
+            if kind == "message":
+                seq = e.seq
+                ids.append(e.entry_id)
+                seqs.append(seq)
+                fps.append(e.fp or "")
+                turn += e.role == "user"
+                turns.append(turn)
+                if by_seq is not None and seq >= 0:
+                    by_seq[seq] = len(seqs) - 1
+            elif kind == "compaction":
                 self.kept_from = self.index_of_id(e.target) if e.target else None
-            elif e.kind == "message":
-                self.add(e.entry_id, e.seq, e.fp or "", e.role == "user")
 
     def add(self, entry_id: str, seq: int, fp: str, is_user: bool) -> None:
         self.ids.append(entry_id)
@@ -82,9 +93,13 @@ class BranchPath:
         return None
 
     def index_of_seq(self, seq: int) -> int | None:
+        return self.by_seq().get(seq)
+
+    def by_seq(self) -> dict[int, int]:
+        """seq -> index of every stored message of the path (kept up to date once built)."""
         if self._by_seq is None:
             self._by_seq = {s: q for q, s in enumerate(self.seqs) if s >= 0}
-        return self._by_seq.get(seq)
+        return self._by_seq
 
     def stored(self, q: int, seq: int) -> None:
         self.seqs[q] = seq

@@ -328,7 +328,8 @@ def _align(live: _Live, path: BranchPath) -> _Alignment:
     """The alignment point: the latest kept dict, else position, else a fingerprint run."""
     region = live.region
     p = q_anchor = -1
-    for k in range(len(region) - 1, -1, -1):
+    # (none is known by identity when the path remembers no dict: a process's first capture)
+    for k in range(len(region) - 1, -1, -1) if path.identity else ():
         q = live.known(region[k])
         if q is not None:
             p, q_anchor = k, q
@@ -378,9 +379,11 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
     p, q_anchor, placed, in_step = at
     fps = live.fps
     latest: dict[str, int] | None = None
+    # No dict is known by identity in a process's first capture of a branch (nor asked of).
+    known = live.known if path.identity else None
     for k in range(p + 1):
         i = live.region[k]
-        q = live.known(i)
+        q = known(i) if known is not None else None
         if q is None and placed is not None:
             q = placed[k]
         if q is None:
@@ -398,7 +401,7 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
         result[i] = path.seqs[q] if q is not None else None
     first: dict[str, int] | None = None
     for i in live.head:
-        q = live.known(i)
+        q = known(i) if known is not None else None
         if q is None and path.heads:
             seq = path.heads.get(live.fp(i))
             if seq is not None:  # a head before the part of the branch the path holds
@@ -416,13 +419,16 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
 def _remember_matches(live: _Live, plan: Plan, result: list[int | None], p: int) -> None:
     """Remember the live dicts that matched, so the next turn finds them by identity."""
     identity = plan.path.identity if plan.events else {}
+    by_seq = plan.path.by_seq()
+    items, duplicated = live.items, live.duplicated
     for i in live.head + live.region[: p + 1]:
         seq = result[i]
-        if seq is None or id(live.items[i]) in live.duplicated:
+        if seq is None:
             continue
-        q = plan.path.index_of_seq(seq)
-        if q is not None:
-            obj = live.items[i]
-            if isinstance(obj, dict):
-                identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
+        obj = items[i]
+        if id(obj) in duplicated:
+            continue
+        q = by_seq.get(seq)
+        if q is not None and isinstance(obj, dict):
+            identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
     plan.path.identity = identity

@@ -32,6 +32,8 @@ PERSON_CONTEXTS = frozenset({"primary"})
 "subagent" and "flush" agents; their user messages are written by automation."""
 
 _LEGACY_SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
+# What a handoff's text starts with, once leading whitespace is stripped.
+_HANDOFF_OPENINGS = frozenset((HANDOFF_MARKER[:1], _LEGACY_SUMMARY_PREFIX[:1]))
 _COMPRESSED_SUMMARY_KEY = "_compressed_summary"
 # Hermes' built-in compressor can merge its summary into a tail message: header, the message's
 # old text, delimiter, summary (agent/context_compressor.py).
@@ -106,7 +108,13 @@ def is_handoff(message: object) -> bool:
     if message.get(_COMPRESSED_SUMMARY_KEY):
         return True
     content = message.get("content")
-    text = content if isinstance(content, str) else next(text_parts(content), None)
+    if isinstance(content, str):
+        first = content[:1]
+        if first not in _HANDOFF_OPENINGS and not first.isspace():
+            return False  # (most texts: no stripped copy of a long text to learn it)
+        text: str | None = content
+    else:
+        text = next(text_parts(content), None)
     if text is None:
         return False
     text = text.lstrip()
