@@ -207,11 +207,19 @@ def _one_line(text: str, cap: int) -> str:
     # so when the first words already run past the cap, the rest need not be split.
     probe = head[: cap + cap // 4 + 2]
     if len(probe) < len(head):
-        flat = " ".join(probe.split())
+        flat = _single_spaced(probe)
         if len(flat) > cap:
             return flat[: cap - 1].rstrip() + "…"
-    flat = " ".join(head.split())
+    flat = _single_spaced(head)
     return flat if len(flat) <= cap else flat[: cap - 1].rstrip() + "…"
+
+
+def _single_spaced(text: str) -> str:
+    """`" ".join(text.split())`: each run of whitespace one space, none at either end. A text
+    already so comes back as it is, unsplit (printable text holds no whitespace but " ")."""
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
+    return " ".join(text.split())
 
 
 def _verbatim_request(text: str, cap: int) -> str:
@@ -255,7 +263,11 @@ def _outcome(
     if hit >= 0:
         start = text.rfind("\n", 0, hit) + 1
         return "ERROR " + _one_line(text[start:], 110)
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    # The text is stripped, so its first line holds more than whitespace; when it holds no
+    # line break of `splitlines`' other kinds (all unprintable), it is that first line.
+    first = text.partition("\n")[0]
+    if not first.isprintable():
+        first = next((ln for ln in text.splitlines() if ln.strip()), "")
     return _one_line(first, 110)
 
 
@@ -565,7 +577,7 @@ def summarize_messages(
         if detail is not None and index not in detail and not scan:
             continue
         # Only what is read is masked: on a huge fold, a bounded sample of the messages.
-        m = view(raw)
+        m = views.get(id(raw)) or view(raw)
         if detail is not None and index not in detail:
             scanned.append(_fact_text(m))
             continue
@@ -574,18 +586,22 @@ def summarize_messages(
         head = text[:_SCAN_CHARS]
         if scan:
             scanned.append(_fact_text(m, text))
-        focused = _mentions(head, terms)
+        focused = bool(terms) and _mentions(head, terms)
         said = _said(role, m, text, head, focused)
         if said is not None:
             add(*said)
-        if role == "assistant":
+        if role == "assistant" and m.get("tool_calls"):
             for call_id, name, arguments in tool_calls(m):
                 if scan:
                     scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
                 outcome = _outcome(results.get(call_id), view)
                 step = f"Step: {_call_summary(name, arguments)} → {outcome}"
                 rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
-                add(rank, _one_line(step, _STEP_CAP), focused or _mentions(arguments, terms))
+                add(
+                    rank,
+                    _one_line(step, _STEP_CAP),
+                    focused or (bool(terms) and _mentions(arguments, terms)),
+                )
 
     facts = _facts(scanned, _MAX_FACTS)
     if facts:

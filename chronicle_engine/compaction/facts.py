@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..capture.events import HANDOFF_MARKER
 from ..messages import (
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD,
     content_text,
     estimate_tokens,
     handoff_kind,
@@ -17,6 +20,9 @@ from ..messages import (
 from .planner import MessageFacts
 
 __all__ = ["message_facts"]
+
+_MARKER_FIRST = HANDOFF_MARKER[:1]
+_new = tuple.__new__
 
 
 def message_facts(
@@ -45,9 +51,20 @@ def message_facts(
             out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
             continue
         role = str(message.get("role") or "")
+        content = message.get("content")
+        calls = message.get("tool_calls")
+        # Most messages: `estimate_tokens`' plain-text case, and no handoff (which opens with
+        # its marker, after whitespace at most), answered here rather than by a call each.
+        if calls is None and isinstance(content, str):
+            tokens = (len(content) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD
+        else:
+            tokens = estimate_tokens(message)
         # Only user and assistant messages can be handoffs, requests or instructions.
-        conversational = role in ("user", "assistant")
-        kind = handoff_kind(message) if conversational else None
+        kind = None
+        if role == "user" or role == "assistant":
+            opening = content[:1] if isinstance(content, str) else None
+            if opening is None or opening == _MARKER_FIRST or opening.isspace():
+                kind = handoff_kind(message)
         own = kind == "own"
         real_user = role == "user" and is_real_user(message)
         pinned = seq is not None and bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
@@ -60,17 +77,20 @@ def message_facts(
         instruction = real_user and seq is not None and states_a_rule(content_text(message))
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(
-            MessageFacts(  # (by position: one per message of every pass, keywords cost twice)
-                estimate_tokens(message),  # tokens
-                role,
-                folded,
-                own,  # handoff
-                pinned or held,  # protected
-                real_user,
-                tool_call_ids(message) if role == "assistant" else (),  # call_ids
-                str(result_id) if result_id is not None else None,  # result_id
-                pinned and not held,  # pinned
-                instruction,
+            _new(  # (a NamedTuple's __new__ is Python code: one per message of every pass)
+                MessageFacts,
+                (
+                    tokens,
+                    role,
+                    folded,
+                    own,  # handoff
+                    pinned or held,  # protected
+                    real_user,
+                    tool_call_ids(message) if role == "assistant" and calls else (),  # call_ids
+                    str(result_id) if result_id is not None else None,  # result_id
+                    pinned and not held,  # pinned
+                    instruction,
+                ),
             )
         )
     return out

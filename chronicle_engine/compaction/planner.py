@@ -37,6 +37,9 @@ STUB_TOKENS = 80
 # through object.__setattr__ (~3 µs a MessageFacts).
 
 
+_new = tuple.__new__
+
+
 class MessageFacts(NamedTuple):
     tokens: int
     role: str
@@ -81,10 +84,12 @@ class Plan:
 def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
     """Split the list into units: a call with the results that follow it, or one message."""
     units: list[Unit] = []
+    append = units.append
     i, n = 0, len(facts)
     while i < n:
         f = facts[i]
-        if f.role == "assistant" and f.call_ids and not f.handoff:
+        role = f.role
+        if role == "assistant" and f.call_ids and not f.handoff:
             # (an earlier handoff the host merged with a call is not a call of ours to keep: it
             # is dropped alone, and its results, now orphans, are folded)
             wanted = set(f.call_ids)
@@ -93,13 +98,11 @@ def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
             while j < n and facts[j].role == "tool" and facts[j].result_id in wanted:
                 found.add(facts[j].result_id or "")
                 j += 1
-            units.append(Unit(i, j, found == wanted and "" not in wanted))
+            append(_new(Unit, (i, j, found == wanted and "" not in wanted)))
             i = j
-        elif f.role == "tool":
-            units.append(Unit(i, i + 1, False))
-            i += 1
         else:
-            units.append(Unit(i, i + 1, True))
+            # (built as a tuple: a NamedTuple's __new__ is Python code, one per message)
+            append(_new(Unit, (i, i + 1, role != "tool")))
             i += 1
     return units
 
