@@ -115,6 +115,15 @@ def test_a_long_turn_read_from_its_end_keeps_what_the_whole_turn_gives(
         text_module._TAIL_CHARS = default
 
 
+_SPLIT_PIECES = [*_PIECES, "\u3002", "\uff01", "\uff1f", "\t", "\u3000", "\u00a0", "x.", ".y"]
+
+
+@given(text=st.lists(st.sampled_from(_SPLIT_PIECES), max_size=60).map("".join))
+def test_sentences_are_cut_where_the_look_behind_split_cuts_them(text: str) -> None:
+    look_behind = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s*(?=\S)")
+    assert text_module._sentences(text) == look_behind.split(text)
+
+
 def test_inflections_share_a_stem_and_prefixes_do_not():
     assert stems(["booked", "cities"]) == stems(["book", "city"])
     assert stem("cat") != stem("category")

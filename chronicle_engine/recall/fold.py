@@ -173,6 +173,15 @@ class RecallFold:
         read through SQLite's log), and its time '' (the event's `created_at`): they are then held once,
         by the log. Checked row by row against the row appended, so a body that differs
         (masked here, say) is kept as before."""
+        # Within one apply(): the index values of each message row it inserted (read back by
+        # `_indexed` instead of the view, which reads a row whose body is the log's through
+        # that log row's JSON), and each session's last such row with its body (the next
+        # turn's context). Cleared at any other event: only a memory tool's event changes them.
+        self._fresh: dict[int, tuple[str, str, str]] = {}
+        self._last: dict[str | None, tuple[int, str]] = {}
+        # The log's (text, time) of the apply() call's messages, read in one query (log rows
+        # never change): `body_from_log` compares each with the row it makes.
+        self._logged: dict[int, tuple[str, str]] = {}
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         # The projector reads positions before its transaction opens; another thread or process
@@ -181,19 +190,39 @@ class RecallFold:
             "SELECT position FROM fold_positions WHERE fold = ?", (self.name,)
         ).fetchone()
         done = int(row[0]) if row else 0
+        self._forget_fresh()
+        if self.body_from_log:
+            self._logged = log_texts(
+                conn,
+                [
+                    e.seq
+                    for e in events
+                    if e.seq > done
+                    and e.envelope.type == "MessageCaptured"
+                    and e.envelope.namespace == CHAT
+                ],
+            )
         for event in events:
             if event.seq <= done:
                 continue
             env = event.envelope
             if env.namespace == CHAT and env.type == "MessageCaptured":
                 self._message(conn, event)
-            elif env.namespace == RECALL:
+                continue
+            self._forget_fresh()
+            if env.namespace == RECALL:
                 if env.type == "MemoryRemembered":
                     self._remembered(conn, event)
                 elif env.type == "MemoryForgotten":
                     self._forgotten(conn, event)
                 elif env.type == "MemoryCorrected":
                     self._corrected(conn, event)
+        self._forget_fresh()
+        self._logged = {}
+
+    def _forget_fresh(self) -> None:
+        self._fresh.clear()
+        self._last.clear()
 
     def reset(self, conn: Statements) -> None:
         for (n,) in conn.execute("SELECT n FROM recall_scopes").fetchall():
@@ -244,16 +273,32 @@ class RecallFold:
         stored, at = m.body, env.created_at
         if self.body_from_log:
             # schema.log_texts and the index's view read them from the log
-            logged = log_texts(conn, [env.seq]).get(env.seq)
+            logged = self._logged.get(env.seq)  # (read by apply(), for all its messages)
             if logged is not None and logged[0] == m.body:
                 stored = ""
             if logged is not None and logged[1] == at:
                 at = ""
-        conn.execute(
+        inserted = conn.execute(
             f"INSERT INTO recall_messages({MESSAGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             m.row(env, scope, prev, stored, at),
-        )
+        ).rowcount
+        if inserted == 1 and (stored or self.body_from_log):
+            # What recall_message_text reads for the new row: its body is m.body (stored, or
+            # the log's text, which equals it); a row just made is not forgotten (only an
+            # existing row is). Its context: the body of the row before, unless forgotten.
+            last = self._last.get(env.session)
+            if prev is None:
+                before = ""
+            elif last is not None and last[0] == prev:
+                before = last[1]
+            else:
+                ctx = conn.execute(
+                    "SELECT ctx FROM recall_message_text WHERE seq = ?", (env.seq,)
+                ).fetchone()
+                before = str(ctx[0]) if ctx else ""
+            self._fresh[env.seq] = index_row(m.name, m.body, before)
+            self._last[env.session] = (env.seq, m.body)
         for word in name_words(m.name):
             conn.execute(
                 "INSERT INTO recall_name_words(word) VALUES (?) ON CONFLICT DO NOTHING", (word,)
@@ -269,9 +314,11 @@ class RecallFold:
             for i, claim in enumerate(extract(m.person)):
                 self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="person")
 
-    @staticmethod
-    def _indexed(conn: Statements, seq: int) -> tuple[str, str, str] | None:
+    def _indexed(self, conn: Statements, seq: int) -> tuple[str, str, str] | None:
         """What the index holds for `seq` (a delete must give FTS5 exactly what was inserted)."""
+        fresh = self._fresh.pop(seq, None)
+        if fresh is not None:
+            return fresh
         row = conn.execute(
             "SELECT name, body, ctx FROM recall_message_text WHERE seq = ?", (seq,)
         ).fetchone()

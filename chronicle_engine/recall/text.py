@@ -89,7 +89,23 @@ def index_text(text: str) -> str:
     return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s*(?=\S)")
+# A sentence ends at a stop followed by more text; the space after it goes with neither.
+_SENTENCE_STOP = re.compile(r"[.!?\u3002\uff01\uff1f]\s*(?=\S)")
+
+
+def _sentences(text: str) -> list[str]:
+    """`text` cut after each stop that more text follows, the space between dropped: what
+    `re.split(r"(?<=[.!?。！？])\\s*(?=\\S)", text)` gives. The search starts at a stop
+    character rather than looking behind at every position (several times faster)."""
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_STOP.finditer(text):
+        out.append(text[start : m.start() + 1])
+        start = m.end()
+    out.append(text[start:])
+    return out
+
+
 CONTEXT_WORDS = 25
 """How much of the turn before a message its index row carries: about two sentences."""
 
@@ -109,7 +125,7 @@ def context_tail(before: str, limit: int = CONTEXT_WORDS) -> str:
     return _sentences_tail(text, limit, cut=False) or ""
 
 
-_TAIL_CHARS = 1000  # of a long message, read first (25 words are rarely more than 300)
+_TAIL_CHARS = 300  # of a long message, read first (25 words are rarely more than 300)
 
 
 def _sentences_tail(text: str, limit: int, *, cut: bool) -> str | None:
@@ -119,9 +135,9 @@ def _sentences_tail(text: str, limit: int, *, cut: bool) -> str | None:
     of them, or more than the room left, decides as the whole one would."""
     kept: list[str] = []
     count = 0
-    sentences = _SENTENCE_END.split(text)
-    for i in range(len(sentences) - 1, -1, -1):
-        sentence = sentences[i]
+    pieces = _sentences(text)
+    for i in range(len(pieces) - 1, -1, -1):
+        sentence = pieces[i]
         words = index_text(sentence).split()
         if not kept and len(words) > limit:
             return " ".join(words[-limit:])
