@@ -3,8 +3,12 @@
     python bench/side_by_side.py --old ../base --new . [--rounds 2] [--only compress hooks]
 
 Each checkout needs its own virtualenv at `.venv` (the README's first command makes one). For each
-bench, in each round, the old checkout's script runs, then the new one's, each in its own
-checkout with its own interpreter, so every pair sees the same machine at nearly the same moment.
+bench, in each round, one checkout's script runs, then the other's, each in its own checkout with
+its own interpreter, so every pair sees the same machine at nearly the same moment. The old
+checkout goes first in odd rounds and second in even ones, so whatever a run leaves to the one
+after it (a deleted store's blocks discarded, pages written back, caches warmed or cooled) falls
+on both sides equally; use an even number of rounds. (Until 1 Dec 2026 the old checkout always
+went first.)
 Every run's output is printed whole under a header naming the checkout, its commit, the command,
 its wall time and the load average before and after; `--out` also keeps each output in a file.
 
@@ -158,7 +162,7 @@ def table(folder: Path) -> None:
     """The medians of each commit's rounds, per figure, from the outputs kept in `folder`."""
     values: dict[str, dict[str, list[float]]] = {}
     commits: list[str] = []
-    # Written in the order they ran, the old checkout first in each round.
+    # Written in the order they ran: the old checkout's first (it opens round 1).
     for path in sorted(folder.glob("*.txt"), key=lambda p: p.stat().st_mtime_ns):
         name, commit, _round, _ = path.name.split(".")
         commits += [commit] if commit not in commits else []
@@ -169,7 +173,7 @@ def table(folder: Path) -> None:
                 values.setdefault(label, {}).setdefault(commit, []).append(
                     float(found.group(1).replace(",", ""))
                 )
-    old, *new = commits  # the old checkout's runs come first in each round
+    old, *new = commits  # the old checkout ran first
     for commit in new:
         print(f"| measure | {old} | {commit} | change | rounds: {old} / {commit} |")
         print("| --- | ---: | ---: | ---: | --- |")
@@ -208,7 +212,8 @@ def main() -> int:
     print(f"{os.uname().machine}, {os.cpu_count()} cpus, python {sys.version.split()[0]}")
     for name in args.only or list(BENCHES):
         for round_no in range(1, args.rounds + 1):
-            for checkout in (args.old, args.new):
+            pair = (args.old, args.new) if round_no % 2 else (args.new, args.old)
+            for checkout in pair:
                 run(checkout.resolve(), name, args.out, round_no)
     return 0
 
