@@ -3,9 +3,11 @@
     .venv/bin/python bench/instructions.py CHECKOUT STORE.db search [--count 100] [--scope all]
     .venv/bin/python bench/instructions.py CHECKOUT STORE.db rebuild
     .venv/bin/python bench/instructions.py CHECKOUT STORE.db compress [--runs 3]
+    .venv/bin/python bench/instructions.py CHECKOUT STORE.db turn --call queue_prefetch [--count 30]
 
 CHECKOUT is a directory holding a `chronicle_engine` (this repository, or an older commit's
-`git archive`); its code is imported first. STORE.db (a lived-in store of bench/scale.py) is
+`git archive`); its code is imported first, by its own `.venv`'s interpreter when it has one (an
+older checkout whose package directory has another name maps it there). STORE.db (a lived-in store of bench/scale.py) is
 copied to a scratch file first and never changed. The measured process runs under
 `valgrind --tool=callgrind` with instrumentation off until the measured call starts and after it
 ends (a small library built here with gcc toggles it through callgrind's client requests), with
@@ -17,7 +19,12 @@ PYTHONHASHSEED=0; the figure is callgrind's total of instructions for the call a
 - compress: a 1,001-message conversation (bench/compress.py's) is captured by a process of its
   own, which then lets background work settle as bench/scale.py's `settle` does; then a fresh process's first compress() of it is
   counted, `--runs` times (a new conversation each), each also printing its thread CPU time
-  measured inside valgrind (not comparable with native times).
+  measured inside valgrind (not comparable with native times);
+- turn: bench/sync_turn.py's turns (seed 11) through the memory provider, as Hermes makes them:
+  `prefetch`, `sync_turn` of the live list, `queue_prefetch`; the `--call` named is counted over
+  `--count` turns after 10 uncounted ones. Here STORE.db is made first when it does not exist:
+  bench/sync_turn.py's fill of 100,000 events by the checkout's own code, its background work
+  settled (recall, consolidation, every schedule due at once), kept for the next run.
 
 Needs valgrind, its headers (valgrind/callgrind.h) and gcc.
 """
@@ -76,6 +83,48 @@ try:
         cg.cg_on()
         core.recall.index.rebuild()
         cg.cg_off()
+    elif mode in ("fill", "turn"):
+        import sync_turn
+        if mode == "fill":
+            sync_turn.fill(core, 100_000, random.Random(7))
+            core.recall.catch_up()
+            consolidator = core.scheduler.consolidator
+            for _ in range(10_000):
+                if consolidator is None or consolidator.run(5000).remaining == 0:
+                    break
+            for _ in range(1000):
+                if not core.scheduler.tick("sync_turn"):
+                    break
+            raise SystemExit(0)
+        from pathlib import Path
+        from provider import ChronicleMemoryProvider
+        call, count = arg.split(":")
+        home = Path(db).parent
+        (home / "config.yaml").write_text(f"chronicle:\n  db_path: {db}\n", encoding="utf-8")
+        provider = ChronicleMemoryProvider()
+        provider.initialize("instr-turns", hermes_home=str(home), platform="cli")
+        rng, live, cpu = random.Random(11), [{"role": "system", "content": "You are Hermes."}], 0.0
+        def timed(name, fn, *args, **kwargs):
+            global cpu
+            counted = name == call and n >= 10
+            if counted:
+                cg.cg_on()
+                t = time.thread_time()
+            fn(*args, **kwargs)
+            if counted:
+                cpu += time.thread_time() - t
+                cg.cg_off()
+        for n in range(10 + int(count)):
+            new = sync_turn.turn(rng, n)
+            timed("prefetch", provider.prefetch, new[0]["content"], session_id="instr-turns")
+            live.extend(new)
+            timed(
+                "sync_turn", provider.sync_turn, new[0]["content"], new[-1]["content"],
+                session_id="instr-turns", messages=live,
+            )
+            timed("queue_prefetch", provider.queue_prefetch, new[0]["content"], session_id="instr-turns")
+        provider.shutdown()
+        print(f"cpu_ms {cpu * 1000:.1f}")
     elif mode == "compress":
         from compress import conversation
         from chronicle_engine.compaction.policy import policy_from_config
@@ -111,7 +160,9 @@ def _library(folder: Path) -> Path:
 
 
 def _run(mode: str, checkout: Path, db: Path, lib: Path, arg: str, out: Path | None) -> str:
-    argv = [sys.executable, "-c", _CHILD, mode, str(checkout), str(db), str(lib), arg]
+    own = checkout / ".venv" / "bin" / "python"
+    python = str(own) if own.exists() else sys.executable
+    argv = [python, "-c", _CHILD, mode, str(checkout), str(db), str(lib), arg]
     if out is not None:
         argv = [
             "valgrind",
@@ -122,7 +173,9 @@ def _run(mode: str, checkout: Path, db: Path, lib: Path, arg: str, out: Path | N
             *argv,
         ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600, check=False)
+    done = subprocess.run(
+        argv, cwd=checkout, capture_output=True, text=True, env=env, timeout=3600, check=False
+    )
     if done.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{done.stderr[-2000:]}")
     return done.stdout
@@ -141,14 +194,22 @@ def main() -> int:
     )
     parser.add_argument("checkout", type=Path)
     parser.add_argument("store", type=Path)
-    parser.add_argument("mode", choices=("search", "rebuild", "compress"))
+    parser.add_argument("mode", choices=("search", "rebuild", "compress", "turn"))
+    parser.add_argument("--call", choices=("prefetch", "sync_turn", "queue_prefetch"))
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--scope", default="all")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     checkout = args.checkout.resolve()
-    if not (checkout / "chronicle_engine").is_dir():
-        raise SystemExit(f"{checkout} holds no chronicle_engine")
+    if not (checkout / "chronicle_engine").is_dir() and not (checkout / ".venv").is_dir():
+        raise SystemExit(f"{checkout} holds no chronicle_engine (nor a .venv mapping one)")
+    if args.mode == "turn":
+        if args.call is None:
+            parser.error("turn needs --call")
+        if not args.store.exists():
+            with tempfile.TemporaryDirectory(prefix="chronicle-instr-") as tmp:
+                print(f"making {args.store} (bench/sync_turn.py's fill, settled)")
+                _run("fill", checkout, args.store.resolve(), _library(Path(tmp)), "-", None)
     with tempfile.TemporaryDirectory(prefix="chronicle-instr-") as tmp:
         folder = Path(tmp)
         lib = _library(folder)
@@ -162,6 +223,15 @@ def main() -> int:
             print(
                 f"search: {n:,} instructions for {args.count} searches (scope {args.scope}),"
                 f" {n / args.count / 1e6:.2f} M each"
+            )
+        elif args.mode == "turn":
+            out = folder / "turn.cg"
+            printed = _run("turn", checkout, db, lib, f"{args.call}:{args.count}", out)
+            n = _instructions(out)
+            cpu = printed.strip().splitlines()[-1] if printed.strip() else ""
+            print(
+                f"{args.call}: {n:,} instructions for {args.count} turns,"
+                f" {n / args.count / 1e6:.2f} M each ({cpu})"
             )
         elif args.mode == "rebuild":
             out = folder / "rebuild.cg"
