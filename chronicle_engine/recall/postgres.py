@@ -409,6 +409,72 @@ def _m007_lexeme_docs_by_trigger(conn: Connection) -> None:
     )
 
 
+_TOTALED = ("recall_belief_terms", "recall_section_terms")
+"""The indexes whose rows and words bm25 reads at every search (`recall_index_totals`)."""
+
+
+def _m008_index_totals(conn: Connection) -> None:
+    """The rows and words of the belief and section indexes, kept by the server beside them:
+    bm25 reads both at every search, and counting them read each index whole (a cost that grew
+    with the store). Statement triggers (as recall.m007's) add what each insert adds and take
+    away what each delete or update takes, whichever code ran it (a host from before this
+    migration too), in its transaction; the totals start from the rows there are now."""
+    conn.execute(
+        "CREATE TABLE recall_index_totals (name TEXT PRIMARY KEY,"
+        " docs BIGINT NOT NULL, words BIGINT NOT NULL)"
+    )
+    conn.execute(
+        """
+        CREATE FUNCTION recall_index_totals_kept() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            added BIGINT := 0;
+            added_words BIGINT := 0;
+            gone BIGINT := 0;
+            gone_words BIGINT := 0;
+        BEGIN
+            IF TG_OP = 'TRUNCATE' THEN
+                UPDATE recall_index_totals SET docs = 0, words = 0 WHERE name = TG_TABLE_NAME;
+                RETURN NULL;
+            END IF;
+            IF TG_OP IN ('INSERT', 'UPDATE') THEN
+                SELECT count(*), coalesce(sum(dl), 0) INTO added, added_words
+                FROM recall_index_rows_new;
+            END IF;
+            IF TG_OP IN ('DELETE', 'UPDATE') THEN
+                SELECT count(*), coalesce(sum(dl), 0) INTO gone, gone_words
+                FROM recall_index_rows_old;
+            END IF;
+            IF added <> gone OR added_words <> gone_words THEN
+                UPDATE recall_index_totals
+                SET docs = docs + added - gone, words = words + added_words - gone_words
+                WHERE name = TG_TABLE_NAME;
+            END IF;
+            RETURN NULL;
+        END
+        $$
+        """
+    )
+    for table in _TOTALED:
+        for when, rows in (
+            ("INSERT", "NEW TABLE AS recall_index_rows_new"),
+            ("DELETE", "OLD TABLE AS recall_index_rows_old"),
+            ("UPDATE", "OLD TABLE AS recall_index_rows_old NEW TABLE AS recall_index_rows_new"),
+        ):
+            conn.execute(
+                f"CREATE TRIGGER {table}_totals_{when.lower()} AFTER {when} ON {table}"
+                f" REFERENCING {rows} FOR EACH STATEMENT EXECUTE FUNCTION recall_index_totals_kept()"
+            )
+        conn.execute(
+            f"CREATE TRIGGER {table}_totals_truncate AFTER TRUNCATE ON {table}"
+            " FOR EACH STATEMENT EXECUTE FUNCTION recall_index_totals_kept()"
+        )
+        conn.execute(
+            "INSERT INTO recall_index_totals(name, docs, words)"
+            f" SELECT %s, count(*), coalesce(sum(dl), 0) FROM {table}",
+            (table,),
+        )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -418,6 +484,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m005_belief_lengths_on_insert", _m005_belief_lengths_on_insert),
     PostgresMigration("recall.m006_lexeme_docs", _m006_lexeme_docs),
     PostgresMigration("recall.m007_lexeme_docs_by_trigger", _m007_lexeme_docs_by_trigger),
+    PostgresMigration("recall.m008_index_totals", _m008_index_totals),
 )
 
 
@@ -685,6 +752,14 @@ def _terms_key(scope: int) -> str:
     return f"{_TERMS}:{int(scope)}"
 
 
+def _totals(conn: Statements, table: str) -> tuple[int, int]:
+    """(rows, words) of the index `table`, as the server keeps them (recall.m008)."""
+    row = conn.execute(
+        "SELECT docs, words FROM recall_index_totals WHERE name = ?", (table,)
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 class PostgresMessageSearch(MessageSearch):
     """`MessageSearch` whose full-text candidates and bm25 come from the tsvector index."""
 
@@ -899,9 +974,7 @@ class PostgresMessageSearch(MessageSearch):
         """`search.BeliefScores`: FTS5's bm25 of every belief that matches any of `words` and
         `where` (over `recall_beliefs b`), from the whole index's counts as FTS5 takes them
         (every scope's beliefs: SQLite keeps them in one table too)."""
-        stats = conn.execute(
-            f"SELECT count(*), coalesce(sum(dl), 0) FROM {_BELIEF_TERMS}"
-        ).fetchone()
+        stats = _totals(conn, _BELIEF_TERMS)
         best = self._bm25(
             conn,
             _BELIEF_TERMS,
@@ -910,7 +983,7 @@ class PostgresMessageSearch(MessageSearch):
             " JOIN recall_beliefs b ON b.rowid = t.rowid"
             f" WHERE t.tsv @@ ?::tsquery AND {where}",
             ([], params),
-            (int(stats[0]), int(stats[1])) if stats else (0, 0),
+            stats,
             {"B": 1.0},
         )
         return dict(best)
@@ -931,9 +1004,7 @@ class PostgresMessageSearch(MessageSearch):
         """`search.SectionCandidates` from the tsvector index of the sections' prose."""
         narrow, params = ("", []) if span is None else (" AND t.written BETWEEN ? AND ?", span)
         if rare:
-            stats = conn.execute(
-                f"SELECT count(*), coalesce(sum(dl), 0) FROM {_SECTION_TERMS}"
-            ).fetchone()
+            stats = _totals(conn, _SECTION_TERMS)
             return self._bm25(
                 conn,
                 _SECTION_TERMS,
@@ -941,7 +1012,7 @@ class PostgresMessageSearch(MessageSearch):
                 f"SELECT t.written, t.dl, {_HELD} FROM {_SECTION_TERMS} t"
                 f" WHERE t.tsv @@ ?::tsquery{narrow}",
                 ((), params),
-                (int(stats[0]), int(stats[1])) if stats else (0, 0),
+                stats,
                 {"A": 1.0},
                 whole=span is None,
             )[: max(budget, limit)]
@@ -1063,12 +1134,27 @@ class PostgresRecallIndex(RecallIndex):
         self.embedder = None
 
     def catch_up(self) -> int:
-        """Fold what the log gained, then index the sections written since (see `_SECTIONS`)."""
-        read = super().catch_up()
+        """Fold what the log gained, then index the sections written since (see `_SECTIONS`).
+        Whether there is either is asked first in one statement: every search catches up, and
+        mostly finds nothing to do."""
         try:
-            self.index_sections()
+            with self.reading("looking for events and sections to index") as conn:
+                row = conn.execute(
+                    "SELECT coalesce((SELECT position FROM fold_positions WHERE fold = ?), 0)"
+                    " < coalesce((SELECT max(seq) FROM events), 0),"
+                    " EXISTS (SELECT 1 FROM recall_section_queue)",
+                    (self.fold.name,),
+                ).fetchone()
         except (StoreBusy, StoreReadOnly) as exc:
-            log.debug("chronicle recall: sections not indexed yet (%s)", exc)
+            log.debug("chronicle recall: searching what is already indexed (%s)", exc)
+            return 0
+        behind, queued = (bool(row[0]), bool(row[1])) if row else (True, True)
+        read = super().catch_up() if behind else 0
+        if queued or behind:  # (a fold's batch is a while: what was written meanwhile too)
+            try:
+                self.index_sections()
+            except (StoreBusy, StoreReadOnly) as exc:
+                log.debug("chronicle recall: sections not indexed yet (%s)", exc)
         return read
 
     def index_sections(self) -> int:
