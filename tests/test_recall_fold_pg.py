@@ -272,6 +272,82 @@ def test_rows_an_older_host_indexes_or_deletes_are_counted_by_lexeme(postgres_cl
             parts.shutdown()
 
 
+def test_belief_and_section_totals_stay_the_rows_an_older_host_writes(postgres_cluster) -> None:
+    """bm25 reads the belief and section indexes' rows and words from `recall_index_totals`
+    (recall.m008), not by counting them: rows indexed before the migration are counted by it,
+    and rows an older host inserts, updates or deletes after it (no word of the totals in its
+    code) are counted by the server's triggers, so the totals stay a recount of the rows."""
+    from chronicle_engine.chronicle.postgres import PG_CHRONICLE_MIGRATIONS
+    from chronicle_engine.recall.postgres import PG_RECALL_MIGRATIONS
+
+    assert PG_RECALL_MIGRATIONS[-1].name == "recall.m008_index_totals"
+    gate, gate_words = terms((("B", "the gate code is B-22 at the north gate"),))
+    tea, tea_words = terms((("A", "green tea at the north gate"),))
+
+    def recount(conn) -> dict[str, tuple[int, int]]:
+        return {
+            table: tuple(  # type: ignore[misc]
+                int(n)
+                for n in conn.execute(
+                    f"SELECT count(*), coalesce(sum(dl), 0) FROM {table}"
+                ).fetchone()
+            )
+            for table in ("recall_belief_terms", "recall_section_terms")
+        }
+
+    def totals(conn) -> dict[str, tuple[int, int]]:
+        return {
+            str(name): (int(docs), int(words))
+            for name, docs, words in conn.execute(
+                "SELECT name, docs, words FROM recall_index_totals"
+            )
+        }
+
+    def kept(index, *, beliefs: tuple[int, int], sections: tuple[int, int]) -> None:
+        with index.reading("reading the totals") as conn:
+            held, counted = totals(conn), recount(conn)
+        assert held == counted
+        assert counted == {"recall_belief_terms": beliefs, "recall_section_terms": sections}
+
+    with own_schema(postgres_cluster) as conninfo:
+        parts = Target("postgres", conninfo).tree()
+        try:
+            store = parts.reader.store
+            store.migrate((*PG_CHRONICLE_MIGRATIONS, *PG_RECALL_MIGRATIONS[:-1]))
+            with store.atomic() as conn:  # indexed before recall.m008
+                conn.execute(
+                    "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (1, %s::tsvector)", (gate,)
+                )
+                conn.execute(
+                    "INSERT INTO recall_section_terms(written, dl, tsv)"
+                    " VALUES (1, %s, %s::tsvector), (2, %s, %s::tsvector)",
+                    (gate_words, gate, tea_words, tea),
+                )
+            index = PostgresRecallIndex(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+            kept(index, beliefs=(1, gate_words), sections=(2, gate_words + tea_words))
+            with index.writing("indexing as an older host does") as conn:
+                for rowid, literal in ((2, tea), (3, gate), (4, tea)):
+                    conn.execute(
+                        "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (?, ?::tsvector)",
+                        (rowid, literal),
+                    )
+                conn.execute("DELETE FROM recall_belief_terms WHERE rowid IN (1, 3)")
+                conn.execute(
+                    "INSERT INTO recall_section_terms(written, dl, tsv) VALUES (3, 4, ?::tsvector)",
+                    (tea,),
+                )
+                conn.execute("UPDATE recall_section_terms SET dl = dl + 2 WHERE written >= 2")
+                conn.execute("DELETE FROM recall_section_terms WHERE written = 1")
+                conn.execute("DELETE FROM recall_section_terms WHERE written = 99")  # (none)
+            kept(index, beliefs=(2, 2 * tea_words), sections=(2, tea_words + 2 + 4 + 2))
+            with index.writing("rebuilding") as conn:
+                index.fold.reset(conn)
+                conn.execute("TRUNCATE recall_section_terms")
+            kept(index, beliefs=(0, 0), sections=(0, 0))
+        finally:
+            parts.shutdown()
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     columns=st.lists(

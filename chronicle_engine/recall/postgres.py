@@ -25,7 +25,8 @@ What differs from SQLite, and only that, lives here:
 
 - Beliefs and sections are ranked by bm25 as messages are: beliefs over the whole belief index
   (FTS5 keeps every scope's beliefs in one table too), each word's document frequency counted
-  exactly at each search (never from the planner's cache, which a forget can leave stale).
+  exactly at each search (never from the planner's cache, which a forget can leave stale), the
+  index's rows and words read from `recall_index_totals` (kept by the server's triggers).
 - `recall.Recall` (the memory tools, per-turn memory, answers) runs over this index: the core
   builds `Recall.over(PostgresRecallIndex(...), capture, redraw)` when `chronicle.store` names
   PostgreSQL (tests/test_recall.py and test_recall_pool.py run on both stores).
