@@ -535,6 +535,17 @@ class PostgresEventStore:
             row = self.connection.execute("SELECT MAX(seq) FROM events").fetchone()
         return int(row[0] or 0) if row else 0
 
+    def behind(self, fold: str) -> bool:
+        """Whether the log holds events past `fold`'s position: `position` against `last_seq`
+        in one round trip (a read catches up first, and mostly finds nothing to fold)."""
+        with postgres_errors("reading a fold position"):
+            row = self.connection.execute(
+                "SELECT coalesce((SELECT position FROM fold_positions WHERE fold = %s), 0)"
+                " < coalesce((SELECT MAX(seq) FROM events), 0)",
+                (fold,),
+            ).fetchone()
+        return bool(row[0]) if row else True
+
     def count(self) -> int:
         with postgres_errors("counting events"):
             row = self.connection.execute("SELECT COUNT(*) FROM events").fetchone()

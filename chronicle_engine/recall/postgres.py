@@ -1136,26 +1136,18 @@ class PostgresRecallIndex(RecallIndex):
 
     def catch_up(self) -> int:
         """Fold what the log gained, then index the sections written since (see `_SECTIONS`).
-        Whether there is either is asked first in one statement: every search catches up, and
-        mostly finds nothing to do."""
+        Every search catches up, and mostly finds nothing to do: whether the fold is behind is
+        one question to the log (not the projector's two)."""
         try:
-            with self.reading("looking for events and sections to index") as conn:
-                row = conn.execute(
-                    "SELECT coalesce((SELECT position FROM fold_positions WHERE fold = ?), 0)"
-                    " < coalesce((SELECT max(seq) FROM events), 0),"
-                    " EXISTS (SELECT 1 FROM recall_section_queue)",
-                    (self.fold.name,),
-                ).fetchone()
+            behind = self.pg.behind(self.fold.name)
         except (StoreBusy, StoreReadOnly) as exc:
             log.debug("chronicle recall: searching what is already indexed (%s)", exc)
-            return 0
-        behind, queued = (bool(row[0]), bool(row[1])) if row else (True, True)
+            behind = False
         read = super().catch_up() if behind else 0
-        if queued or behind:  # (a fold's batch is a while: what was written meanwhile too)
-            try:
-                self.index_sections()
-            except (StoreBusy, StoreReadOnly) as exc:
-                log.debug("chronicle recall: sections not indexed yet (%s)", exc)
+        try:
+            self.index_sections()
+        except (StoreBusy, StoreReadOnly) as exc:
+            log.debug("chronicle recall: sections not indexed yet (%s)", exc)
         return read
 
     def index_sections(self) -> int:
