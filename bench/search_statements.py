@@ -1,0 +1,94 @@
+"""Statements a search sends PostgreSQL: a load-independent measure of a search's round trips.
+
+    python bench/search_statements.py [--sessions 20] [--turns 20]
+
+Starts a throwaway local server (tests/postgres_support.py), opens a core on it as
+`bench/multihost.py`'s hosts do, captures `--sessions` chats of `--turns` turns, folds them,
+searches three warm-up queries, then turns on the server's statement log for the searching
+connection and runs each of QUERIES once (scope `all`, 10 results). Prints the statements the
+server logged per search and the last search's statements. Every statement is one round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
+
+from multihost import _core  # noqa: E402  (a core as each host opens it)
+from postgres_support import start_cluster  # noqa: E402
+
+WARM = ("invoice shipment", "order 21 invoice", "Paris day 17")
+QUERIES = ("invoice for order 35", "shipment Paris", "day 3 order", "what went out to Paris")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--turns", type=int, default=20)
+    args = parser.parse_args()
+    with start_cluster() as cluster, tempfile.TemporaryDirectory() as home:
+        core = _core("postgres", cluster.conninfo(), home)
+        for s in range(args.sessions):
+            live: list[dict[str, object]] = []
+            for t in range(args.turns):
+                live += [
+                    {
+                        "role": "user",
+                        "content": f"session {s} turn {t}: what about the invoice for order"
+                        f" {t * 7} and the shipment to Paris?",
+                    },
+                    {
+                        "role": "assistant",
+                        "content": f"the invoice for order {t * 7} went out on day {t % 28 + 1}",
+                    },
+                ]
+                core.capture.capture_turn(f"c{s}", live)
+        recall = core.recall
+        recall.catch_up()
+        for query in WARM:
+            recall.search(query, limit=10)
+        log = cluster.root / "server.log"
+        time.sleep(0.5)  # the server's log is written asynchronously
+        start = last_start = len(log.read_text().splitlines())
+        core.store.connection.execute("SET log_statement = 'all'")
+        for i, query in enumerate(QUERIES):
+            if i == len(QUERIES) - 1:
+                time.sleep(0.5)
+                last_start = len(log.read_text().splitlines())
+            recall.search(query, limit=10)
+        core.store.connection.execute("SET log_statement = 'none'")
+        time.sleep(0.5)
+        lines = log.read_text().splitlines()
+        core.shutdown()
+
+    def logged(since: int) -> list[str]:
+        return [
+            line.split("LOG:  ", 1)[1]
+            for line in lines[since:]
+            if ("LOG:  statement:" in line or "LOG:  execute" in line)
+            and "log_statement" not in line
+        ]
+
+    every, last = logged(start), logged(last_start)
+    print(
+        json.dumps(
+            {
+                "searches": len(QUERIES),
+                "statements": len(every),
+                "per_search": round(len(every) / len(QUERIES), 2),
+                "last_search": [s[:100] for s in last],
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
