@@ -22,7 +22,9 @@ PYTHONHASHSEED=0; the figure is callgrind's total of instructions for the call a
   measured inside valgrind (not comparable with native times);
 - turn: bench/sync_turn.py's turns (seed 11) through the memory provider, as Hermes makes them:
   `prefetch`, `sync_turn` of the live list, `queue_prefetch`; the `--call` named is counted over
-  `--count` turns after 10 uncounted ones. Here STORE.db is made first when it does not exist:
+  `--count` turns after 10 uncounted ones, each call on its own; the median is the figure (FTS5
+  merges part of an index on some commits, ~90M instructions at a time, so a total depends on
+  whether one falls in the window: the total and the largest call are printed too). Here STORE.db is made first when it does not exist:
   bench/sync_turn.py's fill of 100,000 events by the checkout's own code, its background work
   settled (recall, consolidation, every schedule due at once), kept for the next run.
 
@@ -35,6 +37,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +47,7 @@ _TOGGLE = """
 #include <valgrind/callgrind.h>
 void cg_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; }
 void cg_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_STOP_INSTRUMENTATION; }
+void cg_dump(void) { CALLGRIND_DUMP_STATS; }
 """
 
 _CHILD = r"""
@@ -114,6 +118,7 @@ try:
             if counted:
                 cpu += time.thread_time() - t
                 cg.cg_off()
+                cg.cg_dump()  # one count per call
         for n in range(10 + int(count)):
             new = sync_turn.turn(rng, n)
             timed("prefetch", provider.prefetch, new[0]["content"], session_id="instr-turns")
@@ -227,11 +232,13 @@ def main() -> int:
         elif args.mode == "turn":
             out = folder / "turn.cg"
             printed = _run("turn", checkout, db, lib, f"{args.call}:{args.count}", out)
-            n = _instructions(out)
+            calls = sorted(n for dump in folder.glob("turn.cg*") if (n := _instructions(dump)) > 0)
             cpu = printed.strip().splitlines()[-1] if printed.strip() else ""
             print(
-                f"{args.call}: {n:,} instructions for {args.count} turns,"
-                f" {n / args.count / 1e6:.2f} M each ({cpu})"
+                f"{args.call}: median {statistics.median(calls) / 1e6:.3f} M instructions a call"
+                f" ({len(calls)} calls; quartiles {calls[len(calls) // 4] / 1e6:.3f} -"
+                f" {calls[3 * len(calls) // 4] / 1e6:.3f} M, largest {calls[-1] / 1e6:.1f} M,"
+                f" total {sum(calls):,}; {cpu})"
             )
         elif args.mode == "rebuild":
             out = folder / "rebuild.cg"
