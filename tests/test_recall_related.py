@@ -3,6 +3,8 @@ names, searched beside it at a weight that never exceeds its own, on every store
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -114,3 +116,34 @@ def test_an_index_counts_its_messages_as_bm25_does(store_core, count):
         scope = index.scope(conn, None, "ann", None)
         assert scope is not None
         assert index._messages.documents(conn, scope) == count
+
+
+def test_a_number_is_related_as_written_not_by_its_stem():
+    # "seconds" of time shares the stem of "second" (2nd), "tens" that of "ten": other senses
+    assert related_words(query_words("how many seconds")) == {}
+    assert related_words(query_words("tens of people")) == {}
+    assert related_words(query_words("thirds")) == {}
+
+
+@pytest.mark.parametrize("kind", ["memory", "file", "postgres"])
+def test_a_related_word_adds_nothing_when_every_query_word_is_common(kind, request, tmp_path):
+    # Every query word over the match budget: bm25 scores holding all words 2.0 and any 1.0; a
+    # related word's real bm25 beside those would lift a turn holding only "3" above the turns
+    # holding every query word (review finding on 0cef638).
+    from test_recall_support import core_on
+
+    with core_on(kind, request, tmp_path, recall__match_budget=5) as core:
+        texts = [
+            f"We bought three apples at the market on day {i}."
+            if i % 20 == 0
+            else f"Filler about the weather and the garden hose, entry {i}."
+            for i in range(200)
+        ]
+        texts.insert(110, "Room 3 is on the left.")
+        _capture(core, texts)
+        found = core.recall.search("three apples", scope="messages", user_id="ann", limit=5)
+    assert found, "the query words are in ten turns"
+    # (a turn after one holding both words may share its score through its context column)
+    texts = [hit["text"] for hit in found]
+    assert "Room 3 is on the left." not in texts, texts
+    assert not [t for t in texts if re.search(r"\b3\b", t)], texts

@@ -7,7 +7,9 @@ Invariants:
   entries that helped came from reading the development sets' misses, which is fitting them; a
   general thesaurus, WordNet, does not relate "siblings" to "sister", and its narrower words
   run to hundreds for a common noun.)
-- Matched by porter stem, as the index matches words.
+- Matched by the word as the query wrote it (lower-cased), not by its stem: a stem brings other
+  senses ("seconds" of time would bring "2nd", "tens" "10"). The related word is then searched as
+  the index matches words.
 - A related word never weighs more than the word the query wrote: ranking scores it as if the
   query word and all its related words were one word (their document frequencies added up), so
   a related word is discounted by how much more often the group matches than it does (see
@@ -34,16 +36,16 @@ _NUMBERS = """
 
 
 def _pairs(spec: str) -> dict[str, tuple[str, ...]]:
-    """'a b; c d' -> each word's stem -> the other words of its group."""
+    """'a b; c d' -> each word -> the other words of its group."""
     out: dict[str, tuple[str, ...]] = {}
     for group in (g.split() for g in spec.split(";")):
         for word in group:
-            out[stem(word)] = tuple(other for other in group if other != word)
+            out[word] = tuple(other for other in group if other != word)
     return out
 
 
 RELATED: dict[str, tuple[str, ...]] = _pairs(_NUMBERS)
-"""A word's porter stem -> the words searched beside it."""
+"""A word as written -> the words searched beside it."""
 
 
 def related_words(words: Sequence[str]) -> dict[str, str]:
@@ -52,7 +54,7 @@ def related_words(words: Sequence[str]) -> dict[str, str]:
     held = set(words) | {stem(w) for w in words}
     out: dict[str, str] = {}
     for word in words:
-        for form in RELATED.get(stem(word), ()):
+        for form in RELATED.get(word.lower(), ()):
             if form not in held and stem(form) not in held:
                 out.setdefault(form, word)
     return out

@@ -413,7 +413,9 @@ class MessageSearch:
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
         related = related_words(words)
-        if related:
+        # Only beside real bm25 scores: when every query word is over the match budget, bm25 scores
+        # holding all words 2.0 and any 1.0, which a related word's real bm25 would outweigh.
+        if related and self.plan(conn, self.index_key(scope), words)[0]:
             self._add_related(conn, scope, base, related, reach)
         if not base:
             return []
