@@ -734,21 +734,33 @@ class QmarkConnection:
         return self.raw.execute(sql.replace("?", "%s"), params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object:
-        """Each row through `sql`. An INSERT of one VALUES row goes as one statement over arrays
-        (`_as_arrays`) when it can: the server runs a statement per row otherwise, however the
-        rows are sent."""
-        rows = list(rows)
-        arrays = _as_arrays(sql, rows) if len(rows) > 1 else None
-        if arrays is not None:
-            self.raw.execute(*arrays)
-            return None
+        """Each row through `sql`, as psycopg sends it (the server types each parameter by its
+        column)."""
         with self.raw.cursor() as cursor:
             cursor.executemany(sql.replace("?", "%s"), rows)
         return None
 
+    def insert_rows(self, sql: str, rows: Iterable[Sequence[object]], /) -> None:
+        """`executemany` of an INSERT of one VALUES row into text and integer columns only (the
+        caller vouches for the columns: `tables.insert_rows`), as one statement over arrays
+        (`_as_arrays`) when it can: the server runs a statement per row otherwise, however the
+        rows are sent. Typed by the values' Python types, so only for columns of those types."""
+        rows = list(rows)
+        arrays = _as_arrays(sql, rows) if len(rows) > 1 else None
+        if arrays is not None:
+            self.raw.execute(*arrays)
+        else:
+            self.executemany(sql, rows)
+
 
 _VALUES_ROW = re.compile(r"\bVALUES\s*\(([^()]*)\)", re.IGNORECASE)
 _ARRAY_TYPES = {str: "text[]", int: "bigint[]"}
+_BIGINT = range(-(2**63), 2**63)
+
+
+def _fits(values: Sequence[object]) -> bool:
+    """Whether a column's values fit its array's type: any text; integers within bigint."""
+    return all(not isinstance(v, int) or v in _BIGINT for v in values)
 
 
 def _as_arrays(sql: str, rows: Sequence[Sequence[object]]) -> tuple[str, list[object]] | None:
@@ -771,7 +783,7 @@ def _as_arrays(sql: str, rows: Sequence[Sequence[object]]) -> tuple[str, list[ob
         kinds = {type(v) for v in values if v is not None}
         if not kinds:
             selected.append("NULL")
-        elif len(kinds) == 1 and (kind := kinds.pop()) in _ARRAY_TYPES:
+        elif len(kinds) == 1 and (kind := kinds.pop()) in _ARRAY_TYPES and _fits(values):
             selected.append(f"v.c{k}")
             arrays.append(f"%s::{_ARRAY_TYPES[kind]}")
             params.append(list(values))

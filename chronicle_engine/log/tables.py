@@ -26,7 +26,15 @@ from typing import Generic, Protocol, TypeVar
 from ..errors import UsageError
 from .store import Row, SQLiteEventStore, sqlite_errors
 
-__all__ = ["SQLConnection", "SQLCursor", "SQLiteTables", "Statements", "TableAccess", "Tables"]
+__all__ = [
+    "SQLConnection",
+    "SQLCursor",
+    "SQLiteTables",
+    "Statements",
+    "TableAccess",
+    "Tables",
+    "insert_rows",
+]
 
 
 class SQLCursor(Protocol):
@@ -52,6 +60,17 @@ class Statements(SQLConnection, Protocol):
     """A connection that reads SQL with `?` placeholders on either database."""
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object: ...
+
+
+def insert_rows(conn: Statements, sql: str, rows: Sequence[Sequence[object]]) -> None:
+    """`conn.executemany(sql, rows)` for an INSERT of one VALUES row into columns that are all
+    text or integers (the caller vouches for it): on PostgreSQL one statement over arrays
+    (`QmarkConnection.insert_rows`), elsewhere `executemany`."""
+    bulk = getattr(conn, "insert_rows", None)
+    if bulk is None:
+        conn.executemany(sql, rows)
+    else:
+        bulk(sql, rows)
 
 
 class TableAccess(Protocol):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..log.projector import Projector
 from ..log.store import Migration, PendingEvent, StoredEvent, run_script
-from ..log.tables import Statements
+from ..log.tables import Statements, insert_rows
 from .events import ENTRY_KINDS
 from .events import NAMESPACE as SESSION_NAMESPACE
 
@@ -247,7 +247,8 @@ def _apply_run(conn: Statements, run: Sequence[tuple[StoredEvent, _Entry]]) -> N
             (env.id, env.seq, session, _parent(event, leaves[session]), kind, fp, role, target)
         )
         leaves[session] = env.id
-    conn.executemany(
+    insert_rows(
+        conn,
         "INSERT INTO session_entries(entry_id, seq, session, parent_id, kind,"
         " fp, role, target_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         rows,
@@ -276,7 +277,8 @@ def _ensure_heads(conn: Statements, first: Mapping[str, int]) -> dict[str, str |
         leaves.update((str(session), leaf) for session, leaf in rows)
     started = [(s, s, s, first[s]) for s in sessions if s not in leaves]
     if started:
-        conn.executemany(
+        insert_rows(
+            conn,
             "INSERT INTO session_heads(session, conversation, lineage_root, reason, started_seq)"
             " VALUES (?, ?, ?, 'new', ?)",
             started,
