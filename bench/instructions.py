@@ -103,8 +103,11 @@ try:
         from pathlib import Path
         from provider import ChronicleMemoryProvider
         call, count = arg.split(":")
-        home = Path(db).parent
-        (home / "config.yaml").write_text(f"chronicle:\n  db_path: {db}\n", encoding="utf-8")
+        import tempfile
+        home = Path(tempfile.mkdtemp(prefix="instructions-home-"))  # never the store's own folder
+        (home / "config.yaml").write_text(
+            f"chronicle:\n  db_path: {Path(db).resolve()}\n", encoding="utf-8"
+        )
         provider = ChronicleMemoryProvider()
         provider.initialize("instr-turns", hermes_home=str(home), platform="cli")
         rng, live, cpu = random.Random(11), [{"role": "system", "content": "You are Hermes."}], 0.0
@@ -129,6 +132,8 @@ try:
             )
             timed("queue_prefetch", provider.queue_prefetch, new[0]["content"], session_id="instr-turns")
         provider.shutdown()
+        import shutil
+        shutil.rmtree(home, ignore_errors=True)
         print(f"cpu_ms {cpu * 1000:.1f}")
     elif mode == "compress":
         from compress import conversation
