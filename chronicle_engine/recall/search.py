@@ -410,6 +410,52 @@ class MessageSearch:
         """The best `limit` messages within `reach` that `keep` accepts. With `text`, rows reach
         `keep` with their text (read with them, in the same query). A `moment` the query names
         lifts the messages of that time."""
+        relevance, known = self._relevance(conn, scope, words, reach, text)
+        if not relevance:
+            return []
+        lift = _Lift.of(conn, scope, self.tuning, query_tokens, moment)
+        scored: list[tuple[float, MessageRow]] = []
+        best: list[float] = []  # the `limit` best scores so far, a min-heap
+        # Rows are read in relevance order, a chunk at a time, until no unread candidate can
+        # reach the results: `lift` raises a score by at most its `ceiling`, so no unread row
+        # scores above the next relevance times that. Once the `limit`-th best score is above it
+        # (a heap: the cheap test) and so is every result `_spread` would pick (it may pass over
+        # a session's surplus for another session's weaker rows), the rest cannot rank.
+        ordered = sorted(relevance, key=lambda s: -relevance[s])
+        for start in range(0, len(ordered), _ROW_CHUNK):
+            bound = relevance[ordered[start]] * lift.ceiling
+            if (
+                len(best) == limit
+                and best[0] > bound
+                and _settled(scored, limit, self.tuning, bound)
+            ):
+                break
+            chunk = ordered[start : start + _ROW_CHUNK]
+            rows = message_rows(conn, [seq for seq in chunk if seq not in known], text=text)
+            rows.update((seq, known[seq]) for seq in chunk if seq in known)
+            for row in (rows[seq] for seq in chunk if seq in rows):
+                if reach is not None and not reach.admits(row.seq, row.session):
+                    continue  # a neighbour the candidate query did not vet
+                if keep is not None and not keep(row):
+                    continue
+                score = lift.score(row, relevance[row.seq])
+                scored.append((score, row))
+                if len(best) < limit:
+                    heapq.heappush(best, score)
+                elif score > best[0]:
+                    heapq.heapreplace(best, score)
+        scored.sort(key=_by_score)
+        chosen = _spread(scored, limit, self.tuning.session_share)
+        corrections = _corrections(conn, [r.seq for _, r in chosen])
+        _with_text(conn, [row for _, row in chosen])
+        return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
+
+    def _relevance(
+        self, conn: Statements, scope: int, words: Sequence[str], reach: Reach | None, text: bool
+    ) -> tuple[dict[int, float], dict[int, MessageRow]]:
+        """seq -> the query's relevance to it before any row is read (bm25, related words, and a
+        share of the strongest hits' scores given to the turns just before and after them), and
+        the rows read on the way (the strongest hits', with their text when `text`)."""
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
         related = related_words(words)
@@ -417,8 +463,8 @@ class MessageSearch:
         # holding all words 2.0 and any 1.0, which a related word's real bm25 would outweigh.
         if related and self.plan(conn, self.index_key(scope), words)[0]:
             self._add_related(conn, scope, base, related, reach)
-        if not base:
-            return []
+        if not base or not t.neighbour_weight:
+            return base, {}
         # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
         # lift a turn into the results, and every link costs a lookup.
         strongest = sorted(base, key=lambda s: -base[s])
@@ -426,69 +472,66 @@ class MessageSearch:
         # The strongest hits' rows are read first, a chunk's worth (ranking reads at least one
         # chunk anyway): each row says the turn before it (`prev`), so a link costs a lookup of
         # the turn after only, and no index beside the rows is walked for it.
-        known = (
-            message_rows(conn, strongest[: max(_ROW_CHUNK, _NEIGHBOUR_SOURCES)], text=text)
-            if t.neighbour_weight
-            else {}
-        )
-        links = _links(conn, sources, known) if t.neighbour_weight else {}
+        known = message_rows(conn, strongest[: max(_ROW_CHUNK, _NEIGHBOUR_SOURCES)], text=text)
+        links = _links(conn, sources, known)
         relevance: dict[int, float] = defaultdict(float)
         for seq, score in base.items():
             relevance[seq] += score
             for neighbour in links.get(seq, ()):
                 relevance[neighbour] += t.neighbour_weight * score
+        return relevance, known
+
+
+@dataclass(frozen=True)
+class _Lift:
+    """What a message row's relevance is multiplied by in the ranking: its speaker's role weight,
+    a mild recency gain, `speaker_boost` when the query names its speaker (or speaks in the first
+    person and the row is the person's), `time_boost` when it falls in the time the query names.
+    `ceiling` is the most any row can be lifted by for this query."""
+
+    tuning: RecallSettings
+    newest_ts: float
+    query_tokens: set[str]
+    speaks_as_person: bool
+    moment: Moment | Span | None
+    ceiling: float
+    half_life: float
+
+    @classmethod
+    def of(
+        cls,
+        conn: Statements,
+        scope: int,
+        tuning: RecallSettings,
+        query_tokens: set[str],
+        moment: Moment | Span | None,
+    ) -> _Lift:
         newest = conn.execute(
             "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
         ).fetchone()
-        newest_ts = float(newest[0]) if newest else 0.0
-        half_life = max(t.recency_half_life_days, 1e-6) * 86400.0
         speaks_as_person = bool(query_tokens & _FIRST_PERSON)
-        # Rows are read in relevance order, a chunk at a time, until no unread candidate can
-        # reach the results: the factors below lift a score by at most `ceiling`, so no unread
-        # row scores above the next relevance times that. Once the `limit`-th best score is
-        # above it (a heap: the cheap test) and so is every result `_spread` would pick (it may
-        # pass over a session's surplus for another session's weaker rows), the rest cannot rank.
-        ceiling = max([*t.role_weights.values(), 0.8]) * (1.0 + max(t.recency_weight, 0.0))
-        if speaks_as_person or _may_name(conn, query_tokens, t.speaker_boost):
-            ceiling *= max(t.speaker_boost, 1.0)
-        ceiling *= max(t.time_boost, 1.0) if moment else 1.0
-        ordered = sorted(relevance, key=lambda s: -relevance[s])
-        scored: list[tuple[float, MessageRow]] = []
-        best: list[float] = []  # the `limit` best scores so far, a min-heap
-        for start in range(0, len(ordered), _ROW_CHUNK):
-            bound = relevance[ordered[start]] * ceiling
-            if len(best) == limit and best[0] > bound and _settled(scored, limit, t, bound):
-                break
-            chunk = ordered[start : start + _ROW_CHUNK]
-            rows = message_rows(conn, [seq for seq in chunk if seq not in known], text=text)
-            rows.update((seq, known[seq]) for seq in chunk if seq in known)
-            for seq in chunk:
-                row = rows.get(seq)
-                if row is None:
-                    continue
-                if reach is not None and not reach.admits(row.seq, row.session):
-                    continue  # a neighbour the candidate query did not vet
-                if keep is not None and not keep(row):
-                    continue
-                score = relevance[seq] * t.role_weights.get(row.speaker, 0.8)
-                if t.recency_weight and row.ts and newest_ts:
-                    age = max(newest_ts - row.ts, 0.0)
-                    score *= 1.0 + t.recency_weight * 0.5 ** (age / half_life)
-                named = bool(row.name and query_tokens & name_words(row.name))
-                if named or (speaks_as_person and row.speaker == "person"):
-                    score *= t.speaker_boost
-                if moment is not None and moment.holds(row.ts):
-                    score *= t.time_boost
-                scored.append((score, row))
-                if len(best) < limit:
-                    heapq.heappush(best, score)
-                elif score > best[0]:
-                    heapq.heapreplace(best, score)
-        scored.sort(key=_by_score)
-        chosen = _spread(scored, limit, t.session_share)
-        corrections = _corrections(conn, [r.seq for _, r in chosen])
-        _with_text(conn, [row for _, row in chosen])
-        return [message_hit(row, score, corrections.get(row.seq)) for score, row in chosen]
+        ceiling = max([*tuning.role_weights.values(), 0.8]) * (
+            1.0 + max(tuning.recency_weight, 0.0)
+        )
+        if speaks_as_person or _may_name(conn, query_tokens, tuning.speaker_boost):
+            ceiling *= max(tuning.speaker_boost, 1.0)
+        ceiling *= max(tuning.time_boost, 1.0) if moment else 1.0
+        newest_ts = float(newest[0]) if newest else 0.0
+        half_life = max(tuning.recency_half_life_days, 1e-6) * 86400.0
+        return cls(tuning, newest_ts, query_tokens, speaks_as_person, moment, ceiling, half_life)
+
+    def score(self, row: MessageRow, relevance: float) -> float:
+        t = self.tuning
+        score = relevance * t.role_weights.get(row.speaker, 0.8)
+        if t.recency_weight and row.ts and self.newest_ts:
+            age = max(self.newest_ts - row.ts, 0.0)
+            score *= 1.0 + t.recency_weight * 0.5 ** (age / self.half_life)
+        named = bool(row.name and self.query_tokens & name_words(row.name))
+        if named or (self.speaks_as_person and row.speaker == "person"):
+            score *= t.speaker_boost
+        if self.moment is not None and self.moment.holds(row.ts):
+            score *= t.time_boost
+        return score
 
 
 def _varint(data: bytes) -> int:
