@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TypeGuard, TypeVar, overload
 
-from .capture.events import HANDOFF_MARKER, text_parts
+from .capture.events import HANDOFF_MARKER, HANDOFF_OPENING, text_parts
 from .capture.secrets import mask
 from .capture.speaker import is_person_request
 
@@ -164,7 +164,6 @@ def estimate_list_tokens(messages: Sequence[object]) -> int:
 
 
 _LEAD = len(HANDOFF_MARKER) + len(HANDOFF_SIGNATURE) + 64
-_MARKER_FIRST = HANDOFF_MARKER[0]
 
 
 def _lead(message: Mapping[str, object]) -> str:
@@ -183,7 +182,7 @@ def handoff_kind(message: object) -> str | None:
     content = message.get("content")
     if isinstance(content, str):
         first = content[:1]
-        if first != _MARKER_FIRST and not first.isspace():
+        if first != HANDOFF_OPENING and not first.isspace():
             return None  # (what `_lead` would return does not start with the marker)
     lead = _lead(message)
     if not lead.startswith(HANDOFF_MARKER):

@@ -24,6 +24,7 @@ __all__ = [
     "DelegationObserved",
     "CompressionAhead",
     "HANDOFF_MARKER",
+    "HANDOFF_OPENING",
     "Speaker",
     "MessageCaptured",
     "MESSAGE_FIELDS",
@@ -39,6 +40,9 @@ HOST_NAMESPACE = "chronicle.host"  # what the host told the memory slot, beside 
 HANDOFF_MARKER = "[CONTEXT COMPACTION — REFERENCE ONLY]"
 """The first line of every handoff message the context engine writes. Capture never records a
 message that starts with it as conversation: it is derived from the log, not part of it."""
+HANDOFF_OPENING = HANDOFF_MARKER[0]
+"""The marker's first character: a text that opens with anything else (but whitespace) is no
+handoff, which most readers learn from that one character rather than a stripped copy."""
 
 Speaker = Literal["person", "assistant", "tool", "host", "automation"]
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .events import HANDOFF_MARKER, Speaker, message_text, text_parts
+from .events import HANDOFF_MARKER, HANDOFF_OPENING, Speaker, message_text, text_parts
 
 __all__ = [
     "Attribution",
@@ -33,7 +33,7 @@ PERSON_CONTEXTS = frozenset({"primary"})
 
 _LEGACY_SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
 # What a handoff's text starts with, once leading whitespace is stripped.
-_HANDOFF_OPENINGS = frozenset((HANDOFF_MARKER[:1], _LEGACY_SUMMARY_PREFIX[:1]))
+_HANDOFF_OPENINGS = frozenset((HANDOFF_OPENING, _LEGACY_SUMMARY_PREFIX[:1]))
 _COMPRESSED_SUMMARY_KEY = "_compressed_summary"
 # Hermes' built-in compressor can merge its summary into a tail message: header, the message's
 # old text, delimiter, summary (agent/context_compressor.py).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..capture.events import HANDOFF_MARKER
+from ..capture.events import HANDOFF_OPENING
 from ..messages import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD,
@@ -21,7 +21,6 @@ from .planner import MessageFacts
 
 __all__ = ["message_facts"]
 
-_MARKER_FIRST = HANDOFF_MARKER[:1]
 _new = tuple.__new__
 
 
@@ -63,7 +62,7 @@ def message_facts(
         kind = None
         if role == "user" or role == "assistant":
             opening = content[:1] if isinstance(content, str) else None
-            if opening is None or opening == _MARKER_FIRST or opening.isspace():
+            if opening is None or opening == HANDOFF_OPENING or opening.isspace():
                 kind = handoff_kind(message)
         own = kind == "own"
         real_user = role == "user" and is_real_user(message)

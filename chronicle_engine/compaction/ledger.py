@@ -32,7 +32,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..capture.align import plain_json, wire_message
-from ..capture.events import HANDOFF_MARKER
+from ..capture.events import HANDOFF_OPENING
 from ..capture.secrets import mask
 from ..capture.shortened import origin
 from ..chronicle.extractive import STRIP, facts_in
@@ -64,7 +64,7 @@ _SCAN_CHARS = 1600  # of each folded message, read for entities (as the writer r
 _OPENING_CHARS = 48  # a message whose opening words the prose quotes is kept
 _ENTITIES = 12  # of each folded message at most
 # What an ASCII text that is a handoff starts with: the marker, or whitespace (`handoff_kind`).
-_HANDOFF_LEADS = frozenset([HANDOFF_MARKER[:1], *(c for c in map(chr, range(128)) if c.isspace())])
+_HANDOFF_LEADS = frozenset([HANDOFF_OPENING, *(c for c in map(chr, range(128)) if c.isspace())])
 
 
 def _opening(text: str) -> str:
