@@ -17,11 +17,9 @@ from ..messages import (
     states_a_rule,
     tool_call_ids,
 )
-from .planner import MessageFacts
+from .planner import MessageFacts, tuple_new
 
 __all__ = ["message_facts"]
-
-_new = tuple.__new__
 
 
 def message_facts(
@@ -76,7 +74,7 @@ def message_facts(
         instruction = real_user and seq is not None and states_a_rule(content_text(message))
         result_id = message.get("tool_call_id") if role == "tool" else None
         out.append(
-            _new(  # (a NamedTuple's __new__ is Python code: one per message of every pass)
+            tuple_new(
                 MessageFacts,
                 (
                     tokens,

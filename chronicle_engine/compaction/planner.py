@@ -34,10 +34,9 @@ STUB_TOKENS = 80
 
 # MessageFacts and Unit are named tuples, not frozen dataclasses: as immutable, and one is made
 # per message (per unit) of every pass, where a frozen dataclass's __init__ sets each field
-# through object.__setattr__ (~3 µs a MessageFacts).
-
-
-_new = tuple.__new__
+# through object.__setattr__ (~3 µs a MessageFacts). Both are built as `tuple_new(cls, values)`:
+# a NamedTuple's own __new__ is Python code, one call per message (`message_facts`, `units_of`).
+tuple_new = tuple.__new__
 
 
 class MessageFacts(NamedTuple):
@@ -98,11 +97,10 @@ def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
             while j < n and facts[j].role == "tool" and facts[j].result_id in wanted:
                 found.add(facts[j].result_id or "")
                 j += 1
-            append(_new(Unit, (i, j, found == wanted and "" not in wanted)))
+            append(tuple_new(Unit, (i, j, found == wanted and "" not in wanted)))
             i = j
         else:
-            # (built as a tuple: a NamedTuple's __new__ is Python code, one per message)
-            append(_new(Unit, (i, i + 1, role != "tool")))
+            append(tuple_new(Unit, (i, i + 1, role != "tool")))
             i += 1
     return units
 
