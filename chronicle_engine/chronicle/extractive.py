@@ -144,10 +144,11 @@ def _first_error(lowered: str) -> int:
     return hit
 
 
-def _sentences(text: str) -> list[str]:
+def _sentences_at_spaces(text: str) -> list[str]:
     """`text` split where whitespace follows a [.!?] (the mark stays with its sentence, the
     whitespace goes), as splitting on whitespace preceded by one of them would; found by
-    `str.find` per mark."""
+    `str.find` per mark. (Not recall's `_sentences`: that one cuts only where more text follows,
+    at CJK stops too.)"""
     out: list[str] = []
     position = 0
     n = len(text)
@@ -513,7 +514,7 @@ def _said(
         if text.strip():
             lowered = head.lower()
             decisions = (
-                [s for s in _sentences(head) if _is_decision(s.lower())]
+                [s for s in _sentences_at_spaces(head) if _is_decision(s.lower())]
                 if _is_decision(lowered)
                 else []
             )
