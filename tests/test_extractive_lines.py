@@ -1,13 +1,24 @@
 """The extractive summariser's lines, against their definitions: a line is the text with each
 run of whitespace one space, cut to its cap; a tool result without an error is shown by its
-first line that holds text (`str.splitlines`' line breaks, all of them)."""
+first line that holds text (`str.splitlines`' line breaks, all of them); the prose is the same
+whether every line is drawn or only those the budget can keep."""
 
 from __future__ import annotations
+
+from functools import partial
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chronicle_engine.chronicle.extractive import _one_line, _outcome
+from chronicle_engine.chronicle.extractive import (
+    _drawn,
+    _fit,
+    _Later,
+    _Line,
+    _line,
+    _one_line,
+    _outcome,
+)
 
 _BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 _WORDS = ["ok", "done", "é", "東京", "x" * 70, " ", "  "]
@@ -31,3 +42,37 @@ def test_a_result_without_an_error_shows_its_first_line_that_holds_text(parts: l
     first = next((line for line in shown.splitlines() if line.strip()), "")
     expected = _one_line(first, 110) if shown else "empty result"
     assert _outcome({"role": "tool", "content": text}) == expected
+
+
+# A line: (rank, its text, focused, the cap of its shorter form, drawn later at most at this rank
+# or None: drawn at once).
+_Spec = tuple[int, str, bool, int | None, int | None]
+_SPEC = st.tuples(
+    st.sampled_from([0, 1, 2, 3]),
+    st.text(alphabet="ab .", max_size=500),
+    st.booleans(),
+    st.sampled_from([None, 140, 220]),
+    st.sampled_from([None, 0, 1, 2, 3]),
+)
+
+
+def _drawing(rank: int, text: str, compact: int | None) -> tuple[int, str, int | None]:
+    return rank, text, compact
+
+
+def _items(specs: list[_Spec]) -> list[_Line | _Later]:
+    items: list[_Line | _Later] = []
+    for order, (rank, text, focused, compact, most) in enumerate(specs):
+        if most is None or most < rank:
+            items.append(_line(rank, text, order, focused, compact))
+        else:
+            items.append(_Later(most, order, focused, partial(_drawing, rank, text, compact)))
+    items.append(_Line(5, "Facts: " + "x" * (len(specs) % 40), len(items)))
+    return items
+
+
+@given(st.lists(_SPEC, max_size=40), st.integers(min_value=1, max_value=6000))
+def test_lines_the_budget_cannot_keep_need_not_be_drawn(specs: list[_Spec], budget: int) -> None:
+    every = [x.line() if isinstance(x, _Later) else x for x in _items(specs)]
+    kept, omitted = _drawn(_items(specs), budget)
+    assert _fit(kept, budget, "expand", omitted) == _fit(every, budget, "expand")

@@ -6,8 +6,9 @@ settles something), `Assistant:` (the start of any other reply), `Step:` (one li
 the call and its outcome), `Facts:` (identifiers, paths, numbers, dates, URLs seen in the range).
 Over budget, lines go in a fixed order (plain replies, then middle steps, then facts, then
 decisions; the person's requests last) and the prose says how many went and how to get them back.
-Only the first part of each message is scanned, so the cost is bounded per message. Every text
-is read through `masked_view`, so no credential reaches the prose; the log keeps the originals.
+Only the first part of each message is scanned, so the cost is bounded per message, and a line
+the budget cannot keep whatever it says is never drawn (`_drawn`). Every text is read through
+`masked_view`, so no credential reaches the prose; the log keeps the originals.
 """
 
 from __future__ import annotations
@@ -187,6 +188,38 @@ class _Line:
     order: int
     focused: bool = False
     compact: str | None = None  # a shorter form, tried before the line is dropped
+
+    @property
+    def least(self) -> int:
+        """The characters it takes once shortened, with its line break (see `_fit`)."""
+        compact = self.compact
+        if compact is not None and len(compact) < len(self.text):
+            return len(compact) + 1
+        return len(self.text) + 1
+
+
+def _line(rank: int, text: str, order: int, focused: bool, compact: int | None = None) -> _Line:
+    short = _one_line(text, compact) if compact is not None and len(text) > compact else None
+    return _Line(rank, text, order, focused, short)
+
+
+# (rank, text, the cap of its shorter form): what drawing a `_Later` line gives.
+_Drawing = Callable[[], tuple[int, str, int | None]]
+
+
+@dataclass(slots=True)
+class _Later:
+    """A line whose text is drawn only if it can be kept (`_drawn`): a step, a reply, a host's
+    note. `most`: the highest rank its text can give it (a step with an error is a decision)."""
+
+    most: int
+    order: int
+    focused: bool
+    draw: _Drawing
+
+    def line(self) -> _Line:
+        rank, text, compact = self.draw()
+        return _line(rank, text, self.order, self.focused, compact)
 
 
 def focus_terms(focus: str | None) -> tuple[str, ...]:
@@ -437,8 +470,9 @@ def _middle_out(n: int) -> Iterable[int]:
             return
 
 
-def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
-    """Drop the least important lines (middle ones first within a rank) until the text fits."""
+def _fit(lines: list[_Line], budget_chars: int, restore: str, omitted: int = 0) -> str:
+    """Drop the least important lines (middle ones first within a rank) until the text fits.
+    `omitted`: lines of lower rank than all of `lines` left out already (see `_drawn`)."""
     total = sum(len(ln.text) + 1 for ln in lines)
     if total <= budget_chars:
         return "\n".join(ln.text for ln in lines)
@@ -474,7 +508,9 @@ def _fit(lines: list[_Line], budget_chars: int, restore: str) -> str:
         if total <= budget_chars:
             break
     kept = [ln for ln in lines if ln.order not in dropped]
-    note = f"({len(dropped)} more lines omitted; {restore} returns every original message.)"
+    note = (
+        f"({len(dropped) + omitted} more lines omitted; {restore} returns every original message.)"
+    )
     text = "\n".join(ln.text for ln in kept)
     if len(text) + len(note) + 1 > budget_chars:
         text = text[: max(0, budget_chars - len(note) - 2)].rstrip() + "…"
@@ -499,33 +535,103 @@ def _sample(
     return detail, min(1.0, _FACTS_SCANNED / n) if n else 1.0
 
 
+class _Reader:
+    """A fold's messages as the summary reads them: each masked once (a tool result is read
+    twice, as its call's outcome and as itself), and the tool results by their call's id.
+    `clean`: indices of messages known to hold no credential (read unmasked)."""
+
+    def __init__(self, messages: Sequence[dict[str, object]], clean: Collection[int]) -> None:
+        self.views: dict[int, dict[str, object]] = {
+            id(messages[i]): messages[i] for i in clean if i < len(messages)
+        }
+        self.results: dict[str, dict[str, object]] = {}
+        for m in messages:
+            if isinstance(m, dict) and m.get("role") == "tool":
+                call_id = m.get("tool_call_id")
+                if isinstance(call_id, str):
+                    self.results.setdefault(call_id, m)
+
+    def view(self, raw: dict[str, object]) -> dict[str, object]:
+        seen = self.views.get(id(raw))
+        if seen is None:
+            seen = self.views[id(raw)] = masked_view(raw)
+        return seen
+
+    def step(self, call_id: str, name: str, arguments: str) -> tuple[int, str, int | None]:
+        """A tool call's Step line: the call and its outcome (a decision when it failed)."""
+        outcome = _outcome(self.results.get(call_id), self.view)
+        step = f"Step: {_call_summary(name, arguments)} → {outcome}"
+        rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
+        return rank, _one_line(step, _STEP_CAP), None
+
+
+def _reply(head: str, focused: bool) -> tuple[int, str, int | None]:
+    """An assistant's line: its deciding sentences, else the start of its reply."""
+    decisions = (
+        [s for s in _sentences_at_spaces(head) if _is_decision(s.lower())]
+        if _is_decision(head.lower())
+        else []
+    )
+    if decisions:
+        cap = _REPLY_CAP * 2 if focused else _REPLY_CAP
+        return _RANK_DECISION, "Decision: " + _one_line(" ".join(decisions), cap), _COMPACT_OTHER
+    return _RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), None
+
+
+def _note(prefix: str, text: str) -> tuple[int, str, int | None]:
+    return _RANK_REPLY, prefix + _one_line(text, _REPLY_CAP), None
+
+
 def _said(
-    role: object, message: dict[str, object], text: str, head: str, focused: bool
-) -> tuple[int, str, bool, int | None] | None:
-    """The line of what a message says, as (rank, text, focused, compact cap), if any: a
-    person's request, a host's note, an assistant's decision or reply, a system message."""
+    role: object, message: dict[str, object], text: str, head: str, focused: bool, order: int
+) -> _Line | _Later | None:
+    """The line of what a message says, if any: a person's request (drawn now: it outranks
+    the rest), a host's note, an assistant's decision or reply, a system message."""
     if role == "user":
         if is_real_user(message):
-            cap = _USER_CAP * 2 if focused else _USER_CAP
-            return _RANK_USER, "User: " + _verbatim_request(text, cap), focused, _COMPACT_USER
+            request = "User: " + _verbatim_request(text, _USER_CAP * 2 if focused else _USER_CAP)
+            return _line(_RANK_USER, request, order, focused, _COMPACT_USER)
         if text.strip():
-            return _RANK_REPLY, "Host: " + _one_line(text, _REPLY_CAP), focused, None
+            return _Later(_RANK_REPLY, order, focused, partial(_note, "Host: ", text))
     elif role == "assistant":
         if text.strip():
-            lowered = head.lower()
-            decisions = (
-                [s for s in _sentences_at_spaces(head) if _is_decision(s.lower())]
-                if _is_decision(lowered)
-                else []
-            )
-            if decisions:
-                cap = _REPLY_CAP * 2 if focused else _REPLY_CAP
-                decision = "Decision: " + _one_line(" ".join(decisions), cap)
-                return _RANK_DECISION, decision, focused, _COMPACT_OTHER
-            return _RANK_REPLY, "Assistant: " + _one_line(head, _REPLY_CAP), focused, None
+            return _Later(_RANK_DECISION, order, focused, partial(_reply, head, focused))
     elif role == "system" and text.strip():
-        return _RANK_REPLY, "System: " + _one_line(text, _REPLY_CAP), focused, None
+        return _Later(_RANK_REPLY, order, focused, partial(_note, "System: ", text))
     return None
+
+
+def _read(
+    reader: _Reader,
+    m: dict[str, object],
+    terms: Sequence[str],
+    scan: bool,
+    lines: list[_Line | _Later],
+    scanned: list[tuple[str, int]],
+) -> None:
+    """One message's lines (what it says, a Step per tool call) and, when `scan`, the texts
+    its facts are read from."""
+    role = m.get("role")
+    text = content_text(m)
+    head = text[:_SCAN_CHARS]
+    if scan:
+        scanned.append(_fact_text(m, text))
+    focused = bool(terms) and _mentions(head, terms)
+    said = _said(role, m, text, head, focused, len(lines))
+    if said is not None:
+        lines.append(said)
+    if role == "assistant" and m.get("tool_calls"):
+        for call_id, name, arguments in tool_calls(m):
+            if scan:
+                scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
+            lines.append(
+                _Later(
+                    _RANK_DECISION,
+                    len(lines),
+                    focused or (bool(terms) and _mentions(arguments, terms)),
+                    partial(reader.step, call_id, name, arguments),
+                )
+            )
 
 
 def summarize_messages(
@@ -537,83 +643,61 @@ def summarize_messages(
     clean: Collection[int] = (),
 ) -> str:
     """Extractive prose for a folded run of wire messages, at most about `budget_chars` long.
-    `clean`: indices of messages known to hold no credential (read unmasked)."""
+    `clean`: indices of messages known to hold no credential (read unmasked). A line the
+    budget cannot keep is never drawn (`_drawn`); every scanned message gives its facts."""
     terms = focus_terms(focus)
-    results: dict[str, dict[str, object]] = {}
-    for m in messages:
-        if isinstance(m, dict) and m.get("role") == "tool":
-            call_id = m.get("tool_call_id")
-            if isinstance(call_id, str):
-                results.setdefault(call_id, m)
-
-    lines: list[_Line] = []
+    reader = _Reader(messages, clean)
+    lines: list[_Line | _Later] = []
     scanned: list[tuple[str, int]] = []
-    order = 0
-    views: dict[int, dict[str, object]] = {
-        id(messages[i]): messages[i] for i in clean if i < len(messages)
-    }
-
-    def view(raw: dict[str, object]) -> dict[str, object]:
-        # Masking is the costly part of reading a message; a tool result is read twice (as its
-        # call's outcome, then as itself), so each message is masked once.
-        seen = views.get(id(raw))
-        if seen is None:
-            seen = views[id(raw)] = masked_view(raw)
-        return seen
-
-    def add(rank: int, text: str, focused: bool, compact: int | None = None) -> None:
-        nonlocal order
-        short = _one_line(text, compact) if compact is not None and len(text) > compact else None
-        lines.append(_Line(rank, text, order, focused, short))
-        order += 1
-
     detail, share = _sample(messages, budget_chars)
-
     for index, raw in enumerate(messages):
         if not isinstance(raw, dict):
             continue
         # A hashed sample, not every k-th message: a fixed stride would keep hitting the same
         # place of each turn (always the request, never the answer).
         scan = share >= 1.0 or (index * 2654435761) % 4294967296 < share * 4294967296
-        if detail is not None and index not in detail and not scan:
-            continue
-        # Only what is read is masked: on a huge fold, a bounded sample of the messages.
-        m = views.get(id(raw)) or view(raw)
-        if detail is not None and index not in detail:
-            scanned.append(_fact_text(m))
-            continue
-        role = m.get("role")
-        text = content_text(m)
-        head = text[:_SCAN_CHARS]
-        if scan:
-            scanned.append(_fact_text(m, text))
-        focused = bool(terms) and _mentions(head, terms)
-        said = _said(role, m, text, head, focused)
-        if said is not None:
-            add(*said)
-        if role == "assistant" and m.get("tool_calls"):
-            for call_id, name, arguments in tool_calls(m):
-                if scan:
-                    scanned.append((arguments[:_ARGS_SCAN_CHARS], -1))
-                outcome = _outcome(results.get(call_id), view)
-                step = f"Step: {_call_summary(name, arguments)} → {outcome}"
-                rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
-                add(
-                    rank,
-                    _one_line(step, _STEP_CAP),
-                    focused or (bool(terms) and _mentions(arguments, terms)),
-                )
-
+        if detail is None or index in detail:
+            _read(reader, reader.view(raw), terms, scan, lines, scanned)
+        elif scan:  # only what is read is masked: on a huge fold, a bounded sample
+            scanned.append(_fact_text(reader.view(raw)))
     facts = _facts(scanned, _MAX_FACTS)
     if facts:
-        add(
-            _RANK_FACTS,
-            _fact_line(facts, max(80, min(_FACTS_CHARS, budget_chars // _FACTS_SHARE))),
-            False,
-        )
+        cap = max(80, min(_FACTS_CHARS, budget_chars // _FACTS_SHARE))
+        lines.append(_Line(_RANK_FACTS, _fact_line(facts, cap), len(lines)))
     if terms:
         lines.insert(0, _Line(_RANK_FRAME, f"Focus: {focus}", -1))
-    return _fit(lines, budget_chars, restore)
+    kept, omitted = _drawn(lines, budget_chars)
+    return _fit(kept, budget_chars, restore, omitted)
+
+
+def _drawn(lines: Sequence[_Line | _Later], budget_chars: int) -> tuple[list[_Line], int]:
+    """The lines `_fit` can keep, drawn, and how many of lower rank it would drop whatever they
+    say. Ranks are drawn from the top down; once the lines at or above a rank take more than the
+    budget even shortened, `_fit` drops every line below it (middle-out within each rank, the
+    text staying over budget throughout) and shortens every line kept (it stops shortening only
+    at a total within budget): the same prose as drawing every line."""
+    least = [0] * (_RANK_FRAME + 2)  # characters of the drawn lines of each rank, shortened
+    later: list[list[_Later]] = [[] for _ in least]  # by the highest rank each can take
+    for item in lines:
+        if isinstance(item, _Later):
+            later[item.most + item.focused].append(item)
+        else:
+            least[item.rank + item.focused] += item.least
+    drawn: dict[int, _Line] = {}
+    taken = 0
+    for rank in range(len(least) - 1, -1, -1):
+        for item in later[rank]:
+            line = drawn[item.order] = item.line()
+            least[line.rank + line.focused] += line.least
+        taken += least[rank]
+        if taken > budget_chars:
+            break
+    kept = [
+        ln
+        for ln in (drawn.get(x.order, x) for x in lines)
+        if isinstance(ln, _Line) and ln.rank + ln.focused >= rank
+    ]
+    return kept, len(lines) - len(kept)
 
 
 _RANGE = re.compile(r"(\d+)-(\d+)")
