@@ -21,8 +21,11 @@ Laws (tests/test_compaction_planner.py):
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, compress, count, filterfalse, starmap
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 __all__ = ["MessageFacts", "Unit", "Plan", "units_of", "plan", "STUB_TOKENS"]
@@ -80,6 +83,15 @@ class Plan:
         return bool(self.fold or self.allowances or len(self.drop) > self.handoffs_dropped)
 
 
+_TOKENS = attrgetter("tokens")
+_HANDOFF = attrgetter("handoff")
+_PROTECTED = attrgetter("protected")
+_FOLDED = attrgetter("folded")
+_START = itemgetter(0)  # of a Unit
+_SPAN = itemgetter(0, 1)
+_FORMED = itemgetter(2)
+
+
 def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
     """Split the list into units: a call with the results that follow it, or one message."""
     units: list[Unit] = []
@@ -91,9 +103,16 @@ def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
         if role == "assistant" and f.call_ids and not f.handoff:
             # (an earlier handoff the host merged with a call is not a call of ours to keep: it
             # is dropped alone, and its results, now orphans, are folded)
+            j = i + 1
+            if len(f.call_ids) == 1:  # (most calls: no set of one id to build and compare)
+                only = f.call_ids[0]
+                while j < n and facts[j].role == "tool" and facts[j].result_id == only:
+                    j += 1
+                append(tuple_new(Unit, (i, j, j > i + 1 and only != "")))
+                i = j
+                continue
             wanted = set(f.call_ids)
             found: set[str] = set()
-            j = i + 1
             while j < n and facts[j].role == "tool" and facts[j].result_id in wanted:
                 found.add(facts[j].result_id or "")
                 j += 1
@@ -105,14 +124,24 @@ def units_of(facts: Sequence[MessageFacts]) -> list[Unit]:
     return units
 
 
-def _cost(facts: Sequence[MessageFacts], unit: Unit) -> int:
-    return sum(facts[i].tokens for i in unit.indices())
+def _cost(cum: Sequence[int], unit: Unit) -> int:
+    """A unit's tokens, from `cum` (the tokens before each index: `_prefix`)."""
+    return cum[unit.end] - cum[unit.start]
+
+
+def _prefix(facts: Sequence[MessageFacts]) -> list[int]:
+    return [0, *accumulate(map(_TOKENS, facts))]
+
+
+def _indices(facts: Sequence[MessageFacts], flag: attrgetter[bool]) -> set[int]:
+    """The indices of the messages whose `flag` is set (read at C speed: most are not)."""
+    return set(compress(count(), map(flag, facts)))
 
 
 def _head_units(
     facts: Sequence[MessageFacts], units: list[Unit], protect_first_n: int
 ) -> list[Unit]:
-    first_handoff = next((i for i, f in enumerate(facts) if f.handoff), None)
+    first_handoff = next(compress(count(), map(_HANDOFF, facts)), None)
     if first_handoff is not None:
         return [u for u in units if u.end <= first_handoff]
     head: list[Unit] = []
@@ -141,19 +170,17 @@ def plan(
     """Decide the compacted list for a budget of `budget` tokens, `reserve` of them for the
     handoff. `force` (a `/compress`) keeps no more tail than the protected part."""
     units = units_of(facts)
+    cum = _prefix(facts)
+    handoffs = _indices(facts, _HANDOFF)
     head_units = _head_units(facts, units, protect_first_n)
-    head_end = head_units[-1].end if head_units else 0
-    body = [
-        u
-        for u in units
-        if u.start >= head_end and not (u.end - u.start == 1 and facts[u.start].handoff)
-    ]
-    formed = [u for u in body if u.well_formed]
+    body = units[len(head_units) :]  # (the head is a run of units from the first)
+    if handoffs:
+        body = [u for u in body if not (u.end - u.start == 1 and u.start in handoffs)]
+    formed = list(compress(body, map(_FORMED, body)))
 
     newest_turn = formed[-1] if formed and formed[-1] is body[-1] else None
     newest_request = next((u for u in reversed(formed) if facts[u.start].real_user), None)
-    flags = [f.protected for f in facts]
-    protected = [u for u in formed if any(flags[u.start : u.end])]
+    protected = _holding(formed, _indices(facts, _PROTECTED))
     mandatory: dict[int, Unit] = {u.start: u for u in protected}
     for unit in (newest_turn, newest_request):
         if unit is not None:
@@ -161,14 +188,14 @@ def plan(
 
     # The tail: the protected last messages, then whole units back while they fit.
     cut, position = _protected_tail(body, protect_last_n, len(facts))
-    head_cost = sum(_cost(facts, u) for u in head_units if u.well_formed)
+    head_cost = sum(_cost(cum, u) for u in head_units if u.well_formed)
 
-    total, count = _kept_cost(facts, formed, mandatory, cut)
+    total, kept_count = _kept_cost(cum, formed, mandatory, cut)
     total += head_cost + reserve
     least = position  # the tail may not start after body[least] (protect_last_n)
     if not force:
         position, cut, total = _grow_tail(
-            facts, body, mandatory, position, cut, total, count, budget, max_kept
+            cum, body, mandatory, position, cut, total, kept_count, budget, max_kept
         )
 
     head_kept = [u for u in head_units if u.well_formed]
@@ -176,16 +203,16 @@ def plan(
     # A bridge the budget has no room for costs the oldest optional tail unit instead (a few
     # more folded messages rather than shortened ones), while the tail has such units.
     position, total, cut, kept_units, bridges = _room_for_bridges(
-        facts, body, formed, mandatory, handoff_role, position, least, total, budget
+        facts, cum, body, formed, mandatory, handoff_role, position, least, total, budget
     )
     if bridges:
         for unit in bridges:
             mandatory[unit.start] = unit
-            total += _cost(facts, unit)
+            total += _cost(cum, unit)
         kept_units = sorted(kept_units + bridges, key=lambda u: u.start)
-    head_idx = tuple(i for u in head_kept for i in u.indices())
-    keep_idx = tuple(i for u in kept_units for i in u.indices())
-    fold, drop = _fold_and_drop(facts, set(head_idx) | set(keep_idx))
+    head_idx = tuple(chain.from_iterable(starmap(range, map(_SPAN, head_kept))))
+    keep_idx = tuple(chain.from_iterable(starmap(range, map(_SPAN, kept_units))))
+    fold, drop = _fold_and_drop(facts, set(head_idx) | set(keep_idx), handoffs)
 
     allowances: dict[int, int] = {}
     if total > budget:
@@ -195,7 +222,7 @@ def plan(
                 order.append(unit)
         order += [u for u in reversed(protected) if u not in order]
         order += [u for u in reversed(kept_units) if u not in order]
-        allowances, total = _allowances(facts, order, budget - reserve - head_cost)
+        allowances, total = _allowances(facts, cum, order, budget - reserve - head_cost)
         total += reserve + head_cost
 
     return Plan(
@@ -207,34 +234,47 @@ def plan(
         allowances=allowances,
         tokens_after=total,
         newest_request=newest_request.start if newest_request is not None else None,
-        handoffs_dropped=sum(1 for i in drop if facts[i].handoff),
+        handoffs_dropped=len(handoffs.intersection(drop)),
         handoff_role=handoff_role,
     )
 
 
+def _holding(formed: list[Unit], indices: set[int]) -> list[Unit]:
+    """The units of `formed` (in order) that hold one of `indices`."""
+    starts = list(map(_START, formed))
+    found: dict[int, Unit] = {}
+    for i in indices:
+        k = bisect_right(starts, i) - 1
+        if k >= 0 and i < formed[k].end:
+            found[k] = formed[k]
+    return [found[k] for k in sorted(found)]
+
+
+def _kept(formed: list[Unit], mandatory: dict[int, Unit], tail_from: int) -> list[Unit]:
+    """The units kept with a tail from `tail_from`, in order: the mandatory ones before it,
+    then every unit from it."""
+    before = sorted((u for u in mandatory.values() if u.start < tail_from), key=_START)
+    return before + formed[bisect_left(list(map(_START, formed)), tail_from) :]
+
+
 def _kept_cost(
-    facts: Sequence[MessageFacts], formed: list[Unit], mandatory: dict[int, Unit], tail_from: int
+    cum: Sequence[int], formed: list[Unit], mandatory: dict[int, Unit], tail_from: int
 ) -> tuple[int, int]:
     """What the units kept with a tail from `tail_from` cost, and how many messages they hold."""
-    cost = count = 0
-    for u in formed:
-        if u.start >= tail_from or u.start in mandatory:
-            cost += _cost(facts, u)
-            count += u.end - u.start
-    return cost, count
+    cost = held = 0
+    for u in _kept(formed, mandatory, tail_from):
+        cost += cum[u.end] - cum[u.start]
+        held += u.end - u.start
+    return cost, held
 
 
 def _fold_and_drop(
-    facts: Sequence[MessageFacts], kept: set[int]
+    facts: Sequence[MessageFacts], kept: set[int], handoffs: set[int]
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The indices a pass folds (not kept, not folded before, not a handoff) and drops."""
-    fold = tuple(
-        i
-        for i in range(len(facts))
-        if i not in kept and not facts[i].folded and not facts[i].handoff
-    )
-    drop = tuple(i for i in range(len(facts)) if i not in kept)
-    return fold, drop
+    drop = tuple(filterfalse(kept.__contains__, range(len(facts))))
+    gone = _indices(facts, _FOLDED) | handoffs
+    return (tuple(filterfalse(gone.__contains__, drop)) if gone else drop), drop
 
 
 def _protected_tail(body: Sequence[Unit], protect_last_n: int, end: int) -> tuple[int, int]:
@@ -253,13 +293,13 @@ def _protected_tail(body: Sequence[Unit], protect_last_n: int, end: int) -> tupl
 
 
 def _grow_tail(
-    facts: Sequence[MessageFacts],
+    cum: Sequence[int],
     body: list[Unit],
     mandatory: dict[int, Unit],
     position: int,
     cut: int,
     total: int,
-    count: int,
+    kept_count: int,
     budget: int,
     max_kept: int | None,
 ) -> tuple[int, int, int]:
@@ -269,14 +309,14 @@ def _grow_tail(
         unit = body[position - 1]
         extra = 0
         if unit.well_formed and unit.start not in mandatory:
-            extra = _cost(facts, unit)
-            if max_kept is not None and count + (unit.end - unit.start) > max_kept:
+            extra = cum[unit.end] - cum[unit.start]
+            if max_kept is not None and kept_count + (unit.end - unit.start) > max_kept:
                 break
         if total + extra > budget:
             break
         total += extra
         if unit.well_formed and unit.start not in mandatory:
-            count += unit.end - unit.start
+            kept_count += unit.end - unit.start
         position -= 1
         cut = unit.start
     return position, cut, total
@@ -284,6 +324,7 @@ def _grow_tail(
 
 def _room_for_bridges(
     facts: Sequence[MessageFacts],
+    cum: Sequence[int],
     body: list[Unit],
     formed: list[Unit],
     mandatory: dict[int, Unit],
@@ -297,21 +338,21 @@ def _room_for_bridges(
     not fit the budget and the tail may still shrink (`least`): the tail's position in `body`,
     the kept cost, the cut, the kept units and the bridges they need."""
     cut = body[position].start if position < len(body) else len(facts)
-    kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
+    kept_units = _kept(formed, mandatory, cut)
     bridges = _bridges(facts, body, kept_units, handoff_role)
-    while bridges and total + sum(_cost(facts, u) for u in bridges) > budget and position < least:
+    while bridges and total + sum(_cost(cum, u) for u in bridges) > budget and position < least:
         unit = body[position]
         if unit.well_formed and unit.start not in mandatory:
-            total -= _cost(facts, unit)
+            total -= _cost(cum, unit)
         position += 1
         cut = body[position].start if position < len(body) else len(facts)
-        kept_units = [u for u in formed if u.start >= cut or u.start in mandatory]
+        kept_units = _kept(formed, mandatory, cut)
         bridges = _bridges(facts, body, kept_units, handoff_role)
     return position, total, cut, kept_units, bridges
 
 
 def _allowances(
-    facts: Sequence[MessageFacts], order: Sequence[Unit], room: int
+    facts: Sequence[MessageFacts], cum: Sequence[int], order: Sequence[Unit], room: int
 ) -> tuple[dict[int, int], int]:
     """Over budget: the tokens each kept message may keep (only those cut are listed), and
     what the kept units then cost. `order`: the units by precedence; `room`: the budget left
@@ -325,7 +366,7 @@ def _allowances(
     remaining = room - sum(floor.values())
     total = 0
     for unit in order:
-        cost = _cost(facts, unit)
+        cost = _cost(cum, unit)
         extra = max(0, min(cost - floor[unit.start], remaining))
         remaining -= extra
         grant = floor[unit.start] + extra
@@ -371,7 +412,7 @@ def _bridges(
     if not kept:
         return []
     taken = {u.start for u in kept}
-    position = {u.start: k for k, u in enumerate(body)}
+    position = dict(zip(map(_START, body), count()))
     added: list[Unit] = []
 
     def free(unit: Unit) -> bool:
