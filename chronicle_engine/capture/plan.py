@@ -13,6 +13,7 @@ cost O(conversation) a turn); a caller whose write then fails drops that cache.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypedDict
 
@@ -286,16 +287,19 @@ class _Live:
         self._fingerprint_of = fingerprint_of
         self.last_handoff = -1
         conversational: list[int] = []
+        keep = conversational.append
         for i, msg in enumerate(items):
             if isinstance(msg, dict) and msg.get("role") == "system":
                 continue
             if is_handoff(msg):
                 self.last_handoff = i
                 continue
-            conversational.append(i)
-        self.head = [i for i in conversational if i < self.last_handoff]
-        self.region = [i for i in conversational if i > self.last_handoff]
-        ids = [id(items[i]) for i in conversational]
+            keep(i)
+        # (in order, and without the handoff: the head is what comes before it)
+        cut = bisect_right(conversational, self.last_handoff)
+        self.head = conversational[:cut]
+        self.region = conversational[cut:]
+        ids = list(map(id, map(items.__getitem__, conversational)))
         # The same dict twice in one list tells nothing about either position.
         self.duplicated: set[int] = set()
         if len(set(ids)) != len(ids):
@@ -419,16 +423,16 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
 def _remember_matches(live: _Live, plan: Plan, result: list[int | None], p: int) -> None:
     """Remember the live dicts that matched, so the next turn finds them by identity."""
     identity = plan.path.identity if plan.events else {}
-    by_seq = plan.path.by_seq()
+    index_of = plan.path.by_seq().get
     items, duplicated = live.items, live.duplicated
     for i in live.head + live.region[: p + 1]:
         seq = result[i]
         if seq is None:
             continue
         obj = items[i]
-        if id(obj) in duplicated:
+        if duplicated and id(obj) in duplicated:
             continue
-        q = by_seq.get(seq)
+        q = index_of(seq)
         if q is not None and isinstance(obj, dict):
             identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
     plan.path.identity = identity
