@@ -29,6 +29,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 
 from ..capture.describe import digest, message_position
 from ..capture.events import text_parts
@@ -199,12 +200,6 @@ class Capture(HostRecorder):
         """Both of the above: the seqs, and how many messages were stored by this call."""
         # A session id with a lone surrogate is stored escaped (storable.py); read it the same way.
         session = escape_text(str(session_id or ""))
-        known = self.identity(session)
-        if known:
-            user_id = user_id if user_id is not None else known.get("user_id")
-            profile = profile if profile is not None else known.get("profile")
-            agent_context = agent_context or known.get("agent_context")
-            platform = platform or known.get("platform")
         try:
             items: list[object] = list(messages) if messages is not None else []
         except TypeError:
@@ -212,6 +207,12 @@ class Capture(HostRecorder):
         result: list[int | None] = [None] * len(items)
         if not items:
             return result, 0
+        known = self.identity(session)
+        if known:
+            user_id = user_id if user_id is not None else known.get("user_id")
+            profile = profile if profile is not None else known.get("profile")
+            agent_context = agent_context or known.get("agent_context")
+            platform = platform or known.get("platform")
         context: Context = {
             "user_id": user_id,
             "profile": profile,
@@ -221,34 +222,7 @@ class Capture(HostRecorder):
         }
         with self._locks_guard:
             rewound = session in self._rewinds
-
-        def write(w: TreeWriter) -> tuple[Plan, int]:
-            stored = 0
-            result[:] = [None] * len(items)
-            path = self._sync_path(w, session)
-            plan = None if return_seqs else self._planner.fast(session, path, items, context)
-            if plan is None:
-                plan = self._planner.full(session, path, items, result, context, rewound=rewound)
-                if plan.needs_whole_path and path.base:
-                    # Planned against the branch's end only, the list reached before it: plan
-                    # again against the whole branch.
-                    path = self._branch_path(w, w.leaf(session), whole=True)
-                    result[:] = [None] * len(items)
-                    plan = self._planner.full(
-                        session, path, items, result, context, rewound=rewound
-                    )
-            if plan.events:
-                end = w.end
-                events = self._events(session, plan, items, w.path)
-                seqs = w.append(events)
-                by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
-                for q in range(plan.first_new_q, len(plan.path.ids)):
-                    plan.path.stored(q, by_id[plan.path.ids[q]])
-                for offset, i in enumerate(plan.new):
-                    seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
-                    stored += seq > end  # not an id another process stored first
-            return plan, stored
-
+        write = partial(self._write, session, items, result, context, return_seqs, rewound)
         with self._lock(session):
             try:
                 # A plan the store would not take (another host moved the session's branch)
@@ -259,17 +233,56 @@ class Capture(HostRecorder):
             except BaseException:
                 self.forget(session)  # the plan may have grown the cached branch in place
                 raise
-            # Only a committed write updates the cache.
-            with self._locks_guard:
-                if plan.events:
-                    self._rewinds.discard(session)  # the turn after the rewind is on its branch
-                self._paths.pop(session, None)
-                self._paths[session] = plan.path  # most recently used last
-                while len(self._paths) > _CACHED_SESSIONS:
-                    self._paths.pop(next(iter(self._paths)))
+            self._cache(session, plan)  # (only a committed write updates the cache)
         if stored:
             self._tell_stored(stored)
         return result, stored
+
+    def _write(
+        self,
+        session: str,
+        items: Sequence[object],
+        result: list[int | None],
+        context: Context,
+        return_seqs: bool,
+        rewound: bool,
+        w: TreeWriter,
+    ) -> tuple[Plan, int]:
+        """Plan the capture against the session's branch as `w` reads it and append its events;
+        fills `result` with every message's seq. Returns the plan and how many it stored."""
+        stored = 0
+        result[:] = [None] * len(items)
+        path = self._sync_path(w, session)
+        plan = None if return_seqs else self._planner.fast(session, path, items, context)
+        if plan is None:
+            plan = self._planner.full(session, path, items, result, context, rewound=rewound)
+            if plan.needs_whole_path and path.base:
+                # Planned against the branch's end only, the list reached before it: plan
+                # again against the whole branch.
+                path = self._branch_path(w, w.leaf(session), whole=True)
+                result[:] = [None] * len(items)
+                plan = self._planner.full(session, path, items, result, context, rewound=rewound)
+        if plan.events:
+            end = w.end
+            events = self._events(session, plan, items, w.path)
+            seqs = w.append(events)
+            by_id = {e.id: s for e, s in zip(events, seqs, strict=True)}
+            for q in range(plan.first_new_q, len(plan.path.ids)):
+                plan.path.stored(q, by_id[plan.path.ids[q]])
+            for offset, i in enumerate(plan.new):
+                seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
+                stored += seq > end  # not an id another process stored first
+        return plan, stored
+
+    def _cache(self, session: str, plan: Plan) -> None:
+        """Keep the branch a committed capture planned against, most recently used last."""
+        with self._locks_guard:
+            if plan.events:
+                self._rewinds.discard(session)  # the turn after the rewind is on its branch
+            self._paths.pop(session, None)
+            self._paths[session] = plan.path
+            while len(self._paths) > _CACHED_SESSIONS:
+                self._paths.pop(next(iter(self._paths)))
 
     def on_stored(self, listener: Callable[[int], None]) -> None:
         """Call `listener(count)` after each capture that stored messages (after its commit, on
