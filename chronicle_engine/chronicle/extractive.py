@@ -311,6 +311,8 @@ def facts_in(text: str, limit: int = _FACTS_PER_MESSAGE) -> list[str]:
     ALLCAPS). Only the words around a candidate character are looked at, so plain prose costs
     one C-level scan."""
     found: list[str] = []
+    if not text:  # (a call's empty content, scanned like any text)
+        return found
     if not text.isascii():
         for start, end in _candidate_words(text):
             if _take(text[start:end], found) and len(found) >= limit:

@@ -369,7 +369,7 @@ class Compaction:
     ) -> tuple[list[ViewSection], str | None, int]:
         """The view the latest handoff in `messages` shows, its role, and how far it reaches.
         `names`: the conversation's chronicle first, then those of the sessions it branched from."""
-        latest = next((m for m in reversed(messages) if is_own_handoff(m)), None)
+        latest = next(filter(is_own_handoff, reversed(messages)), None)
         if latest is None:
             return [], None, 0
         citations = cited(content_text(latest))
