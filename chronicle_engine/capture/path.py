@@ -14,9 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, islice, repeat
+from operator import attrgetter, eq
 from typing import Protocol
 
 __all__ = ["BranchPath", "Entry", "positional"]
+
+_KIND = attrgetter("kind")
+_ENTRY_ID = attrgetter("entry_id")
+_SEQ = attrgetter("seq")
+_ROLE = attrgetter("role")
 
 
 class Entry(Protocol):
@@ -62,6 +69,14 @@ class BranchPath:
         # `add` in line: a process's first capture of a session extends by the whole branch.
         ids, seqs, fps, turns, by_seq = self.ids, self.seqs, self.fps, self.turns, self._by_seq
         turn = turns[-1] if turns else self.base_turns
+        if by_seq is None and all(map(eq, repeat("message"), map(_KIND, entries))):
+            # A branch of messages only (a session before its first compaction), at C speed.
+            ids.extend(map(_ENTRY_ID, entries))
+            seqs.extend(map(_SEQ, entries))
+            fps.extend([e.fp or "" for e in entries])
+            users = map(eq, repeat("user"), map(_ROLE, entries))
+            turns.extend(islice(accumulate(users, initial=turn), 1, None))
+            return
         for e in entries:
             kind = e.kind
             if kind == "message":

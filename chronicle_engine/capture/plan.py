@@ -13,7 +13,7 @@ cost O(conversation) a turn); a caller whose write then fails drops that cache.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypedDict
 
@@ -385,7 +385,13 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
     latest: dict[str, int] | None = None
     # No dict is known by identity in a process's first capture of a branch (nor asked of).
     known = live.known if path.identity else None
-    for k in range(p + 1):
+    todo = range(p + 1)
+    if known is None and placed is None and _in_step(live, path, at):
+        # (a process's first capture of a branch it runs in step with: the loop below, at once)
+        for i, stored in zip(live.region, path.seqs[q_anchor - p : q_anchor + 1], strict=False):
+            result[i] = stored
+        todo = range(0)
+    for k in todo:
         i = live.region[k]
         q = known(i) if known is not None else None
         if q is None and placed is not None:
@@ -418,6 +424,21 @@ def _fill_seqs(live: _Live, path: BranchPath, at: _Alignment, result: list[int |
                     first.setdefault(f, j)
             q = first.get(live.fp(i))
         result[i] = path.seqs[q] if q is not None else None
+
+
+def _in_step(live: _Live, path: BranchPath, at: _Alignment) -> bool:
+    """Whether every region message up to the alignment point stands where the run checked
+    at the path's end says (`_fill_seqs`): every fingerprint computed equals the path's there."""
+    p, q_anchor, _, in_step = at
+    first = q_anchor - p
+    if not in_step or first < 0 or q_anchor >= len(path.fps):
+        return False
+    region = live.region
+    for i, fp in live.fps.items():
+        k = bisect_left(region, i)
+        if k <= p and region[k] == i and path.fps[first + k] != fp:
+            return False
+    return True
 
 
 def _remember_matches(live: _Live, plan: Plan, result: list[int | None], p: int) -> None:
