@@ -88,3 +88,51 @@ def test_the_index_of_new_messages_is_the_one_made_from_the_view(tmp_path_factor
         assert indexed == {seq for seq, _ in said} - forgotten
     finally:
         core.shutdown()
+
+
+def test_a_row_keeps_its_text_and_time_only_where_the_log_reads_otherwise(tmp_path):
+    """`body_from_log`: a row's body is '' exactly where the log row's text (as SQLite's JSON
+    reads it) is the masked text, and its time '' where the log's is the event's. The fold
+    decides most messages without asking SQLite; these are the ones it must not get wrong:
+    a NUL (SQLite's JSON reading stops there), a text cut from a longer content, a credential
+    (logged masked, beside its content), a plain message, a tool result."""
+    core = open_core("file", tmp_path)
+    try:
+        texts = [
+            "plain words about the ferry",
+            "before a NUL \x00 and after it",
+            "the token is sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c, keep it",
+            "long " * 14_000,  # past INDEXED_CHARS: the searchable text is cut, content is not
+        ]
+        seqs = [say(core, "s", t) for t in texts]
+        seqs.append(say(core, "s", "tool output here", role="tool"))
+        core.recall.catch_up()
+        with core.store.atomic() as conn:
+            rows = {
+                seq: (body, at, logged, created, view)
+                for seq, body, at, logged, created, view in conn.execute(
+                    "SELECT m.seq, m.body, m.at,"
+                    " (SELECT COALESCE(json_extract(e.payload, '$.text'),"
+                    "  json_extract(e.payload, '$.message.content')) FROM events e"
+                    "  WHERE e.seq = m.seq),"
+                    " (SELECT e.created_at FROM events e WHERE e.seq = m.seq),"
+                    " (SELECT t.body FROM recall_message_text t WHERE t.seq = m.seq)"
+                    " FROM recall_messages m"
+                )
+            }
+        assert sorted(rows) == seqs
+        for seq, (body, at, logged, created, view) in rows.items():
+            assert (body == "") == (view == logged), seq  # '' only where the log gives it
+            assert body == "" or body != logged, seq
+            assert at == "" and created, seq
+        nul, masked, cut = rows[seqs[1]], rows[seqs[2]], rows[seqs[3]]
+        assert nul[0] == texts[1] and nul[2] != texts[1]  # SQLite reads it cut at the NUL
+        assert masked[0] == "" and "sk-live" not in masked[4]  # capture logged it masked
+        assert cut[0] == "" and len(cut[4]) < len(texts[3])  # the log holds the cut text
+        assert rows[seqs[0]][0] == "" and rows[seqs[4]][0] == ""
+        folded = _index_rows(core)
+        with core.store.atomic() as conn:
+            _reindex_messages(conn)
+        assert _index_rows(core) == folded
+    finally:
+        core.shutdown()

@@ -179,9 +179,9 @@ class RecallFold:
         # turn's context). Cleared at any other event: only a memory tool's event changes them.
         self._fresh: dict[int, tuple[str, str, str]] = {}
         self._last: dict[str | None, tuple[int, str]] = {}
-        # The log's (text, time) of the apply() call's messages, read in one query (log rows
-        # never change): `body_from_log` compares each with the row it makes.
-        self._logged: dict[int, tuple[str, str]] = {}
+        # Within one apply(): the scope of each (user, profile) met (a scope's number never
+        # changes; only `reset` drops them, in a transaction of its own).
+        self._scope_numbers: dict[tuple[str, str], int] = {}
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
         # The projector reads positions before its transaction opens; another thread or process
@@ -191,17 +191,7 @@ class RecallFold:
         ).fetchone()
         done = int(row[0]) if row else 0
         self._forget_fresh()
-        if self.body_from_log:
-            self._logged = log_texts(
-                conn,
-                [
-                    e.seq
-                    for e in events
-                    if e.seq > done
-                    and e.envelope.type == "MessageCaptured"
-                    and e.envelope.namespace == CHAT
-                ],
-            )
+        self._scope_numbers.clear()
         for event in events:
             if event.seq <= done:
                 continue
@@ -218,7 +208,7 @@ class RecallFold:
                 elif env.type == "MemoryCorrected":
                     self._corrected(conn, event)
         self._forget_fresh()
-        self._logged = {}
+        self._scope_numbers.clear()
 
     def _forget_fresh(self) -> None:
         self._fresh.clear()
@@ -256,41 +246,48 @@ class RecallFold:
         if m is None:
             return
         env = event.envelope
-        scope = self._scope(conn, m.user_id, m.profile)
-        # (`session IS ?` says the same on SQLite; PostgreSQL reads no placeholder after IS)
-        prev_row = (
-            conn.execute(
-                "SELECT MAX(seq) FROM recall_messages WHERE session IS NULL AND seq < ?",
-                (env.seq,),
-            )
-            if env.session is None
-            else conn.execute(
-                "SELECT MAX(seq) FROM recall_messages WHERE session = ? AND seq < ?",
-                (env.session, env.seq),
-            )
-        ).fetchone()
-        prev = prev_row[0] if prev_row else None
+        key = (m.user_id or "", m.profile or "")
+        scope = self._scope_numbers.get(key)
+        if scope is None:
+            scope = self._scope_numbers[key] = self._scope(conn, m.user_id, m.profile)
+        # The session's row before this one. A row this apply() inserted is the latest of its
+        # session below this seq: the rows past the fold's position are all this apply()'s,
+        # written in seq order.
+        last = self._last.get(env.session)
+        if last is not None:
+            prev: int | None = last[0]
+        else:
+            # (`session IS ?` says the same on SQLite; PostgreSQL reads no placeholder after IS)
+            prev_row = (
+                conn.execute(
+                    "SELECT MAX(seq) FROM recall_messages WHERE session IS NULL AND seq < ?",
+                    (env.seq,),
+                )
+                if env.session is None
+                else conn.execute(
+                    "SELECT MAX(seq) FROM recall_messages WHERE session = ? AND seq < ?",
+                    (env.session, env.seq),
+                )
+            ).fetchone()
+            prev = prev_row[0] if prev_row else None
         stored, at = m.body, env.created_at
         if self.body_from_log:
-            # schema.log_texts and the index's view read them from the log
-            logged = self._logged.get(env.seq)  # (read by apply(), for all its messages)
-            if logged is not None and logged[0] == m.body:
-                stored = ""
-            if logged is not None and logged[1] == at:
-                at = ""
+            # '': schema.log_texts and the index's view read it from the log row
+            same_text, same_time = self._logged(conn, event, m.body)
+            stored = "" if same_text else stored
+            at = "" if same_time else at
         inserted = conn.execute(
             f"INSERT INTO recall_messages({MESSAGE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT DO NOTHING",
             m.row(env, scope, prev, stored, at),
         ).rowcount
-        if inserted == 1 and (stored or self.body_from_log):
+        if inserted == 1:
             # What recall_message_text reads for the new row: its body is m.body (stored, or
             # the log's text, which equals it); a row just made is not forgotten (only an
             # existing row is). Its context: the body of the row before, unless forgotten.
-            last = self._last.get(env.session)
             if prev is None:
                 before = ""
-            elif last is not None and last[0] == prev:
+            elif last is not None:
                 before = last[1]
             else:
                 ctx = conn.execute(
@@ -299,6 +296,8 @@ class RecallFold:
                 before = str(ctx[0]) if ctx else ""
             self._fresh[env.seq] = index_row(m.name, m.body, before)
             self._last[env.session] = (env.seq, m.body)
+        else:
+            self._last.pop(env.session, None)
         for word in name_words(m.name):
             conn.execute(
                 "INSERT INTO recall_name_words(word) VALUES (?) ON CONFLICT DO NOTHING", (word,)
@@ -313,6 +312,28 @@ class RecallFold:
         if m.speaker == "person" and m.agent_context == "primary" and m.person:
             for i, claim in enumerate(extract(m.person)):
                 self._believe(conn, scope, claim, f"b{env.seq}.{i}", env, origin="person")
+
+    @staticmethod
+    def _logged(conn: Statements, event: StoredEvent, body: str) -> tuple[bool, bool]:
+        """Does the message's log row give `body` as its text (`schema.TEXT_FIELD`, read by
+        SQLite's JSON), and the event's time? Without asking SQLite when the payload's text
+        is its content (what the row gives whether it keeps the text or leaves it out as that
+        copy) and holds no NUL (where SQLite's JSON reading ends a text): the event was read
+        from that row, so its time is the row's."""
+        p = event.payload
+        text = p.get("text")
+        message = p.get("message")
+        if (
+            text == body
+            and isinstance(message, dict)
+            and message.get("content") == text
+            and "\x00" not in body
+        ):
+            return True, True
+        logged = log_texts(conn, (event.seq,)).get(event.seq)
+        if logged is None:
+            return False, False
+        return logged[0] == body, logged[1] == event.envelope.created_at
 
     def _indexed(self, conn: Statements, seq: int) -> tuple[str, str, str] | None:
         """What the index holds for `seq` (a delete must give FTS5 exactly what was inserted)."""
