@@ -14,7 +14,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import os
@@ -193,10 +192,6 @@ def register_payload_template(
     _TEMPLATED_TYPES.add(type_)
 
 
-def _is_default(value: object, default: object) -> bool:
-    return type(value) is type(default) and value == default
-
-
 def _text_at(payload: Mapping[str, object], path: Sequence[str]) -> str | None:
     value: object = payload
     for step in path:
@@ -231,16 +226,13 @@ def _stored_payload(
         else:
             if len(longs) < 2 or len(set(longs)) == len(longs):
                 return payload
-    copied: set[str] = set()
     if template is not None:
-        for key, path in template.copies.items():
-            if key in payload and payload[key] == _text_at(payload, path):
-                copied.add(key)
+        return _templated(payload, template)
     seen: dict[str, list[str]] = {}
     same: dict[str, list[str]] = {}
     for key, value in payload.items():
         if isinstance(value, str):
-            if len(value) >= _SHORTEST_SHARED and key not in copied:
+            if len(value) >= _SHORTEST_SHARED:
                 if value in seen:
                     same[key] = seen[value]
                 else:
@@ -249,21 +241,47 @@ def _stored_payload(
             for inner, text in value.items():
                 if isinstance(text, str) and len(text) >= _SHORTEST_SHARED:
                     seen.setdefault(text, [key, inner])
-    if template is not None:
-        defaults = template.defaults
-        # A shared field is left out as well: its text comes back from the path `@same` names.
-        stored = {
-            key: value
-            for key, value in payload.items()
-            if key not in same
-            and key not in copied
-            and not (key in defaults and _is_default(value, defaults[key]))
-        }
-        stored[_TEMPLATE] = template.tag
-    elif not same:
+    if not same:
         return payload
-    else:
-        stored = {key: None if key in same else value for key, value in payload.items()}
+    stored = {key: None if key in same else value for key, value in payload.items()}
+    stored[_SAME] = same
+    return stored
+
+
+def _templated(payload: dict[str, object], template: _Template) -> dict[str, object]:
+    """`_stored_payload` with a template, in one pass over the payload (every captured message
+    is stored through here): a field is left out when it is a copy of its template path, a
+    repeat of an earlier long text (`@same`), or its default."""
+    copies = template.copies
+    defaults = template.defaults
+    shortest = _SHORTEST_SHARED
+    copied = {
+        key
+        for key, path in copies.items()
+        if key in payload and payload[key] == _text_at(payload, path)
+    }
+    stored: dict[str, object] = {}
+    seen: dict[str, list[str]] = {}
+    same: dict[str, list[str]] = {}
+    for key, value in payload.items():
+        if key in copied:
+            continue
+        if isinstance(value, str):
+            if len(value) >= shortest:
+                if value in seen:
+                    same[key] = seen[value]
+                    continue
+                seen[value] = [key]
+        elif isinstance(value, dict):
+            for inner, text in value.items():
+                if isinstance(text, str) and len(text) >= shortest:
+                    seen.setdefault(text, [key, inner])
+        if key in defaults:
+            default = defaults[key]
+            if type(value) is type(default) and value == default:
+                continue
+        stored[key] = value
+    stored[_TEMPLATE] = template.tag
     if same:
         stored[_SAME] = same
     return stored
@@ -326,7 +344,11 @@ def read_payload(stored: dict[str, object]) -> dict[str, object]:
         filled.update(stored)
         for key in template.mutable:
             if key not in stored:
-                filled[key] = copy.copy(template.defaults[key])
+                default = template.defaults[key]  # a list or a dict: each read gets its own
+                if isinstance(default, list):
+                    filled[key] = list(default)
+                elif isinstance(default, dict):
+                    filled[key] = dict(default)
         for key, path in template.copies.items():
             if key not in stored:
                 filled[key] = _text_at(filled, path)
