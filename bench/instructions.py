@@ -22,9 +22,9 @@ PYTHONHASHSEED=0; the figure is callgrind's total of instructions for the call a
   measured inside valgrind (not comparable with native times);
 - turn: bench/sync_turn.py's turns (seed 11) through the memory provider, as Hermes makes them:
   `prefetch`, `sync_turn` of the live list, `queue_prefetch`; the `--call` named is counted over
-  `--count` turns after 10 uncounted ones, each call on its own; the median is the figure (FTS5
-  merges part of an index on some commits, ~90M instructions at a time, so a total depends on
-  whether one falls in the window: the total and the largest call are printed too). Here STORE.db is made first when it does not exist:
+  `--count` turns after 10 uncounted ones, each call on its own; the median is the figure, printed
+  beside the mean and the largest call (FTS5 merges part of an index on some commits, ~90M
+  instructions at a time, so a mean or a total depends on whether one falls in the window). Here STORE.db is made first when it does not exist:
   bench/sync_turn.py's fill of 100,000 events by the checkout's own code, its background work
   settled (recall, consolidation, every schedule due at once), kept for the next run.
 
@@ -240,10 +240,10 @@ def main() -> int:
             calls = sorted(n for dump in folder.glob("turn.cg*") if (n := _instructions(dump)) > 0)
             cpu = printed.strip().splitlines()[-1] if printed.strip() else ""
             print(
-                f"{args.call}: median {statistics.median(calls) / 1e6:.3f} M instructions a call"
+                f"{args.call}: median {statistics.median(calls) / 1e6:.3f} M instructions a call,"
+                f" mean {statistics.fmean(calls) / 1e6:.3f} M, largest {calls[-1] / 1e6:.3f} M"
                 f" ({len(calls)} calls; quartiles {calls[len(calls) // 4] / 1e6:.3f} -"
-                f" {calls[3 * len(calls) // 4] / 1e6:.3f} M, largest {calls[-1] / 1e6:.1f} M,"
-                f" total {sum(calls):,}; {cpu})"
+                f" {calls[3 * len(calls) // 4] / 1e6:.3f} M, total {sum(calls):,}; {cpu})"
             )
         elif args.mode == "rebuild":
             out = folder / "rebuild.cg"
