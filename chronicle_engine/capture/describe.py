@@ -6,6 +6,7 @@ capture records it live or an import migrates it from an old export.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Required, TypedDict, Unpack
 
@@ -148,7 +149,7 @@ def describe_payload(
         "role": role,
         # A wire message is plain JSON data unless json.dumps took it only leniently (a NaN, a
         # tuple, a non-string key deeper down): then it is dumped as the model would.
-        "message": wire if plain_json(wire) else _WIRE.dump_python(wire, mode="json"),
+        "message": wire if plain_json(wire) else _wire().dump_python(wire, mode="json"),
         "fingerprint": str(fp),
         "speaker": attribution.speaker,
         "text": text,
@@ -165,7 +166,11 @@ def describe_payload(
     }
 
 
-_WIRE: TypeAdapter[dict[str, object]] = TypeAdapter(dict[str, object])
+@functools.cache
+def _wire() -> TypeAdapter[dict[str, object]]:
+    """How the model dumps a wire message (built on first use: nearly every message is plain
+    JSON, and building it at import was a tenth of the plugin's start-up)."""
+    return TypeAdapter(dict[str, object])
 
 
 def _text_or_none(value: object) -> str | None:
