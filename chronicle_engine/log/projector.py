@@ -155,6 +155,10 @@ class Projector(Generic[C]):
         """Fold every event not yet folded. Returns the number of events read."""
         for fold in self.folds:
             _refuse_async(fold)
+        # A batch shorter than `batch_size` read everything the log held (up to `upto`) when it
+        # was read; with no generative fold (whose apply may append more) that is the end.
+        # An event appended since is the next catch-up's.
+        settled = not any(is_generative(f) for f in self.folds)
         total = 0
         while True:
             batch, positions, end = self._next_batch(upto)
@@ -175,6 +179,8 @@ class Projector(Generic[C]):
                     )
             self._apply(pending, positions, prepared, end)
             total += len(batch)
+            if settled and len(batch) < self.batch_size:
+                return total
 
     async def catch_up_async(self, *, upto: int | None = None) -> int:
         """Like catch_up, but awaits each fold's draw with no transaction open."""
