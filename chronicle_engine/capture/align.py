@@ -20,6 +20,7 @@ import json
 import reprlib
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 from ..storable import SURROGATE, escape_surrogates, has_surrogate
 
@@ -30,6 +31,7 @@ __all__ = [
     "RUN",
     "WINDOW",
     "wire_message",
+    "plain_wire",
     "EscapedWire",
     "UNREPRESENTABLE",
     "IDENTITY_KEYS",
@@ -108,34 +110,50 @@ def wire_message(message: object) -> dict[str, object]:
     original's. Anything else (an object, a non-dict) is still turned into a storable dict, so a
     malformed message is captured rather than lost.
     """
+    return plain_wire(message)[0]
+
+
+def plain_wire(message: object) -> tuple[dict[str, object], bool]:
+    """`wire_message(message)`, and True when that is the well-formed message's copy, whose
+    `plain_json` it has just checked (a caller holding it need not walk the message again)."""
     if isinstance(message, dict):
         wire = {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith("_"))}
         if plain_json(wire):
-            return wire
-        if _shape_fault(wire) is not None:
-            repaired = _repaired(wire)
-            if isinstance(repaired, dict):  # (always: a dict is repaired into a dict)
-                wire = repaired
+            return wire, True
+        return _storable_wire(wire), False
+    return _wire_of(message), False
+
+
+def _storable_wire(wire: dict[object, object]) -> dict[str, object]:
+    """A message dict that is not plain JSON, made storable (`wire_message`)."""
+    if _shape_fault(wire) is not None:
+        repaired = _repaired(wire)
+        if isinstance(repaired, dict):  # (always: a dict is repaired into a dict)
+            wire = repaired
+    try:
+        text = json.dumps(
+            {str(k): v for k, v in wire.items()}, ensure_ascii=False, default=_json_default
+        )
+    except (ValueError, TypeError, RecursionError):  # an object's attributes hold a cycle
+        wire = {
+            str(k): v if plain_json(v) else _unrepresentable(v, "an object that holds itself")
+            for k, v in wire.items()
+        }
+        text = json.dumps(wire, ensure_ascii=False)
+    if has_surrogate(text):
+        return _escaped(text)
+    if all(isinstance(k, str) for k in wire):
         try:
-            text = json.dumps(
-                {str(k): v for k, v in wire.items()}, ensure_ascii=False, default=_json_default
-            )
-        except (ValueError, TypeError, RecursionError):  # an object's attributes hold a cycle
-            wire = {
-                str(k): v if plain_json(v) else _unrepresentable(v, "an object that holds itself")
-                for k, v in wire.items()
-            }
-            text = json.dumps(wire, ensure_ascii=False)
-        if has_surrogate(text):
-            return _escaped(text)
-        if all(isinstance(k, str) for k in wire):
-            try:
-                json.dumps(wire, ensure_ascii=False)
-                return wire
-            except (TypeError, ValueError):
-                pass
-        loaded = json.loads(text)
-        return loaded if isinstance(loaded, dict) else {"role": "unknown", "content": text}
+            json.dumps(wire, ensure_ascii=False)
+            return cast(dict[str, object], wire)  # every key a string, just checked
+        except (TypeError, ValueError):
+            pass
+    loaded = json.loads(text)
+    return loaded if isinstance(loaded, dict) else {"role": "unknown", "content": text}
+
+
+def _wire_of(message: object) -> dict[str, object]:
+    """A message that is not a dict, as a storable dict (`wire_message`)."""
     if message is None:
         return {"role": "unknown", "content": None}
     if isinstance(message, str):
@@ -227,19 +245,20 @@ _identity_json = json.JSONEncoder(
 ).encode
 
 
-def fingerprint(message: object, *, _stored_form: bool = False) -> str:
+def fingerprint(message: object, *, plain: bool = False) -> str:
     """A short, stable digest of the message's identity keys. The same for a message and its
-    `wire_message`, so it can be taken from the host's dict without copying it."""
+    `wire_message`, so it can be taken from the host's dict without copying it. `plain`: the
+    message is a wire message whose values are plain JSON (`plain_wire`, or the stored form)."""
     wire = message if isinstance(message, dict) else wire_message(message)
     ident = [wire.get(k) for k in IDENTITY_KEYS]
     if wire.get("role") == "tool":
         # Hermes drops a tool result's `name` when it reloads a session from its own database
         # (keeping `tool_name`); the tool_call_id already says which call the result answers.
         ident[IDENTITY_KEYS.index("name")] = None
-    if not _stored_form and not plain_json(ident):
+    if not plain and not plain_json(ident):
         # A lone surrogate, a cycle, nesting too deep, a foreign object: the fingerprint is the
         # one of the form wire_message stores, so a message and its wire form keep one.
-        return fingerprint(wire_message(wire), _stored_form=True)
+        return fingerprint(wire_message(wire), plain=True)
     data = _identity_json(ident).encode("utf-8")
     return hashlib.blake2b(data, digest_size=12).hexdigest()
 

@@ -118,11 +118,13 @@ def describe_payload(
     profile: str | None = None,
     agent_context: str = "primary",
     platform: str | None = None,
+    plain: bool = False,
 ) -> dict[str, object]:
     """`describe(...).model_dump(mode="json")`, built directly: capture stores one of these for
     every message of every turn, and validating a model only to dump it again was a tenth of a
     turn's cost. The same fields, in the same order, with the same JSON types
-    (tests/test_capture.py checks the two agree on a corpus of messages)."""
+    (tests/test_capture.py checks the two agree on a corpus of messages). `plain`: `wire` is
+    plain JSON data, as `align.plain_wire` found it."""
     role = str(wire.get("role") or "unknown")
     text = searchable(message_text(wire))
     attribution = attribute(
@@ -149,7 +151,7 @@ def describe_payload(
         "role": role,
         # A wire message is plain JSON data unless json.dumps took it only leniently (a NaN, a
         # tuple, a non-string key deeper down): then it is dumped as the model would.
-        "message": wire if plain_json(wire) else _wire().dump_python(wire, mode="json"),
+        "message": wire if plain or plain_json(wire) else _wire().dump_python(wire, mode="json"),
         "fingerprint": str(fp),
         "speaker": attribution.speaker,
         "text": text,

@@ -21,7 +21,7 @@ from ..log.events import EventTypeRegistry
 from ..log.port import LogStore
 from ..log.store import PendingEvent
 from . import shortened
-from .align import RUN, align, embed, fingerprint, wire_message
+from .align import RUN, align, embed, fingerprint, plain_wire
 from .describe import describe_payload, digest, message_id
 from .events import MessageCaptured
 from .path import BranchPath, positional
@@ -170,14 +170,16 @@ class Planner:
         tool_names = _ToolNames(items)
         for i in new:
             obj = items[i]
-            wire = wire_message(obj)
+            wire, plain = plain_wire(obj)  # (plain: checked once, for all that follows)
             fp = fps.get(i) if fps is not None else None
             if fp is None:
-                fp = fingerprint(wire)
+                fp = fingerprint(wire, plain=plain)
             role = str(wire.get("role") or "")
             turns += role == "user"
             event_id = message_id(session, anchor, fp, plan.path.length)
-            payload = self._message(obj, wire, fp, parent, turns, tool_names.near(i), context)
+            payload = self._message(
+                obj, wire, plain, fp, parent, turns, tool_names.near(i), context
+            )
             plan.events.append(
                 self._types.pending_payload(
                     MessageCaptured,
@@ -213,6 +215,7 @@ class Planner:
         self,
         obj: object,
         wire: dict[str, object],
+        plain: bool,
         fp: str,
         parent: str,
         turn: int,
@@ -228,6 +231,7 @@ class Planner:
             obj,
             wire,
             fp,
+            plain=plain,
             parent=parent,
             turn=turn,
             tool_name=tool_name,
