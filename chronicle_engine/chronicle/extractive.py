@@ -543,15 +543,21 @@ class _Reader:
     `clean`: indices of messages known to hold no credential (read unmasked)."""
 
     def __init__(self, messages: Sequence[dict[str, object]], clean: Collection[int]) -> None:
+        self.messages = messages
         self.views: dict[int, dict[str, object]] = {
             id(messages[i]): messages[i] for i in clean if i < len(messages)
         }
-        self.results: dict[str, dict[str, object]] = {}
-        for m in messages:
-            if isinstance(m, dict) and m.get("role") == "tool":
-                call_id = m.get("tool_call_id")
-                if isinstance(call_id, str):
-                    self.results.setdefault(call_id, m)
+        self._results: dict[str, dict[str, object]] | None = None  # (read for the first step)
+
+    def result(self, call_id: str) -> dict[str, object] | None:
+        if self._results is None:
+            self._results = {}
+            for m in self.messages:
+                if isinstance(m, dict) and m.get("role") == "tool":
+                    found = m.get("tool_call_id")
+                    if isinstance(found, str):
+                        self._results.setdefault(found, m)
+        return self._results.get(call_id)
 
     def view(self, raw: dict[str, object]) -> dict[str, object]:
         seen = self.views.get(id(raw))
@@ -561,7 +567,7 @@ class _Reader:
 
     def step(self, call_id: str, name: str, arguments: str) -> tuple[int, str, int | None]:
         """A tool call's Step line: the call and its outcome (a decision when it failed)."""
-        outcome = _outcome(self.results.get(call_id), self.view)
+        outcome = _outcome(self.result(call_id), self.view)
         step = f"Step: {_call_summary(name, arguments)} → {outcome}"
         rank = _RANK_DECISION if outcome.startswith("ERROR") else _RANK_STEP
         return rank, _one_line(step, _STEP_CAP), None

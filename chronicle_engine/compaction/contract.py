@@ -73,7 +73,8 @@ def violations(
                 content_text(m) == text
                 or (i in shortened and content_text(m).startswith(text[:_PREFIX].rstrip()))
             )
-            for i, m in enumerate(after)
+            # (from the end: where the latest request usually stands)
+            for i, m in zip(range(n - 1, -1, -1), reversed(after), strict=True)
         )
         if not present:
             problems.append("the latest user message is missing")

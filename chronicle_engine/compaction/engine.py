@@ -639,14 +639,14 @@ class Compaction:
         # last folded message (pins, bridges, the request after the head) is covered too and a
         # later pass may let it go: the view covers one unbroken range.
         seqs, messages, policy = p.seqs, p.messages, p.policy
-        folded_seqs = [seqs[i] for i in p.plan.fold if seqs[i] is not None]
+        folded_seqs = [s for i in p.plan.fold if (s := seqs[i]) is not None]
         if not folded_seqs:
             return
         head = set(p.plan.head)
         body_seqs = [s for i, s in enumerate(seqs) if s is not None and i not in head]
         chronicle = self.chronicle(p.name)
         lo = p.through + 1 if p.through else min(body_seqs)
-        hi = max(s for s in folded_seqs if s is not None)
+        hi = max(folded_seqs)
         d.reach = (lo, hi)
         existing = chronicle.current(from_seq=lo, to_seq=hi)
         d.reused = [ViewSection(1, s) for s in existing]
@@ -659,7 +659,9 @@ class Compaction:
         marked = self._marked(lo, hi) if gaps else set()
         hidden = self._hidden(lo, hi) if gaps else set()
         for index, (g_lo, g_hi) in enumerate(gaps):
-            pairs = [(s, m) for s, m in in_range if g_lo <= s <= g_hi]
+            # (one gap over the whole range, as on a first pass: every pair is in it)
+            whole = g_lo == lo and g_hi == hi
+            pairs = in_range if whole else [(s, m) for s, m in in_range if g_lo <= s <= g_hi]
             if not pairs:
                 pairs = [
                     (e.seq, e.payload.get("message", {}))
@@ -686,7 +688,11 @@ class Compaction:
                 budget_chars=policy.section_chars,
                 focus=p.focus,
                 deadline=p.deadline,
-                clean=frozenset(i for i, (s, _) in enumerate(pairs) if s not in marked),
+                clean=frozenset(
+                    range(len(pairs))
+                    if not marked
+                    else (i for i, (s, _) in enumerate(pairs) if s not in marked)
+                ),
                 meta=extra,
             )
             d.model_calls += drawn.model_calls
