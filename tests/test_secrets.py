@@ -159,3 +159,27 @@ def test_law_masking_is_idempotent_and_leaves_nothing_to_find(text):
 def test_law_a_credential_inside_any_sentence_is_masked(case, pad):
     text, value, _ = case
     assert value not in mask(f"Here you go:{pad} {text}{pad} thanks")
+
+
+def test_masking_a_text_again_gives_what_a_fresh_scan_gives_and_keeps_no_credential():
+    """`mask` remembers texts it found clean, so the second masking of a captured message (recall
+    folds what capture masked) is a lookup: the answer is the scan's, a text that held a
+    credential is never remembered (only its masked form is), and the memory stays bounded."""
+    from chronicle_engine.capture import secrets
+
+    remembered = 0
+    for text, value, _kind in CREDENTIALS:
+        masked = mask(text)
+        assert value not in masked and text not in secrets._clean
+        if masked in secrets._clean:  # only a text a scan finds nothing in
+            assert find_secrets(masked) == []
+            remembered += 1
+        assert mask(masked) == masked and mask(text) == masked
+    assert remembered >= len(CREDENTIALS) // 2
+    plain = "nothing to hide in this sentence, only a deploy and a key question"
+    assert mask(plain) == plain and plain in secrets._clean
+    for i in range(secrets._CLEAN_ENTRIES + 10):
+        mask(f"filler text number {i}")
+    assert len(secrets._clean) <= secrets._CLEAN_ENTRIES
+    assert secrets._clean_chars == sum(len(t) for t in secrets._clean)
+    assert secrets._clean_chars <= secrets._CLEAN_CHARS

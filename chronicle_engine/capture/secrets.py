@@ -25,6 +25,7 @@ a key word only where "is", "=" or ":" follows); a regex only runs anchored at a
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -657,12 +658,37 @@ def _replace(text: str, findings: list[Finding]) -> str:
 
 def mask(text: str) -> str:
     """`text` with every credential value replaced by `«masked:<kind>»`."""
+    if text in _clean:
+        return text
     findings = find_secrets(text)
     # Masking can leave a fragment that reads differently on its own (a label now next to a
     # second value): mask again until nothing is found, so masking is idempotent.
     for _ in range(4):
         if not findings:
+            _remember_clean(text)
             return text
         text = _replace(text, findings)
         findings = find_secrets(text)
     return text
+
+
+# Texts this process found clean (no credential: what `mask` gives back unchanged), most recent
+# last. A captured message is masked when it is captured and again when recall folds it, usually
+# a moment later in the same process: the second time is a dictionary lookup instead of a scan.
+# Only clean text is kept (never a text that held a credential), bounded in entries and characters.
+_CLEAN_ENTRIES = 4096
+_CLEAN_CHARS = 2_000_000
+_clean: dict[str, int] = {}
+_clean_chars = 0
+_clean_lock = threading.Lock()
+
+
+def _remember_clean(text: str) -> None:
+    global _clean_chars
+    with _clean_lock:
+        if text in _clean:
+            return
+        _clean[text] = len(text)
+        _clean_chars += len(text)
+        while len(_clean) > _CLEAN_ENTRIES or _clean_chars > _CLEAN_CHARS:
+            _clean_chars -= _clean.pop(next(iter(_clean)))

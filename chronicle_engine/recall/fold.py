@@ -149,6 +149,7 @@ def captured(event: StoredEvent) -> CapturedMessage | None:
         return None
     speaker = str(p.get("speaker") or "host")
     person = p.get("person_text") if speaker == "person" else ""
+    body = mask(text)
     return CapturedMessage(
         user_id=_text(p.get("user_id")),
         profile=_text(p.get("profile")),
@@ -156,8 +157,9 @@ def captured(event: StoredEvent) -> CapturedMessage | None:
         speaker=speaker,
         agent_context=str(p.get("agent_context") or "primary"),
         name=_short_name(p.get("message")),
-        body=mask(text),
-        person=mask(person) if isinstance(person, str) else "",
+        body=body,
+        # (a person's words are usually the whole text: masked once)
+        person=body if person == text else mask(person) if isinstance(person, str) else "",
     )
 
 
