@@ -48,6 +48,7 @@ prints the CPU the processes (`children_cpu_s`) and the local server (`server_cp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -56,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,27 +418,116 @@ def run(
     sample_ms: float = 0.0,
     postmaster: int | None = None,
 ) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as home:
-        core = _core(kind, where, home)  # migrates every room before the hosts start
-        core.recall.catch_up()
-        _scheduler(core, time.time(), 1.0)
-        core.shutdown()
+    """One run on one store: migrate it, drive the hosts, the searcher and the compactor at
+    once, then check what they left and summarise."""
+    _migrate(kind, where)
     start_at = time.time() + 5.0  # every process's threads begin together
     cpu_before = os.times()
     server_before = _server_cpu(postmaster)
-    context = multiprocessing.get_context("spawn")
-    shape = (seconds, start_at)
+    with _sampling(kind, where, start_at, sample_ms) as sampled:
+        outputs, searched, compressed = _drive(
+            kind, where, processes, threads, (seconds, start_at), pause_ms, scale
+        )
+    cpu = os.times()
+    said, checked = _check(kind, where, outputs)
+    searches = searched["search"]
+    compressions = compressed["compress"]
+    syncs = [x for out in outputs for x in out["sync"]]
+    captures = [x for out in outputs for x in out["capture"]]
+    errors = [e for out in outputs for e in out["errors"]] + searched["errors"]
+    errors += compressed["errors"]
+    busy = [e for out in outputs for e in out["busy"]]
+    return {
+        "store": kind,
+        "hosts": processes,
+        "threads_each": threads,
+        "seconds": seconds,
+        "pause_ms": pause_ms,
+        "clock_scale": scale,
+        "turns": len(syncs),
+        "turns_per_s": round(len(syncs) / seconds, 1),
+        "messages": said,
+        "messages_per_s": round(said / seconds, 1),
+        "sync_turn_p50_ms": _ms(syncs, 0.50),
+        "sync_turn_p99_ms": _ms(syncs, 0.99),
+        "capture_p50_ms": _ms(captures, 0.50),
+        "capture_p99_ms": _ms(captures, 0.99),
+        "jobs_run_by_hosts": sum(out["jobs_run"] for out in outputs),
+        "searches": len(searches),
+        "searches_per_s": round(len(searches) / seconds, 1),
+        "search_p50_ms": _ms(searches, 0.50),
+        "search_p95_ms": _ms(searches, 0.95),
+        "search_p99_ms": _ms(searches, 0.99),
+        "search_hits": searched["hits"],
+        "searcher_fold_p50_ms": _ms(searched["fold"], 0.50),
+        "searcher_fold_p99_ms": _ms(searched["fold"], 0.99),
+        "searcher_folded_events": searched["folded"],
+        "compressions": len(compressions),
+        "compress_p50_ms": _ms(compressions, 0.50),
+        "compress_p99_ms": _ms(compressions, 0.99),
+        "compress_sections": compressed["sections"],
+        "capture_refused_busy": len(busy),  # StoreBusy: logged by the provider's fence, spilled
+        "first_busy": busy[0] if busy else None,
+        "exceptions": len(errors),
+        "first_exception": errors[0] if errors else None,
+        **checked,  # lost, stored twice, the tree, the consolidation
+        "children_cpu_s": round(
+            (cpu.children_user - cpu_before.children_user)
+            + (cpu.children_system - cpu_before.children_system),
+            1,
+        ),
+        # the local server's CPU over the same span (0.0 with --conninfo)
+        "server_cpu_s": round(_server_cpu(postmaster) - server_before, 1),
+        **({"server_waits": sampled} if sampled else {}),
+    }
+
+
+def _migrate(kind: str, where: str) -> None:
+    """Open the store once before the hosts start: every room migrates its tables."""
+    with tempfile.TemporaryDirectory() as home:
+        core = _core(kind, where, home)
+        core.recall.catch_up()
+        _scheduler(core, time.time(), 1.0)
+        core.shutdown()
+
+
+@contextlib.contextmanager
+def _sampling(
+    kind: str, where: str, start_at: float, sample_ms: float
+) -> Iterator[dict[str, object]]:
+    """On PostgreSQL (and `sample_ms` > 0), `_sample_waits` on a thread from `start_at` until
+    the block ends; the dict yielded holds its tally then (empty otherwise)."""
     sampled: dict[str, object] = {}
+    if kind != "postgres" or sample_ms <= 0:
+        yield sampled
+        return
     stop = threading.Event()
-    sampler: threading.Thread | None = None
-    if kind == "postgres" and sample_ms > 0:
 
-        def sample() -> None:
-            time.sleep(max(0.0, start_at - time.time()))
-            sampled.update(_sample_waits(where, stop, sample_ms / 1000))
+    def sample() -> None:
+        time.sleep(max(0.0, start_at - time.time()))
+        sampled.update(_sample_waits(where, stop, sample_ms / 1000))
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield sampled
+    finally:
+        stop.set()
+        sampler.join(timeout=30)
+
+
+def _drive(
+    kind: str,
+    where: str,
+    processes: int,
+    threads: int,
+    shape: tuple[float, float],
+    pause_ms: float,
+    scale: float,
+) -> tuple[list[dict], dict, dict]:
+    """The host processes, the searcher and the compactor, all at once; their reports."""
+    seconds = shape[0]
+    context = multiprocessing.get_context("spawn")
     with context.Pool(processes + 2) as pool:
         hosts = [
             pool.apply_async(_host, (kind, where, f"h{p}", threads, *shape, pause_ms / 1000, scale))
@@ -447,18 +538,16 @@ def run(
         outputs = [json.loads(r.get(timeout=seconds + 600)) for r in hosts]
         searched = json.loads(searcher.get(timeout=seconds + 600))
         compressed = json.loads(compactor.get(timeout=seconds + 600))
-    stop.set()
-    if sampler is not None:
-        sampler.join(timeout=30)
-    cpu = os.times()
-    server_cpu = _server_cpu(postmaster) - server_before
+    return outputs, searched, compressed
+
+
+def _check(kind: str, where: str, outputs: list[dict]) -> tuple[int, dict[str, object]]:
+    """What the hosts left in the store against what they sent: the messages stored, and the
+    checks (messages lost or stored twice, tree entries and projections, the consolidation's
+    one run per due time)."""
     sent: dict[str, list[str]] = {}
     for out in outputs:
         sent.update(out["sent"])
-    syncs = [x for out in outputs for x in out["sync"]]
-    captures = [x for out in outputs for x in out["capture"]]
-    errors = [e for out in outputs for e in out["errors"]]
-    busy = [e for out in outputs for e in out["busy"]]
     fires = [f for out in outputs for f in out["fires"]]
     with tempfile.TemporaryDirectory() as home:
         core = _core(kind, where, home)
@@ -481,55 +570,12 @@ def run(
         entries = int(row[0]) if row else 0
         consolidation = _consolidation(core, fires)
         core.shutdown()
-    turns = len(syncs)
-    searches = searched["search"]
-    compressions = compressed["compress"]
-    return {
-        "store": kind,
-        "hosts": processes,
-        "threads_each": threads,
-        "seconds": seconds,
-        "pause_ms": pause_ms,
-        "clock_scale": scale,
-        "turns": turns,
-        "turns_per_s": round(turns / seconds, 1),
-        "messages": len(said),
-        "messages_per_s": round(len(said) / seconds, 1),
-        "sync_turn_p50_ms": _ms(syncs, 0.50),
-        "sync_turn_p99_ms": _ms(syncs, 0.99),
-        "capture_p50_ms": _ms(captures, 0.50),
-        "capture_p99_ms": _ms(captures, 0.99),
-        "jobs_run_by_hosts": sum(out["jobs_run"] for out in outputs),
-        "searches": len(searches),
-        "searches_per_s": round(len(searches) / seconds, 1),
-        "search_p50_ms": _ms(searches, 0.50),
-        "search_p95_ms": _ms(searches, 0.95),
-        "search_p99_ms": _ms(searches, 0.99),
-        "search_hits": searched["hits"],
-        "searcher_fold_p50_ms": _ms(searched["fold"], 0.50),
-        "searcher_fold_p99_ms": _ms(searched["fold"], 0.99),
-        "searcher_folded_events": searched["folded"],
-        "compressions": len(compressions),
-        "compress_p50_ms": _ms(compressions, 0.50),
-        "compress_p99_ms": _ms(compressions, 0.99),
-        "compress_sections": compressed["sections"],
+    return len(said), {
         "lost": len(expected - set(said)),
         "stored_twice": len(said) - len(set(said)) + sum(o["repeats_stored"] for o in outputs),
-        "capture_refused_busy": len(busy),  # StoreBusy: logged by the provider's fence, spilled
-        "first_busy": busy[0] if busy else None,
-        "exceptions": len(errors) + len(searched["errors"]) + len(compressed["errors"]),
-        "first_exception": (errors + searched["errors"] + compressed["errors"] or [None])[0],
         "tree_entries_off": entries - len(said),
         "projections_differ": projections_differ,
         **consolidation,
-        "children_cpu_s": round(
-            (cpu.children_user - cpu_before.children_user)
-            + (cpu.children_system - cpu_before.children_system),
-            1,
-        ),
-        # the local server's CPU over the same span (0.0 with --conninfo)
-        "server_cpu_s": round(server_cpu, 1),
-        **({"server_waits": sampled} if sampled else {}),
     }
 
 
