@@ -249,6 +249,14 @@ class _ThreadState(threading.local):
     budget_ms: int | None = None  # the lock wait `patience` allows, inside its block
 
 
+BEHIND = (
+    "coalesce((SELECT position FROM fold_positions WHERE fold = %s), 0)"
+    " < coalesce((SELECT MAX(seq) FROM events), 0)"
+)
+"""`PostgresEventStore.behind` as an SQL expression (the fold's name its one parameter), for a
+room that asks it beside a question of its own in one round trip."""
+
+
 class PostgresEventStore:
     """The append-only log in one PostgreSQL database (`conninfo`: a libpq connection string or
     URI; a password belongs in PGPASSWORD, a .pgpass file or `password`, never in it)."""
@@ -541,11 +549,7 @@ class PostgresEventStore:
         """Whether the log holds events past `fold`'s position: `position` against `last_seq`
         in one round trip (a read catches up first, and mostly finds nothing to fold)."""
         with postgres_errors("reading a fold position"):
-            row = self.connection.execute(
-                "SELECT coalesce((SELECT position FROM fold_positions WHERE fold = %s), 0)"
-                " < coalesce((SELECT MAX(seq) FROM events), 0)",
-                (fold,),
-            ).fetchone()
+            row = self.connection.execute(f"SELECT {BEHIND}", (fold,)).fetchone()
         return bool(row[0]) if row else True
 
     def count(self) -> int:

@@ -62,6 +62,7 @@ from ..config import Config
 from ..errors import StoreBusy, StoreReadOnly
 from ..log.events import EventReader
 from ..log.postgres import (
+    BEHIND,
     Connection,
     PostgresEventStore,
     PostgresMigration,
@@ -753,16 +754,17 @@ def _terms_key(scope: int) -> str:
     return f"{_TERMS}:{int(scope)}"
 
 
-def _totals(conn: Statements, table: str) -> tuple[int, int]:
-    """(rows, words) of the index `table`, as the server keeps them (recall.m008)."""
-    row = conn.execute(
-        "SELECT docs, words FROM recall_index_totals WHERE name = ?", (table,)
-    ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+def _scope_of(key: str) -> int:
+    """The scope number a message index's key (`_terms_key`) names."""
+    return int(key.rsplit(":", 1)[1])
 
 
 class PostgresMessageSearch(MessageSearch):
-    """`MessageSearch` whose full-text candidates and bm25 come from the tsvector index."""
+    """`MessageSearch` whose full-text candidates and bm25 come from the tsvector index.
+
+    Each statement is a round trip to the server, so a search asks for what it needs together:
+    the scope's totals with its words' counts, every uncached count `plan` needs in one
+    statement, and an index's totals and exact counts only when some row matched."""
 
     def index_key(self, scope: int) -> str:
         return _terms_key(scope)
@@ -774,74 +776,62 @@ class PostgresMessageSearch(MessageSearch):
         return int(row[0]) if row else 0
 
     def _count(self, conn: Statements, table: str, word: str, cap: int) -> int:
-        query = tsquery_any([word])
-        if not query:
-            return 0
-        if table != _SECTION_TERMS and len(_stems(word)) == 1:
-            return min(self._lexeme_docs(conn, table, [word])[word], cap)
-        if table == _SECTION_TERMS:
-            row = conn.execute(
-                f"SELECT count(*) FROM (SELECT 1 FROM {_SECTION_TERMS} t"
-                " WHERE t.tsv @@ ?::tsquery LIMIT ?) x",
-                (query, cap),
-            ).fetchone()
-        else:
-            row = conn.execute(
-                f"SELECT count(*) FROM (SELECT 1 FROM {_TERMS} t"
-                " WHERE t.scope = ? AND t.tsv @@ ?::tsquery LIMIT ?) x",
-                (int(table.rsplit(":", 1)[1]), query, cap),
-            ).fetchone()
-        assert row is not None  # a count is always one row
-        return int(row[0])
+        return self._counts(conn, table, [word], cap).get(word, 0)
 
-    def _count_together(self, conn: Statements, table: str, words: Sequence[str]) -> None:
-        """Read the counts `plan` asks for of the message words of one lexeme each together,
-        exact, from the fold's counts (into the cache `_frequency` reads): one look-up a
-        search, not one a word."""
-        single = [w for w in words if len(_stems(w)) == 1]
-        if single:
-            cap = max(self.tuning.match_budget, 1) + 1  # (as `plan` counts them: up to its cap)
+    def plan(
+        self,
+        conn: Statements,
+        table: str,
+        words: Sequence[str],
+        budget: int | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """`MessageSearch.plan`, the counts its cache has never held read first, in one
+        statement (one it holds too long ago is counted again by `_count`, as before)."""
+        missing = [w for w in dict.fromkeys(words) if (table, w) not in self._df]
+        if len(missing) > 1:  # (one alone is `_count`'s, as `plan` asks it)
+            if len(self._df) > 50_000:
+                self._df.clear()
+            cap = max(self.tuning.match_budget if budget is None else budget, 1) + 1
             now = time.monotonic()
-            for word, docs in self._lexeme_docs(conn, table, single).items():
-                self._df[(table, word)] = (now, min(docs, cap))
+            for word, n in self._counts(conn, table, missing, cap).items():
+                self._df[(table, word)] = (now, n)
+        return super().plan(conn, table, words, budget)
 
-    @staticmethod
-    def _lexeme_docs(conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
-        """How many messages of the scope `table` names hold each of `words` (each one lexeme),
-        as the fold counts them (`recall_lexeme_docs`): exact, and one look-up for them all."""
-        stems = {w: _stems(w)[0] for w in words}
-        found = {
-            str(lexeme): int(docs)
-            for lexeme, docs in conn.execute(
-                "SELECT lexeme, docs FROM recall_lexeme_docs WHERE scope = ? AND lexeme = ANY(?)",
-                (int(table.rsplit(":", 1)[1]), sorted(set(stems.values()))),
-            )
-        }
-        return {w: found.get(lexeme, 0) for w, lexeme in stems.items()}
+    def _counts(
+        self, conn: Statements, table: str, words: Sequence[str], cap: int
+    ) -> dict[str, int]:
+        """How many rows of `table` (`plan`'s names: the sections' index, or a scope's message
+        index) hold each of `words`, up to `cap`, in one statement: a message word of one
+        lexeme from the fold's counts, the others counted."""
+        counts = _CountQuery()
+        for word in words:
+            query = tsquery_any([word])
+            if query:
+                counts.add(word, table, query, cap)
+        return counts.run(conn)
 
-    def _exact_counts(self, conn: Statements, table: str, words: Sequence[str]) -> dict[str, int]:
-        """How many rows of `table` (`_count`'s names) hold each of `words`: a message word of
-        one lexeme from the fold's counts, the rest counted, in one statement."""
-        single = (
-            [w for w in words if len(_stems(w)) == 1]
-            if table not in (_SECTION_TERMS, _BELIEF_TERMS)
-            else []
-        )
-        counted = self._lexeme_docs(conn, table, single) if single else {}
-        queries = {w: q for w in words if w not in counted and (q := tsquery_any([w]))}
-        if queries:
-            if table in (_SECTION_TERMS, _BELIEF_TERMS):
-                one, scope = f"(SELECT count(*) FROM {table} t WHERE t.tsv @@ ?::tsquery)", []
+    def _scope_counts(self, conn: Statements, key: str, words: Sequence[str]) -> tuple[int, int]:
+        """The scope's (rows, words), bm25's averages, and, exact from the fold's counts, how
+        many of its messages hold each of `words` of one lexeme (into the cache `plan` reads):
+        one statement a search, not one a word."""
+        scope = _scope_of(key)
+        stems = {w: _stems(w)[0] for w in words if len(_stems(w)) == 1}
+        cap = max(self.tuning.match_budget, 1) + 1  # (as `plan` counts them: up to its cap)
+        found: dict[str, int] = {}
+        totals = (0, 0)
+        for lexeme, docs, words_in in conn.execute(
+            "SELECT NULL, docs, words FROM recall_scope_terms WHERE scope = ? UNION ALL"
+            " SELECT lexeme, docs, 0 FROM recall_lexeme_docs WHERE scope = ? AND lexeme = ANY(?)",
+            (scope, scope, sorted(set(stems.values()))),
+        ):
+            if lexeme is None:
+                totals = (int(docs), int(words_in))
             else:
-                one = f"(SELECT count(*) FROM {_TERMS} t WHERE t.scope = ? AND t.tsv @@ ?::tsquery)"
-                scope = [int(table.rsplit(":", 1)[1])]
-            row = conn.execute(
-                "SELECT " + ", ".join([one] * len(queries)),
-                [p for q in queries.values() for p in (*scope, q)],
-            ).fetchone()
-            assert row is not None  # a select of counts is always one row
-            counted.update(zip(queries, (int(n) for n in row), strict=True))
-        return {w: counted.get(w, 0) for w in words}
+                found[str(lexeme)] = int(docs)
+        now = time.monotonic()
+        for word, lexeme in stems.items():
+            self._df[(key, word)] = (now, min(found.get(lexeme, 0), cap))
+        return totals
 
     def bm25(
         self,
@@ -857,7 +847,7 @@ class PostgresMessageSearch(MessageSearch):
             return {}
         t = self.tuning
         key = _terms_key(scope)
-        self._count_together(conn, key, words)
+        totals = self._scope_counts(conn, key, words)
         rare, common = self.plan(conn, key, words)
         source, narrow = f"{_TERMS} t", ""
         params: list[str | int] = []
@@ -869,7 +859,18 @@ class PostgresMessageSearch(MessageSearch):
                 narrow += " AND t.seq BETWEEN ? AND ?"
                 params = [*params, *reach.span]
         if rare:
-            return self._scored(conn, scope, rare, source, narrow, params)
+            best = self._bm25(
+                conn,
+                key,
+                rare,
+                f"SELECT t.seq, t.dl, {_HELD} FROM {source}"
+                f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}",
+                ([scope], params),
+                {"A": t.name_weight, "B": 1.0, "C": t.context_weight},
+                totals=totals,
+                whole=not narrow,
+            )
+            return dict(best[: t.candidates])
         scored: dict[int, float] = {}
         newest = (
             f"SELECT t.seq FROM {source} WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}"
@@ -882,32 +883,6 @@ class PostgresMessageSearch(MessageSearch):
                 scored.setdefault(int(seq), score)
         return scored
 
-    def _scored(
-        self,
-        conn: Statements,
-        scope: int,
-        rare: Sequence[str],
-        source: str,
-        narrow: str,
-        params: Sequence[str | int],
-    ) -> dict[int, float]:
-        stats = conn.execute(
-            "SELECT docs, words FROM recall_scope_terms WHERE scope = ?", (scope,)
-        ).fetchone()
-        t = self.tuning
-        best = self._bm25(
-            conn,
-            _terms_key(scope),
-            rare,
-            f"SELECT t.seq, t.dl, {_HELD} FROM {source}"
-            f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}",
-            ([scope], params),
-            (int(stats[0]), int(stats[1])) if stats else (0, 0),
-            {"A": t.name_weight, "B": 1.0, "C": t.context_weight},
-            whole=not narrow,
-        )
-        return dict(best[: t.candidates])
-
     def _bm25(
         self,
         conn: Statements,
@@ -915,16 +890,17 @@ class PostgresMessageSearch(MessageSearch):
         rare: Sequence[str],
         sql: str,
         params: tuple[Sequence[object], Sequence[object]],
-        stats: tuple[int, int],
         weight: dict[str, float],
         *,
+        totals: tuple[int, int] | None = None,
         whole: bool = False,
     ) -> list[tuple[int, float]]:
         """bm25 as FTS5 computes it (k1 1.2, b 0.75, `weight` per column label) of every row
         `sql` returns: (id, length, `_HELD`: its tsvector's entries of the query's lexemes, as
-        text). `sql` takes the lexemes, `params[0]`, the tsquery, then `params[1]`; `stats` is
-        (rows, words) of the whole index; `whole`: `sql` returns every row of the index (`key`)
-        that holds any of `rare`. Best first."""
+        text). `sql` takes the lexemes, `params[0]`, the tsquery, then `params[1]`; `totals` is
+        (rows, words) of the whole index (None: read from `recall_index_totals` by `key`);
+        `whole`: `sql` returns every row of the index (`key`) that holds any of `rare`. Best
+        first."""
         query = tsquery_any(rare)
         if not query:
             return []
@@ -945,12 +921,22 @@ class PostgresMessageSearch(MessageSearch):
                     labels[word] = found
                     present[word] += 1
             held.append((int(row_id), int(length), labels))
-        docs, words = stats
-        average = (words / docs if docs else 0.0) or 1.0
+        if not held:
+            return []
         # FTS5 scores with each word's exact document frequency, never a cached one (a cached
         # count can be stale after a forget, and larger than the rows there are now). When the
         # rows read are all the index holds of the words, they are that count.
-        hits = present if whole else self._exact_counts(conn, key, rare)
+        counts = _CountQuery()
+        if totals is None:
+            counts.totals(key)
+        if not whole:
+            for word in rare:
+                if word_query := tsquery_any([word]):
+                    counts.add(word, key, word_query)
+        hits = present if whole else {w: 0 for w in rare}
+        hits.update(counts.run(conn))
+        docs, words = counts.found_totals if totals is None else totals
+        average = (words / docs if docs else 0.0) or 1.0
         idf: dict[str, float] = {}
         for word in rare:
             ratio = (docs - hits[word] + 0.5) / (hits[word] + 0.5)
@@ -975,7 +961,6 @@ class PostgresMessageSearch(MessageSearch):
         """`search.BeliefScores`: FTS5's bm25 of every belief that matches any of `words` and
         `where` (over `recall_beliefs b`), from the whole index's counts as FTS5 takes them
         (every scope's beliefs: SQLite keeps them in one table too)."""
-        stats = _totals(conn, _BELIEF_TERMS)
         best = self._bm25(
             conn,
             _BELIEF_TERMS,
@@ -984,7 +969,6 @@ class PostgresMessageSearch(MessageSearch):
             " JOIN recall_beliefs b ON b.rowid = t.rowid"
             f" WHERE t.tsv @@ ?::tsquery AND {where}",
             ([], params),
-            stats,
             {"B": 1.0},
         )
         return dict(best)
@@ -1005,7 +989,6 @@ class PostgresMessageSearch(MessageSearch):
         """`search.SectionCandidates` from the tsvector index of the sections' prose."""
         narrow, params = ("", []) if span is None else (" AND t.written BETWEEN ? AND ?", span)
         if rare:
-            stats = _totals(conn, _SECTION_TERMS)
             return self._bm25(
                 conn,
                 _SECTION_TERMS,
@@ -1013,7 +996,6 @@ class PostgresMessageSearch(MessageSearch):
                 f"SELECT t.written, t.dl, {_HELD} FROM {_SECTION_TERMS} t"
                 f" WHERE t.tsv @@ ?::tsquery{narrow}",
                 ((), params),
-                stats,
                 {"A": 1.0},
                 whole=span is None,
             )[: max(budget, limit)]
@@ -1031,6 +1013,68 @@ class PostgresMessageSearch(MessageSearch):
                     seen.add(written)
                     ranked.append((int(written), score))
         return ranked
+
+
+class _CountQuery:
+    """Counts of several words in the indexes (and an index's totals), asked in one statement
+    of scalar subqueries: each is a round trip otherwise."""
+
+    def __init__(self) -> None:
+        self._columns: list[str] = []
+        self._params: list[object] = []
+        self._words: list[tuple[str, int | None]] = []  # (word, its cap)
+        self._totals = False
+        self.found_totals = (0, 0)
+        """(rows, words) of the index `totals` named, once `run`."""
+
+    def totals(self, table: str) -> None:
+        """Also read (rows, words) of the belief or section index `table` (recall.m008)."""
+        self._columns[:0] = [
+            "(SELECT docs FROM recall_index_totals WHERE name = ?)",
+            "(SELECT words FROM recall_index_totals WHERE name = ?)",
+        ]
+        self._params[:0] = [table, table]
+        self._totals = True
+
+    def add(self, word: str, table: str, query: str, cap: int | None = None) -> None:
+        """Count the rows of `table` that match `query` (`word`'s), up to `cap` if given: the
+        sections' or the beliefs' index, or a scope's message index (`_terms_key`), whose
+        words of one lexeme the fold counts (`recall_lexeme_docs`)."""
+        limit = "" if cap is None else " LIMIT ?"
+        if table in (_SECTION_TERMS, _BELIEF_TERMS):
+            column = (
+                f"(SELECT count(*) FROM (SELECT 1 FROM {table} t"
+                f" WHERE t.tsv @@ ?::tsquery{limit}) x)"
+            )
+            params: list[object] = [query]
+        elif len(stems := _stems(word)) == 1:
+            column = "(SELECT docs FROM recall_lexeme_docs WHERE scope = ? AND lexeme = ?)"
+            params, limit = [_scope_of(table), stems[0]], ""
+        else:
+            column = (
+                f"(SELECT count(*) FROM (SELECT 1 FROM {_TERMS} t"
+                f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{limit}) x)"
+            )
+            params = [_scope_of(table), query]
+        self._columns.append(column)
+        self._params += [*params, *([cap] if limit else [])]
+        self._words.append((word, cap))
+
+    def run(self, conn: Statements) -> dict[str, int]:
+        """Each word added -> its count (capped, when a cap was given); no statement when
+        nothing was asked."""
+        if not self._columns:
+            return {}
+        row = conn.execute("SELECT " + ", ".join(self._columns), self._params).fetchone()
+        assert row is not None  # a select of scalar subqueries is always one row
+        values = [int(v or 0) for v in row]
+        if self._totals:
+            self.found_totals = (values[0], values[1])
+            values = values[2:]
+        return {
+            word: n if cap is None else min(n, cap)
+            for (word, cap), n in zip(self._words, values, strict=True)
+        }
 
 
 def _runs(text: str, marks: dict[str, str]) -> dict[str, str]:
@@ -1133,30 +1177,60 @@ class PostgresRecallIndex(RecallIndex):
         self._keep(config, sessions, capture)
         # PARTIAL: no embeddings on PostgreSQL yet (nothing stores vectors there).
         self.embedder = None
+        self._scope_numbers: dict[tuple[str, str], int] = {}
+
+    def scope(
+        self,
+        conn: Statements,
+        session_id: str | None,
+        user_id: str | None,
+        profile: str | None,
+    ) -> int | None:
+        """`RecallIndex.scope`, a (user, profile) met before answered from memory: a scope's
+        number never changes (a rebuild numbers them again in the log's order, as before), and
+        a search saves the round trip."""
+        user, prof = self.who(conn, session_id, user_id, profile)
+        key = (user or "", prof or "")
+        n = self._scope_numbers.get(key)
+        if n is None:
+            n = scope_number(conn, user, prof)
+            if n is not None:
+                self._scope_numbers[key] = n
+        return n
 
     def catch_up(self) -> int:
         """Fold what the log gained, then index the sections written since (see `_SECTIONS`).
-        Every search catches up, and mostly finds nothing to do: whether the fold is behind is
-        one question to the log (not the projector's two)."""
+        Every search catches up, and mostly finds nothing to do: whether the fold is behind and
+        whether sections wait is one question to the server (not the projector's two and a
+        look at the queue)."""
         try:
-            behind = self.pg.behind(self.fold.name)
+            with self.reading("looking for what to index") as conn:
+                row = conn.execute(
+                    f"SELECT {BEHIND}, EXISTS (SELECT 1 FROM recall_section_queue)",
+                    (self.fold.name,),
+                ).fetchone()
+            behind, queued = (bool(row[0]), bool(row[1])) if row else (True, True)
         except (StoreBusy, StoreReadOnly) as exc:
             log.debug("chronicle recall: searching what is already indexed (%s)", exc)
-            behind = False
+            behind, queued = False, True
         read = super().catch_up() if behind else 0
-        try:
-            self.index_sections()
-        except (StoreBusy, StoreReadOnly) as exc:
-            log.debug("chronicle recall: sections not indexed yet (%s)", exc)
+        if queued:
+            try:
+                self._index_queued()
+            except (StoreBusy, StoreReadOnly) as exc:
+                log.debug("chronicle recall: sections not indexed yet (%s)", exc)
         return read
 
     def index_sections(self) -> int:
         """Index the queued sections (those written, purged or deleted since the last call);
         returns how many. Hosts draining at once each take rows the others have not."""
         with self.reading("looking for sections to index") as conn:
-            # (a read first: most catch-ups find none, and a write costs three round trips)
+            # (a read first: most calls find none, and a write costs three round trips)
             if conn.execute("SELECT 1 FROM recall_section_queue LIMIT 1").fetchone() is None:
                 return 0
+        return self._index_queued()
+
+    def _index_queued(self) -> int:
         with self.writing("indexing sections") as conn:
             queued = [
                 int(w)
