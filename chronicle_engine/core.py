@@ -12,7 +12,9 @@ handing each constructor the lower parts it uses. No subsystem receives the core
 The store is SQLite's file, or PostgreSQL when config.yaml's `chronicle.store` names a server
 (`Config.location()` is what a core is opened and registered by); then each room's PostgreSQL
 twin is built instead, and `db_path` names only this host's own files (spill, waiting turns).
-`store` keeps SQLite's type for the rooms still typed against it (both keep log/port.py).
+`store` is typed as either store, and so is `reader` (an `EventReader` of one or the other): a
+part that runs on one store only is built where `isinstance` has said which (`reads_sqlite` for
+a reader).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, TypeAlias, TypeVar, cast
+
+from typing_extensions import TypeIs
 
 from .capture.events import register_capture_events
 from .capture.spill import Spill
@@ -41,6 +45,7 @@ from .sessions.events import CompactionRecorded, register_session_events
 if TYPE_CHECKING:
     from .chronicle.sections import AsyncSummarizer, Summarizer
     from .compaction.engine import Compaction
+    from .log.postgres import PostgresEventStore
     from .recall.recall import Recall
     from .scheduler.scheduler import Scheduler
     from .sessions.capture import Capture
@@ -49,6 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["ChronicleCore", "vocabulary"]
 
 _Part = TypeVar("_Part")
+
+Reader: TypeAlias = "EventReader[SQLiteEventStore] | EventReader[PostgresEventStore]"
+"""The core's reader: of a SQLite store or of a PostgreSQL one."""
 
 log = logging.getLogger("chronicle_engine.core")
 
@@ -105,6 +113,12 @@ def known_migrations(*, postgres: bool) -> frozenset[str]:
     )
 
 
+def reads_sqlite(reader: Reader) -> TypeIs[EventReader[SQLiteEventStore]]:
+    """Whether `reader` reads a SQLite store (it narrows the reader's type, as `isinstance`
+    narrows a store's)."""
+    return isinstance(reader.store, SQLiteEventStore)
+
+
 class ChronicleCore:
     """The store, the event vocabulary and the subsystems for one database."""
 
@@ -120,13 +134,8 @@ class ChronicleCore:
         if self.postgres:
             from .log.postgres import PostgresEventStore
 
-            # The store is typed as SQLite's for the rooms still typed so; the PostgreSQL
-            # store keeps the same port (log/port.py) and each room's twin is built below.
-            self.store = cast(
-                SQLiteEventStore,
-                PostgresEventStore(
-                    self.location, busy_timeout_ms=busy_ms, password=self.config.store_password()
-                ),
+            self.store: SQLiteEventStore | PostgresEventStore = PostgresEventStore(
+                self.location, busy_timeout_ms=busy_ms, password=self.config.store_password()
             )
             # This host's own files (the spill, the waiting turns) stay on its disk.
             self.db_path = str(self.config.db_path().expanduser().resolve())
@@ -144,7 +153,11 @@ class ChronicleCore:
         for model in (ContextCompacted, PassLedger, CompactionRecorded):
             model.model_rebuild()
         self.upcasts = UpcastRegistry()
-        self.reader = EventReader(self.store, self.upcasts, self.types)
+        self.reader: Reader = (  # (each branch a reader of its own store's type)
+            EventReader(self.store, self.upcasts, self.types)
+            if isinstance(self.store, SQLiteEventStore)
+            else EventReader(self.store, self.upcasts, self.types)
+        )
         self._closed = False
         self._subsystems: dict[str, object] = {}
         self._subsystems_lock = threading.RLock()
@@ -236,16 +249,15 @@ class ChronicleCore:
     def _new_sessions(self) -> SessionTree:
         from .sessions.tree import SessionTree
 
-        if self.postgres:
-            from .log.postgres import PostgresEventStore
-            from .sessions.postgres import PostgresSessionTables
+        store = self.store
+        if isinstance(store, SQLiteEventStore):
+            from .sessions.tables import SQLiteSessionTables
 
-            pg = cast(PostgresEventStore, self.store)
-            # a refused capture waits in this host's spill, beside its local db_path
-            return SessionTree(self.reader, PostgresSessionTables(pg, spill_path=self.db_path))
-        from .sessions.tables import SQLiteSessionTables
+            return SessionTree(self.reader, SQLiteSessionTables(store))
+        from .sessions.postgres import PostgresSessionTables
 
-        return SessionTree(self.reader, SQLiteSessionTables(self.store))
+        # a refused capture waits in this host's spill, beside its local db_path
+        return SessionTree(self.reader, PostgresSessionTables(store, spill_path=self.db_path))
 
     @property
     def capture(self) -> Capture:
@@ -264,14 +276,13 @@ class ChronicleCore:
             # forgetting redraws the sections that held what it hid (compaction's writer)
             return [f"{r.old} -> {r.new}" for r in self.compaction.forget_messages(seqs)]
 
-        if self.postgres:
-            from .log.postgres import PostgresEventStore
-            from .recall.postgres import PostgresRecallIndex
+        reader = self.reader
+        if reads_sqlite(reader):
+            return Recall(reader, self.config, self.sessions, self.capture, redraw=redraw)
+        from .recall.postgres import PostgresRecallIndex
 
-            reader = cast("EventReader[PostgresEventStore]", self.reader)
-            index = PostgresRecallIndex(reader, self.config, self.sessions, self.capture)
-            return Recall.over(index, self.capture, redraw)
-        return Recall(self.reader, self.config, self.sessions, self.capture, redraw=redraw)
+        index = PostgresRecallIndex(reader, self.config, self.sessions, self.capture)
+        return Recall.over(index, self.capture, redraw)
 
     @property
     def compaction(self) -> Compaction:
@@ -281,7 +292,10 @@ class ChronicleCore:
         return self._subsystem(
             "compaction",
             lambda core: Compaction(
-                core.reader,
+                # PARTIAL (issue 17): compaction's parts (its ledgers, the section writer,
+                # rederive, the chronicle store's connections) are typed for SQLite's store and
+                # run on either through the log's port; typed for both, they would not need this.
+                cast("EventReader[SQLiteEventStore]", core.reader),
                 core.config,
                 core.sessions,
                 core.capture,

@@ -430,6 +430,9 @@ def test_the_cli_reads_the_postgresql_store_config_yaml_names(
     refused = capsys.readouterr().err
     assert "no session 'nope' in the PostgreSQL store" in refused and "a1" in refused
     assert lineage["sessions"][-1]["session"] == "a1"
+    # A backup copies a SQLite file's pages: on a server's store it is refused, saying what to use.
+    assert main(["backup", "--hermes-home", str(home)]) == Exit.USAGE
+    assert "pg_dump" in capsys.readouterr().err
     # (unhealthy: this Hermes home selects neither slot; the database's checks are what count)
     checks = run("doctor", exit=Exit.UNHEALTHY)["checks"]
     doctor = {(c["area"], c["name"]): c["status"] for c in checks}

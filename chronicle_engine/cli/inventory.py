@@ -67,6 +67,18 @@ def file_sizes(path: str | os.PathLike[str]) -> dict[str, int]:
     return out
 
 
+def sqlite_store(store: SQLiteEventStore | PostgresEventStore, what: str) -> SQLiteEventStore:
+    """`store`, when it is a SQLite file: `what` (a command's work on the file itself: its pages,
+    its integrity) has no PostgreSQL counterpart here, and is refused on a server's store."""
+    if isinstance(store, SQLiteEventStore):
+        return store
+    raise CommandFailed(
+        f"{what} works on a SQLite file, and config.yaml's chronicle.store names a PostgreSQL "
+        "server: use the server's own tools (pg_dump, amcheck), or --db PATH for a file",
+        Exit.USAGE,
+    )
+
+
 def has_table(store: SQLiteEventStore, name: str) -> bool:
     with sqlite_errors("reading the schema"), store.reading() as conn:
         row = conn.execute(
@@ -75,7 +87,7 @@ def has_table(store: SQLiteEventStore, name: str) -> bool:
     return row is not None
 
 
-def event_counts(store: SQLiteEventStore) -> list[EventCount]:
+def event_counts(store: SQLiteEventStore | PostgresEventStore) -> list[EventCount]:
     rows = store.type_counts()
     return [
         EventCount(namespace=ns, type=t, count=n, first_seq=lo, last_seq=hi)
@@ -122,7 +134,7 @@ def resolve_session(store: SQLiteEventStore | PostgresEventStore, given: str) ->
     )
 
 
-def chronicle_rows(store: SQLiteEventStore) -> list[ChronicleRow]:
+def chronicle_rows(store: SQLiteEventStore | PostgresEventStore) -> list[ChronicleRow]:
     """Each chronicle in the database with its section counts and the seq it is folded through."""
     if isinstance(store, SQLiteEventStore):
         if not has_table(store, "sections"):

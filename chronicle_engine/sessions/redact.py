@@ -25,7 +25,8 @@ from ..capture.events import HOST_NAMESPACE
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
 from ..capture.shortened import origin
 from ..chronicle.sections import split_section_id
-from ..log.store import SQLiteEventStore, StoredEvent
+from ..log.port import LogStore
+from ..log.store import StoredEvent
 from .events import NAMESPACE as TREE_NAMESPACE
 
 # The context engine's pass ledger, named here by its stored namespace and type (the engine sits
@@ -51,7 +52,7 @@ class Forgotten:
     openings: frozenset[tuple[str | None, str]] = frozenset()
 
     @classmethod
-    def read(cls, store: SQLiteEventStore, seqs: Collection[int]) -> Forgotten:
+    def read(cls, store: LogStore, seqs: Collection[int]) -> Forgotten:
         openings: set[tuple[str | None, str]] = set()
         for seq in seqs:
             event = store.get(int(seq))

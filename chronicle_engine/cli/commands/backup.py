@@ -38,8 +38,10 @@ def run(s: Session) -> Outcome:
 
     from ... import transfer
     from ..app import Outcome
+    from ..inventory import sqlite_store
 
     core = s.core()
+    store = sqlite_store(core.store, "backup")
     if s.args.dest:
         dest = Path(s.args.dest).expanduser()
     else:
@@ -55,7 +57,7 @@ def run(s: Session) -> Outcome:
     ) as bar:
         task = bar.add_task("backup", total=None)
         transfer.backup(
-            core.store,
+            store,
             dest,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )

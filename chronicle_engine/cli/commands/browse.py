@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ...chronicle.sections import Section
     from ...core import ChronicleCore
     from ...log.events import EventReader
-    from ...log.store import SQLiteEventStore
+    from ...log.port import LogStore
     from ..app import Outcome, Session
 
 # recall's SCOPES, listed here so building the parser loads no search code (a test compares them)
@@ -228,7 +228,7 @@ _OWN_TOOL = "chronicle_"
 _LOOKBACK = 64  # events before a tool result searched for the call it answers
 
 
-def own_tool_traffic(store: SQLiteEventStore, hits: Sequence[Mapping[str, object]]) -> set[int]:
+def own_tool_traffic(store: LogStore, hits: Sequence[Mapping[str, object]]) -> set[int]:
     """Seqs of message hits that are the agent's own chronicle_* calls or their results."""
     own: set[int] = set()
     for hit in hits:
@@ -552,7 +552,7 @@ class _SessionMark(TypedDict):
     parent: NotRequired[str]
 
 
-def _session_marks(reader: EventReader, sessions: set[str]) -> dict[str, _SessionMark]:
+def _session_marks(reader: EventReader[LogStore], sessions: set[str]) -> dict[str, _SessionMark]:
     """Per session: how it started (switch reason, parent) and its compaction points."""
     from ...sessions.events import NAMESPACE as SESSION_NS
     from ...sessions.events import CompactionRecorded, SessionSwitched

@@ -91,10 +91,10 @@ def run(s: Session) -> Outcome:
 
 def _database_checks(s: Session) -> list[Check]:
     from ...log.store import sqlite_errors
-    from ..inventory import has_table
+    from ..inventory import has_table, sqlite_store
 
     core = s.core()
-    store = core.store
+    store = sqlite_store(core.store, "checking the database's pages")
     out: list[Check] = []
     pragma = "integrity_check" if s.args.full else "quick_check"
     with sqlite_errors("checking integrity"), store.reading() as conn:
@@ -462,11 +462,12 @@ def _endpoint_check(name: str, url: str, allow_remote: bool, key: str, what: str
 def _salvage(s: Session, damaged: Path) -> Outcome:
     from ...log.salvage import salvage
     from ..app import Outcome
+    from ..inventory import sqlite_store
 
     if not damaged.is_file():
         raise CommandFailed(f"{damaged} is not a file", Exit.NOT_FOUND)
     core = s.core(create=True)
-    found = salvage(damaged, core.store, core.reader.refusal)
+    found = salvage(damaged, sqlite_store(core.store, "salvage"), core.reader.refusal)
     data = {"salvaged_from": str(damaged), "into": str(s.db_path), **asdict(found)}
 
     def draw(console: Console) -> None:
