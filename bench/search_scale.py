@@ -198,6 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--pg-cache", type=Path, default=Path("/tmp/pg-scale-cache"))
     parser.add_argument(
+        "--statements",
+        action="store_true",
+        help="with --postgres: the server counts each statement's calls, time and rows "
+        "(pg_stat_statements) over the scope `all` queries, and the run prints where a search's "
+        "server time goes",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path(__file__).parent / "out" / "latency.json",
@@ -282,21 +289,78 @@ def _on_postgres(args: argparse.Namespace, corpus: Corpus, home: Path) -> list[d
             core.shutdown()
 
     name = f"scale_{args.messages}_{args.users}"
-    print(f"PostgreSQL kept in {args.pg_cache} ({', '.join(PG_SETTINGS)}), store {name}")
-    with cached_database(args.pg_cache, name, make, PG_SETTINGS, migrate) as conninfo:
+    settings = PG_SETTINGS + (_STATEMENT_SETTINGS if args.statements else ())
+    print(f"PostgreSQL kept in {args.pg_cache} ({', '.join(settings)}), store {name}")
+    with cached_database(args.pg_cache, name, make, settings, migrate) as conninfo:
         core = core_on(conninfo)
         try:
             print(
                 f"searching a copy of {name}: {core.store.count():,} events, {size(core) / 1e6:,.0f} MB"
             )
             core.recall.catch_up()
-            return measure(core, corpus, args.queries, args.users)
+            counted = _StatementCounts(conninfo) if args.statements else None
+            return measure(core, corpus, args.queries, args.users, counted)
         finally:
             core.shutdown()
 
 
-def measure(core: ChronicleCore, corpus: Corpus, count: int, users: int) -> list[dict[str, object]]:
-    """Search latency per scope on a built store, then the first search after a capture."""
+_STATEMENT_SETTINGS = (
+    "shared_preload_libraries=pg_stat_statements",
+    "pg_stat_statements.track_planning=on",
+)
+
+
+class _StatementCounts:
+    """What the server spent on each statement (pg_stat_statements, planning included) between
+    `start` and `report`, per search."""
+
+    def __init__(self, conninfo: str) -> None:
+        import psycopg
+
+        self.conninfo = conninfo
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+    def start(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
+
+    def report(self, searches: int) -> None:
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT calls, total_exec_time + total_plan_time, rows, shared_blks_hit,"
+                " shared_blks_read, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)"
+                " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+                " WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'"
+                " ORDER BY 2 DESC"
+            ).fetchall()
+        total = sum(float(r[1]) for r in rows)
+        calls = sum(int(r[0]) for r in rows)
+        print(
+            f"  server time {total / searches:.2f} ms a search over {calls / searches:.1f}"
+            " statements; the five costliest statements:"
+        )
+        for n, ms, got, hit, read, sql in rows[:5]:
+            print(
+                f"  {float(ms) / searches:6.2f} ms a search, {int(n):5d} calls,"
+                f" {int(got) / max(int(n), 1):7.1f} rows and {int(hit) / max(int(n), 1):5.0f}"
+                f" + {int(read) / max(int(n), 1):4.0f} pages (cached + read) a call: {sql}"
+            )
+
+
+def measure(
+    core: ChronicleCore,
+    corpus: Corpus,
+    count: int,
+    users: int,
+    counted: _StatementCounts | None = None,
+) -> list[dict[str, object]]:
+    """Search latency per scope on a built store, then the first search after a capture
+    (`counted`: the server's statements over scope `all`'s queries)."""
     points: list[dict[str, object]] = []
     rng = random.Random(11)
     asked = queries(core, corpus, count, rng)
@@ -310,6 +374,8 @@ def measure(core: ChronicleCore, corpus: Corpus, count: int, users: int) -> list
     ):
         latencies = []
         found = 0
+        if counted is not None and scope == "all" and not by_session:
+            counted.start()
         cpu = time.process_time()
         for q in asked:
             t0 = time.perf_counter()
@@ -319,6 +385,8 @@ def measure(core: ChronicleCore, corpus: Corpus, count: int, users: int) -> list
             latencies.append((time.perf_counter() - t0) * 1000)
             found += bool(results)
         cpu_ms = (time.process_time() - cpu) * 1000 / len(asked)
+        if counted is not None and scope == "all" and not by_session:
+            counted.report(len(asked))
         points.append(
             {
                 "op": f"search ({label})",
