@@ -39,7 +39,11 @@ class _NulSafeDumper(StrDumperUnknown):
     """psycopg's string dumper (text format, type left to the server), NUL replaced first."""
 
     def dump(self, obj: str) -> Buffer | None:
-        return super().dump(storable(obj))
+        # (psycopg's own dump, with the NUL replaced where it would refuse it: one call a
+        # string, as every string of every statement passes here)
+        if "\x00" in obj:
+            obj = obj.replace("\x00", NUL_AS)
+        return obj.encode(self._encoding)
 
 
 def nul_safe(conn: Connection[TupleRow]) -> None:

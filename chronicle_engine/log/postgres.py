@@ -257,15 +257,6 @@ BEHIND = (
 room that asks it beside a question of its own in one round trip."""
 
 
-_CUSTOM_PLAN = False
-"""How the log's reads and questions are sent: never as prepared statements, so each is planned
-for its own position, session or type. After five runs of a prepared statement the server may
-keep one plan for any values, and the plans it keeps here (a sequential or backward scan of the
-whole log, filtered) read every event when few or none match: `any_after` of the tree's position
-and `latest` took ~9 ms each on a log of 23,000 events, at every turn, where a plan for the
-values given reads the few events past the position."""
-
-
 class PostgresEventStore:
     """The append-only log in one PostgreSQL database (`conninfo`: a libpq connection string or
     URI; a password belongs in PGPASSWORD, a .pgpass file or `password`, never in it)."""
@@ -508,7 +499,9 @@ class PostgresEventStore:
         def fetch(cursor: int, page: int) -> list[TupleRow]:
             with postgres_errors("reading events"):
                 return self.connection.execute(
-                    sql, (cursor, *params, page), prepare=_CUSTOM_PLAN
+                    sql,
+                    (cursor, *params, page),
+                    prepare=False,  # (see `_rows`)
                 ).fetchall()
 
         yield from read_pages(fetch, after, limit)
@@ -570,9 +563,19 @@ class PostgresEventStore:
 
     # -- the named questions the rooms above ask (as the SQLite store's, same answers) ---------
 
-    def _rows(self, what: str, sql: str, params: Sequence[object]) -> list[TupleRow]:
+    def _rows(
+        self, what: str, sql: str, params: Sequence[object], *, own_plan: bool = False
+    ) -> list[TupleRow]:
+        """`sql`'s rows. `own_plan`: sent unprepared, so the server plans it for these values.
+        The log's reads past a position and its questions whose best plan depends on their
+        values (`read`, `any_after`, `latest`) need it: after five runs of a prepared statement
+        the server may keep one plan for any values, and the plans it kept for these (a
+        sequential or backward scan of the whole log, filtered) read every event when few or
+        none match (`any_after` of the tree's position and `latest`: ~9 ms each on a log of
+        23,000 events, at every turn). Look-ups by seq or id keep one prepared plan."""
         with postgres_errors(what):
-            return self.connection.execute(sql, params, prepare=_CUSTOM_PLAN).fetchall()
+            prepare = False if own_plan else None
+            return self.connection.execute(sql, params, prepare=prepare).fetchall()
 
     def get_many(self, seqs: Iterable[int]) -> dict[int, StoredEvent]:
         """The events at `seqs` (the ones the log holds), by seq."""
@@ -610,7 +613,7 @@ class PostgresEventStore:
             where.append("namespace = ANY(%s)")
             params.append(list(namespaces))
         sql = f"SELECT 1 FROM events WHERE {' AND '.join(where)} LIMIT 1"
-        return bool(self._rows("reading the log's end", sql, params))
+        return bool(self._rows("reading the log's end", sql, params, own_plan=True))
 
     def latest(self, namespace: str, type_: str, *, sessions: Sequence[str]) -> StoredEvent | None:
         """The last event of (namespace, type) written in any of `sessions`."""
@@ -621,6 +624,7 @@ class PostgresEventStore:
             f"SELECT {EVENT_COLUMNS} FROM events WHERE namespace = %s AND type = %s"
             " AND session = ANY(%s) ORDER BY seq DESC LIMIT 1",
             (namespace, type_, list(sessions)),
+            own_plan=True,
         )
         return row_to_event(rows[0]) if rows else None
 
