@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from .sessions.capture import Capture
     from .sessions.tree import SessionTree
 
-__all__ = ["ChronicleCore", "vocabulary"]
+__all__ = ["ChronicleCore", "Reader", "reads_sqlite", "vocabulary"]
 
 _Part = TypeVar("_Part")
 
