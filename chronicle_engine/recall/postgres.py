@@ -1177,26 +1177,6 @@ class PostgresRecallIndex(RecallIndex):
         self._keep(config, sessions, capture)
         # PARTIAL: no embeddings on PostgreSQL yet (nothing stores vectors there).
         self.embedder = None
-        self._scope_numbers: dict[tuple[str, str], int] = {}
-
-    def scope(
-        self,
-        conn: Statements,
-        session_id: str | None,
-        user_id: str | None,
-        profile: str | None,
-    ) -> int | None:
-        """`RecallIndex.scope`, a (user, profile) met before answered from memory: a scope's
-        number never changes (a rebuild numbers them again in the log's order, as before), and
-        a search saves the round trip."""
-        user, prof = self.who(conn, session_id, user_id, profile)
-        key = (user or "", prof or "")
-        n = self._scope_numbers.get(key)
-        if n is None:
-            n = scope_number(conn, user, prof)
-            if n is not None:
-                self._scope_numbers[key] = n
-        return n
 
     def catch_up(self) -> int:
         """Fold what the log gained, then index the sections written since (see `_SECTIONS`).
