@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chronicle_engine.chronicle.extractive import (
+    _RANK_FRAME,
     _drawn,
     _fit,
     _Later,
@@ -60,8 +61,8 @@ def _drawing(rank: int, text: str, compact: int | None) -> tuple[int, str, int |
     return rank, text, compact
 
 
-def _items(specs: list[_Spec]) -> list[_Line | _Later]:
-    items: list[_Line | _Later] = []
+def _items(specs: list[_Spec], focus: str = "") -> list[_Line | _Later]:
+    items: list[_Line | _Later] = [_Line(_RANK_FRAME, f"Focus: {focus}", -1)] if focus else []
     for order, (rank, text, focused, compact, most) in enumerate(specs):
         if most is None or most < rank:
             items.append(_line(rank, text, order, focused, compact))
@@ -71,8 +72,23 @@ def _items(specs: list[_Spec]) -> list[_Line | _Later]:
     return items
 
 
-@given(st.lists(_SPEC, max_size=40), st.integers(min_value=1, max_value=6000))
-def test_lines_the_budget_cannot_keep_need_not_be_drawn(specs: list[_Spec], budget: int) -> None:
-    every = [x.line() if isinstance(x, _Later) else x for x in _items(specs)]
-    kept, omitted = _drawn(_items(specs), budget)
+@given(
+    st.lists(_SPEC, max_size=40),
+    st.integers(min_value=1, max_value=6000),
+    st.one_of(st.just(""), st.text(alphabet="ab ", min_size=1, max_size=300)),
+)
+def test_lines_the_budget_cannot_keep_need_not_be_drawn(
+    specs: list[_Spec], budget: int, focus: str
+) -> None:
+    """With or without the focus line summarize_messages puts first (rank above the facts)."""
+    every = [x.line() if isinstance(x, _Later) else x for x in _items(specs, focus)]
+    kept, omitted = _drawn(_items(specs, focus), budget)
     assert _fit(kept, budget, "expand", omitted) == _fit(every, budget, "expand")
+
+
+def test_a_focus_longer_than_the_budget_keeps_the_facts_and_counts_only_what_it_drops() -> None:
+    items = _items([(0, "one reply", False, None, None)], focus="a" * 50)
+    every = [x.line() if isinstance(x, _Later) else x for x in items]
+    kept, omitted = _drawn(items, 10)
+    assert any(line.text.startswith("Facts:") for line in kept)
+    assert _fit(kept, 10, "expand", omitted) == _fit(every, 10, "expand")

@@ -700,6 +700,7 @@ def _drawn(lines: Sequence[_Line | _Later], budget_chars: int) -> tuple[list[_Li
         taken += least[rank]
         if taken > budget_chars:
             break
+    rank = min(rank, _RANK_FACTS)  # `_fit` never drops the facts, nor the frame above them
     kept = [
         ln
         for ln in (drawn.get(x.order, x) for x in lines)
