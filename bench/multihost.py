@@ -429,6 +429,7 @@ def run(
             kind, where, processes, threads, (seconds, start_at), pause_ms, scale
         )
     cpu = os.times()
+    server_cpu = _server_cpu(postmaster) - server_before  # the hosts' run, not the check below
     said, checked = _check(kind, where, outputs)
     searches = searched["search"]
     compressions = compressed["compress"]
@@ -477,7 +478,7 @@ def run(
             1,
         ),
         # the local server's CPU over the same span (0.0 with --conninfo)
-        "server_cpu_s": round(_server_cpu(postmaster) - server_before, 1),
+        "server_cpu_s": round(server_cpu, 1),
         **({"server_waits": sampled} if sampled else {}),
     }
 
