@@ -329,6 +329,38 @@ def test_two_stores_on_one_file_behave_like_two_processes(tmp_path) -> None:
     b.close()
 
 
+def _open_together(path, stores: int) -> list[BaseException]:
+    """Open `stores` stores on `path` at the same moment, as that many processes would."""
+    start = threading.Barrier(stores)
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            start.wait(timeout=30)
+            SQLiteEventStore(path).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return errors
+
+
+def test_stores_opening_a_new_file_at_the_same_moment_all_open(tmp_path) -> None:
+    """Putting a fresh file in WAL mode needs it whole, and SQLite refuses at once (no busy
+    wait) when another connection opens it then: two hosts starting on a new store must both
+    start. Each round six stores open one new file together."""
+    for round_ in range(60):
+        path = tmp_path / f"new{round_}.db"
+        errors = _open_together(path, 6)
+        assert errors == [], f"round {round_}: {errors[0]!r}"
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
 def test_wal_mode_and_checkpoint_on_close(tmp_path) -> None:
     path = tmp_path / "wal.db"
     store = SQLiteEventStore(path)

@@ -564,7 +564,7 @@ class SQLiteEventStore:
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if not self.in_memory:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                mode = self._into_wal(conn)
                 if str(mode).lower() != "wal":
                     raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
                 conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
@@ -573,6 +573,23 @@ class SQLiteEventStore:
         with self._connections_lock:
             self._connections.append(conn)
         return conn
+
+    def _into_wal(self, conn: sqlite3.Connection) -> str:
+        """Put the file in WAL mode and return the mode it is in. On a fresh file the switch
+        needs the whole database to itself, and SQLite answers `database is locked` at once,
+        without waiting in the busy handler, when another connection opens it at the same
+        moment (two processes starting on a new store): wait here instead, for as long as
+        the busy timeout allows."""
+        deadline = time.monotonic() + self._wait_ms() / 1000
+        delay = 0.002
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     @property
     def connection(self) -> sqlite3.Connection:
