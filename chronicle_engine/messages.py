@@ -192,15 +192,6 @@ def handoff_kind(message: object) -> str | None:
 
 
 def is_own_handoff(message: object) -> TypeGuard[dict[str, object]]:
-    if isinstance(message, dict):
-        content = message.get("content")
-        # (most messages, answered without a second call: as `handoff_kind` reads a text)
-        if (
-            isinstance(content, str)
-            and content[:1] != HANDOFF_OPENING
-            and not content[:1].isspace()
-        ):
-            return False
     return handoff_kind(message) == "own"
 
 
