@@ -22,22 +22,22 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chronicle_engine import users as _users
 from chronicle_engine.compaction.limits import ThrashGuard, host_overhead
-from chronicle_engine.compaction.policy import Policy, policy_from_config
-from chronicle_engine.compaction.prune import prune_tool_results
 from chronicle_engine.compaction.timing import CacheTiming
-from chronicle_engine.compaction.tools import CONTEXT_TOOLS
-from chronicle_engine.config import Config, load_hermes_config
-from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import StoreError
 from chronicle_engine.host import HostGuard, fenced
-from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
-from chronicle_engine.messages import estimate_list_tokens
-from chronicle_engine.opening import Reopening
-from chronicle_engine.tools import dispatch, schemas
+
+if TYPE_CHECKING:
+    # Imported where first used (a session's start, the first token count), not when Hermes
+    # loads the plugin: a process that loads plugins but never runs this engine pays nothing
+    # for the store, the settings' models or the tools' schemas.
+    from chronicle_engine.compaction.policy import Policy
+    from chronicle_engine.config import Config
+    from chronicle_engine.core import ChronicleCore
+    from chronicle_engine.opening import Reopening
 
 try:  # Hermes' ABC when the host is installed; a minimal stand-in otherwise (tests, CLI)
     from agent.context_engine import ContextEngine as _Base
@@ -138,6 +138,9 @@ class ChronicleContextEngine(_Base):
         opening = self._opening
         first = opening is None
         if opening is None:
+            from chronicle_engine.config import load_hermes_config
+            from chronicle_engine.opening import Reopening
+
             opening = self._opening = Reopening(load_hermes_config(self._hermes_home))
         core = opening.open(patient=first)
         self._core, self._opening = core, None
@@ -208,6 +211,8 @@ class ChronicleContextEngine(_Base):
     @property
     def policy(self) -> Policy:
         if self._policy is None:
+            from chronicle_engine.compaction.policy import policy_from_config
+
             model, provider = self._model
             # Newer hosts assign `model_thresholds` (compression.model_thresholds, resolved)
             # before the first update_model; without it, config.yaml's map applies.
@@ -333,6 +338,8 @@ class ChronicleContextEngine(_Base):
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error = None
+        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+
         core = self._core_or_keep(self._session(), messages)
         policy = self.policy
         counted = current_tokens or (self._real_tokens if self._real_known else None)
@@ -384,6 +391,8 @@ class ChronicleContextEngine(_Base):
         """Newer hosts: trim old tool output without a model call (the shortening a pass
         does, on tool results only). Everything is captured first, so each cut result stays
         one chronicle_expand away; the head and the protected tail are left as they are."""
+        from chronicle_engine.compaction.prune import prune_tool_results
+
         session = self._session()
         capture = self._core_or_keep(session, messages).capture
         if not messages or not capture.capturing(capture.identity(session).get("agent_context")):
@@ -421,6 +430,8 @@ class ChronicleContextEngine(_Base):
 
     @fenced(False)
     def should_compress_preflight(self, messages: list[dict[str, Any]]) -> bool:
+        from chronicle_engine.messages import estimate_list_tokens
+
         return (
             not self._real_known and estimate_list_tokens(list(messages)) >= self.policy.high_tokens
         )
@@ -539,10 +550,17 @@ class ChronicleContextEngine(_Base):
 
     @fenced(_empty_list)
     def get_tool_schemas(self) -> list[dict[str, Any]]:
+        from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+        from chronicle_engine.tools import schemas
+
         return schemas(CONTEXT_TOOLS)
 
     def handle_tool_call(self, name: str, args: dict[str, Any], **kwargs: Any) -> str:
         try:
+            from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+            from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+            from chronicle_engine.tools import dispatch
+
             core = self.core
             policy = self.policy
             compaction = core.compaction

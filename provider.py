@@ -21,9 +21,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 try:  # the real base when Hermes is installed; a stand-in keeps the module importable without it
     from agent.memory_provider import MemoryProvider as _ProviderBase
@@ -38,19 +36,17 @@ except Exception:  # noqa: BLE001 - any import failure means "no Hermes here"
 # The plugin's __init__ has made `chronicle_engine` importable (installed, or loaded from
 # ./engine under that one name), so both Hermes loaders share its modules and cores.
 from chronicle_engine import users as _users
-from chronicle_engine.config import (
-    ChronicleSettings,
-    Config,
-    checked_store,
-    default_db_path,
-    load_hermes_config,
-)
-from chronicle_engine.core import ChronicleCore
 from chronicle_engine.errors import ChronicleError, StoreError, UsageError
 from chronicle_engine.host import HostGuard, fenced
-from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
-from chronicle_engine.opening import Reopening
-from chronicle_engine.sessions.capture import Capture
+
+if TYPE_CHECKING:
+    # Imported where first used (initialize(), a tool, setup), not when Hermes loads the
+    # plugin: a process that loads plugins but never runs this provider pays nothing for the
+    # store, the settings' models or yaml.
+    from chronicle_engine.config import Config
+    from chronicle_engine.core import ChronicleCore
+    from chronicle_engine.opening import Reopening
+    from chronicle_engine.sessions.capture import Capture
 
 __all__ = ["ChronicleMemoryProvider", "CheckpointFailed", "is_trivial_prompt"]
 
@@ -198,6 +194,9 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._agent_context = str(kwargs.get("agent_context") or "primary")
         self._user_id = kwargs.get("user_id")
         self._profile = kwargs.get("agent_identity")
+        from chronicle_engine.config import load_hermes_config
+        from chronicle_engine.opening import Reopening
+
         self._reopening = Reopening(load_hermes_config(hermes_home))
         self._open(patient=True)
         self._tick("initialize")
@@ -264,6 +263,9 @@ class ChronicleMemoryProvider(_ProviderBase):
             return self.core
         with self._lock:
             if self._core is None:
+                from chronicle_engine.config import load_hermes_config
+                from chronicle_engine.core import ChronicleCore
+
                 config = load_hermes_config(None)
                 opened = ChronicleCore.get(config.location(), config=config)
                 _users.acquire(opened)
@@ -533,6 +535,8 @@ class ChronicleMemoryProvider(_ProviderBase):
 
         # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
         context = {"session_id": self._session_id, **self._live(), **kwargs}
+        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+
         core = self._tool_core()
         # On Hermes' main thread: a lock held elsewhere costs a short wait, then a clear error.
         with core.store.patience(MAIN_THREAD_PATIENCE_MS):
@@ -547,6 +551,8 @@ class ChronicleMemoryProvider(_ProviderBase):
         password is never asked into config.yaml: the operator names the variable that holds
         it, and when that is `SETUP_PASSWORD_ENV` Hermes asks for it next, masked, and keeps it
         in $HERMES_HOME/.env, which Hermes loads into the environment at start."""
+        from chronicle_engine.config import ChronicleSettings
+
         described = ChronicleSettings.model_fields
         return [
             {
@@ -582,6 +588,10 @@ class ChronicleMemoryProvider(_ProviderBase):
         """Write the answers under `chronicle:` in $HERMES_HOME/config.yaml, keeping the rest.
         A store holding a password is refused (logged, nothing written); a blank answer removes
         the setting."""
+        import yaml
+
+        from chronicle_engine.config import checked_store
+
         answers: dict[str, str] = {}
         for key in ("store", "store_password_env", "db_path"):
             if key in values:
@@ -611,6 +621,8 @@ class ChronicleMemoryProvider(_ProviderBase):
         """The database files when they live outside HERMES_HOME (`hermes backup` only walks
         HERMES_HOME). Resolved from config and environment only."""
         try:
+            from chronicle_engine.config import default_db_path, load_hermes_config
+
             home = Path(self._hermes_home) if self._hermes_home else None
             config = load_hermes_config(home)
             db = config.db_path().expanduser().resolve()

@@ -14,10 +14,12 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
-from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from .core import ChronicleCore
 from .errors import StoreError
+
+if TYPE_CHECKING:  # the slots import this before any core is built (the plugin's import)
+    from .core import ChronicleCore
 
 __all__ = ["HostGuard", "Slot", "fenced"]
 

@@ -17,8 +17,10 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .core import ChronicleCore
+if TYPE_CHECKING:  # counted cores come from the slots, which import this at the plugin's import
+    from .core import ChronicleCore
 
 __all__ = ["acquire", "release", "users", "borrowing", "held"]
 
