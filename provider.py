@@ -185,6 +185,9 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @fenced(None)
     def initialize(self, session_id: str, **kwargs: Any) -> None:
+        from chronicle_engine.config import load_hermes_config
+        from chronicle_engine.opening import Reopening
+
         hermes_home = kwargs.get("hermes_home")
         # Who this provider serves is set before the store opens: a turn kept while it cannot
         # open, and every later call (tools included), acts for this identity and no other.
@@ -194,9 +197,6 @@ class ChronicleMemoryProvider(_ProviderBase):
         self._agent_context = str(kwargs.get("agent_context") or "primary")
         self._user_id = kwargs.get("user_id")
         self._profile = kwargs.get("agent_identity")
-        from chronicle_engine.config import load_hermes_config
-        from chronicle_engine.opening import Reopening
-
         self._reopening = Reopening(load_hermes_config(hermes_home))
         self._open(patient=True)
         self._tick("initialize")
@@ -546,6 +546,7 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     # -- setup (hermes memory setup) -----------------------------------------------------------
 
+    @fenced(_no_tools)
     def get_config_schema(self) -> list[dict[str, Any]]:
         """`hermes memory setup`'s questions: the settings' own descriptions (config.py). A
         password is never asked into config.yaml: the operator names the variable that holds

@@ -526,6 +526,47 @@ def table_bytes(db: Path) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+_STORED = """CASE typeof({c}) WHEN 'null' THEN 0 WHEN 'real' THEN 8
+    WHEN 'integer' THEN CASE WHEN {c} IN (0, 1) THEN 0 WHEN {c} BETWEEN -128 AND 127 THEN 1
+        WHEN {c} BETWEEN -32768 AND 32767 THEN 2 WHEN {c} BETWEEN -8388608 AND 8388607 THEN 3
+        WHEN {c} BETWEEN -2147483648 AND 2147483647 THEN 4
+        WHEN {c} BETWEEN -140737488355328 AND 140737488355327 THEN 6 ELSE 8 END
+    ELSE length(CAST({c} AS BLOB)) END"""
+"""The bytes SQLite's record format stores a value in (its header byte aside)."""
+
+
+def where_bytes_go(db: Path, size: int) -> list[str]:
+    """Per message: the bytes of each table and index apart (dbstat, pages whole), and of
+    each column of the tables a message writes a row to (record bodies only: a row's header,
+    its rowid and the pages' slack are the rest of the table's figure)."""
+    conn = sqlite3.connect(db)
+    try:
+        lines = [
+            f"  {name:<40} {total / size:>8.1f} B/message"
+            for name, total in conn.execute(
+                "SELECT name, sum(pgsize) AS total FROM dbstat GROUP BY name"
+                " ORDER BY total DESC LIMIT 20"
+            )
+        ]
+        for table in ("events", "session_entries", "recall_messages"):
+            names = [  # an INTEGER PRIMARY KEY is the rowid, not stored in the record
+                name
+                for name, kind, pk in conn.execute(
+                    "SELECT name, type, pk FROM pragma_table_info(?)", (table,)
+                )
+                if not (pk and kind.upper() == "INTEGER")
+            ]
+            if not names:
+                continue
+            sums = ", ".join(f"sum({_STORED.format(c=f'[{n}]')})" for n in names)
+            got = conn.execute(f"SELECT {sums} FROM [{table}]").fetchone()
+            cells = ", ".join(f"{n} {(v or 0) / size:.1f}" for n, v in zip(names, got, strict=True))
+            lines.append(f"  {table} columns, B/message: {cells}")
+        return lines
+    finally:
+        conn.close()
+
+
 def store_bytes(db: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Bytes per message and per byte of text of a vacuumed copy of `db`, and by table."""
     size = meta["messages"]
@@ -537,6 +578,7 @@ def store_bytes(db: Path, meta: dict[str, Any]) -> dict[str, Any]:
             "bytes_per_text_byte": used / meta["text_bytes"],
             "text_bytes_per_message": meta["text_bytes"] / size,
             "tables": table_bytes(compact),
+            "where": where_bytes_go(compact, size),
         }
     finally:
         compact.unlink()
@@ -574,6 +616,8 @@ def bytes_against_text(args: argparse.Namespace) -> int:
             a = lo.get(name, 0) / size
             b = (hi[name] / size - a) / (xs[-1] - xs[0])
             print(f"  {name:<32} {a:>8.0f} B/message {b:>7.2f} B per byte of text")
+        print(f"[{size:,} x{scales[0]}] each table and index apart, and the rows' columns:")
+        print("\n".join(points[0][2]["where"]))
     print(f"{load()} at the end")
     return 0
 
