@@ -1,0 +1,154 @@
+"""Loading the plugin costs Hermes little: the slots import the engine where it is first used.
+
+Hermes imports every installed plugin at start-up, whether or not its slots are selected, so
+`register()` builds the provider and the context engine without the store, the settings' models
+or yaml; `initialize()` (and a session's start, a tool, setup) imports them. Each case runs in a
+fresh interpreter, where those imports really happen for the first time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_LOAD = """
+import importlib.util, json, sys, threading
+root = {root!r}
+home = {home!r}
+spec = importlib.util.spec_from_file_location(
+    "chronicle_plugin_under_test", root + "/__init__.py", submodule_search_locations=[root]
+)
+plugin = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = plugin
+spec.loader.exec_module(plugin)
+
+class Collector:
+    def __init__(self):
+        self.got = {{}}
+    def register_memory_provider(self, p):
+        self.got["provider"] = p
+    def register_context_engine(self, e):
+        self.got["engine"] = e
+
+collector = Collector()
+plugin.register(collector)
+provider, engine = collector.got["provider"], collector.got["engine"]
+HEAVY = ("chronicle_engine.core", "chronicle_engine.config", "chronicle_engine.log.events",
+         "chronicle_engine.sessions.capture", "yaml")
+loaded_at_register = sorted(m for m in HEAVY if m in sys.modules)
+turn = [{{"role": "user", "content": "What did we decide about the backups?"}},
+        {{"role": "assistant", "content": "Nightly, kept for thirty days."}}]
+"""
+
+
+def _run(body: str, tmp_path: Path) -> dict:
+    home = tmp_path / "hermes_home"
+    home.mkdir()
+    script = _LOAD.format(root=str(ROOT), home=str(home)) + textwrap.dedent(body)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(tmp_path),
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_register_imports_no_store_and_two_threads_share_the_first_use(tmp_path):
+    out = _run(
+        """
+        errors = []
+        start = threading.Barrier(2)
+        def first(call):
+            start.wait()
+            try:
+                call()
+            except BaseException as exc:
+                errors.append(repr(exc))
+        threads = [
+            threading.Thread(target=first, args=(lambda: provider.initialize(
+                "s1", hermes_home=home, platform="cli"),)),
+            threading.Thread(target=first, args=(lambda: engine.on_session_start(
+                "s1", hermes_home=home, platform="cli"),)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        provider.sync_turn(turn[0]["content"], turn[1]["content"], session_id="s1",
+                           messages=turn)
+        found = provider.handle_tool_call("chronicle_search", {"query": "backups"})
+        provider.shutdown()
+        print(json.dumps({
+            "at_register": loaded_at_register,
+            "after_use": sorted(m for m in HEAVY if m in sys.modules),
+            "errors": errors,
+            "found": "thirty days" in found,
+        }))
+        """,
+        tmp_path,
+    )
+    assert out["at_register"] == []
+    assert out["after_use"] == sorted(
+        [
+            "chronicle_engine.core",
+            "chronicle_engine.config",
+            "chronicle_engine.log.events",
+            "chronicle_engine.sessions.capture",
+            "yaml",
+        ]
+    )
+    assert out["errors"] == [] and out["found"] is True
+
+
+def test_an_engine_that_will_not_import_at_first_use_stays_behind_the_fence(tmp_path):
+    out = _run(
+        """
+        import importlib.abc
+
+        class Broken(importlib.abc.MetaPathFinder):  # as a damaged install would fail
+            def find_spec(self, name, path=None, target=None):
+                if name == "chronicle_engine.core":
+                    raise ImportError("chronicle_engine.core is damaged")
+                return None
+
+        broken = Broken()
+        sys.meta_path.insert(0, broken)
+        calls = {
+            "initialize": lambda: provider.initialize("s1", hermes_home=home, platform="cli"),
+            "sync_turn": lambda: provider.sync_turn(
+                turn[0]["content"], turn[1]["content"], session_id="s1", messages=turn),
+            "prefetch": lambda: provider.prefetch("backups", session_id="s1"),
+            "on_session_start": lambda: engine.on_session_start(
+                "s1", hermes_home=home, platform="cli"),
+            "compress": lambda: engine.compress(turn, current_tokens=10, force=True),
+        }
+        answers = {}
+        for name, call in calls.items():
+            try:
+                answers[name] = repr(call())
+            except BaseException as exc:
+                answers[name] = "raised " + repr(exc)
+        sys.meta_path.remove(broken)  # repaired: the next start opens the store
+        provider.initialize("s1", hermes_home=home, platform="cli")
+        provider.sync_turn(turn[0]["content"], turn[1]["content"], session_id="s1",
+                           messages=turn)
+        found = provider.handle_tool_call("chronicle_search", {"query": "backups"})
+        provider.shutdown()
+        print(json.dumps({"answers": answers, "found": "thirty days" in found}))
+        """,
+        tmp_path,
+    )
+    answers = out["answers"]
+    assert not [name for name, said in answers.items() if said.startswith("raised")], answers
+    assert answers["initialize"] == answers["sync_turn"] == "None"
+    assert answers["prefetch"] == "''"
+    assert out["found"] is True
