@@ -8,13 +8,10 @@ in which importing `pydantic_ai` fails, as it does in a virtualenv holding only 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from plugin_support import LOAD_PLUGIN, fresh_interpreter
 
 _BLOCK = textwrap.dedent(
     """
@@ -31,49 +28,15 @@ _BLOCK = textwrap.dedent(
 )
 
 
-def _run(body: str, tmp_path: Path) -> dict:
-    script = _BLOCK + textwrap.dedent(body)
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path / "home"),
-        "HERMES_HOME": str(tmp_path / "hermes_home"),
-        "PYTHONPATH": str(ROOT),
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=str(tmp_path),
+def _run(body: str, tmp_path: Path, *, plugin: bool = False) -> dict:
+    return fresh_interpreter(
+        _BLOCK + (LOAD_PLUGIN if plugin else "") + textwrap.dedent(body), tmp_path
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_plugin_registers_compacts_and_reads_without_pydantic_ai(tmp_path):
     out = _run(
         f"""
-        import importlib.util, json, sys
-        root = {str(ROOT)!r}
-        spec = importlib.util.spec_from_file_location(
-            "chronicle_plugin_under_test", root + "/__init__.py", submodule_search_locations=[root]
-        )
-        plugin = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = plugin
-        spec.loader.exec_module(plugin)
-
-        class Collector:
-            def __init__(self):
-                self.got = {{}}
-            def register_memory_provider(self, p):
-                self.got["provider"] = p
-            def register_context_engine(self, e):
-                self.got["engine"] = e
-
-        c = Collector()
-        plugin.register(c)
-        provider, engine = c.got["provider"], c.got["engine"]
         home = {str(tmp_path / "hermes_home")!r}
         provider.initialize("s1", hermes_home=home, platform="cli")
         engine.on_session_start("s1", hermes_home=home, platform="cli")
@@ -104,6 +67,7 @@ def test_plugin_registers_compacts_and_reads_without_pydantic_ai(tmp_path):
         }}))
         """,
         tmp_path,
+        plugin=True,
     )
     # doctor may report 4 (the throwaway home selects neither slot); nothing fails to import.
     assert out["cli"][:3] == [0, 0, 0] and out["cli"][3] in (0, 4)

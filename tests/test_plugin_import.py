@@ -8,39 +8,17 @@ fresh interpreter, where those imports really happen for the first time.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from plugin_support import LOAD_PLUGIN, fresh_interpreter
 
-_LOAD = """
-import importlib.util, json, sys, threading
-root = {root!r}
-home = {home!r}
-spec = importlib.util.spec_from_file_location(
-    "chronicle_plugin_under_test", root + "/__init__.py", submodule_search_locations=[root]
-)
-plugin = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = plugin
-spec.loader.exec_module(plugin)
-
-class Collector:
-    def __init__(self):
-        self.got = {{}}
-    def register_memory_provider(self, p):
-        self.got["provider"] = p
-    def register_context_engine(self, e):
-        self.got["engine"] = e
-
-collector = Collector()
-plugin.register(collector)
-provider, engine = collector.got["provider"], collector.got["engine"]
+_HEAVY = """
+import threading
 HEAVY = ("chronicle_engine.core", "chronicle_engine.config", "chronicle_engine.log.events",
          "chronicle_engine.sessions.capture", "yaml")
 loaded_at_register = sorted(m for m in HEAVY if m in sys.modules)
+home = {home!r}
 turn = [{{"role": "user", "content": "What did we decide about the backups?"}},
         {{"role": "assistant", "content": "Nightly, kept for thirty days."}}]
 """
@@ -49,17 +27,8 @@ turn = [{{"role": "user", "content": "What did we decide about the backups?"}},
 def _run(body: str, tmp_path: Path) -> dict:
     home = tmp_path / "hermes_home"
     home.mkdir()
-    script = _LOAD.format(root=str(ROOT), home=str(home)) + textwrap.dedent(body)
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(tmp_path),
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    script = LOAD_PLUGIN + _HEAVY.format(home=str(home)) + textwrap.dedent(body)
+    return fresh_interpreter(script, tmp_path)
 
 
 def test_register_imports_no_store_and_two_threads_share_the_first_use(tmp_path):
