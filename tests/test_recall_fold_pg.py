@@ -10,10 +10,13 @@ row, and PostgreSQL's full-text rows are checked against the words each message 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from postgres_support import Target, own_schema
+from postgres_support import Target, TreeParts, own_schema
 
 from chronicle_engine.capture.events import MessageCaptured
 from chronicle_engine.config import Config
@@ -272,15 +275,29 @@ def test_rows_an_older_host_indexes_or_deletes_are_counted_by_lexeme(postgres_cl
             parts.shutdown()
 
 
+@contextlib.contextmanager
+def _migrated_before(conninfo: str, name: str) -> Iterator[TreeParts]:
+    """A store at `conninfo` with the chronicle's and recall's migrations before recall's `name`
+    (as a host on older code left it)."""
+    from chronicle_engine.chronicle.postgres import PG_CHRONICLE_MIGRATIONS
+    from chronicle_engine.recall.postgres import PG_RECALL_MIGRATIONS
+
+    names = [m.name for m in PG_RECALL_MIGRATIONS]
+    parts = Target("postgres", conninfo).tree()
+    try:
+        parts.reader.store.migrate(  # type: ignore[attr-defined]
+            (*PG_CHRONICLE_MIGRATIONS, *PG_RECALL_MIGRATIONS[: names.index(name)])
+        )
+        yield parts
+    finally:
+        parts.shutdown()
+
+
 def test_belief_and_section_totals_stay_the_rows_an_older_host_writes(postgres_cluster) -> None:
     """bm25 reads the belief and section indexes' rows and words from `recall_index_totals`
     (recall.m008), not by counting them: rows indexed before the migration are counted by it,
     and rows an older host inserts, updates or deletes after it (no word of the totals in its
     code) are counted by the server's triggers, so the totals stay a recount of the rows."""
-    from chronicle_engine.chronicle.postgres import PG_CHRONICLE_MIGRATIONS
-    from chronicle_engine.recall.postgres import PG_RECALL_MIGRATIONS
-
-    assert PG_RECALL_MIGRATIONS[-1].name == "recall.m008_index_totals"
     gate, gate_words = terms((("B", "the gate code is B-22 at the north gate"),))
     tea, tea_words = terms((("A", "green tea at the north gate"),))
 
@@ -309,43 +326,76 @@ def test_belief_and_section_totals_stay_the_rows_an_older_host_writes(postgres_c
         assert held == counted
         assert counted == {"recall_belief_terms": beliefs, "recall_section_terms": sections}
 
-    with own_schema(postgres_cluster) as conninfo:
-        parts = Target("postgres", conninfo).tree()
-        try:
-            store = parts.reader.store
-            store.migrate((*PG_CHRONICLE_MIGRATIONS, *PG_RECALL_MIGRATIONS[:-1]))
-            with store.atomic() as conn:  # indexed before recall.m008
+    with (
+        own_schema(postgres_cluster) as conninfo,
+        _migrated_before(conninfo, "recall.m008_index_totals") as parts,
+    ):
+        with parts.reader.store.atomic() as conn:  # indexed before recall.m008
+            conn.execute(
+                "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (1, %s::tsvector)", (gate,)
+            )
+            conn.execute(
+                "INSERT INTO recall_section_terms(written, dl, tsv)"
+                " VALUES (1, %s, %s::tsvector), (2, %s, %s::tsvector)",
+                (gate_words, gate, tea_words, tea),
+            )
+        index = PostgresRecallIndex(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+        kept(index, beliefs=(1, gate_words), sections=(2, gate_words + tea_words))
+        with index.writing("indexing as an older host does") as conn:
+            for rowid, literal in ((2, tea), (3, gate), (4, tea)):
                 conn.execute(
-                    "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (1, %s::tsvector)", (gate,)
+                    "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (?, ?::tsvector)",
+                    (rowid, literal),
                 )
-                conn.execute(
-                    "INSERT INTO recall_section_terms(written, dl, tsv)"
-                    " VALUES (1, %s, %s::tsvector), (2, %s, %s::tsvector)",
-                    (gate_words, gate, tea_words, tea),
-                )
-            index = PostgresRecallIndex(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
-            kept(index, beliefs=(1, gate_words), sections=(2, gate_words + tea_words))
-            with index.writing("indexing as an older host does") as conn:
-                for rowid, literal in ((2, tea), (3, gate), (4, tea)):
-                    conn.execute(
-                        "INSERT INTO recall_belief_terms(rowid, tsv) VALUES (?, ?::tsvector)",
-                        (rowid, literal),
-                    )
-                conn.execute("DELETE FROM recall_belief_terms WHERE rowid IN (1, 3)")
-                conn.execute(
-                    "INSERT INTO recall_section_terms(written, dl, tsv) VALUES (3, 4, ?::tsvector)",
-                    (tea,),
-                )
-                conn.execute("UPDATE recall_section_terms SET dl = dl + 2 WHERE written >= 2")
-                conn.execute("DELETE FROM recall_section_terms WHERE written = 1")
-                conn.execute("DELETE FROM recall_section_terms WHERE written = 99")  # (none)
-            kept(index, beliefs=(2, 2 * tea_words), sections=(2, tea_words + 2 + 4 + 2))
-            with index.writing("rebuilding") as conn:
-                index.fold.reset(conn)
-                conn.execute("TRUNCATE recall_section_terms")
-            kept(index, beliefs=(0, 0), sections=(0, 0))
-        finally:
-            parts.shutdown()
+            conn.execute("DELETE FROM recall_belief_terms WHERE rowid IN (1, 3)")
+            conn.execute(
+                "INSERT INTO recall_section_terms(written, dl, tsv) VALUES (3, 4, ?::tsvector)",
+                (tea,),
+            )
+            conn.execute("UPDATE recall_section_terms SET dl = dl + 2 WHERE written >= 2")
+            conn.execute("DELETE FROM recall_section_terms WHERE written = 1")
+            conn.execute("DELETE FROM recall_section_terms WHERE written = 99")  # (none)
+        kept(index, beliefs=(2, 2 * tea_words), sections=(2, tea_words + 2 + 4 + 2))
+        with index.writing("rebuilding") as conn:
+            index.fold.reset(conn)
+            conn.execute("TRUNCATE recall_section_terms")
+        kept(index, beliefs=(0, 0), sections=(0, 0))
+
+
+def test_every_indexed_row_keeps_its_tsvectors_text_whoever_wrote_it(postgres_cluster) -> None:
+    """bm25 reads a row's positions from `tsv_text` (recall.m009): rows indexed before the
+    migration get it from it, and rows an older host inserts after it (naming no such column)
+    get it from the server, so it is always the row's tsvector as text, in all three indexes."""
+    gate, gate_words = terms((("B", "the gate code is B-22 at the north gate"),))
+    tea, tea_words = terms((("A", "green tea"), ("B", "at the north gate"), ("C", "tea")))
+    inserts = (
+        "INSERT INTO recall_message_terms(seq, scope, dl, tsv) VALUES (%s, 1, %s, %s::tsvector)",
+        "INSERT INTO recall_belief_terms(rowid, dl, tsv) VALUES (%s, %s, %s::tsvector)",
+        "INSERT INTO recall_section_terms(written, dl, tsv) VALUES (%s, %s, %s::tsvector)",
+    )
+    with (
+        own_schema(postgres_cluster) as conninfo,
+        _migrated_before(conninfo, "recall.m009_tsv_text") as parts,
+    ):
+        with parts.reader.store.atomic() as conn:  # indexed before recall.m009
+            for sql in inserts:
+                conn.execute(sql, (1, gate_words, gate))
+        index = PostgresRecallIndex(parts.reader, Config(), parts.sessions, parts.capture)  # type: ignore[arg-type]
+        with index.writing("indexing as an older host does") as conn:
+            for sql in inserts:
+                conn.execute(sql.replace("%s", "?"), (2, tea_words, tea))
+        with index.reading("reading the texts") as conn:
+            expected = sorted(
+                str(conn.execute("SELECT ?::tsvector::text", (literal,)).fetchone()[0])
+                for literal in (gate, tea)
+            )
+            for table in (
+                "recall_message_terms",
+                "recall_belief_terms",
+                "recall_section_terms",
+            ):
+                kept = [str(t) for (t,) in conn.execute(f"SELECT tsv_text FROM {table} ORDER BY 1")]
+                assert kept == expected
 
 
 @settings(max_examples=40, deadline=None)

@@ -12,9 +12,10 @@ What differs from SQLite, and only that, lives here:
   here from quoted lexemes and passed as a parameter (`?::tsquery`): no user text is ever
   formatted into SQL, and no user text is parsed as tsquery syntax (every lexeme is quoted).
 - bm25. FTS5's `bm25()` (k1 = 1.2, b = 0.75, column weights) is computed in Python from what
-  the index holds: the matching rows' lexeme positions and weight labels (`unnest(tsvector)`),
-  each word's document frequency (`MessageSearch.plan` counts it anyway), and the scope's row
-  and word counts (`recall_scope_terms`, kept by the fold in its transaction). The candidates
+  the index holds: the matching rows' lexeme positions and weight labels (read from the
+  tsvector's text, `tsv_text`, which the server stores beside it), each word's document
+  frequency (`recall_lexeme_docs`, kept by triggers), and the scope's row and word counts
+  (`recall_scope_terms`, kept by the fold in its transaction). The candidates
   it scores are the ones FTS5 scores (every match of the words the match budget affords), and
   the re-ranking after it (neighbours, roles, recency, speaker, time, session spread) is
   `MessageSearch.rank`, unchanged.
@@ -477,6 +478,21 @@ def _m008_index_totals(conn: Connection) -> None:
         )
 
 
+_TERM_TABLES = ("recall_message_terms", "recall_belief_terms", "recall_section_terms")
+
+
+def _m009_tsv_text(conn: Connection) -> None:
+    """Each indexed row's tsvector also kept as its text (`tsv_text`), which bm25 reads: cutting
+    the tsvector to the query's lexemes at each search (`ts_delete` twice, then the text output)
+    cost the server ~9 microseconds a candidate row, five times the row's reading. A stored
+    generated column, so the server writes it with the row whichever code inserted it (a host
+    on older code in a rolling upgrade too). Rewrites the tables: ~50 s at 1M messages."""
+    for table in _TERM_TABLES:
+        conn.execute(
+            f"ALTER TABLE {table} ADD COLUMN tsv_text TEXT GENERATED ALWAYS AS (tsv::text) STORED"
+        )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -487,6 +503,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m006_lexeme_docs", _m006_lexeme_docs),
     PostgresMigration("recall.m007_lexeme_docs_by_trigger", _m007_lexeme_docs_by_trigger),
     PostgresMigration("recall.m008_index_totals", _m008_index_totals),
+    PostgresMigration("recall.m009_tsv_text", _m009_tsv_text),
 )
 
 
@@ -737,11 +754,6 @@ def _last_in_sessions(
     return last
 
 
-_HELD = "ts_delete(t.tsv, tsvector_to_array(ts_delete(t.tsv, ?::text[])))::text"
-"""A row's tsvector (`t.tsv`) cut to the lexemes given, as text: what bm25 reads of a row. (The
-lexemes it does not hold are those left when the given ones are deleted.)"""
-
-
 # -- search -------------------------------------------------------------------------------------
 
 _TERMS = "recall_message_terms"
@@ -863,7 +875,7 @@ class PostgresMessageSearch(MessageSearch):
                 conn,
                 key,
                 rare,
-                f"SELECT t.seq, t.dl, {_HELD} FROM {source}"
+                f"SELECT t.seq, t.dl, t.tsv_text FROM {source}"
                 f" WHERE t.scope = ? AND t.tsv @@ ?::tsquery{narrow}",
                 ([scope], params),
                 {"A": t.name_weight, "B": 1.0, "C": t.context_weight},
@@ -896,8 +908,8 @@ class PostgresMessageSearch(MessageSearch):
         whole: bool = False,
     ) -> list[tuple[int, float]]:
         """bm25 as FTS5 computes it (k1 1.2, b 0.75, `weight` per column label) of every row
-        `sql` returns: (id, length, `_HELD`: its tsvector's entries of the query's lexemes, as
-        text). `sql` takes the lexemes, `params[0]`, the tsquery, then `params[1]`; `totals` is
+        `sql` returns: (id, length, its tsvector's text, `tsv_text`). `sql` takes `params[0]`,
+        the tsquery, then `params[1]`; `totals` is
         (rows, words) of the whole index (None: read from `recall_index_totals` by `key`);
         `whole`: `sql` returns every row of the index (`key`) that holds any of `rare`. Best
         first."""
@@ -906,14 +918,13 @@ class PostgresMessageSearch(MessageSearch):
             return []
         phrases = {w: _stems(w) for w in rare}
         marks = {s: f"{_lexeme(s)}:" for stems in phrases.values() for s in stems}
-        # The positions are read from the text of the row's tsvector cut to the query's lexemes
-        # (`_HELD`), not unnest()ed on the server: unnest builds every lexeme's arrays of a row
-        # (~40 in a message) to keep one or two, and the whole tsvector is ~50 times the bytes.
+        # The positions are read from the tsvector's text the server stored with the row
+        # (recall.m009), not worked out of the tsvector at each search: unnest() builds every
+        # lexeme's arrays of a row (~40 in a message) to keep one or two, and cutting the
+        # tsvector to the query's lexemes (ts_delete) cost five times the row's reading.
         held: list[tuple[int, int, dict[str, list[str]]]] = []
         present: dict[str, int] = dict.fromkeys(phrases, 0)
-        for row_id, length, text in conn.execute(
-            sql, (sorted(marks), *params[0], query, *params[1])
-        ):
+        for row_id, length, text in conn.execute(sql, (*params[0], query, *params[1])):
             runs = _runs(str(text), marks)
             labels: dict[str, list[str]] = {}
             for word, stems in phrases.items():
@@ -965,7 +976,7 @@ class PostgresMessageSearch(MessageSearch):
             conn,
             _BELIEF_TERMS,
             list(dict.fromkeys(words)),
-            f"SELECT b.rowid, t.dl, {_HELD} FROM {_BELIEF_TERMS} t"
+            f"SELECT b.rowid, t.dl, t.tsv_text FROM {_BELIEF_TERMS} t"
             " JOIN recall_beliefs b ON b.rowid = t.rowid"
             f" WHERE t.tsv @@ ?::tsquery AND {where}",
             ([], params),
@@ -993,7 +1004,7 @@ class PostgresMessageSearch(MessageSearch):
                 conn,
                 _SECTION_TERMS,
                 rare,
-                f"SELECT t.written, t.dl, {_HELD} FROM {_SECTION_TERMS} t"
+                f"SELECT t.written, t.dl, t.tsv_text FROM {_SECTION_TERMS} t"
                 f" WHERE t.tsv @@ ?::tsquery{narrow}",
                 ((), params),
                 {"A": 1.0},
