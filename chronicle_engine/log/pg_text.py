@@ -39,11 +39,9 @@ class _NulSafeDumper(StrDumperUnknown):
     """psycopg's string dumper (text format, type left to the server), NUL replaced first."""
 
     def dump(self, obj: str) -> Buffer | None:
-        # (psycopg's own dump, with the NUL replaced where it would refuse it: one call a
-        # string, as every string of every statement passes here)
-        if "\x00" in obj:
-            obj = obj.replace("\x00", NUL_AS)
-        return obj.encode(self._encoding)
+        # (psycopg's own dump, which encodes in the connection's encoding and refuses a NUL,
+        # given the text with each NUL replaced: every string of every statement passes here)
+        return super().dump(obj.replace("\x00", NUL_AS) if "\x00" in obj else obj)
 
 
 def nul_safe(conn: Connection[TupleRow]) -> None:
