@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,14 @@ from chronicle_engine.recall.postgres import PostgresRecallIndex
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from postgres_support import PostgresCluster, Target, TreeParts, own_schema, start_cluster  # noqa: E402
 
-__all__ = ["ask_index", "cached_database", "cluster", "postgres_recall", "PostgresCluster"]
+__all__ = [
+    "ask_index",
+    "cached_database",
+    "cluster",
+    "logged_statements",
+    "postgres_recall",
+    "PostgresCluster",
+]
 
 
 @contextlib.contextmanager
@@ -59,6 +67,19 @@ def cached_database(
         finally:
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f"DROP DATABASE IF EXISTS {name}_run WITH (FORCE)")
+
+
+def logged_statements(cluster: PostgresCluster, since: int = 0) -> tuple[list[str], int]:
+    """The statements `cluster`'s log holds from line `since` on (the server logs them with
+    `log_statement = 'all'`; the SETs of `log_statement` left out), and the log's length: read
+    after half a second, as the server writes its log asynchronously."""
+    time.sleep(0.5)
+    lines = (cluster.root / "server.log").read_text().splitlines()
+    return [
+        line.split("LOG:  ", 1)[1]
+        for line in lines[since:]
+        if ("LOG:  statement:" in line or "LOG:  execute" in line) and "log_statement" not in line
+    ], len(lines)
 
 
 def cluster(store: str) -> contextlib.AbstractContextManager[PostgresCluster | None]:

@@ -15,13 +15,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 from multihost import _core  # noqa: E402  (a core as each host opens it)
+from pg_setup import logged_statements  # noqa: E402
 from postgres_support import start_cluster  # noqa: E402
 
 WARM = ("invoice shipment", "order 21 invoice", "Paris day 17")
@@ -54,29 +54,16 @@ def main() -> None:
         recall.catch_up()
         for query in WARM:
             recall.search(query, limit=10)
-        log = cluster.root / "server.log"
-        time.sleep(0.5)  # the server's log is written asynchronously
-        start = last_start = len(log.read_text().splitlines())
+        _, start = logged_statements(cluster)
         core.store.connection.execute("SET log_statement = 'all'")
         for i, query in enumerate(QUERIES):
             if i == len(QUERIES) - 1:
-                time.sleep(0.5)
-                last_start = len(log.read_text().splitlines())
+                _, last_start = logged_statements(cluster)
             recall.search(query, limit=10)
         core.store.connection.execute("SET log_statement = 'none'")
-        time.sleep(0.5)
-        lines = log.read_text().splitlines()
+        every, _ = logged_statements(cluster, start)
+        last, _ = logged_statements(cluster, last_start)
         core.shutdown()
-
-    def logged(since: int) -> list[str]:
-        return [
-            line.split("LOG:  ", 1)[1]
-            for line in lines[since:]
-            if ("LOG:  statement:" in line or "LOG:  execute" in line)
-            and "log_statement" not in line
-        ]
-
-    every, last = logged(start), logged(last_start)
     print(
         json.dumps(
             {

@@ -15,13 +15,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench"), str(ROOT / "tests")]
 
 from multihost import _core  # noqa: E402  (a core as each host opens it)
+from pg_setup import logged_statements  # noqa: E402
 from postgres_support import start_cluster  # noqa: E402
 
 
@@ -33,32 +33,21 @@ def main() -> None:
         core = _core("postgres", cluster.conninfo(), home)
         store, capture = core.store, core.capture
         live: list[dict[str, object]] = []
-        log = cluster.root / "server.log"
         start = last_start = 0
         for turn in range(20 + args.turns):
             if turn == 20:
                 store.connection.execute("SET log_statement = 'all'")
-                start = len(log.read_text().splitlines())
+                _, start = logged_statements(cluster)
             if turn == 19 + args.turns:
-                time.sleep(0.5)
-                last_start = len(log.read_text().splitlines())
+                _, last_start = logged_statements(cluster)
             live += [
                 {"role": "user", "content": f"question {turn}"},
                 {"role": "assistant", "content": f"answer {turn}"},
             ]
             capture.capture_turn("s", live)
-        time.sleep(0.5)  # the server's log is written asynchronously
-        lines = log.read_text().splitlines()
+        every, _ = logged_statements(cluster, start)
+        last, _ = logged_statements(cluster, last_start)
         core.shutdown()
-
-    def logged(since: int) -> list[str]:
-        return [
-            line.split("LOG:  ", 1)[1]
-            for line in lines[since:]
-            if "LOG:  statement:" in line or "LOG:  execute" in line
-        ]
-
-    every, last = logged(start), logged(last_start)
     print(
         json.dumps(
             {
