@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from hermes_cli import middleware
 from hermes_cli.plugins import get_plugin_manager
 from test_compaction_support import load_plugin
 from test_recall_support import say
 
+from chronicle_engine.config import load_hermes_config
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.host_search import session_search_middleware
 
@@ -26,9 +28,14 @@ class _Context:
 
 
 @pytest.fixture
-def core(tmp_path, monkeypatch):
+def core(tmp_path, monkeypatch, store_settings):
+    """The core of the Hermes home's store (SQLite, then PostgreSQL named by config.yaml), opened
+    as the memory provider opens it: the one session_search is served from."""
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))
-    opened = ChronicleCore.get(tmp_path / "chronicle" / "chronicle.db")
+    if store_settings:
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump({"chronicle": store_settings}))
+    config = load_hermes_config(tmp_path)
+    opened = ChronicleCore.get(config.location(), config=config)
     yield opened
     opened.shutdown()
 

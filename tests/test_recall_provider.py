@@ -1,13 +1,15 @@
 """Recall through the memory-provider slot, as Hermes drives it: the slot says whose memory a
 call reads, so a gateway user's first turn (nothing captured yet for that session) never sees
-another user's memory, and a scheduled job's turn gets no per-turn memory."""
+another user's memory, and a scheduled job's turn gets no per-turn memory. On each store: the
+Hermes home's config.yaml names it (`test_provider.home`)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from chronicle_engine.config import load_hermes_config
-from chronicle_engine.core import ChronicleCore
+from test_provider import core_of, home  # noqa: F401 - the Hermes home on each store
+
 from provider import ChronicleMemoryProvider
 
 
@@ -16,9 +18,7 @@ def _turn(provider: ChronicleMemoryProvider, session: str, user: str, reply: str
     provider.sync_turn(user, reply, session_id=session, messages=messages)
 
 
-def test_gateway_users_first_turn_sees_only_their_own_memory(tmp_path):
-    home = tmp_path / "hermes"
-    home.mkdir()
+def test_gateway_users_first_turn_sees_only_their_own_memory(home: Path) -> None:  # noqa: F811
     local = ChronicleMemoryProvider()
     local.initialize("cli-1", hermes_home=str(home), platform="cli")
     _turn(local, "cli-1", "My locker code at the gym is on the blue card in the drawer.", "Noted.")
@@ -50,9 +50,7 @@ def test_gateway_users_first_turn_sees_only_their_own_memory(tmp_path):
         local.shutdown()
 
 
-def test_a_cron_turn_gets_no_per_turn_memory(tmp_path):
-    home = tmp_path / "hermes"
-    home.mkdir()
+def test_a_cron_turn_gets_no_per_turn_memory(home: Path) -> None:  # noqa: F811
     person = ChronicleMemoryProvider()
     person.initialize("cli-1", hermes_home=str(home), platform="cli")
     _turn(
@@ -62,16 +60,14 @@ def test_a_cron_turn_gets_no_per_turn_memory(tmp_path):
     cron.initialize("cron_7", hermes_home=str(home), platform="cron", agent_context="cron")
     try:
         assert cron.prefetch("check the NAS backup disk usage") == ""
-        core = ChronicleCore.get(load_hermes_config(home).db_path())
+        core = core_of(home)
         assert core.recall.prefetch("check the NAS backup disk usage", session_id="chat") != ""
     finally:
         cron.shutdown()
         person.shutdown()
 
 
-def test_the_system_prompt_says_what_chronicle_is_and_names_the_tools(tmp_path):
-    home = tmp_path / "hermes"
-    home.mkdir()
+def test_the_system_prompt_says_what_chronicle_is_and_names_the_tools(home: Path) -> None:  # noqa: F811
     provider = ChronicleMemoryProvider()
     provider.initialize("cli-1", hermes_home=str(home), platform="cli")
     try:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_recall_support import open_core, say
+from test_recall_support import core_on, say
 
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
@@ -25,12 +25,12 @@ CONTEXT = {"session_id": "s1", "user_id": "u", "messages": []}
 INTERNALS = ("Error:", "Traceback", "Python int", "dictionary update", "object has no attribute")
 
 
-@pytest.fixture
-def core(tmp_path: Path) -> Iterator[ChronicleCore]:
-    c = open_core("memory", tmp_path)
-    say(c, "s1", "The spare key is under the blue flowerpot.", user_id="u")
-    yield c
-    c.shutdown()
+@pytest.fixture(params=["memory", "postgres"])
+def core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChronicleCore]:
+    """A core on each store holding one message of user u."""
+    with core_on(request.param, request, tmp_path) as c:
+        say(c, "s1", "The spare key is under the blue flowerpot.", user_id="u")
+        yield c
 
 
 def call(core: ChronicleCore, name: str, args: Any) -> dict[str, Any]:
