@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from postgres_support import Target, own_schema
 
 from chronicle_engine.errors import GenerativeRebuild, UsageError
 from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegistry, UpcastRegistry
+from chronicle_engine.log.postgres import PostgresEventStore, PostgresTables
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
 
@@ -38,7 +40,7 @@ class WordCount:
                 raise RuntimeError(f"fold crashed at {e.seq}")
             conn.execute(
                 "INSERT INTO words VALUES (?, ?, ?) ON CONFLICT(who) DO UPDATE"
-                " SET n = n + excluded.n, last = excluded.last",
+                " SET n = words.n + excluded.n, last = excluded.last",
                 (e.payload["who"], e.payload["words"], e.seq),
             )
 
@@ -46,15 +48,22 @@ class WordCount:
         conn.execute("DROP TABLE IF EXISTS words")
 
 
-def state(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
+def state(store: SQLiteEventStore | PostgresEventStore) -> list[tuple[Any, ...]]:
     with store.reading() as c:
-        if not c.execute("SELECT 1 FROM sqlite_master WHERE name = 'words'").fetchone():
+        if isinstance(store, SQLiteEventStore):
+            held = c.execute("SELECT 1 FROM sqlite_master WHERE name = 'words'").fetchone()
+        else:
+            held = c.execute("SELECT to_regclass('words')").fetchone()[0]
+        if not held:
             return []
-        return c.execute("SELECT who, n, last FROM words ORDER BY who").fetchall()
+        return [tuple(row) for row in c.execute("SELECT who, n, last FROM words ORDER BY who")]
 
 
-def setup(path) -> tuple[SQLiteEventStore, EventTypeRegistry, EventReader]:
-    store = SQLiteEventStore(path)
+def setup(
+    path: Any, target: Target | None = None
+) -> tuple[SQLiteEventStore | PostgresEventStore, EventTypeRegistry, EventReader]:
+    """A store at `path` (SQLite), or where `target` says, and a reader of `Said` events."""
+    store = SQLiteEventStore(path) if target is None else target.open()
     types = EventTypeRegistry()
     types.register("t", "Said", Said)
     return store, types, EventReader(store, UpcastRegistry(), types)
@@ -101,21 +110,32 @@ def test_rebuild_equals_incremental(said) -> None:
     assert store.position("words") == store.last_seq()
 
 
-@pytest.mark.parametrize("where", ["memory", "file"])
-def test_a_crash_inside_apply_leaves_no_partial_state(where, tmp_path) -> None:
-    store, types, reader = setup(":memory:" if where == "memory" else tmp_path / "p.db")
+@pytest.mark.parametrize("where", ["memory", "file", "postgres"])
+def test_a_crash_inside_apply_leaves_no_partial_state(where, tmp_path, request) -> None:
+    if where == "postgres":
+        with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+            _crash_inside_apply(*setup(None, Target("postgres", conninfo)))
+        return
+    _crash_inside_apply(*setup(":memory:" if where == "memory" else tmp_path / "p.db"))
+
+
+def _crash_inside_apply(
+    store: SQLiteEventStore | PostgresEventStore, types: EventTypeRegistry, reader: EventReader
+) -> None:
+    # On PostgreSQL a room folds through its tables (`PostgresTables`: the one SQL dialect).
+    folded: Any = store if isinstance(store, SQLiteEventStore) else PostgresTables(store)
     store.append([types.pending(Said(who="ann", words=i)) for i in range(1, 11)])
-    crashing = Projector(store, reader, [WordCount(explode_at=7)])
+    crashing = Projector(folded, reader, [WordCount(explode_at=7)])
     with pytest.raises(RuntimeError, match="crashed at 7"):
         crashing.catch_up()
     assert state(store) == []  # events 1..6 were applied in the failed batch: none of it stayed
     assert store.position("words") == 0
     # batch of 5: the first batch commits, the second crashes and leaves the first intact
-    crashing_small = Projector(store, reader, [WordCount(explode_at=7)], batch_size=5)
+    crashing_small = Projector(folded, reader, [WordCount(explode_at=7)], batch_size=5)
     with pytest.raises(RuntimeError):
         crashing_small.catch_up()
     assert state(store) == [("ann", 15, 5)] and store.position("words") == 5
-    Projector(store, reader, [WordCount()], batch_size=5).catch_up()
+    Projector(folded, reader, [WordCount()], batch_size=5).catch_up()
     assert state(store) == [("ann", 55, 10)] and store.position("words") == 10
     store.close()
 
