@@ -922,16 +922,24 @@ class PostgresMessageSearch(MessageSearch):
         # (recall.m009), not worked out of the tsvector at each search: unnest() builds every
         # lexeme's arrays of a row (~40 in a message) to keep one or two, and cutting the
         # tsvector to the query's lexemes (ts_delete) cost five times the row's reading.
-        held: list[tuple[int, int, dict[str, list[str]]]] = []
+        # Each row's frequency of each word: its instances' column weights added up in order,
+        # as FTS5 adds them (a word at one position, most rows, is its column's weight).
+        held: list[tuple[int, int, dict[str, float]]] = []
         present: dict[str, int] = dict.fromkeys(phrases, 0)
-        for row_id, length, text in conn.execute(sql, (*params[0], query, *params[1])):
+        rows = conn.execute(sql, (*params[0], query, *params[1])).fetchall()
+        for row_id, length, text in rows:
             runs = _runs(str(text), marks)
-            labels: dict[str, list[str]] = {}
+            frequencies: dict[str, float] = {}
             for word, stems in phrases.items():
-                if found := _instances(stems, runs):
-                    labels[word] = found
-                    present[word] += 1
-            held.append((int(row_id), int(length), labels))
+                run = runs.get(stems[0]) if len(stems) == 1 else None
+                if run is not None and "," not in run:
+                    frequencies[word] = weight.get(run[-1] if run[-1].isalpha() else "D", 1.0)
+                elif found := _instances(stems, runs):
+                    frequencies[word] = sum(weight.get(label, 1.0) for label in found)
+                else:
+                    continue
+                present[word] += 1
+            held.append((int(row_id), int(length), frequencies))
         if not held:
             return []
         # FTS5 scores with each word's exact document frequency, never a cached one (a cached
@@ -954,10 +962,9 @@ class PostgresMessageSearch(MessageSearch):
             value = math.log(ratio) if ratio > 0.0 else 0.0  # (another host's fold in between)
             idf[word] = value if value > 0.0 else 1e-6  # as FTS5's bm25 clamps it
         scores: dict[int, float] = {}
-        for row_id, length, labels in held:
+        for row_id, length, frequencies in held:
             total = 0.0
-            for word, found in labels.items():
-                frequency = sum(weight.get(label, 1.0) for label in found)
+            for word, frequency in frequencies.items():
                 if frequency:
                     norm = _K1 * (1.0 - _B + _B * length / average)
                     total += idf[word] * frequency * (_K1 + 1.0) / (frequency + norm)
