@@ -205,42 +205,36 @@ def test_a_forgotten_fact_leaves_every_derived_surface(
         core.shutdown()
 
 
-def test_a_fact_forgotten_before_compaction_is_never_summarised(tmp_path: Path) -> None:
-    core = ChronicleCore.get(tmp_path / "chronicle.db")
-    try:
-        host = _Host(core)
-        for n in range(30):
-            host.add(*_turn(n))
-        said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"][0]
-        forgotten = host.tool(RECALL_TOOLS, "chronicle_forget", id=said["id"], include_source=True)
-        assert forgotten["sections_redrawn"] == []  # nothing was compacted yet
-        outcome = host.compress()
-        # The message is folded like any other (the handoff cites its range) but not summarised.
-        (label,) = outcome.written
-        section = core.compaction.expand(host.session, section_id=label)
-        assert section["from_seq"] <= int(said["id"][1:]) <= section["to_seq"]
-        assert FACT not in section["prose"] and FACT not in host.handoff()
-    finally:
-        core.shutdown()
+def test_a_fact_forgotten_before_compaction_is_never_summarised(store_core: ChronicleCore) -> None:
+    core = store_core  # on each store
+    host = _Host(core)
+    for n in range(30):
+        host.add(*_turn(n))
+    said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"][0]
+    forgotten = host.tool(RECALL_TOOLS, "chronicle_forget", id=said["id"], include_source=True)
+    assert forgotten["sections_redrawn"] == []  # nothing was compacted yet
+    outcome = host.compress()
+    # The message is folded like any other (the handoff cites its range) but not summarised.
+    (label,) = outcome.written
+    section = core.compaction.expand(host.session, section_id=label)
+    assert section["from_seq"] <= int(said["id"][1:]) <= section["to_seq"]
+    assert FACT not in section["prose"] and FACT not in host.handoff()
 
 
-def test_background_consolidation_leaves_a_forgotten_message_out(tmp_path: Path) -> None:
-    core = ChronicleCore.get(tmp_path / "chronicle.db")
-    try:
-        host = _Host(core)
-        for n in range(6):
-            host.add(*_turn(n))
-        said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"][0]
-        host.tool(RECALL_TOOLS, "chronicle_forget", id=said["id"], include_source=True)
-        core.capture.record_session_end(host.session, len(host.messages), 0)  # closes the unit
-        consolidator = core.scheduler.consolidator
-        assert consolidator is not None
-        consolidator.run(budget=10_000)
-        (section,) = core.chronicle(core.sessions.chronicle_name(host.session)).current()
-        assert section.anchor.from_seq <= int(said["id"][1:]) <= section.anchor.to_seq
-        assert FACT not in section.prose and "request 4" in section.prose
-    finally:
-        core.shutdown()
+def test_background_consolidation_leaves_a_forgotten_message_out(store_core: ChronicleCore) -> None:
+    core = store_core  # on each store
+    host = _Host(core)
+    for n in range(6):
+        host.add(*_turn(n))
+    said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"][0]
+    host.tool(RECALL_TOOLS, "chronicle_forget", id=said["id"], include_source=True)
+    core.capture.record_session_end(host.session, len(host.messages), 0)  # closes the unit
+    consolidator = core.scheduler.consolidator
+    assert consolidator is not None
+    consolidator.run(budget=10_000)
+    (section,) = core.chronicle(core.sessions.chronicle_name(host.session)).current()
+    assert section.anchor.from_seq <= int(said["id"][1:]) <= section.anchor.to_seq
+    assert FACT not in section.prose and "request 4" in section.prose
 
 
 def test_a_later_process_consolidating_leaves_out_what_an_earlier_one_forgot(

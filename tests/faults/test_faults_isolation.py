@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from faults_support import report
 from test_compaction_support import load_plugin
 
+from chronicle_engine.config import load_hermes_config
 from chronicle_engine.core import ChronicleCore
 from provider import ChronicleMemoryProvider
 
@@ -36,10 +38,12 @@ def seqs_of(core: ChronicleCore, session: str) -> list[int]:
 
 
 def test_a_pin_on_another_users_seq_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_settings: dict[str, str]
 ) -> None:
     home = tmp_path / "home"
     home.mkdir()
+    if store_settings:  # PostgreSQL, named by config.yaml
+        (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": store_settings}))
     monkeypatch.setenv("HERMES_HOME", str(home))
     live = {"alice": chat("alice", 4), "bob": chat("bob", 4)}
     providers = {}
@@ -53,7 +57,8 @@ def test_a_pin_on_another_users_seq_is_refused(
     )
     engine.update_model(model="m", context_length=64_000)
     engine.on_session_start("b1", hermes_home=str(home), platform="cli")
-    core = ChronicleCore.get(home / "chronicle" / "chronicle.db")
+    config = load_hermes_config(home)
+    core = ChronicleCore.get(config.location(), config=config)
     alices, bobs = seqs_of(core, "a1"), seqs_of(core, "b1")
     assert alices and bobs and not set(alices) & set(bobs)
 
