@@ -205,13 +205,20 @@ def test_a_forgotten_fact_leaves_every_derived_surface(
         core.shutdown()
 
 
-def test_a_fact_forgotten_before_compaction_is_never_summarised(store_core: ChronicleCore) -> None:
-    core = store_core  # on each store
+def _forget_after(core: ChronicleCore, turns: int) -> tuple[_Host, dict[str, Any], dict[str, Any]]:
+    """A conversation of `turns` turns whose message stating FACT is then forgotten: the host,
+    the message's search hit, and what forgetting it answered."""
     host = _Host(core)
-    for n in range(30):
+    for n in range(turns):
         host.add(*_turn(n))
     said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"][0]
     forgotten = host.tool(RECALL_TOOLS, "chronicle_forget", id=said["id"], include_source=True)
+    return host, said, forgotten
+
+
+def test_a_fact_forgotten_before_compaction_is_never_summarised(store_core: ChronicleCore) -> None:
+    core = store_core  # on each store
+    host, said, forgotten = _forget_after(core, 30)
     assert forgotten["sections_redrawn"] == []  # nothing was compacted yet
     outcome = host.compress()
     # The message is folded like any other (the handoff cites its range) but not summarised.
@@ -223,11 +230,7 @@ def test_a_fact_forgotten_before_compaction_is_never_summarised(store_core: Chro
 
 def test_background_consolidation_leaves_a_forgotten_message_out(store_core: ChronicleCore) -> None:
     core = store_core  # on each store
-    host = _Host(core)
-    for n in range(6):
-        host.add(*_turn(n))
-    said = host.tool(RECALL_TOOLS, "chronicle_search", query=FACT)["results"][0]
-    host.tool(RECALL_TOOLS, "chronicle_forget", id=said["id"], include_source=True)
+    host, said, _ = _forget_after(core, 6)
     core.capture.record_session_end(host.session, len(host.messages), 0)  # closes the unit
     consolidator = core.scheduler.consolidator
     assert consolidator is not None
