@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_recall_support import open_core, say
 
+from chronicle_engine.recall.text import tokens
 from chronicle_engine.recall.when import _PATTERNS, Moment, Span, named_time
 
 
@@ -251,3 +252,27 @@ def test_letters_that_fold_to_ascii_ones_name_no_relative_time(query):
 def test_a_query_in_such_letters_is_searched(store_core):
     store_core.capture.capture_messages("s", [{"role": "user", "content": "the boiler was fixed"}])
     assert store_core.recall.search("the boiler LAST FRİDAY", scope="messages")
+
+
+_TIME_PIECES = [
+    *_WORDS,
+    *("5 days ago", "a week ago", "yesterday", "last Friday", "last weekend", "LAST MONTH"),
+    *("in the past two weeks", "over the last 3 days", "Chicago", "lasting", "pasta", "agog"),
+    *("last_week", "ago_", "may_", "in may.x", "in Sept.", "in mayo", "in may-day", "May2023"),
+    *("laſt Friday", "FRİDAY", "ſix days ago", "yeſterday", "in ſep", "in Aprİl", "turn 12:"),
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from(_TIME_PIECES), max_size=6),
+    st.sampled_from([" ", "  ", "\t", ", ", "-", "_", ""]),
+    st.one_of(st.none(), st.floats(min_value=ts(2000, 1, 1), max_value=ts(2090, 1, 1))),
+)
+def test_the_query_tokens_never_skip_a_time_the_text_names(
+    pieces: list[str], sep: str, now: float | None
+) -> None:
+    # Given the query's tokens, named_time skips its text scans for an ASCII query none of
+    # whose words is a month's or a relative time's: the answer must be the same either way.
+    query = sep.join(pieces)
+    assert named_time(query, now, set(tokens(query))) == named_time(query, now)

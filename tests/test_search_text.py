@@ -177,7 +177,7 @@ def _query_words_by_definition(text: str) -> list[str]:
             if original not in "aAiI" or (original == "A" and position > 0):
                 kept.setdefault(text_module.normalize(original), None)
             continue
-        for word in text_module.content_words(original, min_len=1):
+        for word in _content_words_by_definition(original, min_len=1):
             kept.setdefault(word, None)
     if not kept:
         for word in text_module._WORD.findall(text_module.normalize(text)):
@@ -188,6 +188,20 @@ def _query_words_by_definition(text: str) -> list[str]:
         for form in text_module.IRREGULAR.get(word, ()):
             kept.setdefault(form, None)
     return list(kept)
+
+
+def _content_words_by_definition(text: str, *, min_len: int = 2) -> list[str]:
+    seen: dict[str, None] = {}
+    for word in text_module._WORD.findall(text_module.normalize(text)):
+        pieces = text_module._pieces(word)
+        if len(pieces) > 1:
+            for pair in zip(pieces, pieces[1:], strict=False):
+                seen.setdefault(" ".join(pair), None)
+            continue
+        if len(word) < min_len or word in text_module.STOPWORDS:
+            continue
+        seen.setdefault(word, None)
+    return list(seen)
 
 
 def _compounds_by_definition(text: str) -> list[str]:
@@ -221,3 +235,57 @@ def test_query_words_and_compounds_give_what_their_definitions_give(
     text = sep.join(pieces)
     assert text_module.compounds(text) == _compounds_by_definition(text)
     assert text_module.query_words(text) == _query_words_by_definition(text)
+    for min_len in (1, 2):
+        assert text_module.content_words(text, min_len=min_len) == _content_words_by_definition(
+            text, min_len=min_len
+        )
+
+
+# -- the ASCII split against the word pattern -------------------------------------------------------
+
+_ASCII_PIECES = st.sampled_from(
+    ["word", "Word", "x2", "42", "_", "a_b", "it's", "don't", "vault-3", "\t", "\x1c", "\x7f", "."]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=80),
+        st.lists(_ASCII_PIECES, max_size=12).map(" ".join),
+        st.text(max_size=40),
+    )
+)
+def test_words_are_what_the_word_pattern_finds(text: str) -> None:
+    assert text_module._words(text) == text_module._WORD.findall(text)
+    normalized = text_module.normalize(text)
+    assert text_module.tokens(text) == text_module._WORD.findall(text_module.index_text(normalized))
+
+
+def test_every_ascii_character_splits_as_the_word_pattern_splits_it() -> None:
+    for code in range(128):
+        text = f"ab{chr(code)}cd"
+        assert text_module._words(text) == text_module._WORD.findall(text), repr(chr(code))
+
+
+_ASCII_QUERY_PIECES = st.sampled_from(
+    [
+        "The", "the", "plan", "B", "b", "s", "t", "d", "m", "I", "i", "a", "A", "an", "AN", "it's",
+        "don't", "we'll", "bought", "buy", "vault-3", "gpt-4o", "v2.1", "node_modules", "?", "42",
+        "7", "Dr.", "x_y", "turn 12:", "What", "WHAT", "did", "go", "went", "_", "-", "a-b-c-d-e",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.lists(_ASCII_QUERY_PIECES, max_size=14),
+        st.lists(st.text(alphabet=st.characters(max_codepoint=127), max_size=6), max_size=8),
+    ),
+    st.sampled_from([" ", "  ", "\n", "", "-", "'"]),
+)
+def test_ascii_queries_give_what_the_definitions_give(pieces: list[str], sep: str) -> None:
+    text = sep.join(pieces)
+    assert text_module.query_words(text) == _query_words_by_definition(text)
+    assert text_module.content_words(text) == _content_words_by_definition(text)

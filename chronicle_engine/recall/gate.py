@@ -24,7 +24,14 @@ _FRAME = re.compile(r"\[System note:[^\]]*\]|<memory-context>[\s\S]*?</memory-co
 
 def gate_words(text: str) -> set[str]:
     """The stems the gate compares: content words, no URLs, no numbers under three digits."""
-    cleaned = _URL.sub(" ", _FRAME.sub(" ", text or ""))
+    cleaned = text or ""
+    # Each pattern is tried at every position of the text; most texts hold neither's literal
+    # part ("[" or "<"; "://" or "www." in any case: no other character matches w, W or those
+    # marks under IGNORECASE), so most skip both.
+    if "[" in cleaned or "<" in cleaned:
+        cleaned = _FRAME.sub(" ", cleaned)
+    if "://" in cleaned or "www." in cleaned.lower():
+        cleaned = _URL.sub(" ", cleaned)
     words = [w for w in content_words(cleaned) if not (w.isdigit() and len(w) < 3)]
     return stems(words)
 

@@ -237,11 +237,11 @@ class RecallIndex:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
         limit = max(1, min(int(limit or self.tuning.search_limit), 100))
         query = query if isinstance(query, str) else str(query)
-        moment = named_time(query, self.clock())
         words = query_words(query)[:_MAX_QUERY_WORDS]
         if not words:
             return []
         query_tokens = set(tokens(query))
+        moment = named_time(query, self.clock(), query_tokens)
         self.catch_up()
         query_vector = self.query_vector(query) if use_vectors else None
         with self.reading("searching memory") as conn:

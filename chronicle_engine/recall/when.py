@@ -12,6 +12,7 @@ no time gets None, so its ranking is unchanged.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -107,13 +108,19 @@ _YEAR_SEEN = re.compile(r"(?:19|20)\d\d")
 _MONTH_STARTS = tuple(sorted({name[:3] for name in _MONTHS}))
 
 
-def named_time(query: str, now: float | None = None) -> Moment | Span | None:
+def named_time(
+    query: str, now: float | None = None, words: Collection[str] | None = None
+) -> Moment | Span | None:
     """The first date `query` writes out, else (when `now`, UTC seconds, says when it is asked)
-    the time it names relative to then, else None."""
+    the time it names relative to then, else None. `words`, when the caller has them, are the
+    query's `text.tokens` (lower-cased words): an ASCII query none of whose words is a month's
+    name or a relative time's is then answered without searching its text."""
     query = query or ""
     if _YEAR_SEEN.search(query) is None:
-        folded = query.casefold()
-        if not any(start in folded for start in _MONTH_STARTS):
+        if words is not None and query.isascii():
+            if _MONTHS.keys().isdisjoint(words):
+                return None if now is None else relative_time(query, now, words)
+        elif not any(start in query.casefold() for start in _MONTH_STARTS):
             return None if now is None else relative_time(query, now)
     for pattern in _PATTERNS:
         found = pattern.search(query)
@@ -169,6 +176,9 @@ _RELATIVE = (
     ("last", re.compile(r"\blast\s+(?P<unit>week|month|year)\b", re.IGNORECASE | re.ASCII)),
 )
 _RELATIVE_SEEN = re.compile(r"ago|yesterday|last|past", re.IGNORECASE | re.ASCII)
+# Each relative pattern holds one of these as a whole word (between a word boundary or a space
+# and a space or a word boundary), so an ASCII query holds it among its lower-cased tokens.
+_RELATIVE_WORDS = frozenset(("ago", "yesterday", "last", "past"))
 
 
 def _day_of(moment: datetime, phrase: str) -> Span:
@@ -178,7 +188,7 @@ def _day_of(moment: datetime, phrase: str) -> Span:
     return Span(start - _DAY_S, start + 2 * _DAY_S, phrase)
 
 
-def relative_time(query: str, now: float) -> Span | None:
+def relative_time(query: str, now: float, words: Collection[str] | None = None) -> Span | None:
     """The span of time `query` names relative to `now` (UTC seconds), or None.
 
     "N days ago", "yesterday" and "last Friday" (the last Friday before today) name a calendar
@@ -186,8 +196,13 @@ def relative_time(query: str, now: float) -> Span | None:
     Saturday and Sunday, so too; "N weeks/months/years ago" the stretch within half a unit of
     that moment; "last week/month/year" the calendar week (Monday first), month or year before
     the current one, with a day of slack; "in the past N days/weeks/months" everything since
-    then."""
-    if not query or _RELATIVE_SEEN.search(query) is None:
+    then. `words` as `named_time` takes them."""
+    if not query:
+        return None
+    if words is not None and query.isascii():
+        if _RELATIVE_WORDS.isdisjoint(words):
+            return None
+    elif _RELATIVE_SEEN.search(query) is None:
         return None
     at = datetime.fromtimestamp(now, UTC)
     for kind, pattern in _RELATIVE:
