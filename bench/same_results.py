@@ -31,19 +31,24 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from locomo import DEFAULT_DATA  # noqa: E402
 from scale import last_json  # noqa: E402
 
-_CHILD = """
+_OPEN = """
 import json, random, sys
-root, db, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+root, db, arg = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path[:0] = [root, root + "/bench"]
 import chronicle_engine
 if not chronicle_engine.__file__.startswith(root):
     raise SystemExit(f"imported {chronicle_engine.__file__}, not {root}'s")
 from chronicle_engine.core import ChronicleCore
-from search_scale import Corpus, queries
 core = ChronicleCore.get(db)
+out = []
+"""
+
+_CHILD = (
+    _OPEN
+    + """
+from search_scale import Corpus, queries
 try:
-    out = []
-    for q in queries(core, Corpus(), count, random.Random(99)):
+    for q in queries(core, Corpus(), int(arg), random.Random(99)):
         for scope in ("all", "messages", "sections"):
             out.append([q, scope, core.recall.search(q, scope=scope, limit=10)])
         out.append([q, "by_session", core.recall.search(q, by_session=True)])
@@ -52,21 +57,14 @@ finally:
     core.shutdown()
 print(json.dumps(out))
 """
+)
 
-
-_LOCOMO_CHILD = """
-import json, sys
-root, db, data = sys.argv[1], sys.argv[2], sys.argv[3]
-sys.path[:0] = [root, root + "/bench"]
-import chronicle_engine
-if not chronicle_engine.__file__.startswith(root):
-    raise SystemExit(f"imported {chronicle_engine.__file__}, not {root}'s")
-from chronicle_engine.core import ChronicleCore
+_LOCOMO_CHILD = (
+    _OPEN
+    + """
 from locomo import questions
-core = ChronicleCore.get(db)
 try:
-    out = []
-    for sample in json.loads(open(data, encoding="utf-8").read()):
+    for sample in json.loads(open(arg, encoding="utf-8").read()):
         user = str(sample["sample_id"])
         for _, q, _ in questions(sample):
             found = core.recall.search(q, scope="messages", limit=10, user_id=user)
@@ -76,6 +74,7 @@ finally:
     core.shutdown()
 print(json.dumps(out))
 """
+)
 
 
 def answers(
