@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -391,3 +392,50 @@ def test_fold_within_refuses_a_generative_fold() -> None:
 
     with store.atomic() as conn, pytest.raises(UsageError, match="catch_up"):
         Projector(store, reader, [Drawn()]).fold_within(conn, after=0, upto=1)
+
+
+# -- when a catch-up stops reading ----------------------------------------------------------------
+
+
+class CountingReader(EventReader):
+    """The store's reader, counting the reads a catch-up makes."""
+
+    def __init__(self, reader: EventReader) -> None:
+        super().__init__(reader.store, reader.upcasts, reader.types)
+        self.reads = 0
+
+    def read(self, **kwargs: Any) -> Any:
+        self.reads += 1
+        return super().read(**kwargs)
+
+
+class DrawnAsync(WordCount):
+    generative = True
+
+    async def prepare_async(self, events: Sequence[StoredEvent]) -> Any:
+        return None
+
+
+@pytest.mark.parametrize("driven", ["sync", "async"])
+@pytest.mark.parametrize("events", [3, 4, 9])
+def test_a_short_batch_ends_the_catch_up_unless_a_fold_draws(driven, events) -> None:
+    store, types, plain = setup(":memory:")
+    store.append([types.pending(Said(who="ann", words=1)) for _ in range(events)])
+    deterministic, drawn = CountingReader(plain), CountingReader(plain)
+    folds = {"sync": (WordCount("a"), Generative("b")), "async": (WordCount("a"), DrawnAsync("b"))}
+    first, second = folds[driven]
+    for reader, fold in ((deterministic, first), (drawn, second)):
+        projector = Projector(store, reader, [fold], batch_size=4)
+        if driven == "sync":
+            assert projector.catch_up() == events
+        else:
+            assert asyncio.run(projector.catch_up_async()) == events
+        assert store.position(fold.name) == events
+    full, rest = divmod(events, 4)
+    # Deterministic: the read after a short batch is skipped (a full last batch still needs one
+    # more, empty read to know). A generative fold may append while it applies: it reads until
+    # a read comes back empty.
+    assert deterministic.reads == full + 1
+    assert drawn.reads == full + 1 + (rest > 0)
+    # both folds add to the one words table: each folded every event exactly once
+    assert state(store) == [("ann", 2 * events, events)]

@@ -155,10 +155,7 @@ class Projector(Generic[C]):
         """Fold every event not yet folded. Returns the number of events read."""
         for fold in self.folds:
             _refuse_async(fold)
-        # A batch shorter than `batch_size` read everything the log held (up to `upto`) when it
-        # was read; with no generative fold (whose apply may append more) that is the end.
-        # An event appended since is the next catch-up's.
-        settled = not any(is_generative(f) for f in self.folds)
+        settled = self._settles()
         total = 0
         while True:
             batch, positions, end = self._next_batch(upto)
@@ -184,6 +181,7 @@ class Projector(Generic[C]):
 
     async def catch_up_async(self, *, upto: int | None = None) -> int:
         """Like catch_up, but awaits each fold's draw with no transaction open."""
+        settled = self._settles()
         total = 0
         while True:
             batch, positions, end = self._next_batch(upto)
@@ -202,6 +200,14 @@ class Projector(Generic[C]):
                     prepared[f.name] = await value if inspect.isawaitable(value) else value
             self._apply(pending, positions, prepared, end)
             total += len(batch)
+            if settled and len(batch) < self.batch_size:
+                return total
+
+    def _settles(self) -> bool:
+        """Whether a batch shorter than `batch_size` ends a catch-up. Such a batch read everything
+        the log held (up to `upto`) when it was read; with no generative fold (whose apply may
+        append more) that is the end. An event appended since is the next catch-up's."""
+        return not any(is_generative(f) for f in self.folds)
 
     def fold_within(self, conn: C, *, after: int, upto: int) -> int:
         """Fold the events in (after, upto] into every fold, inside the caller's open write
