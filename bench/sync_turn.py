@@ -173,21 +173,50 @@ def run(args: argparse.Namespace, store: str) -> None:
     rng = random.Random(7)
     home = Path(tempfile.mkdtemp(prefix="chronicle-bench-"))
     db = Path(args.db) if args.db else home / "chronicle" / "chronicle.db"
+    core = _filled(args, store, rng, home, db)
+    _settle(core, store)
+    provider = ChronicleMemoryProvider()
+    provider.initialize("bench-session", hermes_home=str(home), platform="cli")
+    turns = _drive(provider, args, rng)
+    fresh = _restarts(provider, turns.live)
+    captured = sum(
+        1 for e in core.store.read(session="bench-session") if e.envelope.type == "MessageCaptured"
+    )
+    provider.shutdown()
+    print(
+        f"turns: {args.turns}, live list at the end: {len(turns.live)} messages, captured: {captured}"
+    )
+    _report(turns, fresh)
+    if not args.db and not store:
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(str(db) + suffix)
+            if path.exists():
+                os.remove(path)
+
+
+def _filled(
+    args: argparse.Namespace, store: str, rng: random.Random, home: Path, db: Path
+) -> ChronicleCore:
+    """The process's core over a store holding at least `--events` events (filled if short)."""
     settings = {"db_path": str(db), **({"store": store} if store else {})}
     (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": settings}), encoding="utf-8")
     started = time.perf_counter()
     config = load_hermes_config(home)
     core = ChronicleCore.get(config.location(), config=config)
-    if store:
-        db = Path("PostgreSQL")  # (named so in the lines below)
     if core.store.count() < args.events:
         fill(core, args.events - core.store.count(), rng)
+    where = "PostgreSQL" if store else db
     print(
-        f"store: {core.store.count()} events in {db} (filled in {time.perf_counter() - started:.1f}s)"
+        f"store: {core.store.count()} events in {where} "
+        f"(filled in {time.perf_counter() - started:.1f}s)"
     )
-    # A store that already holds 100k events has long since consolidated and indexed them: let
-    # the background work the fill created settle first (bounded), so the turns below measure
-    # the steady state, with whatever jobs the turns themselves make due.
+    return core
+
+
+def _settle(core: ChronicleCore, store: str) -> None:
+    """A store that already holds 100k events has long since consolidated and indexed them: let
+    the background work the fill created settle first (bounded), so the turns measure the steady
+    state, with whatever jobs the turns themselves make due."""
     started = time.perf_counter()
     core.recall.catch_up()
     consolidator = core.scheduler.consolidator
@@ -202,49 +231,62 @@ def run(args: argparse.Namespace, store: str) -> None:
         core.store.connection.execute("ANALYZE")
     print(f"background work settled in {time.perf_counter() - started:.1f}s")
 
-    provider = ChronicleMemoryProvider()
-    provider.initialize("bench-session", hermes_home=str(home), platform="cli")
-    live: list[dict] = [{"role": "system", "content": "You are Hermes."}]
-    timings: list[float] = []
-    cpu: list[float] = []
-    prefetch: dict[str, tuple[list[float], list[float]]] = {
-        "prefetch": ([], []),
-        "queue_prefetch": ([], []),
-    }
+
+class Turns:
+    """What the timed turns measured (ms): sync_turn's wall and CPU time, the per-turn memory
+    calls' (wall, CPU) by name, and the live list they grew."""
+
+    def __init__(self) -> None:
+        self.live: list[dict] = [{"role": "system", "content": "You are Hermes."}]
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.memory: dict[str, tuple[list[float], list[float]]] = {
+            "prefetch": ([], []),
+            "queue_prefetch": ([], []),
+        }
+
+
+def _drive(
+    provider: ChronicleMemoryProvider, args: argparse.Namespace, rng: random.Random
+) -> Turns:
+    """The timed turns, as Hermes makes them: prefetch, the turn's sync_turn, queue_prefetch."""
+    out = Turns()
     for n in range(args.turns):
         new = turn(rng, n)
         if not args.no_prefetch:
-            timed(prefetch["prefetch"], provider.prefetch, new[0]["content"], "bench-session")
-        live.extend(new)
+            timed(out.memory["prefetch"], provider.prefetch, new[0]["content"], "bench-session")
+        out.live.extend(new)
         t0, c0 = time.perf_counter(), time.thread_time()
         provider.sync_turn(
-            new[0]["content"], new[-1]["content"], session_id="bench-session", messages=live
+            new[0]["content"], new[-1]["content"], session_id="bench-session", messages=out.live
         )
-        timings.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.thread_time() - c0) * 1000)
+        out.wall.append((time.perf_counter() - t0) * 1000)
+        out.cpu.append((time.thread_time() - c0) * 1000)
         if not args.no_prefetch:
             timed(
-                prefetch["queue_prefetch"],
+                out.memory["queue_prefetch"],
                 provider.queue_prefetch,
                 new[0]["content"],
                 "bench-session",
             )
-    # The first call after a restart sees fresh dicts and aligns by position and fingerprint.
-    fresh_timings: list[float] = []
+    return out
+
+
+def _restarts(provider: ChronicleMemoryProvider, live: list[dict]) -> list[float]:
+    """The first call after a restart sees fresh dicts and aligns by position and fingerprint."""
+    fresh: list[float] = []
     for _ in range(20):
         copy = json.loads(json.dumps(live))
         provider._core.capture.forget("bench-session")  # type: ignore[union-attr]
         t0 = time.perf_counter()
         provider.sync_turn("again", "again", session_id="bench-session", messages=copy)
-        fresh_timings.append((time.perf_counter() - t0) * 1000)
-    captured = sum(
-        1 for e in core.store.read(session="bench-session") if e.envelope.type == "MessageCaptured"
-    )
-    provider.shutdown()
+        fresh.append((time.perf_counter() - t0) * 1000)
+    return fresh
+
+
+def _report(turns: Turns, fresh: list[float]) -> None:
     # The first call folds the pre-filled log into the session tree once; leave the warm-up out.
-    warm = timings[5:]
-    warm_cpu = cpu[5:]
-    print(f"turns: {args.turns}, live list at the end: {len(live)} messages, captured: {captured}")
+    warm, warm_cpu = turns.wall[5:], turns.cpu[5:]
     print(
         f"sync_turn (10-message turn, 4 KB tool result): p50 {statistics.median(warm):.2f} ms, "
         f"p99 {percentile(warm, 99):.2f} ms, max {max(warm):.2f} ms"
@@ -254,10 +296,10 @@ def run(args: argparse.Namespace, store: str) -> None:
         f"p99 {percentile(warm_cpu, 99):.2f} ms (less sensitive to a busy machine)"
     )
     print(
-        f"sync_turn after a restart ({len(live)} fresh dicts, nothing new): "
-        f"p50 {statistics.median(fresh_timings):.2f} ms, p99 {percentile(fresh_timings, 99):.2f} ms"
+        f"sync_turn after a restart ({len(turns.live)} fresh dicts, nothing new): "
+        f"p50 {statistics.median(fresh):.2f} ms, p99 {percentile(fresh, 99):.2f} ms"
     )
-    for name, (wall, thread) in prefetch.items():
+    for name, (wall, thread) in turns.memory.items():
         if len(wall) <= 5:
             continue
         wall, thread = wall[5:], thread[5:]
@@ -265,17 +307,12 @@ def run(args: argparse.Namespace, store: str) -> None:
             f"{name}: p50 {statistics.median(wall):.2f} ms, p95 {percentile(wall, 95):.2f} ms; "
             f"CPU p50 {statistics.median(thread):.2f} ms, p95 {percentile(thread, 95):.2f} ms"
         )
-    wall = prefetch["prefetch"][0]
+    wall = turns.memory["prefetch"][0]
     if len(wall) >= 100:
         print(
             f"prefetch p50 over turns 1-50: {statistics.median(wall[:50]):.2f} ms, over the last "
             f"50 turns: {statistics.median(wall[-50:]):.2f} ms"
         )
-    if not args.db and not store:
-        for suffix in ("", "-wal", "-shm"):
-            path = Path(str(db) + suffix)
-            if path.exists():
-                os.remove(path)
 
 
 if __name__ == "__main__":
