@@ -58,8 +58,17 @@ _MAX_SEQ = 2**63 - 1  # SQLite's largest integer
 
 
 def _scrub(value: str) -> str:
-    """Lone surrogates (unencodable in UTF-8) become U+FFFD."""
-    return _SURROGATES.sub("\ufffd", value)
+    """Lone surrogates (unencodable in UTF-8) become U+FFFD. Most texts hold none: an ASCII
+    text is known so at once (`isascii` reads a flag), another is encoded first (a lone
+    surrogate is what UTF-8 refuses), both cheaper than the pattern's scan of every character
+    (a search's whole JSON result passes here)."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", value)
+    return value
 
 
 def _not_blank(value: str) -> str:

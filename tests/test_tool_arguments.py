@@ -17,7 +17,7 @@ from test_recall_support import core_on, say
 from chronicle_engine.compaction.tools import CONTEXT_TOOLS
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.recall.tools import RECALL_TOOLS
-from chronicle_engine.tools import ToolSpec, dispatch, parameters_schema
+from chronicle_engine.tools import ToolSpec, _scrub, dispatch, parameters_schema
 
 TOOLS: tuple[ToolSpec[Any], ...] = (*RECALL_TOOLS, *CONTEXT_TOOLS)
 CONTEXT = {"session_id": "s1", "user_id": "u", "messages": []}
@@ -145,6 +145,23 @@ def test_a_query_with_a_lone_surrogate_is_answered_as_valid_utf8(core: Chronicle
     assert found["query"] == "caf\ufffd flowerpot" and found["count"] >= 1
     kept = call(core, "chronicle_remember", {"text": "Passwords live in the caf\udce9 safe."})
     assert "error" not in kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(
+        alphabet=st.one_of(
+            st.characters(max_codepoint=0x7F),
+            st.characters(min_codepoint=0x80, max_codepoint=0x10FFFF, blacklist_categories=()),
+            st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+        ),
+        max_size=40,
+    )
+)
+def test_every_lone_surrogate_and_nothing_else_becomes_a_replacement_character(text) -> None:
+    scrubbed = _scrub(text)
+    assert scrubbed == "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    scrubbed.encode("utf-8")  # valid UTF-8 whatever came in
 
 
 _values = st.one_of(
