@@ -4,6 +4,7 @@
     .venv/bin/python bench/instructions.py CHECKOUT STORE.db rebuild
     .venv/bin/python bench/instructions.py CHECKOUT STORE.db compress [--runs 3]
     .venv/bin/python bench/instructions.py CHECKOUT STORE.db turn --call queue_prefetch [--count 30]
+    .venv/bin/python bench/instructions.py CHECKOUT LOCOMO.json locomo [--count 760] [--cache]
 
 CHECKOUT is a directory holding a `chronicle_engine` (this repository, or an older commit's
 `git archive`); its code is imported first, by its own `.venv`'s interpreter when it has one (an
@@ -27,6 +28,17 @@ PYTHONHASHSEED=0; the figure is callgrind's total of instructions for the call a
   instructions at a time, so a mean or a total depends on whether one falls in the window). Here STORE.db is made first when it does not exist:
   bench/sync_turn.py's fill of 100,000 events by the checkout's own code, its background work
   settled (recall, consolidation, every schedule due at once), kept for the next run.
+- locomo: bench/locomo.py's protocol run as the checkout's own bench/locomo.py makes it, cold
+  (each question asked once, no warm-up pass, in the dataset's order): every conversation of
+  LOCOMO.json (the dataset, in place of a store) captured into a scratch store, then each timed
+  `ask` counted on its own, the first `--count` questions; between two of them whatever that
+  bench does untimed runs uncounted (a `by_session` search on a checkout whose `ask` has one,
+  else the FTS5 baseline's search). Prints the mean, p50, p95 (the bench's own p95 rule), p99
+  and largest count a query. `--cache` also simulates the caches (valgrind `--cache-sim=yes`,
+  32 KB L1s and a 1 MB last level, this machine's L2; instrumented from the first question on,
+  so what runs between two counted queries leaves its lines behind) and prints the misses a
+  query, L1 and last level. (A warm-up pass first would favour whichever checkout keeps more
+  per-process caches: the bench has none.)
 
 Needs valgrind, its headers (valgrind/callgrind.h) and gcc.
 """
@@ -34,6 +46,7 @@ Needs valgrind, its headers (valgrind/callgrind.h) and gcc.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
@@ -48,6 +61,9 @@ _TOGGLE = """
 void cg_on(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_TOGGLE_COLLECT; }
 void cg_off(void) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_STOP_INSTRUMENTATION; }
 void cg_dump(void) { CALLGRIND_DUMP_STATS; }
+void cg_instr(void) { CALLGRIND_START_INSTRUMENTATION; }
+void cg_collect(void) { CALLGRIND_TOGGLE_COLLECT; }
+void cg_zero(void) { CALLGRIND_ZERO_STATS; }
 """
 
 _CHILD = r"""
@@ -135,6 +151,38 @@ try:
         import shutil
         shutil.rmtree(home, ignore_errors=True)
         print(f"cpu_ms {cpu * 1000:.1f}")
+    elif mode == "locomo":
+        import inspect, json
+        from pathlib import Path
+        import locomo
+        data, count = arg.rsplit(":", 1)
+        samples = json.loads(Path(data).read_text(encoding="utf-8"))
+        for sample in samples:
+            locomo.ingest(core, sample)
+        core.recall.catch_up()
+        by_session = "by_session" in inspect.signature(locomo.ask).parameters
+        asked = 0
+        cg.cg_instr()
+        for sample in samples:
+            user, baseline = str(sample["sample_id"]), locomo.Baseline(sample)
+            for qa in sample["qa"]:
+                if asked == int(count):
+                    break
+                if int(qa.get("category", 0)) not in locomo.CATEGORIES:
+                    continue
+                if not locomo.evidence_ids(qa.get("evidence") or []):
+                    continue
+                question = str(qa["question"])
+                cg.cg_zero()
+                cg.cg_collect()
+                locomo.ask(core, question, user)
+                cg.cg_collect()
+                cg.cg_dump()  # one count per timed query
+                asked += 1
+                if by_session:
+                    locomo.ask(core, question, user, by_session=True)
+                else:
+                    baseline.search(question, 10)
     elif mode == "compress":
         from compress import conversation
         from chronicle_engine.compaction.policy import policy_from_config
@@ -169,7 +217,20 @@ def _library(folder: Path) -> Path:
     return lib
 
 
-def _run(mode: str, checkout: Path, db: Path, lib: Path, arg: str, out: Path | None) -> str:
+# The simulated caches of `locomo --cache`: this machine's L1s and its per-core L2 as the last level.
+_CACHES = ("--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64")
+
+
+def _run(
+    mode: str,
+    checkout: Path,
+    db: Path,
+    lib: Path,
+    arg: str,
+    out: Path | None,
+    *,
+    cache: bool = False,
+) -> str:
     own = checkout / ".venv" / "bin" / "python"
     python = str(own) if own.exists() else sys.executable
     argv = [python, "-c", _CHILD, mode, str(checkout), str(db), str(lib), arg]
@@ -179,12 +240,13 @@ def _run(mode: str, checkout: Path, db: Path, lib: Path, arg: str, out: Path | N
             "--tool=callgrind",
             "--instr-atstart=no",
             "--collect-atstart=no",
+            *(_CACHES if cache else ()),
             f"--callgrind-out-file={out}",
             *argv,
         ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(
-        argv, cwd=checkout, capture_output=True, text=True, env=env, timeout=3600, check=False
+        argv, cwd=checkout, capture_output=True, text=True, env=env, timeout=7200, check=False
     )
     if done.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{done.stderr[-2000:]}")
@@ -198,21 +260,64 @@ def _instructions(out: Path) -> int:
     return int(found[1])
 
 
+def _totals(out: Path) -> dict[str, int]:
+    """Each event callgrind counted in a dump (Ir, and the misses with a cache simulation)."""
+    text = out.read_text(encoding="utf-8", errors="replace")
+    events = re.search(r"^events:\s+(.+)$", text, re.MULTILINE)
+    totals = re.search(r"^totals:\s+(.+)$", text, re.MULTILINE)
+    if events is None or totals is None:
+        raise SystemExit(f"no totals in {out}")
+    return dict(zip(events[1].split(), map(int, totals[1].split()), strict=True))
+
+
+def _locomo(checkout: Path, data: Path, count: int, cache: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="chronicle-instr-") as tmp:
+        folder = Path(tmp)
+        out = folder / "locomo.cg"
+        arg = f"{data.resolve()}:{count}"
+        _run("locomo", checkout, folder / "locomo.db", _library(folder), arg, out, cache=cache)
+        dumps = sorted(folder.glob("locomo.cg.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        queries = [t for t in map(_totals, dumps) if t["Ir"] > 0]
+    n = len(queries)
+
+    def row(label: str, values: list[int]) -> str:
+        ordered = sorted(values)
+        p95 = ordered[min(n - 1, math.ceil(0.95 * n) - 1)]  # bench/locomo.py's rule
+        p99 = ordered[min(n - 1, math.ceil(0.99 * n) - 1)]
+        return (
+            f"{label}: mean {statistics.fmean(ordered) / 1e3:,.1f}k, p50"
+            f" {statistics.median(ordered) / 1e3:,.1f}k, p95 {p95 / 1e3:,.1f}k,"
+            f" p99 {p99 / 1e3:,.1f}k, largest {ordered[-1] / 1e3:,.1f}k"
+        )
+
+    print(f"checkout {checkout}, {n} LoCoMo questions asked cold, each counted alone")
+    print(row("instructions a query", [q["Ir"] for q in queries]))
+    if cache:
+        l1 = ("I1mr", "D1mr", "D1mw")
+        last = ("ILmr", "DLmr", "DLmw")
+        print(row("L1 misses a query", [sum(q[k] for k in l1) for q in queries]))
+        print(row("last-level (1 MB) misses a query", [sum(q[k] for k in last) for q in queries]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("checkout", type=Path)
     parser.add_argument("store", type=Path)
-    parser.add_argument("mode", choices=("search", "rebuild", "compress", "turn"))
+    parser.add_argument("mode", choices=("search", "rebuild", "compress", "turn", "locomo"))
     parser.add_argument("--call", choices=("prefetch", "sync_turn", "queue_prefetch"))
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--scope", default="all")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cache", action="store_true", help="locomo: simulate the caches too")
     args = parser.parse_args()
     checkout = args.checkout.resolve()
     if not (checkout / "chronicle_engine").is_dir() and not (checkout / ".venv").is_dir():
         raise SystemExit(f"{checkout} holds no chronicle_engine (nor a .venv mapping one)")
+    if args.mode == "locomo":
+        _locomo(checkout, args.store, args.count, args.cache)
+        return 0
     if args.mode == "turn":
         if args.call is None:
             parser.error("turn needs --call")
