@@ -475,10 +475,11 @@ class MessageSearch:
         known = message_rows(conn, strongest[: max(_ROW_CHUNK, _NEIGHBOUR_SOURCES)], text=text)
         links = _links(conn, sources, known)
         relevance: dict[int, float] = defaultdict(float)
+        share = t.neighbour_weight  # read once: a pydantic model's attribute is slow to read
         for seq, score in base.items():
             relevance[seq] += score
             for neighbour in links.get(seq, ()):
-                relevance[neighbour] += t.neighbour_weight * score
+                relevance[neighbour] += share * score
         return relevance, known
 
 
@@ -487,9 +488,14 @@ class _Lift:
     """What a message row's relevance is multiplied by in the ranking: its speaker's role weight,
     a mild recency gain, `speaker_boost` when the query names its speaker (or speaks in the first
     person and the row is the person's), `time_boost` when it falls in the time the query names.
-    `ceiling` is the most any row can be lifted by for this query."""
+    `ceiling` is the most any row can be lifted by for this query. The settings it reads are
+    copied out of `RecallSettings` once (`score` runs for every row read, and an attribute of a
+    pydantic model is read by the slow, unspecialised path)."""
 
-    tuning: RecallSettings
+    role_weights: Mapping[str, float]
+    recency_weight: float
+    speaker_boost: float
+    time_boost: float
     newest_ts: float
     query_tokens: set[str]
     speaks_as_person: bool
@@ -518,19 +524,29 @@ class _Lift:
         ceiling *= max(tuning.time_boost, 1.0) if moment else 1.0
         newest_ts = float(newest[0]) if newest else 0.0
         half_life = max(tuning.recency_half_life_days, 1e-6) * 86400.0
-        return cls(tuning, newest_ts, query_tokens, speaks_as_person, moment, ceiling, half_life)
+        return cls(
+            tuning.role_weights,
+            tuning.recency_weight,
+            tuning.speaker_boost,
+            tuning.time_boost,
+            newest_ts,
+            query_tokens,
+            speaks_as_person,
+            moment,
+            ceiling,
+            half_life,
+        )
 
     def score(self, row: MessageRow, relevance: float) -> float:
-        t = self.tuning
-        score = relevance * t.role_weights.get(row.speaker, 0.8)
-        if t.recency_weight and row.ts and self.newest_ts:
+        score = relevance * self.role_weights.get(row.speaker, 0.8)
+        if self.recency_weight and row.ts and self.newest_ts:
             age = max(self.newest_ts - row.ts, 0.0)
-            score *= 1.0 + t.recency_weight * 0.5 ** (age / self.half_life)
+            score *= 1.0 + self.recency_weight * 0.5 ** (age / self.half_life)
         named = bool(row.name and self.query_tokens & name_words(row.name))
         if named or (self.speaks_as_person and row.speaker == "person"):
-            score *= t.speaker_boost
+            score *= self.speaker_boost
         if self.moment is not None and self.moment.holds(row.ts):
-            score *= t.time_boost
+            score *= self.time_boost
         return score
 
 
