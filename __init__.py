@@ -106,6 +106,25 @@ def _open_recall() -> Recall | None:
     return core.recall if core is not None else None
 
 
+def _selects_engine() -> bool:
+    """Whether config.yaml selects Chronicle as the context engine (`context.engine:
+    chronicle`); True when the file cannot be read, so a doubt costs an import, never a
+    selected engine that cannot load."""
+    from chronicle_engine.home import hermes_home
+
+    path = hermes_home() / "config.yaml"
+    try:
+        if not path.exists():
+            return False
+        import yaml
+
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except Exception:  # noqa: BLE001 - unreadable: assume selected
+        return True
+    context = data.get("context") if isinstance(data, dict) else None
+    return isinstance(context, dict) and context.get("engine") == "chronicle"
+
+
 def register(ctx: Any) -> None:  # type: ignore[explicit-any]
     """Register whatever this loader's context accepts. Never raises into the host."""
     if hasattr(ctx, "register_memory_provider"):
@@ -119,6 +138,8 @@ def register(ctx: Any) -> None:  # type: ignore[explicit-any]
         try:
             engine = _adapter("context", "ChronicleContextEngine")
             if engine is not None:
+                if _selects_engine():
+                    engine.load()  # a selected engine that cannot load is not registered
                 ctx.register_context_engine(engine())
         except Exception:
             log.exception("chronicle: registering the context engine failed")

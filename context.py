@@ -92,6 +92,27 @@ class ChronicleContextEngine(_Base):
     name = "chronicle"
     clock = staticmethod(time.monotonic)  # when responses came (the cache's lifetime runs on it)
 
+    @staticmethod
+    def load() -> None:
+        """Import what the hooks import on first use. The plugin's register() calls it when
+        config.yaml selects this engine: an engine whose modules cannot load (a damaged
+        install, an older `chronicle_engine` installed beside this checkout) then fails to
+        register and Hermes keeps its own compressor, instead of a selected engine that never
+        compacts because every hook fails behind the fence."""
+        from chronicle_engine.compaction.policy import policy_from_config
+        from chronicle_engine.compaction.prune import prune_tool_results
+        from chronicle_engine.compaction.tools import CONTEXT_TOOLS
+        from chronicle_engine.config import load_hermes_config
+        from chronicle_engine.core import ChronicleCore
+        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+        from chronicle_engine.messages import estimate_list_tokens
+        from chronicle_engine.opening import Reopening
+        from chronicle_engine.tools import dispatch, schemas
+
+        del policy_from_config, prune_tool_results, CONTEXT_TOOLS, load_hermes_config
+        del ChronicleCore, MAIN_THREAD_PATIENCE_MS, estimate_list_tokens, Reopening
+        del dispatch, schemas
+
     def __init__(
         self, core: ChronicleCore | None = None, *, hermes_home: str | None = None
     ) -> None:

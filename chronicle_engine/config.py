@@ -33,6 +33,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic.json_schema import JsonDict
 
 from .errors import UsageError
+from .home import hermes_home as _hermes_home
 
 __all__ = [
     "Key",
@@ -789,24 +790,6 @@ def checked_store(value: object) -> str:
 def default_db_path(hermes_home: str | os.PathLike[str] | None = None) -> Path:
     home = Path(hermes_home) if hermes_home else _hermes_home()
     return home / "chronicle" / "chronicle.db"
-
-
-def _hermes_home() -> Path:
-    """The home Hermes itself resolves: a multiplexed gateway scopes each profile's turn with a
-    context-local override of `get_hermes_home()` and leaves HERMES_HOME as it is, so the
-    environment alone would name the default profile's home (and its store) for every
-    profile. Outside Hermes, HERMES_HOME, else ~/.hermes."""
-    try:
-        from hermes_constants import get_hermes_home
-    except ImportError:  # the CLI or the tests without Hermes installed
-        pass
-    else:
-        try:
-            return Path(get_hermes_home())
-        except Exception:  # a host that cannot say: the environment decides, as below
-            pass
-    env = os.environ.get("HERMES_HOME")
-    return Path(env) if env else Path.home() / ".hermes"
 
 
 def load_hermes_config(hermes_home: str | os.PathLike[str] | None = None) -> Config:

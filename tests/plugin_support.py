@@ -30,9 +30,10 @@ class Collector:
 
 collector = Collector()
 plugin.register(collector)
-provider, engine = collector.got["provider"], collector.got["engine"]
+provider, engine = collector.got.get("provider"), collector.got.get("engine")
 """
-"""Imports the plugin from this checkout and registers it: `provider` and `engine` are its slots."""
+"""Imports the plugin from this checkout and registers it: `provider` and `engine` are its slots
+(None for a slot that did not register)."""
 
 
 def fresh_interpreter(script: str, tmp_path: Path) -> dict:

@@ -24,11 +24,32 @@ turn = [{{"role": "user", "content": "What did we decide about the backups?"}},
 """
 
 
-def _run(body: str, tmp_path: Path) -> dict:
+def _run(body: str, tmp_path: Path, *, before: str = "", config: str = "") -> dict:
     home = tmp_path / "hermes_home"
     home.mkdir()
-    script = LOAD_PLUGIN + _HEAVY.format(home=str(home)) + textwrap.dedent(body)
+    if config:
+        (home / "config.yaml").write_text(config, encoding="utf-8")
+    script = (
+        textwrap.dedent(before)
+        + LOAD_PLUGIN
+        + _HEAVY.format(home=str(home))
+        + textwrap.dedent(body)
+    )
     return fresh_interpreter(script, tmp_path)
+
+
+_BROKEN = """
+import importlib.abc, sys
+
+class Broken(importlib.abc.MetaPathFinder):  # as a damaged install would fail
+    def find_spec(self, name, path=None, target=None):
+        if name == "chronicle_engine.core":
+            raise ImportError("chronicle_engine.core is damaged")
+        return None
+
+broken = Broken()
+sys.meta_path.insert(0, broken)
+"""
 
 
 def test_register_imports_no_store_and_two_threads_share_the_first_use(tmp_path):
@@ -78,27 +99,29 @@ def test_register_imports_no_store_and_two_threads_share_the_first_use(tmp_path)
     assert out["errors"] == [] and out["found"] is True
 
 
-def test_an_engine_that_will_not_import_at_first_use_stays_behind_the_fence(tmp_path):
+def test_a_selected_engine_that_will_not_import_is_not_registered(tmp_path):
+    # Hermes then keeps its own compressor (and says so), instead of an engine that never
+    # compacts because each hook fails behind the fence.
     out = _run(
         """
-        import importlib.abc
+        print(json.dumps({"registered": sorted(collector.got)}))
+        """,
+        tmp_path,
+        before=_BROKEN,
+        config="context:\n  engine: chronicle\nmemory:\n  provider: chronicle\n",
+    )
+    assert out == {"registered": ["provider"]}
 
-        class Broken(importlib.abc.MetaPathFinder):  # as a damaged install would fail
-            def find_spec(self, name, path=None, target=None):
-                if name == "chronicle_engine.core":
-                    raise ImportError("chronicle_engine.core is damaged")
-                return None
 
-        broken = Broken()
-        sys.meta_path.insert(0, broken)
+def test_a_provider_that_will_not_import_at_first_use_stays_behind_the_fence(tmp_path):
+    out = _run(
+        """
         calls = {
             "initialize": lambda: provider.initialize("s1", hermes_home=home, platform="cli"),
             "sync_turn": lambda: provider.sync_turn(
                 turn[0]["content"], turn[1]["content"], session_id="s1", messages=turn),
             "prefetch": lambda: provider.prefetch("backups", session_id="s1"),
-            "on_session_start": lambda: engine.on_session_start(
-                "s1", hermes_home=home, platform="cli"),
-            "compress": lambda: engine.compress(turn, current_tokens=10, force=True),
+            "tools": lambda: provider.handle_tool_call("chronicle_search", {"query": "x"}),
         }
         answers = {}
         for name, call in calls.items():
@@ -115,9 +138,11 @@ def test_an_engine_that_will_not_import_at_first_use_stays_behind_the_fence(tmp_
         print(json.dumps({"answers": answers, "found": "thirty days" in found}))
         """,
         tmp_path,
+        before=_BROKEN,
     )
     answers = out["answers"]
     assert not [name for name, said in answers.items() if said.startswith("raised")], answers
     assert answers["initialize"] == answers["sync_turn"] == "None"
     assert answers["prefetch"] == "''"
+    assert "unavailable" in answers["tools"]
     assert out["found"] is True
