@@ -106,23 +106,28 @@ def _open_recall() -> Recall | None:
     return core.recall if core is not None else None
 
 
-def _selects_engine() -> bool:
-    """Whether config.yaml selects Chronicle as the context engine (`context.engine:
-    chronicle`); True when the file cannot be read, so a doubt costs an import, never a
-    selected engine that cannot load."""
+def _selected() -> tuple[bool, bool]:
+    """Whether config.yaml selects Chronicle as (the memory provider, the context engine):
+    `memory.provider: chronicle`, `context.engine: chronicle`. Both True when the file cannot
+    be read, so a doubt costs an import, never a selected slot that cannot load."""
     from chronicle_engine.home import hermes_home
 
     path = hermes_home() / "config.yaml"
     try:
         if not path.exists():
-            return False
+            return False, False
         import yaml
 
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except Exception:  # noqa: BLE001 - unreadable: assume selected
-        return True
-    context = data.get("context") if isinstance(data, dict) else None
-    return isinstance(context, dict) and context.get("engine") == "chronicle"
+        return True, True
+    if not isinstance(data, dict):
+        return False, False
+    memory, context = data.get("memory"), data.get("context")
+    return (
+        isinstance(memory, dict) and memory.get("provider") == "chronicle",
+        isinstance(context, dict) and context.get("engine") == "chronicle",
+    )
 
 
 def register(ctx: Any) -> None:  # type: ignore[explicit-any]
@@ -131,6 +136,8 @@ def register(ctx: Any) -> None:  # type: ignore[explicit-any]
         try:
             provider = _adapter("provider", "ChronicleMemoryProvider")
             if provider is not None:
+                if _selected()[0]:
+                    provider.load()  # a selected provider that cannot load is not registered
                 ctx.register_memory_provider(provider())
         except Exception:
             log.exception("chronicle: registering the memory provider failed")
@@ -138,7 +145,7 @@ def register(ctx: Any) -> None:  # type: ignore[explicit-any]
         try:
             engine = _adapter("context", "ChronicleContextEngine")
             if engine is not None:
-                if _selects_engine():
+                if _selected()[1]:
                     engine.load()  # a selected engine that cannot load is not registered
                 ctx.register_context_engine(engine())
         except Exception:

@@ -99,6 +99,7 @@ class ChronicleContextEngine(_Base):
         install, an older `chronicle_engine` installed beside this checkout) then fails to
         register and Hermes keeps its own compressor, instead of a selected engine that never
         compacts because every hook fails behind the fence."""
+        from chronicle_engine.compaction.engine import Compaction  # the core's, on first use
         from chronicle_engine.compaction.policy import policy_from_config
         from chronicle_engine.compaction.prune import prune_tool_results
         from chronicle_engine.compaction.tools import CONTEXT_TOOLS
@@ -109,9 +110,9 @@ class ChronicleContextEngine(_Base):
         from chronicle_engine.opening import Reopening
         from chronicle_engine.tools import dispatch, schemas
 
-        del policy_from_config, prune_tool_results, CONTEXT_TOOLS, load_hermes_config
-        del ChronicleCore, MAIN_THREAD_PATIENCE_MS, estimate_list_tokens, Reopening
-        del dispatch, schemas
+        del Compaction, policy_from_config, prune_tool_results, CONTEXT_TOOLS
+        del load_hermes_config, ChronicleCore, MAIN_THREAD_PATIENCE_MS, estimate_list_tokens
+        del Reopening, dispatch, schemas
 
     def __init__(
         self, core: ChronicleCore | None = None, *, hermes_home: str | None = None

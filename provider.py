@@ -157,6 +157,30 @@ class ChronicleMemoryProvider(_ProviderBase):
         # Turns handed to sync_turn without `messages` (older hosts): the list we rebuild.
         self._pairs: dict[str, list[dict[str, Any]]] = {}
 
+    @staticmethod
+    def load() -> None:
+        """Import what the hooks import on first use. The plugin's register() calls it when
+        config.yaml selects this provider: one whose modules cannot load is then not
+        registered (Hermes says so), instead of a selected provider that keeps no turn and
+        answers every tool with "unavailable" behind the fence."""
+        from chronicle_engine.config import (
+            ChronicleSettings,
+            checked_store,
+            default_db_path,
+            load_hermes_config,
+        )
+        from chronicle_engine.core import ChronicleCore
+        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+        from chronicle_engine.opening import Reopening
+        from chronicle_engine.recall.recall import Recall  # the core's, on first use
+        from chronicle_engine.recall.tools import RECALL_TOOLS
+        from chronicle_engine.sessions.capture import Capture  # the core's, on first use
+        from chronicle_engine.tools import dispatch, schemas
+
+        del ChronicleSettings, checked_store, default_db_path, load_hermes_config
+        del ChronicleCore, MAIN_THREAD_PATIENCE_MS, Reopening, Recall, RECALL_TOOLS
+        del Capture, dispatch, schemas
+
     # -- identity -------------------------------------------------------------------------
 
     @property

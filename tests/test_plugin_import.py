@@ -8,10 +8,12 @@ fresh interpreter, where those imports really happen for the first time.
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
-from plugin_support import LOAD_PLUGIN, fresh_interpreter
+import pytest
+from plugin_support import LOAD_PLUGIN, ROOT, fresh_interpreter
 
 _HEAVY = """
 import threading
@@ -99,18 +101,60 @@ def test_register_imports_no_store_and_two_threads_share_the_first_use(tmp_path)
     assert out["errors"] == [] and out["found"] is True
 
 
-def test_a_selected_engine_that_will_not_import_is_not_registered(tmp_path):
-    # Hermes then keeps its own compressor (and says so), instead of an engine that never
-    # compacts because each hook fails behind the fence.
+@pytest.mark.parametrize(
+    ("config", "registered"),
+    [
+        ("context:\n  engine: chronicle\nmemory:\n  provider: chronicle\n", []),
+        ("context:\n  engine: chronicle\n", ["provider"]),
+        ("memory:\n  provider: chronicle\n", ["engine"]),
+    ],
+)
+def test_a_selected_slot_that_will_not_import_is_not_registered(tmp_path, config, registered):
+    # Hermes then keeps its own compressor or memory (and says so), instead of a slot that
+    # never compacts, or keeps no turn, because each hook fails behind the fence. A slot the
+    # config does not select registers as before: it costs nothing until it is used.
     out = _run(
         """
         print(json.dumps({"registered": sorted(collector.got)}))
         """,
         tmp_path,
         before=_BROKEN,
-        config="context:\n  engine: chronicle\nmemory:\n  provider: chronicle\n",
+        config=config,
     )
-    assert out == {"registered": ["provider"]}
+    assert out == {"registered": registered}
+
+
+def _lazy_imports(tree: ast.AST) -> set[tuple[str, str]]:
+    return {
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("chronicle_engine")
+        for alias in node.names
+    }
+
+
+@pytest.mark.parametrize(
+    ("module", "slot"),
+    [("provider.py", "ChronicleMemoryProvider"), ("context.py", "ChronicleContextEngine")],
+)
+def test_a_slots_load_imports_everything_its_hooks_import_on_first_use(module, slot):
+    # load() is what register() tries for a selected slot: a hook's import it misses would
+    # fail only later, behind the fence.
+    tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))
+    at_top = {
+        (node.module, alias.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    in_functions = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name != "load":
+            in_functions |= _lazy_imports(node)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == slot)
+    load = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "load")
+    missing = in_functions - at_top - _lazy_imports(load)
+    assert in_functions and not missing, sorted(missing)
 
 
 def test_a_provider_that_will_not_import_at_first_use_stays_behind_the_fence(tmp_path):
