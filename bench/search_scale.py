@@ -205,6 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "server time goes",
     )
     parser.add_argument(
+        "--warm-pass",
+        action="store_true",
+        help="before timing, ask every query once in each scope (on PostgreSQL each run searches "
+        "a fresh copy, whose pages otherwise land on whichever scope is timed first)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path(__file__).parent / "out" / "latency.json",
@@ -227,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         print(f"{path} is not empty; pass --reuse or another --db", file=sys.stderr)
                         return 2
                     _build(core, args, corpus, lambda: path.stat().st_size)
-                points = measure(core, corpus, args.queries, args.users)
+                points = measure(core, corpus, args.queries, args.users, warm_pass=args.warm_pass)
             finally:
                 core.shutdown()
     write_points(
@@ -299,7 +305,9 @@ def _on_postgres(args: argparse.Namespace, corpus: Corpus, home: Path) -> list[d
             )
             core.recall.catch_up()
             counted = _StatementCounts(conninfo) if args.statements else None
-            return measure(core, corpus, args.queries, args.users, counted)
+            return measure(
+                core, corpus, args.queries, args.users, counted, warm_pass=args.warm_pass
+            )
         finally:
             core.shutdown()
 
@@ -358,15 +366,22 @@ def measure(
     count: int,
     users: int,
     counted: _StatementCounts | None = None,
+    *,
+    warm_pass: bool = False,
 ) -> list[dict[str, object]]:
     """Search latency per scope on a built store, then the first search after a capture
-    (`counted`: the server's statements over scope `all`'s queries)."""
+    (`counted`: the server's statements over scope `all`'s queries; `warm_pass`: every query
+    asked once in each scope before anything is timed)."""
     points: list[dict[str, object]] = []
     rng = random.Random(11)
     asked = queries(core, corpus, count, rng)
     user = "user0" if users > 1 else None
     for q in asked[:20]:  # warm the page cache and the frequency cache like a live process
         core.recall.search(q, user_id=user)
+    if warm_pass:
+        for scope in ("messages", "all"):
+            for q in asked:
+                core.recall.search(q, user_id=user, scope=scope, limit=10)
     for label, scope, by_session in (
         ("messages", "messages", False),
         ("all", "all", False),
