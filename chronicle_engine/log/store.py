@@ -564,7 +564,7 @@ class SQLiteEventStore:
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             if not self.in_memory:
-                mode = self._into_wal(conn)
+                mode = self._patiently(conn, "PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StoreError(f"could not put {self.path} in WAL mode (got {mode})")
                 conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
@@ -573,23 +573,6 @@ class SQLiteEventStore:
         with self._connections_lock:
             self._connections.append(conn)
         return conn
-
-    def _into_wal(self, conn: sqlite3.Connection) -> str:
-        """Put the file in WAL mode and return the mode it is in. On a fresh file the switch
-        needs the whole database to itself, and SQLite answers `database is locked` at once,
-        without waiting in the busy handler, when another connection opens it at the same
-        moment (two processes starting on a new store): wait here instead, for as long as
-        the busy timeout allows."""
-        deadline = time.monotonic() + self._wait_ms() / 1000
-        delay = 0.002
-        while True:
-            try:
-                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -708,21 +691,29 @@ class SQLiteEventStore:
         return self._depth
 
     def _begin(self, conn: sqlite3.Connection) -> None:
-        # busy_timeout already waits inside SQLite; this loop covers the cases where SQLite gives
-        # up early (a deadlock-avoidance SQLITE_BUSY on BEGIN IMMEDIATE returns at once).
+        try:
+            self._patiently(conn, "BEGIN IMMEDIATE")
+        except sqlite3.Error:
+            with sqlite_errors("starting a write"):
+                raise
+
+    def _patiently(self, conn: sqlite3.Connection, statement: str) -> sqlite3.Cursor:
+        """Run `statement`, waiting out a lock SQLite refuses at once instead of waiting in its
+        busy handler, for as long as this thread's patience allows: the deadlock-avoidance
+        SQLITE_BUSY on BEGIN IMMEDIATE, and the switch of a new file to WAL mode, which needs
+        the whole database, while another connection opens it (two hosts starting on a new
+        store). Any other error, or a lock that outlasts the patience, is raised."""
         deadline = time.monotonic() + self._wait_ms() / 1000
         delay = 0.002
         while True:
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
+                return conn.execute(statement)
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    with sqlite_errors("starting a write"):
-                        raise
+                message = str(exc)
+                if "locked" not in message and "busy" not in message:
+                    raise
                 if time.monotonic() >= deadline:
-                    with sqlite_errors("starting a write"):
-                        raise
+                    raise
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
