@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronicle_engine.errors import AppendOnlyViolation, StoreReadOnly, UsageError
+from chronicle_engine.errors import (
+    AppendOnlyViolation,
+    StoreBusy,
+    StoreError,
+    StoreReadOnly,
+    UsageError,
+)
 from chronicle_engine.log.store import PendingEvent, SQLiteEventStore, sqlite_errors
 
 
@@ -403,3 +410,28 @@ def test_the_payload_encoder_falls_back_to_the_public_one_if_the_private_one_dif
 
     for changed in (other_arguments, other_text):
         assert log_store._json_encoder(changed) == log_store._ENCODER.encode
+
+
+def test_sqlite_errors_are_told_apart_by_sqlite_code_not_by_words_in_the_message(
+    tmp_path: Path,
+) -> None:
+    """A table or column whose name holds "locked" or "readonly" is not a lock or a read-only
+    file: the error's SQLite code decides, so a caller does not wait out a mistake."""
+    store = SQLiteEventStore(tmp_path / "codes.db")
+    try:
+        with pytest.raises(StoreError) as missing, sqlite_errors("reading"):
+            store.connection.execute("SELECT * FROM locked_readonly_busy")
+        assert type(missing.value) is StoreError
+        assert "no such table" in str(missing.value)
+        holder = SQLiteEventStore(tmp_path / "codes.db")
+        try:
+            holder.connection.execute("BEGIN IMMEDIATE")
+            waiting = sqlite3.connect(tmp_path / "codes.db", timeout=0)
+            with pytest.raises(StoreBusy), sqlite_errors("writing"):
+                waiting.execute("BEGIN IMMEDIATE")
+            waiting.close()
+            holder.connection.execute("ROLLBACK")
+        finally:
+            holder.close()
+    finally:
+        store.close()

@@ -482,6 +482,32 @@ def _split_sql(script: str) -> list[str]:
 LOG_MIGRATIONS: tuple[Migration, ...] = (Migration("log.m001_events", _m001_events),)
 
 
+_LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+_BY_MESSAGE = (
+    (("locked", "busy"), sqlite3.SQLITE_BUSY),
+    (("disk is full", "disk I/O error"), sqlite3.SQLITE_FULL),
+    (("readonly", "read-only"), sqlite3.SQLITE_READONLY),
+    (("unable to open",), sqlite3.SQLITE_CANTOPEN),
+    (("malformed",), sqlite3.SQLITE_CORRUPT),
+    (("not a database",), sqlite3.SQLITE_NOTADB),
+)
+
+
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    """SQLite's primary result code of `exc` (the extended code's low byte). An error that
+    carries none (raised by Python code standing in for SQLite) is read by its message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return int(code) & 0xFF
+    message = str(exc)
+    for words, by_words in _BY_MESSAGE:
+        if any(word in message for word in words):
+            return by_words
+    return None
+
+
 @contextlib.contextmanager
 def sqlite_errors(what: str) -> Iterator[None]:
     """The one place that turns `sqlite3` errors into Chronicle's own."""
@@ -489,16 +515,17 @@ def sqlite_errors(what: str) -> Iterator[None]:
         yield
     except sqlite3.OperationalError as exc:
         message = str(exc)
-        if "locked" in message or "busy" in message:
+        code = _primary_code(exc)
+        if code in _LOCKED:
             raise StoreBusy(
                 f"{what}: the database stayed locked by another writer; retry later"
             ) from exc
-        if "disk is full" in message or "disk I/O error" in message:
+        if code in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
             raise StoreFull(
                 f"{what}: the disk refused the write ({message}); free space where "
                 "chronicle.db_path points"
             ) from exc
-        if "readonly" in message or "read-only" in message or "unable to open" in message:
+        if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
             raise StoreReadOnly(
                 f"{what}: the database is not writable ({message}); make the file and its "
                 "directory writable, or point chronicle.db_path at a writable copy"
@@ -509,7 +536,7 @@ def sqlite_errors(what: str) -> Iterator[None]:
             raise AppendOnlyViolation(f"{what}: {exc}") from exc
         raise StoreError(f"{what}: {exc}") from exc
     except sqlite3.DatabaseError as exc:
-        if "malformed" in str(exc) or "not a database" in str(exc):
+        if _primary_code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             raise StoreCorrupt(f"{what}: the database file is damaged ({exc})") from exc
         raise StoreError(f"{what}: {exc}") from exc
 
@@ -709,8 +736,7 @@ class SQLiteEventStore:
             try:
                 return conn.execute(statement)
             except sqlite3.OperationalError as exc:
-                message = str(exc)
-                if "locked" not in message and "busy" not in message:
+                if _primary_code(exc) not in _LOCKED:
                     raise
                 if time.monotonic() >= deadline:
                     raise
