@@ -357,11 +357,11 @@ class ChronicleContextEngine(_Base):
         force: bool = False,
         memory_context: str = "",
     ) -> list[dict[str, Any]]:
+        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
+
         self._last_compression_made_progress = False
         self._last_compress_aborted = False
         self._last_summary_error = None
-        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
-
         core = self._core_or_keep(self._session(), messages)
         policy = self.policy
         counted = current_tokens or (self._real_tokens if self._real_known else None)

@@ -554,13 +554,12 @@ class ChronicleMemoryProvider(_ProviderBase):
 
     @fenced('{"error": "Chronicle memory is unavailable right now"}')
     def handle_tool_call(self, tool_name: str, args: dict[str, Any], **kwargs: Any) -> str:
+        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
         from chronicle_engine.recall.tools import RECALL_TOOLS
         from chronicle_engine.tools import dispatch
 
         # Memory tools get no kwargs from Hermes: the slot says whose memory the call reads.
         context = {"session_id": self._session_id, **self._live(), **kwargs}
-        from chronicle_engine.log.store import MAIN_THREAD_PATIENCE_MS
-
         core = self._tool_core()
         # On Hermes' main thread: a lock held elsewhere costs a short wait, then a clear error.
         with core.store.patience(MAIN_THREAD_PATIENCE_MS):
