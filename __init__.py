@@ -107,27 +107,38 @@ def _open_recall() -> Recall | None:
 
 
 def _selected() -> tuple[bool, bool]:
-    """Whether config.yaml selects Chronicle as (the memory provider, the context engine):
-    `memory.provider: chronicle`, `context.engine: chronicle`. Both True when the file cannot
-    be read, so a doubt costs an import, never a selected slot that cannot load."""
-    from chronicle_engine.home import hermes_home
-
-    path = hermes_home() / "config.yaml"
+    """Whether Hermes' configuration selects Chronicle as (the memory provider, the context
+    engine): `memory.provider: chronicle`, `context.engine: chronicle`. Both True when it
+    cannot be read, so a doubt costs an import, never a selected slot that cannot load."""
     try:
-        if not path.exists():
-            return False, False
-        import yaml
-
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _hermes_config()
     except Exception:  # noqa: BLE001 - unreadable: assume selected
         return True, True
     if not isinstance(data, dict):
         return False, False
     memory, context = data.get("memory"), data.get("context")
     return (
-        isinstance(memory, dict) and memory.get("provider") == "chronicle",
-        isinstance(context, dict) and context.get("engine") == "chronicle",
+        isinstance(memory, dict) and str(memory.get("provider") or "").strip() == "chronicle",
+        isinstance(context, dict) and str(context.get("engine") or "").strip() == "chronicle",
     )
+
+
+def _hermes_config() -> object:
+    """The configuration as Hermes itself reads it when the host has loaded its config module
+    (config.yaml with an administrator's managed file over it, from Hermes' cache); else
+    config.yaml alone (no file: nothing selected)."""
+    hermes = sys.modules.get("hermes_cli.config")
+    read = getattr(hermes, "load_config_readonly", None)
+    if callable(read):
+        return read()
+    from chronicle_engine.home import hermes_home
+
+    path = hermes_home() / "config.yaml"
+    if not path.exists():
+        return {}
+    import yaml
+
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def register(ctx: Any) -> None:  # type: ignore[explicit-any]

@@ -124,6 +124,26 @@ def test_a_selected_slot_that_will_not_import_is_not_registered(tmp_path, config
     assert out == {"registered": registered}
 
 
+def test_a_slot_selected_by_the_administrators_managed_config_is_checked_too(tmp_path):
+    # Hermes reads an administrator's managed config.yaml over the user's; inside Hermes (its
+    # config module loaded) the plugin asks Hermes, so a slot selected there is selected.
+    managed = tmp_path / "managed"
+    managed.mkdir()
+    (managed / "config.yaml").write_text(
+        "memory:\n  provider: chronicle\ncontext:\n  engine: chronicle\n", encoding="utf-8"
+    )
+    host = f"import os\nos.environ['HERMES_MANAGED_DIR'] = {str(managed)!r}\nimport hermes_cli.config\n"
+    out = _run(
+        """
+        print(json.dumps({"registered": sorted(collector.got)}))
+        """,
+        tmp_path,
+        before=host + _BROKEN,
+        config="display:\n  compact: true\n",
+    )
+    assert out == {"registered": []}
+
+
 def _lazy_imports(tree: ast.AST) -> set[tuple[str, str]]:
     return {
         (node.module, alias.name)
