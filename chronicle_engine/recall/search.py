@@ -259,26 +259,42 @@ class MessageSearch:
 
     # -- full-text candidates ------------------------------------------------------------------
 
-    def _frequency(self, conn: Statements, table: str, word: str, cap: int) -> int:
-        """How many messages contain `word`, counted up to `cap` (cached for a while)."""
+    def _frequencies(
+        self, conn: Statements, table: str, words: Sequence[str], cap: int
+    ) -> dict[str, int]:
+        """How many rows of `table` contain each of `words`, counted up to `cap` (cached for a
+        while); those not cached are counted together (`_counts`)."""
         now = time.monotonic()
-        cached = self._df.get((table, word))
-        if cached is not None and now - cached[0] < _DF_TTL_S:
-            return cached[1]
-        df = self._count(conn, table, word, cap)
-        if len(self._df) > 50_000:
-            self._df.clear()
-        self._df[(table, word)] = (now, df)
-        return df
+        found: dict[str, int] = {}
+        missing: list[str] = []
+        for word in words:
+            cached = self._df.get((table, word))
+            if cached is not None and now - cached[0] < _DF_TTL_S:
+                found[word] = cached[1]
+            elif word not in missing:
+                missing.append(word)
+        if missing:
+            counted = self._counts(conn, table, missing, cap)
+            if len(self._df) > 50_000:
+                self._df.clear()
+            for word in missing:
+                found[word] = counted.get(word, 0)
+                self._df[(table, word)] = (now, found[word])
+        return found
 
-    def _count(self, conn: Statements, table: str, word: str, cap: int) -> int:
-        """How many rows of the full-text index `table` contain `word`, counted up to `cap`."""
-        row = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)",
-            (quote(word), cap),
-        ).fetchone()
-        assert row is not None  # a count is always one row
-        return int(row[0])
+    def _counts(
+        self, conn: Statements, table: str, words: Sequence[str], cap: int
+    ) -> dict[str, int]:
+        """How many rows of the full-text index `table` contain each of `words`, counted up to
+        `cap`, in one statement (a count apiece, one after the other)."""
+        one = f"SELECT ?, count(*) FROM (SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+        return {
+            str(word): int(n)
+            for word, n in conn.execute(
+                " UNION ALL ".join([one] * len(words)),
+                [value for word in words for value in (word, quote(word), cap)],
+            )
+        }
 
     def plan(
         self,
@@ -290,7 +306,7 @@ class MessageSearch:
         """Split the query's words into those bm25 can afford to rank (their matches add up to
         at most `budget`, `match_budget` unless given) and the common rest."""
         budget = max(self.tuning.match_budget if budget is None else budget, 1)
-        frequency = {w: self._frequency(conn, table, w, budget + 1) for w in words}
+        frequency = self._frequencies(conn, table, words, budget + 1)
         rare: list[str] = []
         total = 0
         for w in sorted(words, key=lambda w: frequency[w]):
@@ -352,7 +368,7 @@ class MessageSearch:
         return scored
 
     def index_key(self, scope: int) -> str:
-        """What `plan` and `_frequency` name a scope's message index by."""
+        """What `plan` and `_frequencies` name a scope's message index by."""
         return message_index(scope)
 
     def documents(self, conn: Statements, scope: int) -> int:
@@ -375,7 +391,7 @@ class MessageSearch:
         key = self.index_key(scope)
         budget = max(self.tuning.match_budget, 1)
         words = {*related, *related.values()}
-        frequency = {w: self._frequency(conn, key, w, budget + 1) for w in words}
+        frequency = self._frequencies(conn, key, list(words), budget + 1)
         documents = self.documents(conn, scope)
         for form in related:
             if not 0 < frequency[form] <= budget:
