@@ -26,9 +26,10 @@ sessions have hits.
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..capture.secrets import mask
@@ -208,10 +209,12 @@ the evidence, as a speaker's are when a query names them."""
 
 SectionCandidates = Callable[
     [Statements, Sequence[str], Sequence[str], "tuple[int, int] | None", int, int],
-    list[tuple[int, float]],
+    Iterable[tuple[int, float]],
 ]
 """(conn, rare words, common words, span of `written` or None, budget, limit) -> the sections'
-(written, score), best first: bm25 over the rare words, else the newest matches of the common."""
+(written, score), best first: bm25 over the rare words, else the newest matches of the common.
+May be lazy (an iterator whose rows are read as they are taken): `rank_sections` takes only as
+many as it needs, and closes it."""
 
 
 def fts5_section_candidates(
@@ -221,33 +224,50 @@ def fts5_section_candidates(
     span: tuple[int, int] | None,
     budget: int,
     limit: int,
-) -> list[tuple[int, float]]:
-    """`SectionCandidates` from FTS5's index of the sections' prose."""
+) -> Iterable[tuple[int, float]]:
+    """`SectionCandidates` from FTS5's index of the sections' prose, read as they are taken:
+    newest matches are found walking the index from its newest row, so a walk that is not
+    taken further stops there (a common word matches hundreds of sections; a search reads a
+    dozen)."""
     table = SECTIONS_FTS
     narrow, params = "", []
     if span is not None:
         narrow, params = f" AND {table}.rowid BETWEEN ? AND ?", list(span)
-    ranked: list[tuple[int, float]] = []
     if rare:
-        ranked = conn.execute(
-            f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?{narrow}"
-            " ORDER BY 2 DESC LIMIT ?",
-            (match_any(rare), *params, max(budget, limit)),
-        ).fetchall()
-    else:
-        newest = f"SELECT rowid, ? FROM {table} WHERE {table} MATCH ?{narrow} ORDER BY rowid DESC LIMIT ?"
-        seen: set[int] = set()
-        for score, expression in (
-            (2.0, " AND ".join(quote(w) for w in common)),
-            (1.0, match_any(common)),
-        ):
-            for written, value in conn.execute(newest, (score, expression, *params, budget)):
-                if written not in seen:
-                    seen.add(written)
-                    ranked.append((written, value))
-            if len(ranked) >= budget:
-                break
-    return ranked
+        yield from _taken(
+            conn.execute(
+                f"SELECT rowid, -bm25({table}) FROM {table} WHERE {table} MATCH ?{narrow}"
+                " ORDER BY 2 DESC LIMIT ?",
+                (match_any(rare), *params, max(budget, limit)),
+            )
+        )
+        return
+    newest = (
+        f"SELECT rowid, ? FROM {table} WHERE {table} MATCH ?{narrow} ORDER BY rowid DESC LIMIT ?"
+    )
+    seen: set[int] = set()
+    for score, expression in (
+        (2.0, " AND ".join(quote(w) for w in common)),
+        (1.0, match_any(common)),
+    ):
+        for written, value in _taken(conn.execute(newest, (score, expression, *params, budget))):
+            if written not in seen:
+                seen.add(written)
+                yield written, value
+        if len(seen) >= budget:
+            break
+
+
+def _taken(rows: Iterable[Row]) -> Iterator[tuple[int, float]]:
+    """The (rowid, score) rows of a cursor, one at a time; the cursor is closed when the taker
+    stops (its statement reset, so it holds no read snapshot open)."""
+    try:
+        for written, value in rows:
+            yield int(written), float(value)
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
 
 
 class MessageSearch:
@@ -882,17 +902,22 @@ def rank_sections(
         if row is None or row[0] is None:
             return []
         span = (int(row[0]), int(row[1]))
-    ranked = (candidates or fts5_section_candidates)(conn, rare, common, span, budget, limit)
+    ranked = iter((candidates or fts5_section_candidates)(conn, rare, common, span, budget, limit))
     hits: list[Hit] = []
     # The limit and a few more: one chunk answers unless several candidates are superseded,
     # forgotten or another user's. Each candidate read costs its row (prose, about two pages),
     # a probe for a successor and one for its first message: cold, a page read apiece.
     size = limit + _SECTION_SPARE
-    for i in range(0, len(ranked), size):
-        chunk = ranked[i : i + size]
-        hits.extend(_visible_sections(conn, scope, chunk, chronicles))
-        if len(hits) >= limit:
-            break
+    try:
+        while len(hits) < limit:
+            chunk = list(itertools.islice(ranked, size))
+            if not chunk:
+                break
+            hits.extend(_visible_sections(conn, scope, chunk, chronicles))
+    finally:
+        close = getattr(ranked, "close", None)
+        if close is not None:
+            close()
     return hits[:limit]
 
 
