@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from test_recall_support import open_core, say
@@ -17,8 +18,9 @@ from test_recall_support import open_core, say
 from chronicle_engine.chronicle.sections import Anchor, Section
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.store import run_script
+from chronicle_engine.log.tables import Statements
 from chronicle_engine.recall.schema import _BODY_FROM_LOG, _NEVER_UPDATE, _PERSON_ONCE
-from chronicle_engine.recall.search import message_rows
+from chronicle_engine.recall.search import message_rows, rank_sections
 
 
 @contextmanager
@@ -129,6 +131,73 @@ def test_section_search_reads_a_bounded_number_of_candidates(tmp_path: Path) -> 
         # the superseded one among the first candidates costs no second chunk
         sizes = [len(re.search(r"IN \(([^)]*)\)", s)[1].split(",")) for s in reads]
         assert sizes == [5 + 2]
+    finally:
+        c.shutdown()
+
+
+class _Counted:
+    """A cursor of the store's own connection that counts the rows handed out."""
+
+    def __init__(self, rows: sqlite3.Cursor, taken: list[int]) -> None:
+        self.rows, self.taken = rows, taken
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> Any:
+        row = next(self.rows)
+        self.taken.append(row[0])
+        return row
+
+    def close(self) -> None:
+        self.rows.close()
+
+
+class _CountingCandidates:
+    """The store's connection, its full-text walks of the sections' index counted."""
+
+    def __init__(self, conn: sqlite3.Connection, taken: list[int]) -> None:
+        self.conn, self.taken = conn, taken
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        rows = self.conn.execute(sql, params)
+        walk = "recall_sections_fts MATCH" in sql and "count(" not in sql
+        return _Counted(rows, self.taken) if walk else rows
+
+
+def test_a_common_words_newest_sections_are_read_only_as_far_as_taken(tmp_path: Path) -> None:
+    """220 sections hold "orchard", over a budget of 100: the newest matches are walked
+    only as far as one chunk of results needs, and the walk's statement is reset once done (it
+    holds no read snapshot open: another connection can truncate the WAL right after)."""
+    c = open_core("file", tmp_path)
+    try:
+        sections_about(c, 20, 10)
+        c.recall.catch_up()
+        c.capture.capture_messages("later", [{"role": "user", "content": "a later word"}])
+        c.recall.catch_up()  # the WAL holds frames a reader's snapshot includes
+        index = c.recall.index
+        taken: list[int] = []
+        with index.reading("test") as conn:
+            scope = index.scope(conn, "conv-0", None, None)
+            assert scope is not None
+            counting = _CountingCandidates(conn, taken)
+            hits = rank_sections(
+                cast(Statements, counting),
+                scope,
+                ["orchard"],
+                limit=5,
+                plan=index._messages.plan,
+                budget=100,
+            )
+            assert len(hits) == 5
+            assert len(taken) == 5 + 2  # one chunk of candidates, of 220 matches
+            assert taken == sorted(taken, reverse=True)  # the newest first
+            other = sqlite3.connect(tmp_path / "chronicle.db", timeout=0.1)
+            try:
+                busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                other.close()
+            assert busy == 0
     finally:
         c.shutdown()
 
