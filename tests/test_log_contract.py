@@ -9,6 +9,7 @@ server and nothing else.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -188,6 +189,44 @@ def test_events_can_never_be_updated_or_deleted(store, target: Target) -> None:
         with pytest.raises(AppendOnlyViolation), target.errors("tampering"), store.atomic() as c:
             c.execute(sql)
     assert [e.payload for e in store.read()] == [{"i": 1}]
+
+
+def _open_connections(store, target: Target) -> int:
+    """Connections open to the store: files this process holds open on the SQLite database
+    (each connection holds the database and its WAL), or this database's client backends."""
+    if target.kind == "sqlite":
+        base = Path(target.where).resolve()
+        wanted = {str(base), f"{base}-wal"}
+        held = (Path("/proc/self/fd") / fd for fd in os.listdir("/proc/self/fd"))
+        return sum(1 for link in held if _link(link) in wanted)
+    row = store.connection.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend'"
+    ).fetchone()
+    return int(row[0])
+
+
+def _link(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed meanwhile
+        return ""
+
+
+def test_a_thread_that_ended_does_not_keep_its_connection(store, target: Target) -> None:
+    """Hermes runs a memory provider's prefetch on a new thread every turn; each thread's first
+    read opens a connection. Kept until shutdown, a long chat held a file (on PostgreSQL, a
+    server backend) open for every turn it had, until the process ran out of them."""
+    store.append([ev({"n": 1})])
+    before = _open_connections(store, target)
+    for _ in range(30):
+        reader = threading.Thread(target=store.last_seq)
+        reader.start()
+        reader.join(timeout=DEADLINE_S)
+    after = _open_connections(store, target)
+    # the last thread's connection waits for the next open; the ones before it are closed
+    assert after - before <= 2 * (1 if target.kind == "postgres" else 2), (before, after)
+    assert store.last_seq() == 1
 
 
 def test_fold_positions_move_in_the_writers_transaction(store) -> None:

@@ -54,6 +54,7 @@ from .store import (
     Envelope,
     PendingEvent,
     StoredEvent,
+    kept_alive,
     pending_of,
     read_pages,
     restorable,
@@ -277,7 +278,7 @@ class PostgresEventStore:
         self.busy_timeout_ms = busy_timeout_ms
         self.connect_timeout_s = connect_timeout_s
         self._local = _ThreadState()
-        self._connections: list[Connection] = []
+        self._connections: list[tuple[threading.Thread | None, Connection]] = []  # with its thread
         self._connections_lock = threading.Lock()
         self._closed = False
         self.migrate(LOG_MIGRATIONS)
@@ -300,7 +301,8 @@ class PostgresEventStore:
                 "SELECT set_config('lock_timeout', %s, false)", (f"{int(self.busy_timeout_ms)}ms",)
             )
         with self._connections_lock:
-            self._connections.append(conn)
+            self._connections = kept_alive(self._connections, psycopg.Error)
+            self._connections.append((threading.current_thread(), conn))
         return conn
 
     @property
@@ -697,7 +699,7 @@ class PostgresEventStore:
         if self._closed:
             return
         with self._connections_lock:
-            for conn in self._connections:
+            for _, conn in self._connections:
                 with contextlib.suppress(psycopg.Error):
                     conn.close()
             self._connections.clear()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 from ..errors import (
     AppendOnlyViolation,
@@ -547,6 +547,31 @@ def sqlite_errors(what: str) -> Iterator[None]:
         raise StoreError(f"{what}: {exc}") from exc
 
 
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_Conn = TypeVar("_Conn", bound=_Closable)
+
+
+def kept_alive(
+    connections: list[tuple[threading.Thread | None, _Conn]], errors: type[Exception]
+) -> list[tuple[threading.Thread | None, _Conn]]:
+    """`connections` without those whose thread has ended, which are closed. Hermes runs a
+    memory provider's prefetch on a new thread every turn, and each thread's first use opens a
+    connection: kept until shutdown, a long chat held one open file (or, on PostgreSQL, one
+    server backend) and one page cache for every turn it had. Sweeping at each open keeps them
+    to the threads alive, plus the ones ended since the last open."""
+    kept = []
+    for owner, conn in connections:
+        if owner is None or owner.is_alive():
+            kept.append((owner, conn))
+        else:
+            with contextlib.suppress(errors):
+                conn.close()
+    return kept
+
+
 class _ThreadState(threading.local):
     """One thread's connection and lock patience. Unset, each reads None from the class: a
     getattr with a default would raise and format an AttributeError first, twice an append."""
@@ -570,7 +595,8 @@ class SQLiteEventStore:
         self.busy_timeout_ms = busy_timeout_ms
         self._write_lock = threading.RLock()
         self._local = _ThreadState()
-        self._connections: list[sqlite3.Connection] = []
+        # every connection opened, with the thread it serves (None: the in-memory shared one)
+        self._connections: list[tuple[threading.Thread | None, sqlite3.Connection]] = []
         self._connections_lock = threading.Lock()
         self._depth = 0  # savepoint nesting of the thread holding the write lock
         self._shared: sqlite3.Connection | None = None
@@ -604,8 +630,10 @@ class SQLiteEventStore:
                 conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA cache_size = -{PAGE_CACHE_KIB}")
+        owner = None if self.in_memory else threading.current_thread()
         with self._connections_lock:
-            self._connections.append(conn)
+            self._connections = kept_alive(self._connections, sqlite3.Error)
+            self._connections.append((owner, conn))
         return conn
 
     @property
@@ -1121,7 +1149,7 @@ class SQLiteEventStore:
         with contextlib.suppress(StoreError):
             self.checkpoint()
         with self._write_lock, self._connections_lock:
-            for conn in self._connections:
+            for _, conn in self._connections:
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
             self._connections.clear()
