@@ -29,6 +29,7 @@ __all__ = [
     "PostgresCluster",
     "Target",
     "TreeParts",
+    "chat_places",
     "find_bin_dir",
     "own_schema",
     "postgres_core",
@@ -357,6 +358,43 @@ class TreeParts:
 
     def shutdown(self) -> None:
         self.store.close()
+
+
+@contextlib.contextmanager
+def chat_places(kind: str, request, tmp: Path, count: int = 1) -> Iterator[list[ChatPlace]]:
+    """`count` places for a chat's store, each opened as often as a test likes: SQLite files in
+    `tmp` (kind "sqlite"; ":memory:" for kind "memory", one store a place and an open), or
+    schemas of their own on the test session's PostgreSQL server (kind "postgres", dropped at
+    the end). For property tests, which need a fresh store for every example."""
+    if kind != "postgres":
+        yield [
+            ChatPlace("sqlite", ":memory:" if kind == "memory" else str(tmp / f"chat-{n}.db"))
+            for n in range(count)
+        ]
+        return
+    cluster = request.getfixturevalue("postgres_cluster")
+    with contextlib.ExitStack() as stack:
+        yield [
+            ChatPlace("postgres", stack.enter_context(own_schema(cluster))) for _ in range(count)
+        ]
+
+
+@dataclass
+class ChatPlace:
+    """Where a chat's store lives; `open()` gives what the session-tree tests use of a core: a
+    whole `ChronicleCore` on SQLite, the tree and capture as the core builds them on
+    PostgreSQL (`Target.tree`). Both have `store`, `reader`, `sessions`, `capture` and
+    `shutdown()`."""
+
+    kind: str
+    where: str
+
+    def open(self):  # -> ChronicleCore | TreeParts
+        if self.kind == "postgres":
+            return Target("postgres", self.where).tree()
+        from chronicle_engine.core import ChronicleCore
+
+        return ChronicleCore(self.where)
 
 
 def release_together(processes: list[subprocess.Popen[str]]) -> None:

@@ -352,6 +352,7 @@ def test_a_user_cannot_forget_or_correct_another_users_memory(core):
     assert core.recall.search("Oslo", user_id="bob") != []
 
 
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
 @settings(
     max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
 )
@@ -376,9 +377,8 @@ def test_a_user_cannot_forget_or_correct_another_users_memory(core):
         max_size=3,
     ),
 )
-def test_isolation_holds_for_any_memory_and_query(tmp_path, texts, query):
-    core = open_core("memory", tmp_path)
-    try:
+def test_isolation_holds_for_any_memory_and_query(kind, request, tmp_path, texts, query):
+    with core_on(kind, request, tmp_path) as core:
         owner = {}
         for i, (user, words) in enumerate(texts):
             seq = say(core, f"{user}-s{i % 3}", " ".join(words), user_id=user)
@@ -387,8 +387,6 @@ def test_isolation_holds_for_any_memory_and_query(tmp_path, texts, query):
             for r in core.recall.search(" ".join(query), user_id=user, limit=20):
                 sources = r.get("sources") or [r["seq"]]
                 assert all(owner[s] == user for s in sources)
-    finally:
-        core.shutdown()
 
 
 # -- beliefs, correct, forget -----------------------------------------------------------------------
@@ -847,6 +845,7 @@ _SENTENCES = [
 ]
 
 
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
 @settings(
     max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None
 )
@@ -865,9 +864,8 @@ _SENTENCES = [
         max_size=18,
     )
 )
-def test_folding_in_pieces_equals_a_rebuild(tmp_path, ops):
-    core = open_core("memory", tmp_path)
-    try:
+def test_folding_in_pieces_equals_a_rebuild(kind, request, tmp_path, ops):
+    with core_on(kind, request, tmp_path) as core:
         said: list[tuple[int, str]] = []
         for op, a, b in ops:
             try:
@@ -898,5 +896,3 @@ def test_folding_in_pieces_equals_a_rebuild(tmp_path, ops):
         assert [
             core.recall.search(q, user_id=u) for q in ("tea Paris", "harbour") for u in ("u1", "u2")
         ] == searches
-    finally:
-        core.shutdown()

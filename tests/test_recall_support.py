@@ -72,12 +72,16 @@ def core_on(kind: str, request: Any, tmp_path: Any, **config: Any) -> Iterator[C
     the test session's server, dropped after the test); shut down at the end."""
     if kind != "postgres":
         core = open_core(kind, tmp_path, **config)
-        yield core
-        core.shutdown()
+        try:
+            yield core
+        finally:
+            core.shutdown()
         return
     from postgres_support import own_schema
 
     with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
         core = open_core(conninfo, tmp_path, **config)
-        yield core
-        core.shutdown()
+        try:
+            yield core
+        finally:
+            core.shutdown()

@@ -7,8 +7,9 @@ import sqlite3
 import threading
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_support import chat_places
 
 from chronicle_engine.capture.events import HANDOFF_MARKER
 from chronicle_engine.core import ChronicleCore
@@ -46,10 +47,19 @@ def all_messages(core: ChronicleCore) -> list[dict]:
 
 
 def tables(core: ChronicleCore) -> tuple[list, list]:
+    """Every column of the tree's tables (on PostgreSQL less `session_heads.rowid`, SQLite's
+    implicit rowid made a column: a rebuild's serial goes on counting where SQLite's starts
+    again; it only orders heads started at one seq, and that order a rebuild keeps)."""
     with core.store.reading() as conn:
-        entries = conn.execute("SELECT * FROM session_entries ORDER BY seq").fetchall()
-        heads = conn.execute("SELECT * FROM session_heads ORDER BY session").fetchall()
-    return entries, heads
+        entries = conn.execute(
+            "SELECT entry_id, seq, session, parent_id, kind, fp, role, target_id"
+            " FROM session_entries ORDER BY seq"
+        ).fetchall()
+        heads = conn.execute(
+            "SELECT session, conversation, lineage_root, parent_session, fork_seq, reason,"
+            " leaf_id, started_seq FROM session_heads ORDER BY session"
+        ).fetchall()
+    return [tuple(r) for r in entries], [tuple(r) for r in heads]
 
 
 def test_branch_and_return_to_the_old_branch(core):
@@ -146,9 +156,14 @@ def test_compaction_entry_shapes_the_projection(core):
     assert len(all_messages(core)) == 7
 
 
-def test_projection_is_identical_after_reopening_and_after_a_rebuild(tmp_path):
-    path = tmp_path / "reopen.db"
-    core = ChronicleCore(path)
+@pytest.mark.parametrize("kind", ["file", "postgres"])
+def test_projection_is_identical_after_reopening_and_after_a_rebuild(kind, tmp_path, request):
+    with chat_places(kind, request, tmp_path) as (place,):
+        _reopened_and_rebuilt(place)
+
+
+def _reopened_and_rebuilt(place) -> None:
+    core = place.open()
     live = [u("q1"), a("r1"), u("q2"), a("r2"), u("q3"), a("r3")]
     seqs = core.capture.capture_messages("s", live)
     core.sessions.branch("s", entry_of(core, "s", seqs[3]))
@@ -161,9 +176,9 @@ def test_projection_is_identical_after_reopening_and_after_a_rebuild(tmp_path):
     expected_tables = tables(core)
     core.shutdown()
 
-    reopened = ChronicleCore(path)
+    reopened = place.open()
     assert reopened.sessions.projection("s") == expected
-    Projector(reopened.store, reopened.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    Projector(reopened.sessions.tables, reopened.reader, [SessionFold()]).rebuild(FOLD_NAME)
     assert tables(reopened) == expected_tables
     assert reopened.sessions.projection("s") == expected
     assert reopened.sessions.labels("s") == {entry_of(reopened, "s", seqs[0]): "start"}
@@ -321,11 +336,20 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("kind", ["file", "postgres"])  # each example a store of its own
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=_OPS)
-def test_law_rebuild_reopen_and_carry_give_the_same_tree_and_projection(ops, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("law")
-    core = ChronicleCore(tmp / "a.db")
+def test_law_rebuild_reopen_and_carry_give_the_same_tree_and_projection(
+    kind, ops, tmp_path_factory, request
+):
+    with chat_places(kind, request, tmp_path_factory.mktemp("law"), 2) as places:
+        _rebuild_reopen_and_carry(ops, *places)
+
+
+def _rebuild_reopen_and_carry(ops, here, there) -> None:
+    core = here.open()
     live: list[dict] = []
     for op, arg in ops:
         if op == "say":
@@ -354,14 +378,14 @@ def test_law_rebuild_reopen_and_carry_give_the_same_tree_and_projection(ops, tmp
             core.sessions.record_usage("s", prompt_tokens=arg, completion_tokens=1, source="host")
     projection = core.sessions.projection("s")
     before = tables(core)
-    Projector(core.store, core.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    Projector(core.sessions.tables, core.reader, [SessionFold()]).rebuild(FOLD_NAME)
     assert tables(core) == before
     exported = export_jsonl(core.sessions, "s")
     core.shutdown()
-    reopened = ChronicleCore(tmp / "a.db")
+    reopened = here.open()
     assert reopened.sessions.projection("s") == projection
     reopened.shutdown()
-    carried = ChronicleCore(tmp / "b.db")
+    carried = there.open()
     import_jsonl(carried.sessions, exported)
     assert carried.sessions.projection("s") == projection
     carried.shutdown()
@@ -478,13 +502,22 @@ _TREE_OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=_TREE_OPS, chunk=st.sampled_from([1, 2, 3, 7, 256]))
-def test_law_a_branch_read_in_steps_by_session_is_the_walk_by_parent_links(ops, chunk):
+def test_law_a_branch_read_in_steps_by_session_is_the_walk_by_parent_links(
+    kind, ops, chunk, tmp_path, request
+):
     """Paths are read by each session's index in growing steps (`sessions/paths.py`); over
     branches, continued and forked sessions, compactions and turns left behind, every entry's
     path is the one its parent links give, and the end a capture reads is that path's end."""
-    core = ChronicleCore(":memory:")
+    with chat_places(kind, request, tmp_path) as (place,):
+        _read_in_steps(place.open(), ops, chunk)
+
+
+def _read_in_steps(core, ops, chunk) -> None:
     session, live, n = "s0", [], 0
     for op, arg in ops:
         if op == "say":

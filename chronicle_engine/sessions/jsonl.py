@@ -69,12 +69,17 @@ def export_session(tree: SessionTree, session_id: str, forgotten: Forgotten | No
                 (conversation,),
             )
         ]
-        parents: dict[str, str | None] = dict(
-            conn.execute(
-                "SELECT entry_id, parent_id FROM session_entries WHERE session IN"
-                f" ({','.join('?' * len(sessions))})",
-                sessions,
-            ).fetchall()
+        # A session never captured has no head: nothing to ask (PostgreSQL refuses `IN ()`).
+        parents: dict[str, str | None] = (
+            dict(
+                conn.execute(
+                    "SELECT entry_id, parent_id FROM session_entries WHERE session IN"
+                    f" ({','.join('?' * len(sessions))})",
+                    sessions,
+                ).fetchall()
+            )
+            if sessions
+            else {}
         )
     header = {
         "format": FORMAT,
