@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
@@ -363,20 +363,25 @@ class TreeParts:
 @contextlib.contextmanager
 def chat_places(kind: str, request, tmp: Path, count: int = 1) -> Iterator[list[ChatPlace]]:
     """`count` places for a chat's store, each opened as often as a test likes: SQLite files in
-    `tmp` (kind "sqlite"; ":memory:" for kind "memory", one store a place and an open), or
+    `tmp` (kind "file"; ":memory:" for kind "memory", one store a place and an open), or
     schemas of their own on the test session's PostgreSQL server (kind "postgres", dropped at
-    the end). For property tests, which need a fresh store for every example."""
-    if kind != "postgres":
-        yield [
-            ChatPlace("sqlite", ":memory:" if kind == "memory" else str(tmp / f"chat-{n}.db"))
-            for n in range(count)
-        ]
-        return
-    cluster = request.getfixturevalue("postgres_cluster")
+    the end). For property tests, which need a fresh store for every example. What the places
+    opened is shut down at the end (an example hypothesis stops midway included)."""
     with contextlib.ExitStack() as stack:
-        yield [
-            ChatPlace("postgres", stack.enter_context(own_schema(cluster))) for _ in range(count)
-        ]
+        if kind == "postgres":
+            cluster = request.getfixturevalue("postgres_cluster")
+            wheres = [stack.enter_context(own_schema(cluster)) for _ in range(count)]
+        else:
+            wheres = [
+                ":memory:" if kind == "memory" else str(tmp / f"chat-{n}.db") for n in range(count)
+            ]
+        places = [ChatPlace("postgres" if kind == "postgres" else "sqlite", w) for w in wheres]
+        try:
+            yield places
+        finally:
+            for place in places:
+                for opened in place.opened:
+                    opened.shutdown()
 
 
 @dataclass
@@ -388,13 +393,16 @@ class ChatPlace:
 
     kind: str
     where: str
+    opened: list = field(default_factory=list)
 
     def open(self):  # -> ChronicleCore | TreeParts
         if self.kind == "postgres":
-            return Target("postgres", self.where).tree()
-        from chronicle_engine.core import ChronicleCore
+            self.opened.append(Target("postgres", self.where).tree())
+        else:
+            from chronicle_engine.core import ChronicleCore
 
-        return ChronicleCore(self.where)
+            self.opened.append(ChronicleCore(self.where))
+        return self.opened[-1]
 
 
 def release_together(processes: list[subprocess.Popen[str]]) -> None:

@@ -8,10 +8,12 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_support import chat_places
 
 from chronicle_engine.capture.align import plain_json
 from chronicle_engine.capture.events import HANDOFF_MARKER
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
 
 
 @pytest.fixture
@@ -306,6 +308,7 @@ _ALPHABET = st.sampled_from(
 )
 
 
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -313,8 +316,14 @@ _ALPHABET = st.sampled_from(
     messages=st.lists(_ALPHABET, min_size=1, max_size=24),
     cuts=st.lists(st.integers(min_value=1, max_value=24), max_size=6),
 )
-def test_law_every_prefix_seen_in_any_order_of_growth_records_each_message_once(messages, cuts):
-    core = ChronicleCore(":memory:")
+def test_law_every_prefix_seen_in_any_order_of_growth_records_each_message_once(
+    kind, messages, cuts, tmp_path, request
+):
+    with chat_places(kind, request, tmp_path) as (place,):
+        _every_prefix_once(place.open(), messages, cuts)
+
+
+def _every_prefix_once(core, messages, cuts) -> None:
     ends = sorted({min(c, len(messages)) for c in cuts} | {len(messages)})
     for end in ends:
         core.capture.capture_messages("s", fresh(messages[:end]))
@@ -323,13 +332,22 @@ def test_law_every_prefix_seen_in_any_order_of_growth_records_each_message_once(
     core.shutdown()
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     messages=st.lists(_ALPHABET, min_size=4, max_size=30),
     data=st.data(),
 )
-def test_law_compactions_with_recorded_kept_tail_lose_and_repeat_nothing(messages, data):
-    core = ChronicleCore(":memory:")
+def test_law_compactions_with_recorded_kept_tail_lose_and_repeat_nothing(
+    kind, messages, data, tmp_path, request
+):
+    with chat_places(kind, request, tmp_path) as (place,):
+        _kept_tails(place.open(), messages, data)
+
+
+def _kept_tails(core, messages, data) -> None:
     live: list[dict] = []
     for message in messages:
         live.append(message)
@@ -548,18 +566,23 @@ def test_a_turn_another_process_stored_first_stays_on_the_branch(target):
 _WORDS = [u("ok"), a("Done."), u("again"), a("Sure."), a("Done.")]
 
 
-@settings(max_examples=80, deadline=None)
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
-def test_law_the_projection_is_the_list_the_host_holds(data):
+def test_law_the_projection_is_the_list_the_host_holds(kind, data, tmp_path, request):
     """Whatever the host does to its list between captures (a new turn, a regenerated reply, an
     edited last request, a restart that hands over fresh dicts, a repeat of the same call), the
     session's projection is the host's list, and a message is stored again only when the host
     has a new one. Replies repeat on purpose ("Done." twice) so fingerprints collide. (A list
     that is only a prefix of the branch records nothing and moves nothing: a stale or repeated
     call must not rewind the session; a rewind the host reports is recorded by the provider.)"""
-    from chronicle_engine.sessions.projection import BRANCH_SUMMARY_MARKER
+    with chat_places(kind, request, tmp_path) as (place,):
+        _projection_is_the_list(place.open(), data)
 
-    core = ChronicleCore(":memory:")
+
+def _projection_is_the_list(core, data) -> None:
     try:
         live: list[dict] = [dict(data.draw(st.sampled_from(_WORDS)))]
         for n in range(data.draw(st.integers(min_value=1, max_value=12))):

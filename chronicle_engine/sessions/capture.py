@@ -66,6 +66,34 @@ def _created(created_at: object) -> str:
     return str(created_at)
 
 
+def _undo_growth(path: BranchPath | None) -> Callable[[], None]:
+    """What puts a cached branch back as it was before a plan the store would not take
+    (`SessionTree.write_planned` then plans again under the tree's lock). A plan grows the
+    cached branch in place (`Planner._extend`): its columns go back to their length, its leaf,
+    latest compaction and identity map to what they were. Dropping the branch instead would
+    forget which of the host's live dicts are which messages, and the plan made again would
+    align the list as after a restart (where repeated texts may align elsewhere)."""
+    if path is None:
+        return _nothing
+    leaf, n, kept_from, identity = path.leaf, len(path.ids), path.kept_from, path.identity
+    known = len(identity)
+
+    def undo() -> None:
+        for column in (path.ids, path.seqs, path.fps, path.turns):
+            del column[n:]
+        path.leaf, path.kept_from, path._by_seq = leaf, kept_from, None
+        if len(identity) != known:  # remembered while planning: dicts at the positions undone
+            for key in [k for k, hit in identity.items() if hit[3] >= n]:
+                del identity[key]
+        path.identity = identity
+
+    return undo
+
+
+def _nothing() -> None:
+    pass
+
+
 class Capture(HostRecorder):
     """Records the live message list into the log; see the module docstring. Also records
     what the host reports besides messages (`hooks.HostRecorder`)."""
@@ -225,9 +253,10 @@ class Capture(HostRecorder):
         write = partial(self._write, session, items, result, context, return_seqs, rewound)
         with self._lock(session):
             try:
-                # A plan the store would not take (another host moved the session's branch)
-                # may have grown the cached branch in place: drop it before planning again.
-                plan, stored = self.tree.write_planned(write, lambda: self.forget(session))
+                # A plan the store would not take (another host moved the session's branch, or
+                # the plan branches) may have grown the cached branch in place: put it back.
+                undo = _undo_growth(self._paths.get(session))
+                plan, stored = self.tree.write_planned(write, undo)
             except (StoreBusy, StoreReadOnly) as exc:
                 raise self._keep_aside(exc, session, items, context) from exc
             except BaseException:
