@@ -613,6 +613,20 @@ def _projection_is_the_list(core, data) -> None:
         core.shutdown()
 
 
+def test_an_edited_last_request_among_repeated_ones_branches(core):
+    """The host edits its last request where the requests before it read the same: the edited
+    one leaves the branch where the host's list does. (On PostgreSQL a plan that branches is
+    refused unlocked and made again under the tree's lock; the live dicts stay known.)"""
+    live = [u("ok"), u("ok"), u("ok")]
+    core.capture.capture_turn("s", live)
+    live = [*live[:2], u("edited"), a("Done.")]
+    core.capture.capture_turn("s", live)
+    core.sessions.refresh()
+    projected = [m["content"] for m in core.sessions.projection("s")]
+    assert projected[:2] == ["ok", "ok"] and projected[-2:] == ["edited", "Done."]
+    assert len(projected) == 5 and projected[2].startswith(BRANCH_SUMMARY_MARKER)
+
+
 def test_an_edited_first_request_whose_reply_repeats_is_a_new_branch(core):
     """A different first request with the same reply is a different history, even though the
     reply alone matches the end of the branch (no handoff: the list is the host's own)."""
