@@ -15,11 +15,35 @@ from faults_support import both_slots, report
 from test_compaction_support import tool_step
 
 from chronicle_engine.cli import main
+from chronicle_engine.config import load_hermes_config
 from chronicle_engine.core import ChronicleCore
+from chronicle_engine.log.postgres import PostgresEventStore
 from chronicle_engine.messages import is_own_handoff
 
 SECRET = "Tr0ub4dor&3xyzQ"
 SMALL_TAIL = {"compression": {"protect_first_n": 1, "protect_last_n": 2}}
+
+
+def hermes_config(store_settings: dict[str, str]) -> dict[str, Any]:
+    """config.yaml: the small tail, and the store (`store_settings`: SQLite, then PostgreSQL)."""
+    return {**SMALL_TAIL, "chronicle": dict(store_settings)} if store_settings else SMALL_TAIL
+
+
+def store_of(home: Path) -> tuple[ChronicleCore, list[str]]:
+    """The core the slots opened, and what the CLI needs to find its store (`--db` names a
+    SQLite file; without it the CLI reads config.yaml's store, as for PostgreSQL)."""
+    config = load_hermes_config(home)
+    core = ChronicleCore.get(config.location(), config=config)
+    return core, [] if config.postgres else ["--db", str(config.db_path())]
+
+
+def table_rows(core: ChronicleCore, table: str) -> str:
+    """Every row of a table, as JSON: read with sqlite3 from the file, or from the server."""
+    if not isinstance(core.store, PostgresEventStore):
+        with sqlite3.connect(core.db_path) as conn:
+            return json.dumps(conn.execute(f"SELECT * FROM {table}").fetchall(), default=str)
+    with core.store.reading() as conn:
+        return json.dumps([tuple(r) for r in conn.execute(f"SELECT * FROM {table}")], default=str)
 
 
 def curl(body: dict[str, Any]) -> str:
@@ -38,10 +62,14 @@ ARGUMENTS = {
 
 @pytest.mark.parametrize("shape", sorted(ARGUMENTS))
 def test_a_credential_in_json_inside_tool_arguments_reaches_no_derived_surface(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], shape: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    shape: str,
+    store_settings: dict[str, str],
 ) -> None:
     home = tmp_path / "home"
-    provider, engine = both_slots(home, SMALL_TAIL, monkeypatch)
+    provider, engine = both_slots(home, hermes_config(store_settings), monkeypatch)
     call = {
         "id": "c1",
         "type": "function",
@@ -68,8 +96,7 @@ def test_a_credential_in_json_inside_tool_arguments_reaches_no_derived_surface(
         ),
         "prefetch": provider.prefetch("how did you log in to the example api?"),
     }
-    db = home / "chronicle" / "chronicle.db"
-    core = ChronicleCore.get(db)
+    core, where = store_of(home)
     events = [
         e
         for e in core.store.read(namespaces=["chronicle.chat"])
@@ -77,12 +104,10 @@ def test_a_credential_in_json_inside_tool_arguments_reaches_no_derived_surface(
     ]
     surfaces["message text"] = json.dumps([e.payload["text"] for e in events])
     surfaces["person text"] = json.dumps([e.payload["person_text"] for e in events])
-    with sqlite3.connect(db) as conn:
-        for table in ("recall_messages", "sections"):
-            rows = conn.execute(f"SELECT * FROM {table}").fetchall()
-            surfaces[f"table {table}"] = json.dumps(rows, default=str)
+    for table in ("recall_messages", "sections"):
+        surfaces[f"table {table}"] = table_rows(core, table)
     capsys.readouterr()
-    main(["search", "example api", "--db", str(db), "--json"])
+    assert main(["search", "example api", *where, "--json"]) == 0  # found the store
     surfaces["cli search"] = capsys.readouterr().out
     leaked = [name for name, text in surfaces.items() if SECRET in text]
     report("nested credential", shape=shape, surfaces=len(surfaces), leaks=len(leaked))
@@ -147,10 +172,13 @@ def _step(k: int, call: str, arguments: str, output: str) -> list[dict[str, Any]
 
 
 def test_the_24_credential_shapes_reach_no_derived_surface(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    store_settings: dict[str, str],
 ) -> None:
     home = tmp_path / "home"
-    provider, engine = both_slots(home, SMALL_TAIL, monkeypatch)
+    provider, engine = both_slots(home, hermes_config(store_settings), monkeypatch)
     values = {name: value for name, (_, value) in PLAIN.items()}
     values.update({name: SECRET for name in ARGUMENTS})
     live: list[dict[str, Any]] = []
@@ -178,8 +206,7 @@ def test_the_24_credential_shapes_reach_no_derived_surface(
     provider.sync_turn("", "", session_id="s1", messages=live)
     out = engine.compress(list(live), current_tokens=60_000, force=True)
     assert out != live and any(is_own_handoff(m) for m in out)
-    db = home / "chronicle" / "chronicle.db"
-    core = ChronicleCore.get(db)
+    core, where = store_of(home)
     name = core.sessions.chronicle_name("s1")
     sections = core.chronicle(name).current()
     assert sections, "the compaction wrote a section over the credentials"
@@ -209,14 +236,12 @@ def test_the_24_credential_shapes_reach_no_derived_surface(
     ]
     surfaces["message text"] = json.dumps([e.payload["text"] for e in events])
     surfaces["person text"] = json.dumps([e.payload["person_text"] for e in events])
-    with sqlite3.connect(db) as conn:
-        for table in ("recall_messages", "sections", "recall_beliefs"):
-            rows = conn.execute(f"SELECT * FROM {table}").fetchall()
-            surfaces[f"table {table}"] = json.dumps(rows, default=str)
+    for table in ("recall_messages", "sections", "recall_beliefs"):
+        surfaces[f"table {table}"] = table_rows(core, table)
     capsys.readouterr()
-    main(["search", "credential step", "--db", str(db), "--json"])
+    assert main(["search", "credential step", *where, "--json"]) == 0  # found the store
     surfaces["cli search"] = capsys.readouterr().out
-    main(["sections", "--all", "--full", "--db", str(db), "--json"])
+    assert main(["sections", "--all", "--full", *where, "--json"]) == 0
     surfaces["cli sections"] = capsys.readouterr().out
     leaks = sorted(
         (shape, surface)
