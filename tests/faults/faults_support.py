@@ -151,3 +151,25 @@ def both_slots(
     engine.update_model(model="m", context_length=64_000)
     engine.on_session_start(session, hermes_home=str(home), platform="cli", **identity)
     return provider, engine
+
+
+@contextlib.contextmanager
+def example_store(kind: str, request: Any) -> Iterator[str | None]:
+    """A store of its own for one example: None (SQLite in the example's home), or a schema of
+    its own on the test session's PostgreSQL server."""
+    if kind == "sqlite":
+        yield None
+        return
+    from postgres_support import own_schema
+
+    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
+        yield conninfo
+
+
+def core_of(home: Path) -> Any:  # -> ChronicleCore
+    """The core the slots opened on config.yaml's store at `home`."""
+    from chronicle_engine.config import load_hermes_config
+    from chronicle_engine.core import ChronicleCore
+
+    config = load_hermes_config(home)
+    return ChronicleCore.get(config.location(), config=config)

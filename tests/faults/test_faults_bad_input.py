@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from faults_support import examples, report
+from faults_support import core_of, example_store, examples, report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compaction_support import load_plugin
@@ -118,10 +118,11 @@ def spoil(message_list: list[dict[str, Any]], index: int, place: str, value: Any
         message_list[turn + 3]["metadata"] = value
 
 
-def write_config(home: Path) -> None:
+def write_config(home: Path, store: str | None = None) -> None:
+    """config.yaml; `store` names a PostgreSQL schema (else SQLite under the home)."""
     config = {
         "compression": {"threshold": 0.6, "protect_first_n": 1, "protect_last_n": 4},
-        "chronicle": {"busy_timeout_ms": 200},
+        "chronicle": {"busy_timeout_ms": 200, **({"store": store} if store else {})},
     }
     (home / "config.yaml").write_text(yaml.safe_dump(config))
 
@@ -134,6 +135,7 @@ def captured(core: ChronicleCore, session: str) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])  # a store of its own an example
 @settings(
     max_examples=examples(18),
     deadline=None,
@@ -145,11 +147,17 @@ def captured(core: ChronicleCore, session: str) -> list[dict[str, Any]]:
     turn=st.integers(0, 5),
 )
 def test_one_bad_message_never_stops_capture(
-    kind: str, place: str, turn: int, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+    store: str,
+    kind: str,
+    place: str,
+    turn: int,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: Any,
+    request: pytest.FixtureRequest,
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, example_store(store, request) as conninfo:
         home = Path(tmp)
-        write_config(home)
+        write_config(home, conninfo)
         monkeypatch.setenv("HERMES_HOME", str(home))
         caplog.clear()
         caplog.set_level(logging.WARNING)
@@ -171,7 +179,7 @@ def test_one_bad_message_never_stops_capture(
             out = engine.compress(list(live), current_tokens=60_000, force=True)
             provider.on_session_end(live)
             engine.on_session_end("s1", live)
-            core = ChronicleCore.get(home / "chronicle" / "chronicle.db")
+            core = core_of(home)
             stored = captured(core, "s1")
             assert len(stored) == len(live), (kind, place, len(stored))
             assert stored[-1]["message"] == live[-1] or turn == 7
@@ -199,8 +207,8 @@ def test_one_bad_message_never_stops_capture(
                     core.shutdown()
 
 
-def test_the_original_of_an_escaped_message_comes_back_exactly(tmp_path: Path) -> None:
-    core = ChronicleCore.get(tmp_path / "c.db")
+def test_the_original_of_an_escaped_message_comes_back_exactly(store_core: ChronicleCore) -> None:
+    core = store_core  # memory, file, PostgreSQL
     live = [
         {"role": "user", "content": "read the file"},
         {"role": "tool", "tool_call_id": "c1", "content": SURROGATE + " au lait"},
@@ -255,6 +263,7 @@ def call_hook(provider: Any, engine: Any, hook: str, value: Any, live: list[Any]
         assert isinstance(out, list) and out
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])  # a store of its own an example
 @settings(
     max_examples=examples(12),
     deadline=None,
@@ -262,11 +271,16 @@ def call_hook(provider: Any, engine: Any, hook: str, value: Any, live: list[Any]
 )
 @given(kind=st.sampled_from(sorted(BAD_VALUES)), hook=st.sampled_from(HOOKS))
 def test_a_bad_argument_to_any_hook_never_stops_the_session(
-    kind: str, hook: str, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+    store: str,
+    kind: str,
+    hook: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: Any,
+    request: pytest.FixtureRequest,
 ) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, example_store(store, request) as conninfo:
         home = Path(tmp)
-        write_config(home)
+        write_config(home, conninfo)
         monkeypatch.setenv("HERMES_HOME", str(home))
         caplog.clear()
         caplog.set_level(logging.WARNING)
@@ -283,7 +297,7 @@ def test_a_bad_argument_to_any_hook_never_stops_the_session(
             call_hook(provider, engine, hook, bad_value(kind), live)
             live += conversation(5)[12:]
             provider.sync_turn("", "", session_id="s1", messages=live)
-            core = ChronicleCore.get(home / "chronicle" / "chronicle.db")
+            core = core_of(home)
             stored = [p["message"] for p in captured(core, "s1")]
             assert stored[-4:] == live[-4:]  # the session goes on being captured
             problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults_support import both_slots, examples, report
+from faults_support import both_slots, core_of, example_store, examples, report
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_faults_bad_input import BAD_VALUES, bad_value, captured, conversation
@@ -36,12 +36,13 @@ ARGUMENTS = {
 }
 INTERNALS = re.compile(r"Traceback|\b[A-Z][A-Za-z]*(Error|Exception)\b|File \"")
 TRIED: dict[str, int] = {"examples": 0, "errors": 0}
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "compression": {"threshold": 0.6, "protect_first_n": 1, "protect_last_n": 4},
     "chronicle": {"busy_timeout_ms": 200},
 }
 
 
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])  # a store of its own an example
 @settings(
     max_examples=examples(24),
     deadline=None,
@@ -53,17 +54,24 @@ CONFIG = {
     data=st.data(),
 )
 def test_a_bad_argument_to_any_tool_gets_an_answer_in_the_tools_own_words(
+    store: str,
     kind: str,
     tool: str,
     data: st.DataObject,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     where = data.draw(st.sampled_from([*ARGUMENTS[tool], "(an unknown argument)"]))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, example_store(store, request) as conninfo:
         caplog.clear()
         caplog.set_level(logging.WARNING)
-        provider, engine = both_slots(Path(tmp), CONFIG, monkeypatch, user_id="alice")
+        config = (
+            CONFIG
+            if conninfo is None
+            else {**CONFIG, "chronicle": {**CONFIG["chronicle"], "store": conninfo}}
+        )
+        provider, engine = both_slots(Path(tmp), config, monkeypatch, user_id="alice")
         try:
             live = conversation(3)
             provider.sync_turn("", "", session_id="s1", messages=live)
@@ -83,7 +91,7 @@ def test_a_bad_argument_to_any_tool_gets_an_answer_in_the_tools_own_words(
                 assert not INTERNALS.search(str(answer["error"])), (tool, where, answer)
             live += conversation(5)[12:]
             provider.sync_turn("", "", session_id="s1", messages=live)
-            core = ChronicleCore.get(Path(tmp) / "chronicle" / "chronicle.db")
+            core = core_of(Path(tmp))
             stored = [p["message"] for p in captured(core, "s1")]
             assert stored[-4:] == live[-4:]  # the session goes on being captured
             problems = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
