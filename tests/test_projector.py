@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from postgres_support import Target, own_schema
 
@@ -18,6 +19,8 @@ from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegis
 from chronicle_engine.log.postgres import PostgresEventStore, PostgresTables
 from chronicle_engine.log.projector import Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
+
+KINDS = ["memory", "postgres"]  # SQLite in memory; a schema of its own on PostgreSQL
 
 
 class Said(DomainEvent, frozen=True):
@@ -70,20 +73,64 @@ def setup(
     return store, types, EventReader(store, UpcastRegistry(), types)
 
 
+class FoldedTables(PostgresTables):
+    """A room's tables on PostgreSQL as its projector's store: with the log's end, which each
+    room's tables give (`projector.FoldedStore`; a filtered fold reads it)."""
+
+    def last_seq(self) -> int:
+        return self.store.last_seq()
+
+
+def tables_of(store: SQLiteEventStore | PostgresEventStore) -> Any:
+    """What a projector folds through: the SQLite store itself; on PostgreSQL its tables
+    (`PostgresTables`: the one SQL dialect a room's folds write)."""
+    return store if isinstance(store, SQLiteEventStore) else FoldedTables(store)
+
+
+@contextlib.contextmanager
+def fresh_stores(kind: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Yields `fresh(mixed=False)`, which opens a new store of `kind` each call (SQLite in
+    memory, or a schema of its own on the test session's PostgreSQL server) with its types and
+    reader (`setup`; `mixed_setup` when `mixed`): for property tests, a store an example. Every
+    store is closed, and every schema dropped, at the end."""
+    with contextlib.ExitStack() as stack:
+
+        def fresh(mixed: bool = False) -> Any:
+            target = None
+            if kind == "postgres":
+                cluster = request.getfixturevalue("postgres_cluster")
+                target = Target("postgres", stack.enter_context(own_schema(cluster)))
+            made = setup(":memory:", target)
+            if mixed:
+                made[1].register("other", "Noted", Noted)
+            stack.callback(made[0].close)
+            return made
+
+        yield fresh
+
+
 speeches = st.lists(
     st.tuples(st.sampled_from(["ann", "bob", "cy"]), st.integers(0, 50)), min_size=0, max_size=60
 )
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("kind", KINDS)
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(speeches, st.lists(st.integers(1, 7), min_size=1, max_size=10), st.integers(1, 9))
-def test_folding_in_pieces_equals_folding_at_once(said, cuts, batch_size) -> None:
-    whole, types, reader = setup(":memory:")
-    whole.append([types.pending(Said(who=w, words=n)) for w, n in said])
-    Projector(whole, reader, [WordCount()]).catch_up()
+def test_folding_in_pieces_equals_folding_at_once(kind, request, said, cuts, batch_size) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _in_pieces(fresh, said, cuts, batch_size)
 
-    pieces, types2, reader2 = setup(":memory:")
-    projector = Projector(pieces, reader2, [WordCount()], batch_size=batch_size)
+
+def _in_pieces(fresh: Any, said: Any, cuts: Any, batch_size: int) -> None:
+    whole, types, reader = fresh()
+    whole.append([types.pending(Said(who=w, words=n)) for w, n in said])
+    Projector(tables_of(whole), reader, [WordCount()]).catch_up()
+
+    pieces, types2, reader2 = fresh()
+    projector = Projector(tables_of(pieces), reader2, [WordCount()], batch_size=batch_size)
     i = 0
     for cut in cuts * (len(said) // max(1, sum(cuts)) + 1):
         chunk = said[i : i + cut]
@@ -97,11 +144,19 @@ def test_folding_in_pieces_equals_folding_at_once(said, cuts, batch_size) -> Non
     assert state(whole) == state(pieces)
 
 
-@settings(max_examples=25, deadline=None)
+@pytest.mark.parametrize("kind", KINDS)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(speeches)
-def test_rebuild_equals_incremental(said) -> None:
-    store, types, reader = setup(":memory:")
-    projector = Projector(store, reader, [WordCount()], batch_size=4)
+def test_rebuild_equals_incremental(kind, request, said) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _rebuilt(fresh, said)
+
+
+def _rebuilt(fresh: Any, said: Any) -> None:
+    store, types, reader = fresh()
+    projector = Projector(tables_of(store), reader, [WordCount()], batch_size=4)
     for w, n in said:
         store.append([types.pending(Said(who=w, words=n))])
         projector.catch_up()
@@ -123,8 +178,7 @@ def test_a_crash_inside_apply_leaves_no_partial_state(where, tmp_path, request) 
 def _crash_inside_apply(
     store: SQLiteEventStore | PostgresEventStore, types: EventTypeRegistry, reader: EventReader
 ) -> None:
-    # On PostgreSQL a room folds through its tables (`PostgresTables`: the one SQL dialect).
-    folded: Any = store if isinstance(store, SQLiteEventStore) else PostgresTables(store)
+    folded = tables_of(store)
     store.append([types.pending(Said(who="ann", words=i)) for i in range(1, 11)])
     crashing = Projector(folded, reader, [WordCount(explode_at=7)])
     with pytest.raises(RuntimeError, match="crashed at 7"):
@@ -141,12 +195,18 @@ def _crash_inside_apply(
     store.close()
 
 
-def test_each_fold_keeps_its_own_position() -> None:
-    store, types, reader = setup(":memory:")
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_fold_keeps_its_own_position(kind, request) -> None:
+    with fresh_stores(kind, request) as fresh:
+        store, types, reader = fresh()
+        _own_positions(store, types, reader)
+
+
+def _own_positions(store: Any, types: EventTypeRegistry, reader: EventReader) -> None:
     store.append([types.pending(Said(who="ann", words=1)) for _ in range(5)])
-    Projector(store, reader, [WordCount("a")]).catch_up()
+    Projector(tables_of(store), reader, [WordCount("a")]).catch_up()
     store.append([types.pending(Said(who="ann", words=1)) for _ in range(5)])
-    both = Projector(store, reader, [WordCount("a"), WordCount("b")])
+    both = Projector(tables_of(store), reader, [WordCount("a"), WordCount("b")])
     both.catch_up()
     assert store.position("a") == store.position("b") == 10
 
@@ -158,16 +218,18 @@ class Generative(WordCount):
         return None
 
 
-def test_generative_rebuild_needs_acknowledgement() -> None:
-    store, types, reader = setup(":memory:")
-    store.append([types.pending(Said(who="ann", words=2))])
-    projector = Projector(store, reader, [Generative("gen")])
-    projector.catch_up()
-    with pytest.raises(GenerativeRebuild, match="discard_generated=True"):
-        projector.rebuild("gen")
-    assert state(store) == [("ann", 2, 1)]
-    projector.rebuild("gen", discard_generated=True)
-    assert state(store) == [("ann", 2, 1)]
+@pytest.mark.parametrize("kind", KINDS)
+def test_generative_rebuild_needs_acknowledgement(kind, request) -> None:
+    with fresh_stores(kind, request) as fresh:
+        store, types, reader = fresh()
+        store.append([types.pending(Said(who="ann", words=2))])
+        projector = Projector(tables_of(store), reader, [Generative("gen")])
+        projector.catch_up()
+        with pytest.raises(GenerativeRebuild, match="discard_generated=True"):
+            projector.rebuild("gen")
+        assert state(store) == [("ann", 2, 1)]
+        projector.rebuild("gen", discard_generated=True)
+        assert state(store) == [("ann", 2, 1)]
 
 
 def test_upcasting_on_read_never_rewrites_the_row() -> None:
@@ -215,11 +277,15 @@ class SaidOnly(WordCount):
         conn.execute(f"DROP TABLE IF EXISTS given_{self.name}")
 
 
-def given_seqs(store: SQLiteEventStore, name: str = "words") -> list[int]:
+def given_seqs(store: SQLiteEventStore | PostgresEventStore, name: str = "words") -> list[int]:
     with store.reading() as c:
-        if not c.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = ?", (f"given_{name}",)
-        ).fetchone():
+        if isinstance(store, SQLiteEventStore):
+            held = c.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = ?", (f"given_{name}",)
+            ).fetchone()
+        else:
+            held = c.execute("SELECT to_regclass(%s)", (f"given_{name}",)).fetchone()[0]
+        if not held:
             return []
         return [s for (s,) in c.execute(f"SELECT seq FROM given_{name} ORDER BY seq")]
 
@@ -250,22 +316,32 @@ def said_seqs(store: SQLiteEventStore) -> list[int]:
     return [e.seq for e in store.read(namespaces=["t"])]
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("kind", KINDS)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     mixed,
     st.lists(st.integers(1, 9), min_size=1, max_size=10),
     st.integers(1, 7),
     st.lists(st.integers(-3, 12), max_size=10),
 )
-def test_a_filtered_fold_in_pieces_equals_at_once(items, cuts, batch_size, uptos) -> None:
-    whole, types, reader = mixed_setup(":memory:")
+def test_a_filtered_fold_in_pieces_equals_at_once(
+    kind, request, items, cuts, batch_size, uptos
+) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _filtered_in_pieces(fresh, items, cuts, batch_size, uptos)
+
+
+def _filtered_in_pieces(fresh: Any, items: Any, cuts: Any, batch_size: int, uptos: Any) -> None:
+    whole, types, reader = fresh(mixed=True)
     whole.append(pending_of(types, items))
-    Projector(whole, reader, [SaidOnly()]).catch_up()
+    Projector(tables_of(whole), reader, [SaidOnly()]).catch_up()
     assert whole.position("words") == whole.last_seq()
     assert given_seqs(whole) == said_seqs(whole)
 
-    pieces, types2, reader2 = mixed_setup(":memory:")
-    projector = Projector(pieces, reader2, [SaidOnly()], batch_size=batch_size)
+    pieces, types2, reader2 = fresh(mixed=True)
+    projector = Projector(tables_of(pieces), reader2, [SaidOnly()], batch_size=batch_size)
     i = 0
     steps = iter(uptos)
     for cut in cuts * (len(items) // max(1, sum(cuts)) + 1):
@@ -307,8 +383,13 @@ def test_a_filtered_fold_moves_over_what_it_skipped_and_never_reads_it_again() -
     assert state(store) == [("ann", 1, 1), ("bob", 4, 5)] and store.position("words") == 5
 
 
-def test_filtered_and_whole_log_folds_share_a_projector() -> None:
-    store, types, reader = mixed_setup(":memory:")
+@pytest.mark.parametrize("kind", KINDS)
+def test_filtered_and_whole_log_folds_share_a_projector(kind, request) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _shared_projector(*fresh(mixed=True))
+
+
+def _shared_projector(store: Any, types: EventTypeRegistry, reader: EventReader) -> None:
     store.append(pending_of(types, ["a", ("ann", 2), "b", ("bob", 3), "c"]))
     every: list[int] = []
 
@@ -321,7 +402,7 @@ def test_filtered_and_whole_log_folds_share_a_projector() -> None:
         def reset(self, conn: sqlite3.Connection) -> None:
             every.clear()
 
-    Projector(store, reader, [SaidOnly(), Everything()], batch_size=2).catch_up()
+    Projector(tables_of(store), reader, [SaidOnly(), Everything()], batch_size=2).catch_up()
     assert every == [1, 2, 3, 4, 5]
     assert given_seqs(store) == [2, 4]
     assert store.position("words") == store.position("everything") == 5
@@ -360,20 +441,33 @@ class Batches(WordCount):
         super().apply(conn, events, prepared)
 
 
-@settings(max_examples=25, deadline=None)
+@pytest.mark.parametrize("kind", KINDS)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(speeches, st.integers(1, 9), st.integers(0, 20))
-def test_folding_within_a_transaction_equals_catching_up(said, batch_size, start) -> None:
-    whole, types, reader = setup(":memory:")
-    whole.append([types.pending(Said(who=w, words=n)) for w, n in said])
-    Projector(whole, reader, [WordCount()]).catch_up()
+def test_folding_within_a_transaction_equals_catching_up(
+    kind, request, said, batch_size, start
+) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _folded_within(fresh, said, batch_size, start)
 
-    inside, types2, reader2 = setup(":memory:")
+
+def _folded_within(fresh: Any, said: Any, batch_size: int, start: int) -> None:
+    whole, types, reader = fresh()
+    whole.append([types.pending(Said(who=w, words=n)) for w, n in said])
+    Projector(tables_of(whole), reader, [WordCount()]).catch_up()
+
+    inside, types2, reader2 = fresh()
     inside.append([types2.pending(Said(who=w, words=n)) for w, n in said])
     fold = Batches()
-    projector = Projector(inside, reader2, [fold], batch_size=batch_size)
+    projector = Projector(tables_of(inside), reader2, [fold], batch_size=batch_size)
     end = inside.last_seq()
     cut = min(start, end)
-    with inside.atomic() as conn:  # in two steps, as two writers would
+    with inside.atomic() as raw:  # in two steps, as two writers would
+        conn = (
+            raw if isinstance(inside, SQLiteEventStore) else PostgresTables(inside).statements(raw)
+        )
         assert projector.fold_within(conn, after=0, upto=cut) == cut
         assert projector.fold_within(conn, after=cut, upto=end) == end - cut
     assert state(inside) == state(whole)
@@ -416,16 +510,23 @@ class DrawnAsync(WordCount):
         return None
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("driven", ["sync", "async"])
 @pytest.mark.parametrize("events", [3, 4, 9])
-def test_a_short_batch_ends_the_catch_up_unless_a_fold_draws(driven, events) -> None:
-    store, types, plain = setup(":memory:")
+def test_a_short_batch_ends_the_catch_up_unless_a_fold_draws(kind, request, driven, events) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _short_batches(*fresh(), driven, events)
+
+
+def _short_batches(
+    store: Any, types: EventTypeRegistry, plain: EventReader, driven: str, events: int
+) -> None:
     store.append([types.pending(Said(who="ann", words=1)) for _ in range(events)])
     deterministic, drawn = CountingReader(plain), CountingReader(plain)
     folds = {"sync": (WordCount("a"), Generative("b")), "async": (WordCount("a"), DrawnAsync("b"))}
     first, second = folds[driven]
     for reader, fold in ((deterministic, first), (drawn, second)):
-        projector = Projector(store, reader, [fold], batch_size=4)
+        projector = Projector(tables_of(store), reader, [fold], batch_size=4)
         if driven == "sync":
             assert projector.catch_up() == events
         else:
