@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from test_scheduler_support import (
     FakeClock,
     location,
     open_core,
+    places,
     scheduler,
 )
 
@@ -25,9 +27,12 @@ from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
 from chronicle_engine.scheduler.sweeps import SweepReport
 
 
-@pytest.fixture(params=["memory", "file"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
-    return location(request.param, tmp_path)
+@pytest.fixture(params=["memory", "file", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
+    """A whole core's place: SQLite in memory and in a file, and PostgreSQL (a schema of its
+    own on the session's server)."""
+    with places(request, tmp_path) as place:
+        yield place
 
 
 def _queue(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_recall_support import open_core, say
+from test_recall_support import core_on, say
 
 from chronicle_engine.recall.text import tokens
 from chronicle_engine.recall.when import _PATTERNS, Moment, Span, named_time
@@ -45,11 +45,10 @@ def test_a_moment_holds_its_own_time():
     assert not Moment(2023, 2, 30).holds(ts(2023, 3, 2))  # no such day: holds nothing
 
 
-@pytest.fixture
-def core(tmp_path):
-    c = open_core("memory", tmp_path)
-    yield c
-    c.shutdown()
+@pytest.fixture(params=["memory", "postgres"])
+def core(request, tmp_path):
+    with core_on(request.param, request, tmp_path) as c:
+        yield c
 
 
 def test_the_named_time_lifts_its_messages(core):

@@ -35,14 +35,6 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path
         yield place
 
 
-# The context engine's own compaction is built by the core over SQLite (on PostgreSQL by the
-# core's wiring, not by these tests' PostgreSQL core): the tests of the two together run there.
-@pytest.fixture(params=["memory", "file"])
-def sqlite_where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
-    with places(request, tmp_path) as place:
-        yield place
-
-
 def consolidator(core: ChronicleCore, **rules) -> Consolidator:
     return Consolidator(
         core.store,
@@ -417,8 +409,7 @@ def _chat(start: int, count: int) -> list[dict]:
     return out
 
 
-def test_the_context_engine_reuses_background_sections_and_never_forks_them(sqlite_where) -> None:
-    where = sqlite_where
+def test_the_context_engine_reuses_background_sections_and_never_forks_them(where) -> None:
     from chronicle_engine.compaction.policy import policy_from_config
 
     core = open_core(where, {"consolidation": {"unit_turns": 3}})
@@ -453,11 +444,11 @@ def test_the_context_engine_reuses_background_sections_and_never_forks_them(sqli
 
 
 def test_background_consolidation_starts_after_a_compaction_of_the_same_conversation(
-    sqlite_where,
+    where,
 ) -> None:
     from chronicle_engine.compaction.policy import policy_from_config
 
-    core = open_core(sqlite_where, {"consolidation": {"unit_turns": 2}})
+    core = open_core(where, {"consolidation": {"unit_turns": 2}})
     sched = scheduler(core, FakeClock(), summarize=None)
     name = chronicle_of(core, "s1")
     messages = _chat(0, 12)

@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from test_compaction_engine import Host, small_policy, turn
 from test_compaction_support import wire
-from test_scheduler_support import FakeClock, open_core
+from test_scheduler_support import FakeClock, open_core, places
 
 from chronicle_engine.capture.secrets import mask
 from chronicle_engine.chronicle.sections import Consolidation
@@ -85,6 +85,13 @@ def assert_no_secret(text: str, where: str) -> None:
 @pytest.fixture
 def core(store_core: ChronicleCore) -> ChronicleCore:
     return store_core  # SQLite in memory, in a file, and PostgreSQL (conftest.py)
+
+
+@pytest.fixture(params=["file", "postgres"])
+def where(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    """A scheduler test's place: a SQLite file, then a schema of its own on PostgreSQL."""
+    with places(request, tmp_path) as place:
+        yield place
 
 
 def fold_a_leak(core: ChronicleCore) -> tuple[Host, list[dict[str, Any]], list[int | None]]:
@@ -199,10 +206,8 @@ def test_an_oversized_fold_sends_the_model_the_masked_digest(core: ChronicleCore
     assert_no_secret(prompts[0], "the digest sent to the model")
 
 
-def test_a_consolidation_section_holds_no_credential_and_expand_still_does(tmp_path: Any) -> None:
-    core = open_core(
-        tmp_path / "chronicle.db", {"maintenance": {"schedules": {"consolidate": "* * * * *"}}}
-    )
+def test_a_consolidation_section_holds_no_credential_and_expand_still_does(where: Any) -> None:
+    core = open_core(where, {"maintenance": {"schedules": {"consolidate": "* * * * *"}}})
     try:
         # the shipped wiring (the section writer); the tick's budgets run on the test's clock,
         # so a busy machine cannot end the tick before the section is written
@@ -222,13 +227,11 @@ def test_a_consolidation_section_holds_no_credential_and_expand_still_does(tmp_p
         core.shutdown()
 
 
-def test_a_summariser_that_copies_raw_text_still_writes_masked_prose(tmp_path: Any) -> None:
+def test_a_summariser_that_copies_raw_text_still_writes_masked_prose(where: Any) -> None:
     def raw(events: Any) -> Consolidation:
         return Consolidation("\n".join(content_text(e.payload["message"]) for e in events))
 
-    core = open_core(
-        tmp_path / "chronicle.db", {"maintenance": {"schedules": {"consolidate": "* * * * *"}}}
-    )
+    core = open_core(where, {"maintenance": {"schedules": {"consolidate": "* * * * *"}}})
     try:
         clock = FakeClock()
         sched = core.new_scheduler(clock=clock, timer=clock, summarize=raw)
