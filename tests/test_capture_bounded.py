@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_support import chat_places
 from test_capture import a, captured, fresh, u
 
 import chronicle_engine.sessions.paths as paths
@@ -116,13 +117,24 @@ def _whole(conn, leaf, refs, **_: object) -> paths.RecentPath:
 _ALPHABET = st.sampled_from([u("ok"), a("Done."), u("next"), a("Sure."), u("ok"), a("ok")])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("kind", ["memory", "postgres"])  # each example a store of its own
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(messages=st.lists(_ALPHABET, min_size=4, max_size=40), data=st.data())
-def test_law_reloaded_after_each_compaction_nothing_is_lost_or_repeated(messages, data):
+def test_law_reloaded_after_each_compaction_nothing_is_lost_or_repeated(
+    kind, messages, data, tmp_path, request
+):
     """Every capture reloads the branch from the tree (a restart before each turn), so every
     capture after a compaction aligns against the branch's end only; repeated words make the
     fingerprints ambiguous. Each message is still recorded once, in order."""
-    core = ChronicleCore(":memory:")
+    with chat_places(kind, request, tmp_path) as (place,):
+        _reloaded(place.open(), messages, data)
+
+
+def _reloaded(core, messages, data) -> None:
     head_len = 2
     live: list[dict] = []
     head: list[dict] = []
