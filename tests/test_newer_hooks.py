@@ -32,10 +32,15 @@ def engine(core: ChronicleCore) -> Any:  # noqa: F811 - the shared fixture
 
 
 @pytest.fixture
-def provider(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def provider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_settings: dict[str, str]
+) -> Iterator[Any]:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "config.yaml").write_text(yaml.safe_dump({"memory": {"provider": "chronicle"}}))
+    config: dict[str, Any] = {"memory": {"provider": "chronicle"}}
+    if store_settings:  # SQLite, then PostgreSQL (conftest.py)
+        config["chronicle"] = dict(store_settings)
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
     monkeypatch.setenv("HERMES_HOME", str(home))
     module = import_module(load_plugin().__name__ + ".provider")
     p = module.ChronicleMemoryProvider()

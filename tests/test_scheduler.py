@@ -31,13 +31,6 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path
         yield place
 
 
-@pytest.fixture(params=["memory", "file"])
-def sqlite_where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Path]:
-    """For the tests that need the core's context engine (built over SQLite only here)."""
-    with places(request, tmp_path) as place:
-        yield place
-
-
 def _on(**crons: str) -> dict:
     return {"maintenance": {"schedules": crons}}
 
@@ -253,8 +246,8 @@ def test_status_reports_runs_due_times_queue_and_what_is_not_scheduled(where) ->
     core.shutdown()
 
 
-def test_by_default_consolidation_uses_the_context_engines_section_writer(sqlite_where) -> None:
-    core = open_core(sqlite_where, _on(consolidate="* * * * *"))
+def test_by_default_consolidation_uses_the_context_engines_section_writer(where) -> None:
+    core = open_core(where, _on(consolidate="* * * * *"))
     # Nothing injected but the clocks: the shipped wiring. Its time budgets run on the test's
     # clock, so how busy the machine is cannot decide whether one tick gets the unit done.
     clock = FakeClock()
