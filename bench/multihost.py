@@ -12,7 +12,10 @@ which runs the jobs due (consolidation included). Every tenth turn hands the sam
 repeated hook call), which must store nothing. Beside them run one searcher process
 (`chronicle_search` through recall, back to back, on words the hosts write) and one compactor
 process (the context engine's `compress` on chats of its own, each compressed as it grows, the
-compacted list kept as Hermes keeps it).
+compacted list kept as Hermes keeps it); `--searchers` and `--compactors` change how many (0:
+none), to see what each costs the hosts. Each turn's own thread CPU is kept beside its wall
+time (`sync_turn_cpu_*`): the difference is what the turn waited for (the server, its process's
+other threads, a core).
 
 The scheduler runs on a clock `--clock-scale` times faster than the wall's, shared by every
 process, so a minute's consolidation schedule falls due about ten times in a 60 s run; its
@@ -135,6 +138,8 @@ def _host(
         sent: dict[str, list[str]] = {}
         syncs: list[float] = []
         captures: list[float] = []
+        sync_cpus: list[float] = []  # the turn's own thread CPU (the rest is waiting)
+        capture_cpu: list[float] = []  # the same for its capture (the rest is the tick's jobs)
         jobs_run = 0
         repeats_stored = 0
         errors: list[str] = []
@@ -146,6 +151,8 @@ def _host(
             mine: dict[str, list[str]] = {}
             times: list[float] = []
             captured: list[float] = []
+            cpus: list[float] = []
+            capture_cpus: list[float] = []
             repeated = ran = 0
             time.sleep(max(0.0, start_at - time.time()))
             deadline = time.monotonic() + seconds
@@ -168,10 +175,11 @@ def _host(
                         {"role": "user", "content": asked},
                         {"role": "assistant", "content": answered},
                     ]
-                began = time.perf_counter()
+                began, cpu = time.perf_counter(), time.thread_time()
                 try:
                     stored = capture.capture_turn(session, live)
                     captured.append(time.perf_counter() - began)
+                    capture_cpus.append(time.thread_time() - cpu)
                     ran += sched.tick("sync_turn")  # never raises (it backs off and logs)
                 except (
                     StoreBusy
@@ -186,6 +194,7 @@ def _host(
                         errors.append(f"{type(exc).__name__}: {exc}")
                     continue
                 times.append(time.perf_counter() - began)
+                cpus.append(time.thread_time() - cpu)
                 if pause:
                     time.sleep(pause)
                 if again:
@@ -196,6 +205,8 @@ def _host(
                 sent.update(mine)
                 syncs.extend(times)
                 captures.extend(captured)
+                sync_cpus.extend(cpus)
+                capture_cpu.extend(capture_cpus)
                 repeats_stored += repeated
                 jobs_run += ran
 
@@ -210,6 +221,8 @@ def _host(
             "sent": sent,
             "sync": syncs,
             "capture": captures,
+            "sync_cpu": sync_cpus,
+            "capture_cpu": capture_cpu,
             "jobs_run": jobs_run,
             "repeats_stored": repeats_stored,
             "errors": errors,
@@ -417,6 +430,7 @@ def run(
     scale: float,
     sample_ms: float = 0.0,
     postmaster: int | None = None,
+    beside: tuple[int, int] = (1, 1),
 ) -> dict[str, object]:
     """One run on one store: migrate it, drive the hosts, the searcher and the compactor at
     once, then check what they left and summarise."""
@@ -426,7 +440,7 @@ def run(
     server_before = _server_cpu(postmaster)
     with _sampling(kind, where, start_at, sample_ms) as sampled:
         outputs, searched, compressed = _drive(
-            kind, where, processes, threads, (seconds, start_at), pause_ms, scale
+            kind, where, processes, threads, (seconds, start_at), pause_ms, scale, beside
         )
     cpu = os.times()
     server_cpu = _server_cpu(postmaster) - server_before  # the hosts' run, not the check below
@@ -435,6 +449,8 @@ def run(
     compressions = compressed["compress"]
     syncs = [x for out in outputs for x in out["sync"]]
     captures = [x for out in outputs for x in out["capture"]]
+    sync_cpus = [x for out in outputs for x in out["sync_cpu"]]
+    capture_cpus = [x for out in outputs for x in out["capture_cpu"]]
     errors = [e for out in outputs for e in out["errors"]] + searched["errors"]
     errors += compressed["errors"]
     busy = [e for out in outputs for e in out["busy"]]
@@ -442,6 +458,8 @@ def run(
         "store": kind,
         "hosts": processes,
         "threads_each": threads,
+        "searchers": beside[0],
+        "compactors": beside[1],
         "seconds": seconds,
         "pause_ms": pause_ms,
         "clock_scale": scale,
@@ -453,6 +471,12 @@ def run(
         "sync_turn_p99_ms": _ms(syncs, 0.99),
         "capture_p50_ms": _ms(captures, 0.50),
         "capture_p99_ms": _ms(captures, 0.99),
+        # the calling thread's own CPU a turn: the rest of its wall time it waited (for the
+        # server, for its process's other threads (the GIL), for a core)
+        "sync_turn_cpu_p50_ms": _ms(sync_cpus, 0.50),
+        "sync_turn_cpu_p99_ms": _ms(sync_cpus, 0.99),
+        "capture_cpu_p50_ms": _ms(capture_cpus, 0.50),
+        "capture_cpu_p99_ms": _ms(capture_cpus, 0.99),
         "jobs_run_by_hosts": sum(out["jobs_run"] for out in outputs),
         "searches": len(searches),
         "searches_per_s": round(len(searches) / seconds, 1),
@@ -525,21 +549,37 @@ def _drive(
     shape: tuple[float, float],
     pause_ms: float,
     scale: float,
+    beside: tuple[int, int] = (1, 1),
 ) -> tuple[list[dict], dict, dict]:
-    """The host processes, the searcher and the compactor, all at once; their reports."""
+    """The host processes, the searchers and the compactors (`beside`: how many of each), all
+    at once; their reports (the searchers' and the compactors' each merged into one)."""
     seconds = shape[0]
     context = multiprocessing.get_context("spawn")
-    with context.Pool(processes + 2) as pool:
+    with context.Pool(processes + sum(beside)) as pool:
         hosts = [
             pool.apply_async(_host, (kind, where, f"h{p}", threads, *shape, pause_ms / 1000, scale))
             for p in range(processes)
         ]
-        searcher = pool.apply_async(_searcher, (kind, where, *shape))
-        compactor = pool.apply_async(_compactor, (kind, where, *shape))
+        searchers = [pool.apply_async(_searcher, (kind, where, *shape)) for _ in range(beside[0])]
+        compactors = [pool.apply_async(_compactor, (kind, where, *shape)) for _ in range(beside[1])]
         outputs = [json.loads(r.get(timeout=seconds + 600)) for r in hosts]
-        searched = json.loads(searcher.get(timeout=seconds + 600))
-        compressed = json.loads(compactor.get(timeout=seconds + 600))
+        searched = _merged(
+            [json.loads(r.get(timeout=seconds + 600)) for r in searchers],
+            {"search": [], "fold": [], "folded": 0, "hits": 0, "errors": []},
+        )
+        compressed = _merged(
+            [json.loads(r.get(timeout=seconds + 600)) for r in compactors],
+            {"compress": [], "sections": 0, "errors": []},
+        )
     return outputs, searched, compressed
+
+
+def _merged(reports: list[dict], empty: dict) -> dict:
+    """Several processes' reports as one: lists joined, counts added."""
+    for report in reports:
+        for key, value in report.items():
+            empty[key] = empty[key] + value
+    return empty
 
 
 def _check(kind: str, where: str, outputs: list[dict]) -> tuple[int, dict[str, object]]:
@@ -597,6 +637,12 @@ def main() -> None:
     parser.add_argument("--conninfo", help="an existing PostgreSQL database (else a throwaway one)")
     parser.add_argument("--only", choices=["sqlite", "postgres"], help="run one store only")
     parser.add_argument(
+        "--searchers", type=int, default=1, help="searcher processes beside the hosts (0: none)"
+    )
+    parser.add_argument(
+        "--compactors", type=int, default=1, help="compactor processes beside the hosts (0: none)"
+    )
+    parser.add_argument(
         "--sample-ms",
         type=float,
         default=20.0,
@@ -620,20 +666,23 @@ def main() -> None:
         args.clock_scale,
         args.sample_ms,
     )
+    beside = (args.searchers, args.compactors)
     if args.only != "postgres":
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run("sqlite", str(Path(tmp) / "chronicle.db"), *shape)), flush=True)
+            where = str(Path(tmp) / "chronicle.db")
+            print(json.dumps(run("sqlite", where, *shape, beside=beside)), flush=True)
     if args.only == "sqlite":
         pass
     elif args.conninfo:
-        print(json.dumps(run("postgres", args.conninfo, *shape)))
+        print(json.dumps(run("postgres", args.conninfo, *shape, beside=beside)))
     else:
         sys.path.insert(0, str(ROOT / "tests"))
         from postgres_support import start_cluster
 
         with start_cluster() as cluster:
             postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
-            print(json.dumps(run("postgres", cluster.conninfo(), *shape, postmaster=postmaster)))
+            conninfo = cluster.conninfo()
+            print(json.dumps(run("postgres", conninfo, *shape, postmaster, beside)))
     print(json.dumps({"load_average_after": [round(x, 2) for x in os.getloadavg()]}))
 
 
