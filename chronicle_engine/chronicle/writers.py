@@ -22,8 +22,6 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 import os
 import threading
@@ -42,6 +40,8 @@ from ..messages import content_text, masked_view, tool_calls
 from .extractive import condense_prose, summarize_messages
 
 if TYPE_CHECKING:  # pydantic-ai is imported only where a model is called (it costs ~0.7 s)
+    import concurrent.futures
+
     from pydantic_ai.messages import ModelMessage, ModelResponse
     from pydantic_ai.models import Model
     from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -213,11 +213,11 @@ class ModelWriter:
         self._pool_lock = threading.Lock()
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        from concurrent.futures import ThreadPoolExecutor
+
         with self._pool_lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    _WORKERS, thread_name_prefix="chronicle-summary"
-                )
+                self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="chronicle-summary")
             return self._pool
 
     def close(self) -> None:
@@ -228,6 +228,8 @@ class ModelWriter:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _draw(self, prompt: str, timeout: float) -> tuple[str, tuple[str, ...]]:
+        import asyncio  # with pydantic-ai, only where a model is called
+
         from pydantic_ai import Agent
 
         from ..log.pins import PinnedModel
@@ -244,7 +246,7 @@ class ModelWriter:
         future = self._executor().submit(run)
         try:
             text = future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
+        except TimeoutError:  # concurrent.futures.TimeoutError is this builtin since 3.11
             future.cancel()  # still queued behind a hung draw: it never starts
             raise _TimedOut(f"the summary model took longer than {timeout:g}s") from None
         except BaseException:
