@@ -173,7 +173,7 @@ def _query_words_by_definition(text: str) -> list[str]:
     kept: dict[str, None] = {}
     raw = text_module._WORD.findall(text)
     for position, original in enumerate(raw):
-        if len(original) == 1 and not text_module._CJK.match(original):
+        if len(original) == 1 and not text_module._cjk()[0].match(original):
             if original not in "aAiI" or (original == "A" and position > 0):
                 kept.setdefault(text_module.normalize(original), None)
             continue
@@ -208,7 +208,7 @@ def _compounds_by_definition(text: str) -> list[str]:
     out: dict[str, None] = {}
     for chunk in text.split():
         parts = text_module._WORD.findall(text_module.normalize(chunk))
-        if len(parts) < 2 or any(text_module._CJK.match(p) for p in parts):
+        if len(parts) < 2 or any(text_module._cjk()[0].match(p) for p in parts):
             continue
         out.setdefault(" ".join(parts[-text_module._COMPOUND :]), None)
     return list(out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 from itertools import filterfalse
 
 from .porter import stem
@@ -46,8 +46,18 @@ _CJK_CHARACTERS = (  # a character class's body: Han, kana, Hangul, Bopomofo and
     "\u2e80-\u2fdf\u3005\u3006\u3040-\u30ff\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\U00020000-\U0003134f"
 )
-_CJK = re.compile(f"[{_CJK_CHARACTERS}]")
-_PIECE = re.compile(f"[{_CJK_CHARACTERS}]|[^{_CJK_CHARACTERS}]+")
+
+
+@cache
+def _cjk() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(one CJK character, the pieces `_pieces` cuts), compiled on the first text that is not
+    ASCII: the two classes cost ~12 ms to compile, which an English-only process never needs."""
+    return (
+        re.compile(f"[{_CJK_CHARACTERS}]"),
+        re.compile(f"[{_CJK_CHARACTERS}]|[^{_CJK_CHARACTERS}]+"),
+    )
+
+
 _DIACRITIC = re.compile("[\u0300-\u036f]")
 # In ASCII text `_WORD` matches exactly what `str.isalnum` holds: the runs of letters and digits.
 # (A table over all 256 bytes, as bytes.translate takes; only the ASCII half is ever read.)
@@ -90,7 +100,8 @@ def index_text(text: str) -> str:
     """`text` as a message index reads it: every CJK character a word of its own."""
     if text.isascii():  # no CJK character is ASCII: most text needs no search (4 KB of it, often)
         return text
-    return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
+    cjk = _cjk()[0]
+    return cjk.sub(r" \g<0> ", text) if cjk.search(text) else text
 
 
 # A sentence ends at a stop followed by more text; the space after it goes with neither.
@@ -184,7 +195,10 @@ def name_words(name: str) -> frozenset[str]:
 def _pieces(word: str) -> list[str]:
     """A word of the tokenizer split the way `index_text` splits it: each CJK character alone,
     the runs of other characters between them kept whole."""
-    return [word] if word.isascii() or not _CJK.search(word) else _PIECE.findall(word)
+    if word.isascii():
+        return [word]
+    cjk, piece = _cjk()
+    return piece.findall(word) if cjk.search(word) else [word]
 
 
 def content_words(text: str, *, min_len: int = 2) -> list[str]:
@@ -232,7 +246,7 @@ def _kept(text: str) -> dict[str, None]:
     """The words `query_words` keeps of `text`, in order, before compounds and verb forms."""
     kept: dict[str, None] = {}
     for position, original in enumerate(_words(text)):
-        if len(original) == 1 and not _CJK.match(original):
+        if len(original) == 1 and (original.isascii() or not _cjk()[0].match(original)):
             if original not in "aAiI" or (original == "A" and position > 0):
                 kept.setdefault(normalize(original), None)
             continue
@@ -302,7 +316,7 @@ def compounds(text: str) -> list[str]:
     # a chunk of one run of word characters is one word, no compound (most chunks: skipped in C)
     for chunk in filterfalse(str.isalnum, text.split()):
         parts = _words(normalize(chunk))
-        if len(parts) < 2 or any(_CJK.match(p) for p in parts):
+        if len(parts) < 2 or any(not p.isascii() and _cjk()[0].match(p) for p in parts):
             continue
         out.setdefault(" ".join(parts[-_COMPOUND:]), None)
     return list(out)
