@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_recall_support import core_on, say
 
 from chronicle_engine.recall.text import tokens
-from chronicle_engine.recall.when import _PATTERNS, Moment, Span, named_time
+from chronicle_engine.recall.when import Moment, Span, _patterns, named_time
 
 
 def ts(*parts: int) -> float:
@@ -91,7 +91,7 @@ _WORDS += ["21st", "3", "2023", "1999", "x2020", ",", "I", "turn", "the", "logs"
 @given(st.lists(st.sampled_from(_WORDS), max_size=7).map(" ".join))
 def test_a_query_names_a_time_exactly_when_a_pattern_reads_one(query: str) -> None:
     # (the days here are all real ones: a pattern's match of an impossible day is skipped)
-    matched = any(pattern.search(query) for pattern in _PATTERNS)
+    matched = any(pattern.search(query) for pattern in _patterns())
     assert (named_time(query) is not None) == matched
 
 

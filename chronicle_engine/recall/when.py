@@ -15,7 +15,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import cached_property
+from functools import cache, cached_property
 
 __all__ = ["Moment", "Span", "named_time"]
 
@@ -43,16 +43,22 @@ _MONTHS = {
 _MONTH = "(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
-_PATTERNS = (
-    re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
-    re.compile(rf"\b{_MONTH}\s+{_DAY},?\s*{_YEAR}\b", re.IGNORECASE),
-    re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE),
-    # a month or a year alone only after a preposition: "May I ..." names no month
-    re.compile(
-        rf"\b(?:in|on|during|of|since|by|early|late|mid)\s+{_MONTH}(?![\w-])", re.IGNORECASE
-    ),
-    re.compile(rf"\b(?:in|during|of|since|by)\s+{_YEAR}\b", re.IGNORECASE),
-)
+
+
+@cache
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    """The dates a query may write out, compiled on the first query that holds a year or a
+    month's name (most hold neither, and the patterns cost ~2 ms to compile)."""
+    return (
+        re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
+        re.compile(rf"\b{_MONTH}\s+{_DAY},?\s*{_YEAR}\b", re.IGNORECASE),
+        re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE),
+        # a month or a year alone only after a preposition: "May I ..." names no month
+        re.compile(
+            rf"\b(?:in|on|during|of|since|by|early|late|mid)\s+{_MONTH}(?![\w-])", re.IGNORECASE
+        ),
+        re.compile(rf"\b(?:in|during|of|since|by)\s+{_YEAR}\b", re.IGNORECASE),
+    )
 
 
 _DAY_S = 86_400.0
@@ -122,7 +128,7 @@ def named_time(
                 return None if now is None else relative_time(query, now, words)
         elif not any(start in query.casefold() for start in _MONTH_STARTS):
             return None if now is None else relative_time(query, now)
-    for pattern in _PATTERNS:
+    for pattern in _patterns():
         found = pattern.search(query)
         if found is None:
             continue
@@ -158,23 +164,28 @@ _NUMBERS = {word: n for n, word in enumerate(_NUMBER_WORDS, start=1)} | {"a": 1,
 _COUNT = r"(?P<count>\d{1,3}|" + "|".join(sorted(_NUMBERS, key=len, reverse=True)) + ")"
 _UNIT = r"(?P<unit>day|week|fortnight|month|year)s?"
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_RELATIVE = (
-    ("ago", re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b", re.IGNORECASE | re.ASCII)),
-    ("yesterday", re.compile(r"\byesterday\b", re.IGNORECASE | re.ASCII)),
-    (
-        "weekday",
-        re.compile(rf"\blast\s+(?P<weekday>{'|'.join(_WEEKDAYS)})\b", re.IGNORECASE | re.ASCII),
-    ),
-    ("weekend", re.compile(r"\blast\s+weekend\b", re.IGNORECASE | re.ASCII)),
-    (
-        "past",
-        re.compile(
-            rf"\b(?:in|over|during|within|for)\s+the\s+(?:past|last)\s+(?:{_COUNT}\s+)?{_UNIT}",
-            re.IGNORECASE | re.ASCII,
+
+
+@cache
+def _relative() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """The relative times, compiled on the first query that holds one of `_RELATIVE_WORDS`."""
+    ascii_ci = re.IGNORECASE | re.ASCII
+    return (
+        ("ago", re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b", ascii_ci)),
+        ("yesterday", re.compile(r"\byesterday\b", ascii_ci)),
+        ("weekday", re.compile(rf"\blast\s+(?P<weekday>{'|'.join(_WEEKDAYS)})\b", ascii_ci)),
+        ("weekend", re.compile(r"\blast\s+weekend\b", ascii_ci)),
+        (
+            "past",
+            re.compile(
+                rf"\b(?:in|over|during|within|for)\s+the\s+(?:past|last)\s+(?:{_COUNT}\s+)?{_UNIT}",
+                ascii_ci,
+            ),
         ),
-    ),
-    ("last", re.compile(r"\blast\s+(?P<unit>week|month|year)\b", re.IGNORECASE | re.ASCII)),
-)
+        ("last", re.compile(r"\blast\s+(?P<unit>week|month|year)\b", ascii_ci)),
+    )
+
+
 _RELATIVE_SEEN = re.compile(r"ago|yesterday|last|past", re.IGNORECASE | re.ASCII)
 # Each relative pattern holds one of these as a whole word (between a word boundary or a space
 # and a space or a word boundary), so an ASCII query holds it among its lower-cased tokens.
@@ -205,7 +216,7 @@ def relative_time(query: str, now: float, words: Collection[str] | None = None) 
     elif _RELATIVE_SEEN.search(query) is None:
         return None
     at = datetime.fromtimestamp(now, UTC)
-    for kind, pattern in _RELATIVE:
+    for kind, pattern in _relative():
         found = pattern.search(query)
         if found is None:
             continue
