@@ -210,3 +210,55 @@ def test_a_provider_that_will_not_import_at_first_use_stays_behind_the_fence(tmp
     assert answers["prefetch"] == "''"
     assert "unavailable" in answers["tools"]
     assert out["found"] is True
+
+
+def test_what_a_selected_plugin_never_needs_in_an_english_chat_it_never_builds(tmp_path):
+    # register() imports both selected slots' engines; a model's event loop, the CJK classes
+    # and the date patterns wait for the first call that needs them, which two host threads
+    # may make at once.
+    out = _run(
+        """
+        from chronicle_engine.recall import text, when
+        def built():
+            return {"asyncio": "asyncio" in sys.modules, "cjk": text._cjk.cache_info().currsize,
+                    "dates": when._patterns.cache_info().currsize}
+        at_register = built()
+        provider.initialize("s1", hermes_home=home, platform="cli")
+        provider.sync_turn(turn[0]["content"], turn[1]["content"], session_id="s1",
+                           messages=turn)
+        english = provider.handle_tool_call("chronicle_search", {"query": "backups"})
+        after_english = built()
+        cjk = [{"role": "user", "content": "我们把柜子搬到了第6号房间"},
+               {"role": "assistant", "content": "好的，柜子在第6号房间。"}]
+        provider.sync_turn(cjk[0]["content"], cjk[1]["content"], session_id="s1",
+                           messages=turn + cjk)
+        start = threading.Barrier(4)
+        answers = []
+        def ask(query):
+            start.wait()
+            answers.append((query, provider.handle_tool_call("chronicle_search",
+                                                             {"query": query})))
+        queries = ["柜子", "柜子", "backups in December 2026", "backups in December 2026"]
+        threads = [threading.Thread(target=ask, args=(q,)) for q in queries]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        provider.shutdown()
+        by_query = {}
+        for query, answer in answers:
+            by_query.setdefault(query, set()).add(answer)
+        print(json.dumps({"at_register": at_register, "after_english": after_english,
+                          "english": "thirty days" in english, "after": built(),
+                          "cjk": sorted(by_query["柜子"])[0],
+                          "one_answer_each": all(len(a) == 1 for a in by_query.values())}))
+        """,
+        tmp_path,
+        config="context:\n  engine: chronicle\nmemory:\n  provider: chronicle\n",
+    )
+    nothing = {"asyncio": False, "cjk": 0, "dates": 0}
+    assert out["at_register"] == nothing and out["after_english"] == nothing
+    assert out["english"] is True
+    assert out["after"] == {"asyncio": False, "cjk": 1, "dates": 1}
+    assert out["one_answer_each"] is True
+    assert "第6号房间" in out["cjk"], out["cjk"]
