@@ -560,3 +560,35 @@ def _read_in_steps(core, ops, chunk) -> None:
             assert [tuple(e) for e in recent.entries] == whole[len(whole) - len(recent.entries) :]
             assert recent == read_recent(conn, leaf, core.sessions.compaction_refs, margin=2)
     core.shutdown()
+
+
+def test_a_remembered_lineage_follows_every_switch_and_head_another_process_writes(tmp_path):
+    """`lineage` remembers its answer while no session event follows it: a continuation
+    another process starts, and a root whose head a later chat message creates, still show."""
+    path = tmp_path / "chat.db"
+    here, there = ChronicleCore(path), ChronicleCore(path)
+
+    def fresh(session: str) -> list[str]:
+        reopened = ChronicleCore(path)
+        try:
+            return reopened.sessions.lineage(session)
+        finally:
+            reopened.shutdown()
+
+    try:
+        here.capture.capture_messages("r", [u("hello"), a("hi")])
+        assert here.sessions.lineage("r") == ["r"]
+        here.capture.capture_messages("r", [u("hello"), a("hi"), u("more"), a("ok")])
+        assert here.sessions.lineage("r") == ["r"]
+        there.sessions.switch("r2", parent_session_id="r", reason="compression")
+        assert here.sessions.lineage("r") == here.sessions.lineage("r2") == ["r", "r2"]
+        # A continuation of a session with no message yet: its root has no head until then.
+        there.sessions.switch("q2", parent_session_id="q", reason="compression")
+        there.capture.capture_messages("q2", [u("after the rotation")])
+        assert here.sessions.lineage("q2") == fresh("q2")
+        there.capture.capture_messages("q", [u("before it")])
+        assert here.sessions.lineage("q2") == fresh("q2")
+        assert here.sessions.lineage("q") == fresh("q")
+    finally:
+        here.shutdown()
+        there.shutdown()

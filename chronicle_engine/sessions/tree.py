@@ -29,6 +29,7 @@ from ..log.port import LogStore
 from ..log.projector import Projector
 from ..log.store import PendingEvent, StoredEvent
 from ..log.tables import Statements
+from .events import NAMESPACE as SESSION_NAMESPACE
 from .events import (
     SWITCH_REASONS,
     BranchSummarized,
@@ -54,6 +55,10 @@ CHRONICLE_PREFIX = "conversation:"
 log = logging.getLogger("chronicle_engine.sessions")
 
 _T = TypeVar("_T")
+
+_SWITCHES = (SESSION_NAMESPACE,)
+"""The events that can change a lineage whose session and root have heads (`lineage`)."""
+_REMEMBERED_LINEAGES = 256
 
 # Reasons Hermes itself passes (memory_manager, cli) that name one of ours differently.
 _HOST_REASONS = {"new_session": "new", "undo": "rewound"}
@@ -170,6 +175,9 @@ class SessionTree:
         self.spill = Spill.beside(tables.spill_path) if tables.spill_path is not None else None
         self._replay_listeners: list[Callable[[set[str]], None]] = []
         self._kept_listeners: list[Callable[[Sequence[PendingEvent]], None]] = []
+        # session -> (the tree fold's position when its lineage was read, the lineage)
+        self._lineages: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._lineages_lock = threading.Lock()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -344,10 +352,19 @@ class SessionTree:
     def lineage(self, session_id: str) -> list[str]:
         """Every session id of the same logical conversation (the compression continuations
         before AND after this one), oldest first. They share one chronicle, so a tool called
-        from any of them reaches every section the conversation ever cited."""
-        self.refresh()
+        from any of them reaches every section the conversation ever cited.
+
+        Asked every turn (per-turn memory's window, search scopes, compaction), so a lineage
+        is remembered with the fold position it was read at: only a session event (a switch)
+        can change it once the session and its root have heads, so while the log holds none
+        past that position, the answer stands without folding or reading the tree again."""
         session = str(session_id)
+        known = self._lineages.get(session)
+        if known is not None and not self.store.any_after(known[0], namespaces=_SWITCHES):
+            return list(known[1])
+        self.refresh()
         with self.tables.reading("reading the session tree") as conn:
+            folded = self.tables.read_position(conn, FOLD_NAME)  # first: the heads are as new
             head = self._head(conn, session)
             if head is None:
                 return [session]
@@ -357,7 +374,18 @@ class SessionTree:
                 (head[1],),
             ).fetchall()
         chain = [str(r[0]) for r in rows]
+        # A root without a head yet gains one (and joins the lineage) with a chat event; inside
+        # a write transaction the heads may be uncommitted: neither is remembered.
+        if head[1] in chain and self.tables.depth == 0:
+            self._remember_lineage(session, folded, chain)
         return chain if session in chain else [*chain, session]
+
+    def _remember_lineage(self, session: str, folded: int, chain: list[str]) -> None:
+        with self._lineages_lock:
+            self._lineages.pop(session, None)
+            self._lineages[session] = (folded, tuple(chain))
+            while len(self._lineages) > _REMEMBERED_LINEAGES:
+                self._lineages.pop(next(iter(self._lineages)))
 
     def chronicle_name(self, session_id: str) -> str:
         """The chronicle the conversation's sections go to; the same for its whole lineage."""
