@@ -90,10 +90,12 @@ class SQLiteSessionTables(SQLiteTables):
         return self.store.last_seq()
 
     def fold_start(self, conn: Statements) -> tuple[int, int]:
-        return self.read_position(conn, FOLD_NAME), self.store.last_seq()
+        return self.read_position_and_end(conn, FOLD_NAME)  # one statement
 
     def append(self, events: Sequence[PendingEvent]) -> list[StoredEvent]:
-        return self.store.append(events)
+        # No savepoint: a refused append fails the tree's whole write (the spill's replay,
+        # which goes on after a failure, wraps its appends in a savepoint of its own).
+        return self.store.append(events, guarded=False)
 
     @property
     def plans_unlocked(self) -> bool:
