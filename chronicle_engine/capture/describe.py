@@ -24,6 +24,7 @@ __all__ = [
     "message_position",
     "legacy_message_id",
     "digest",
+    "session_digest",
     "searchable",
     "INDEXED_CHARS",
 ]
@@ -65,7 +66,14 @@ def message_id(session: str, anchor: str, fp: str, position: int) -> str:
     the end of its session's run instead of on ten random pages, and a turn's commit writes
     fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as they are.
     The one reader of the position is `message_position`."""
-    return f"m{digest(session)[:8]}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
+    return f"m{session_digest(session)}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
+
+
+@functools.lru_cache(maxsize=1024)
+def session_digest(session: str) -> str:
+    """The first 8 digits of `digest(session)`, as a session's message ids begin (every
+    message of a turn asks for the same one)."""
+    return digest(session)[:8]
 
 
 def message_position(entry_id: str, session_digest: str) -> int | None:

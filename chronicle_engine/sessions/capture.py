@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
 
-from ..capture.describe import digest, message_position
+from ..capture.describe import digest, message_position, session_digest
 from ..capture.events import text_parts
 from ..capture.hooks import HostRecorder
 from ..capture.path import BranchPath
@@ -440,13 +440,9 @@ class Capture(HostRecorder):
         messages = [e for e in entries if e.kind == "message"]
         if not messages:
             return None
-        digests: dict[str, str] = {}
         first: int | None = None
         for k, entry in enumerate(messages):
-            prefix = digests.get(entry.session)
-            if prefix is None:
-                prefix = digests[entry.session] = digest(entry.session)[:8]
-            position = message_position(entry.entry_id, prefix)
+            position = message_position(entry.entry_id, session_digest(entry.session))
             if position is None or (first is not None and position != first + k):
                 return None
             if first is None:
