@@ -66,7 +66,9 @@ def message_id(session: str, anchor: str, fp: str, position: int) -> str:
     the end of its session's run instead of on ten random pages, and a turn's commit writes
     fewer pages. Ids written before this layout (`"m"` and the digest alone) stay as they are.
     The one reader of the position is `message_position`."""
-    return f"m{session_digest(session)}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
+    return (
+        f"m{session_digest(session)}{position & 0xFFFFFFFF:08x}{digest(session, anchor, fp)[:16]}"
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1211,7 +1211,7 @@ def storable(events: Sequence[PendingEvent]) -> tuple[Sequence[PendingEvent], li
     return events, [_encode(_stored_payload(e.payload, _template_of(e))) for e in events]
 
 
-def _insert_events(conn: sqlite3.Connection, rows: list[tuple[object, ...]]) -> int:
+def _insert_events(conn: sqlite3.Connection, rows: Sequence[Sequence[object]]) -> int:
     """Insert `rows` into `events` (in the caller's transaction); the last one's seq."""
     conn.executemany(
         "INSERT INTO events(id, namespace, type, version, created_at, session, payload)"
