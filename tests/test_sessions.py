@@ -51,14 +51,18 @@ def tables(core: ChronicleCore) -> tuple[list, list]:
     implicit rowid made a column: a rebuild's serial goes on counting where SQLite's starts
     again; it only orders heads started at one seq, and that order a rebuild keeps)."""
     with core.store.reading() as conn:
-        entries = conn.execute(
-            "SELECT entry_id, seq, session, parent_id, kind, fp, role, target_id"
-            " FROM session_entries ORDER BY seq"
-        ).fetchall()
-        heads = conn.execute(
-            "SELECT session, conversation, lineage_root, parent_session, fork_seq, reason,"
-            " leaf_id, started_seq FROM session_heads ORDER BY session"
-        ).fetchall()
+        return _tree_rows(conn)
+
+
+def _tree_rows(conn) -> tuple[list, list]:
+    entries = conn.execute(
+        "SELECT entry_id, seq, session, parent_id, kind, fp, role, target_id"
+        " FROM session_entries ORDER BY seq"
+    ).fetchall()
+    heads = conn.execute(
+        "SELECT session, conversation, lineage_root, parent_session, fork_seq, reason,"
+        " leaf_id, started_seq FROM session_heads ORDER BY session"
+    ).fetchall()
     return [tuple(r) for r in entries], [tuple(r) for r in heads]
 
 
@@ -393,15 +397,7 @@ def _rebuild_reopen_and_carry(ops, here, there) -> None:
 
 def _tree_tables(parts) -> tuple[list, list]:
     with parts.sessions.tables.reading("test") as conn:
-        entries = conn.execute(
-            "SELECT entry_id, seq, session, parent_id, kind, fp, role, target_id"
-            " FROM session_entries ORDER BY seq"
-        ).fetchall()
-        heads = conn.execute(
-            "SELECT session, conversation, lineage_root, parent_session, fork_seq, reason,"
-            " leaf_id, started_seq FROM session_heads ORDER BY session"
-        ).fetchall()
-    return [tuple(r) for r in entries], [tuple(r) for r in heads]
+        return _tree_rows(conn)
 
 
 def test_a_rebuild_and_a_reopen_give_the_same_tree_on_each_store(target):

@@ -776,7 +776,8 @@ class PostgresMessageSearch(MessageSearch):
 
     Each statement is a round trip to the server, so a search asks for what it needs together:
     the scope's totals with its words' counts, every uncached count `plan` needs in one
-    statement, and an index's totals and exact counts only when some row matched."""
+    statement (`_counts`, which the base class's `plan` calls), and an index's totals and
+    exact counts only when some row matched."""
 
     def index_key(self, scope: int) -> str:
         return _terms_key(scope)
@@ -786,28 +787,6 @@ class PostgresMessageSearch(MessageSearch):
             "SELECT docs FROM recall_scope_terms WHERE scope = ?", (scope,)
         ).fetchone()
         return int(row[0]) if row else 0
-
-    def _count(self, conn: Statements, table: str, word: str, cap: int) -> int:
-        return self._counts(conn, table, [word], cap).get(word, 0)
-
-    def plan(
-        self,
-        conn: Statements,
-        table: str,
-        words: Sequence[str],
-        budget: int | None = None,
-    ) -> tuple[list[str], list[str]]:
-        """`MessageSearch.plan`, the counts its cache has never held read first, in one
-        statement (one it holds too long ago is counted again by `_count`, as before)."""
-        missing = [w for w in dict.fromkeys(words) if (table, w) not in self._df]
-        if len(missing) > 1:  # (one alone is `_count`'s, as `plan` asks it)
-            if len(self._df) > 50_000:
-                self._df.clear()
-            cap = max(self.tuning.match_budget if budget is None else budget, 1) + 1
-            now = time.monotonic()
-            for word, n in self._counts(conn, table, missing, cap).items():
-                self._df[(table, word)] = (now, n)
-        return super().plan(conn, table, words, budget)
 
     def _counts(
         self, conn: Statements, table: str, words: Sequence[str], cap: int
