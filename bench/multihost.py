@@ -447,10 +447,6 @@ def run(
     said, checked = _check(kind, where, outputs)
     searches = searched["search"]
     compressions = compressed["compress"]
-    syncs = [x for out in outputs for x in out["sync"]]
-    captures = [x for out in outputs for x in out["capture"]]
-    sync_cpus = [x for out in outputs for x in out["sync_cpu"]]
-    capture_cpus = [x for out in outputs for x in out["capture_cpu"]]
     errors = [e for out in outputs for e in out["errors"]] + searched["errors"]
     errors += compressed["errors"]
     busy = [e for out in outputs for e in out["busy"]]
@@ -463,21 +459,7 @@ def run(
         "seconds": seconds,
         "pause_ms": pause_ms,
         "clock_scale": scale,
-        "turns": len(syncs),
-        "turns_per_s": round(len(syncs) / seconds, 1),
-        "messages": said,
-        "messages_per_s": round(said / seconds, 1),
-        "sync_turn_p50_ms": _ms(syncs, 0.50),
-        "sync_turn_p99_ms": _ms(syncs, 0.99),
-        "capture_p50_ms": _ms(captures, 0.50),
-        "capture_p99_ms": _ms(captures, 0.99),
-        # the calling thread's own CPU a turn: the rest of its wall time it waited (for the
-        # server, for its process's other threads (the GIL), for a core)
-        "sync_turn_cpu_p50_ms": _ms(sync_cpus, 0.50),
-        "sync_turn_cpu_p99_ms": _ms(sync_cpus, 0.99),
-        "capture_cpu_p50_ms": _ms(capture_cpus, 0.50),
-        "capture_cpu_p99_ms": _ms(capture_cpus, 0.99),
-        "jobs_run_by_hosts": sum(out["jobs_run"] for out in outputs),
+        **_turn_figures(outputs, said, seconds),
         "searches": len(searches),
         "searches_per_s": round(len(searches) / seconds, 1),
         "search_p50_ms": _ms(searches, 0.50),
@@ -504,6 +486,31 @@ def run(
         # the local server's CPU over the same span (0.0 with --conninfo)
         "server_cpu_s": round(server_cpu, 1),
         **({"server_waits": sampled} if sampled else {}),
+    }
+
+
+def _turn_figures(outputs: list[dict], said: int, seconds: float) -> dict[str, object]:
+    """The hosts' turns: how many, and sync_turn's and its capture's wall and own CPU."""
+    syncs = [x for out in outputs for x in out["sync"]]
+    captures = [x for out in outputs for x in out["capture"]]
+    sync_cpus = [x for out in outputs for x in out["sync_cpu"]]
+    capture_cpus = [x for out in outputs for x in out["capture_cpu"]]
+    return {
+        "turns": len(syncs),
+        "turns_per_s": round(len(syncs) / seconds, 1),
+        "messages": said,
+        "messages_per_s": round(said / seconds, 1),
+        "sync_turn_p50_ms": _ms(syncs, 0.50),
+        "sync_turn_p99_ms": _ms(syncs, 0.99),
+        "capture_p50_ms": _ms(captures, 0.50),
+        "capture_p99_ms": _ms(captures, 0.99),
+        # the calling thread's own CPU a turn: the rest of its wall time it waited (for the
+        # server, for its process's other threads (the GIL), for a core)
+        "sync_turn_cpu_p50_ms": _ms(sync_cpus, 0.50),
+        "sync_turn_cpu_p99_ms": _ms(sync_cpus, 0.99),
+        "capture_cpu_p50_ms": _ms(capture_cpus, 0.50),
+        "capture_cpu_p99_ms": _ms(capture_cpus, 0.99),
+        "jobs_run_by_hosts": sum(out["jobs_run"] for out in outputs),
     }
 
 

@@ -134,6 +134,13 @@ class BranchPath:
         if isinstance(obj, dict):
             self.identity[id(obj)] = (obj, obj.get("content"), obj.get("tool_calls"), q)
 
+    def put_back(self, n: int, leaf: str | None, kept_from: int | None) -> None:
+        """Undo, in place, what was added from index n on: the columns back to their length
+        n, the leaf and the latest compaction's first kept message as they were then."""
+        for column in (self.ids, self.seqs, self.fps, self.turns):
+            del column[n:]
+        self.leaf, self.kept_from, self._by_seq = leaf, kept_from, None
+
     def truncated(self, q: int) -> BranchPath:
         """The path up to and including index q (q = -1: empty), for a new branch there."""
         return BranchPath(

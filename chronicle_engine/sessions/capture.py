@@ -79,9 +79,7 @@ def _undo_growth(path: BranchPath | None) -> Callable[[], None]:
     known = len(identity)
 
     def undo() -> None:
-        for column in (path.ids, path.seqs, path.fps, path.turns):
-            del column[n:]
-        path.leaf, path.kept_from, path._by_seq = leaf, kept_from, None
+        path.put_back(n, leaf, kept_from)
         if len(identity) != known:  # remembered while planning: dicts at the positions undone
             for key in [k for k, hit in identity.items() if hit[3] >= n]:
                 del identity[key]
