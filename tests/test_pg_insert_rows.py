@@ -69,3 +69,28 @@ def test_insert_rows_on_sqlite_is_executemany(tmp_path):
     insert_rows(db, "INSERT INTO t(k, n) VALUES (?, ?)", [("a", 1), ("b", 2)])
     assert db.execute("SELECT k, n FROM t ORDER BY k").fetchall() == [("a", 1), ("b", 2)]
     db.close()
+
+
+def test_a_long_in_list_reads_what_sqlite_reads(conn):
+    """An `IN (?, ...)` longer than psycopg's 50 cached parameters goes as `= ANY(?)` over one
+    array (one statement text at every length): the same rows as SQLite's IN, NOT IN left as
+    it is."""
+    rows = [(n, f"w{n}") for n in range(200)]
+    conn.execute("CREATE TABLE words(n BIGINT, w TEXT)")
+    conn.executemany("INSERT INTO words(n, w) VALUES (?, ?)", rows)
+    lite = sqlite3.connect(":memory:")
+    lite.execute("CREATE TABLE words(n INTEGER, w TEXT)")
+    lite.executemany("INSERT INTO words(n, w) VALUES (?, ?)", rows)
+    ints = list(range(0, 180, 3))
+    texts = [f"w{n}" for n in range(1, 160, 2)]
+    for sql, params in (
+        (f"SELECT n FROM words WHERE n IN ({','.join('?' * len(ints))}) ORDER BY n", ints),
+        (
+            f"SELECT n FROM words WHERE n > ? AND w IN ({', '.join('?' * len(texts))})"
+            f" AND n NOT IN ({','.join('?' * len(ints))}) ORDER BY n LIMIT ?",
+            [5, *texts, *ints, 30],
+        ),
+        (f"SELECT n FROM words WHERE n IN ({','.join('?' * 51)}) ORDER BY n", ints[:51]),
+    ):
+        want = [r[0] for r in lite.execute(sql, params).fetchall()]
+        assert [r[0] for r in conn.execute(sql, params).fetchall()] == want and want

@@ -754,6 +754,8 @@ class QmarkConnection:
         self.raw = raw
 
     def execute(self, sql: str, params: Sequence[object] = (), /) -> SQLCursor:
+        if len(params) > _LONG_LIST and " IN (" in sql:
+            sql, params = _as_any(sql, params)
         return self.raw.execute(sql.replace("?", "%s"), params)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object:
@@ -774,6 +776,39 @@ class QmarkConnection:
             self.raw.execute(*arrays)
         else:
             self.executemany(sql, rows)
+
+
+# More parameters than psycopg caches a statement's parsing for (its 50): a long `IN (?, ...)`
+# list, whose length varies from call to call, is sent as `= ANY(?)` over one array instead, so
+# the statement's text is the same at every length (parsed once, prepared by the server).
+_LONG_LIST = 50
+_IN_LIST = re.compile(r"(?<!NOT )\bIN \((\?(?:\s*,\s*\?)*)\)")
+
+
+def _as_any(sql: str, params: Sequence[object]) -> tuple[str, Sequence[object]]:
+    """`sql` with each `IN (?, ...)` list of one Python type (int or str) as `= ANY(?)`, its
+    parameters as one list; the same statement otherwise."""
+    out: list[str] = []
+    values: list[object] = []
+    at = taken = 0
+    for found in _IN_LIST.finditer(sql):
+        before = sql[at : found.start()]
+        first = taken + before.count("?")
+        count = found.group(1).count("?")
+        listed = list(params[first : first + count])
+        kinds = {type(v) for v in listed}
+        out.append(before)
+        values += params[taken:first]
+        if len(kinds) == 1 and kinds <= {int, str}:
+            out.append("= ANY(?)")
+            values.append(listed)
+        else:
+            out.append(found.group(0))
+            values += listed
+        taken, at = first + count, found.end()
+    out.append(sql[at:])
+    values += params[taken:]
+    return "".join(out), values
 
 
 _VALUES_ROW = re.compile(r"\bVALUES\s*\(([^()]*)\)", re.IGNORECASE)
