@@ -679,6 +679,15 @@ class PostgresEventStore:
         return int(row[0]) if row else 0
 
     @staticmethod
+    def held_position(conn: Connection, fold: str) -> int:
+        """`fold`'s position inside the write transaction `conn`, its row locked until that
+        transaction ends (made first, at 0, for a fold that has none): another writer of the
+        fold waits, then reads what this one committed."""
+        with postgres_errors("holding a fold position"):
+            row = conn.execute(_HOLD_POSITION.replace("?", "%s"), (fold,)).fetchone()
+        return int(row[0]) if row else 0
+
+    @staticmethod
     def errors(what: str) -> AbstractContextManager[None]:
         """This store's driver errors turned into Chronicle's own (`postgres_errors`)."""
         return postgres_errors(what)
@@ -719,8 +728,20 @@ def _conforms(store: PostgresEventStore) -> EventLogStore[Connection, PostgresMi
     return store  # the type checker holds the PostgreSQL store to the port
 
 
+# A fold's position, its row locked to the end of the transaction (READ COMMITTED: the value
+# last committed, once the lock is had); a fold with no row yet gets one to lock.
+_HOLD_POSITION = (
+    "INSERT INTO fold_positions(fold, position) VALUES (?, 0)"
+    " ON CONFLICT(fold) DO UPDATE SET position = fold_positions.position RETURNING position"
+)
+
+
 class PostgresTables(Tables[PostgresEventStore, Connection]):
     """A room's tables in the PostgreSQL store's database (`tables.py`)."""
+
+    def held_position(self, conn: Statements, fold: str, /) -> int:
+        row = conn.execute(_HOLD_POSITION, (fold,)).fetchone()
+        return int(row[0]) if row else 0
 
     def _atomic(self) -> AbstractContextManager[Connection]:
         return self.store.atomic()

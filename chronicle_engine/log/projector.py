@@ -6,6 +6,12 @@ Invariants:
 - A generative fold draws (calls a model) in `prepare`, before the write transaction opens; `apply`
   only writes what was prepared. A slow model therefore never holds the write lock.
 - A failed batch writes nothing and moves no position.
+- Positions never move back, and no event is folded twice, however many writers (threads,
+  processes, hosts) fold the same log: a batch is read outside the write transaction, so the
+  transaction first reads each fold's position again, held until it commits (`held_position`),
+  and folds only what is still beyond it. Another writer's progress is kept; a fold it reset
+  meanwhile is left to the next batch; a generative fold whose position moved after its draw
+  writes nothing and raises `FoldMoved` (the draw was of events someone else has folded).
 - Catch-up streams: a batch of at most `batch_size` events is in memory at a time, however far
   behind a fold is (`fold_within` too, for a writer folding inside its own transaction).
 - A fold that declares `namespaces` is given only events of those namespaces, read filtered in
@@ -28,7 +34,7 @@ from typing import ClassVar, Generic, Protocol, runtime_checkable
 
 from typing_extensions import TypeVar
 
-from ..errors import GenerativeRebuild, UsageError
+from ..errors import ChronicleRuntimeError, GenerativeRebuild, UsageError
 from .events import EventReader
 from .port import LogStore
 from .store import StoredEvent
@@ -37,7 +43,19 @@ from .store import StoredEvent
 C = TypeVar("C", default=sqlite3.Connection)
 C_in = TypeVar("C_in", contravariant=True, default=sqlite3.Connection)
 
-__all__ = ["Fold", "GenerativeFold", "AsyncGenerativeFold", "Projector", "prepares_async"]
+__all__ = [
+    "Fold",
+    "GenerativeFold",
+    "AsyncGenerativeFold",
+    "FoldMoved",
+    "Projector",
+    "prepares_async",
+]
+
+
+class FoldMoved(ChronicleRuntimeError):
+    """Another writer moved a generative fold's position after this batch was drawn: the
+    batch wrote nothing (its draw was of events no longer this writer's to fold)."""
 
 
 @runtime_checkable
@@ -72,6 +90,11 @@ class FoldedStore(Protocol[C]):
     def position(self, fold: str) -> int: ...
 
     def last_seq(self) -> int: ...
+
+    def held_position(self, conn: C, fold: str, /) -> int:
+        """`fold`'s position read inside the write transaction `conn`, held against every other
+        writer until that transaction ends."""
+        ...
 
     def set_position(self, conn: C, fold: str, position: int, /) -> None: ...
 
@@ -174,9 +197,9 @@ class Projector(Generic[C]):
                         f"{name!r} has an async summarizer: write it as an async def and drive the "
                         "projector with catch_up_async()"
                     )
-            self._apply(pending, positions, prepared, end)
+            written = self._apply(pending, positions, prepared, end)
             total += len(batch)
-            if settled and len(batch) < self.batch_size:
+            if settled and written and len(batch) < self.batch_size:
                 return total
 
     async def catch_up_async(self, *, upto: int | None = None) -> int:
@@ -198,9 +221,9 @@ class Projector(Generic[C]):
                 else:
                     value = f.prepare(events)  # type: ignore[attr-defined]
                     prepared[f.name] = await value if inspect.isawaitable(value) else value
-            self._apply(pending, positions, prepared, end)
+            written = self._apply(pending, positions, prepared, end)
             total += len(batch)
-            if settled and len(batch) < self.batch_size:
+            if settled and written and len(batch) < self.batch_size:
                 return total
 
     def _settles(self) -> bool:
@@ -270,14 +293,30 @@ class Projector(Generic[C]):
         positions: dict[str, int],
         prepared: dict[str, object],
         end: int,
-    ) -> None:
+    ) -> bool:
+        """Write the batch; False when a fold was reset meanwhile and is behind it still."""
         names = ", ".join(f.name for f in self.folds)
+        behind = False
         with self.store.errors(f"folding the log into {names}"), self.store.atomic() as conn:
+            # Held in the order of their names, whichever projector holds them: no deadlock.
+            held = {name: self.store.held_position(conn, name) for name in sorted(positions)}
             for f in self.folds:
-                if pending[f.name]:
-                    f.apply(conn, pending[f.name], prepared.get(f.name))
-                if end > positions[f.name]:
+                events, now = pending[f.name], held[f.name]
+                if now != positions[f.name]:  # another writer folded, or reset, meanwhile
+                    if events and is_generative(f):
+                        raise FoldMoved(
+                            f"{f.name!r} moved from {positions[f.name]} to {now} while its "
+                            "batch was drawn; nothing was written"
+                        )
+                    if now < positions[f.name]:
+                        behind = True  # reset: the next batch reads from where it is now
+                        continue
+                    events = _pending_for(events, now)
+                if events:
+                    f.apply(conn, events, prepared.get(f.name))
+                if end > now:
                     self.store.set_position(conn, f.name, end)
+        return not behind
 
     # -- rebuild -------------------------------------------------------------------------
 
@@ -332,9 +371,11 @@ class Projector(Generic[C]):
         if reset is not None and not reset_in_transaction:
             reset()
             with self.store.atomic() as conn:
+                self.store.held_position(conn, fold.name)
                 self.store.set_position(conn, fold.name, 0)
             return
         with self.store.atomic() as conn:
+            self.store.held_position(conn, fold.name)  # first, as a batch's writer holds it
             if reset is not None:
                 reset(conn)
             else:

@@ -1124,6 +1124,11 @@ class SQLiteEventStore:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def held_position(self, conn: sqlite3.Connection, fold: str) -> int:
+        """`fold`'s position inside the write transaction `conn`: the database's one writer
+        (`BEGIN IMMEDIATE`), so no other writer moves it before that transaction ends."""
+        return self.position(fold, conn)
+
     @staticmethod
     def errors(what: str) -> contextlib.AbstractContextManager[None]:
         """This store's driver errors turned into Chronicle's own (`sqlite_errors`)."""

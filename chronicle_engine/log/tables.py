@@ -148,6 +148,12 @@ class Tables(ABC, Generic[Store, Conn]):
         row = conn.execute("SELECT position FROM fold_positions WHERE fold = ?", (fold,)).fetchone()
         return int(row[0]) if row else 0
 
+    def held_position(self, conn: Statements, fold: str, /) -> int:
+        """`fold`'s position inside the write transaction `conn`, held against every other
+        writer until it ends: SQLite's one writer holds it already; PostgreSQL locks the row
+        (`PostgresTables`)."""
+        return self.read_position(conn, fold)
+
     @staticmethod
     def read_position_and_end(conn: Statements, fold: str) -> tuple[int, int]:
         """A fold's position and the log's last seq, as `conn` sees them, in one statement."""

@@ -186,17 +186,11 @@ class RecallFold:
         self._scope_numbers: dict[tuple[str, str], int] = {}
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
-        # The projector reads positions before its transaction opens; another thread or process
-        # may have folded this batch meanwhile. The position read here, inside it, is the truth.
-        row = conn.execute(
-            "SELECT position FROM fold_positions WHERE fold = ?", (self.name,)
-        ).fetchone()
-        done = int(row[0]) if row else 0
+        # `events` are unfolded: the projector trims its batch by the position it holds inside
+        # this transaction (another thread or process may have folded some meanwhile).
         self._forget_fresh()
         self._scope_numbers.clear()
         for event in events:
-            if event.seq <= done:
-                continue
             env = event.envelope
             if env.namespace == CHAT and env.type == "MessageCaptured":
                 self._message(conn, event)

@@ -21,8 +21,9 @@ What differs from SQLite, and only that, lives here:
   `MessageSearch.rank`, unchanged.
 - Isolation: one index table for every scope; every query on it names the scope
   (`t.scope = ?`), and the re-ranking's reads are of rows those queries returned.
-- Several hosts fold one database: the fold takes an advisory transaction lock first, then
-  reads its position (as on SQLite), so a batch is folded once.
+- Several hosts fold one database: the projector's transaction locks the fold's position row
+  first and folds only what lies beyond it (`PostgresTables.held_position`), so a batch is
+  folded once and the position never moves back.
 
 - Beliefs and sections are ranked by bm25 as messages are: beliefs over the whole belief index
   (FTS5 keeps every scope's beliefs in one table too), each word's document frequency counted
@@ -97,7 +98,6 @@ __all__ = [
 
 log = logging.getLogger("chronicle_engine.recall")
 
-_FOLD_LOCK = 0x7265636C  # advisory lock key: one host folds recall at a time
 _K1 = 1.2
 _B = 0.75
 _MAX_LEXEME_BYTES = 2000  # PostgreSQL refuses a lexeme of 2 KB or more
@@ -573,17 +573,11 @@ class PostgresRecallFold(RecallFold):
     trip to the server, and a batch of the projector's holds up to a thousand messages."""
 
     def apply(self, conn: Statements, events: Sequence[StoredEvent], prepared: object) -> None:
-        # Hosts take turns; each then reads the position inside its transaction (RecallFold).
-        conn.execute("SELECT pg_advisory_xact_lock(?)", (_FOLD_LOCK,))
-        row = conn.execute(
-            "SELECT position FROM fold_positions WHERE fold = ?", (self.name,)
-        ).fetchone()
-        done = int(row[0]) if row else 0
+        # Hosts take turns on the fold's position row, which the projector holds (locked) and
+        # trims `events` by before calling this.
         run: list[tuple[Envelope, CapturedMessage]] = []
         for event in events:
             env = event.envelope
-            if env.seq <= done:
-                continue
             if env.namespace == CHAT and env.type == "MessageCaptured":
                 if (message := captured(event)) is not None:
                     run.append((env, message))

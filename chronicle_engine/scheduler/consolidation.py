@@ -15,10 +15,10 @@ Invariants:
   fork, the batch rolls back, the fold's position does not move, and the job is retried at the
   next tick (`RetryNextTick`): the unit is redrawn against the new end, never lost.
 - The fold's own state (each conversation's open unit) commits with its position.
-- Each batch is folded once, whichever hosts or threads run the fold: its transaction first
-  takes the fold's lock (`SchedulerTables.lock`: an advisory lock on PostgreSQL, SQLite's one
-  writer at home), then reads the position; a batch another runner folded since this one read
-  it is given up (`FoldedElsewhere`, nothing written), never written twice.
+- Each batch is folded once, whichever hosts or threads run the fold: the projector's
+  transaction first holds the fold's position (`Projector`: a locked row on PostgreSQL,
+  SQLite's one writer at home) and reads it again; a batch another runner folded since this
+  one drew it is given up (`FoldMoved`, nothing written), never written twice.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from ..errors import ChronicleFork
 from ..log.bookkeeping import is_bookkeeping
 from ..log.events import EventReader, EventTypeRegistry
 from ..log.port import LogStore
-from ..log.projector import Projector
+from ..log.projector import FoldMoved, Projector
 from ..log.store import SQLiteEventStore, StoredEvent
-from ..log.tables import SQLConnection, Tables
+from ..log.tables import SQLConnection
 from .events import SessionReaped, register_scheduler_events
 from .queue import RetryNextTick
 from .stores import open_tables
@@ -54,7 +54,6 @@ __all__ = [
     "Conversations",
     "ConversationUnits",
     "Consolidator",
-    "FoldedElsewhere",
     "OpenUnitRow",
 ]
 
@@ -91,43 +90,13 @@ S = TypeVar("S")
 C = TypeVar("C", bound=SQLConnection)
 
 
-class FoldedElsewhere(RetryNextTick):
-    """Another runner (a thread, a process, a host) folded this batch after it was read: this
-    transaction gives it up and writes nothing."""
-
-
-class _ConsolidationFold(ChronicleFold[S, C]):
-    """`ChronicleFold` whose transaction takes the fold's lock, then checks that its batch is
-    still unfolded (see the module's invariants)."""
-
-    def __init__(
-        self,
-        parts: SchedulerTables[S, C],
-        reader: EventReader[LogStore],
-        units: ConversationUnits,
-        summarize: Summarizer | AsyncSummarizer,
-    ) -> None:
-        super().__init__(parts.chronicles, reader, units=units, summarize=summarize, name=FOLD_NAME)
-        self.parts = parts
-
-    def apply(self, conn: C, events: Sequence[StoredEvent], prepared: object) -> None:
-        statements = self.parts.tables.statements(conn)
-        self.parts.lock(statements, self.name)
-        done = Tables.read_position(statements, self.name)
-        if events and done >= events[0].seq:
-            raise FoldedElsewhere(
-                f"{self.name!r} is at {done}: another runner folded from {events[0].seq} already"
-            )
-        super().apply(conn, events, prepared)
-
-
 def _projector(
     parts: SchedulerTables[S, C],
     reader: EventReader[LogStore],
     units: ConversationUnits,
     summarize: Summarizer | AsyncSummarizer,
-) -> tuple[_ConsolidationFold[S, C], Projector[C]]:
-    fold = _ConsolidationFold(parts, reader, units, summarize)
+) -> tuple[ChronicleFold[S, C], Projector[C]]:
+    fold = ChronicleFold(parts.chronicles, reader, units=units, summarize=summarize, name=FOLD_NAME)
     return fold, Projector(parts.folded, reader, [fold])
 
 
@@ -280,7 +249,7 @@ class Consolidator:
         self.projector.batch_size = max(1, budget)
         try:
             read = self.projector.catch_up(upto=upto)
-        except FoldedElsewhere:
+        except FoldMoved:
             return self._elsewhere()
         except ChronicleFork as fork:
             raise RetryNextTick(f"consolidation raced a compaction ({fork}); redrawing") from fork
@@ -303,7 +272,7 @@ class Consolidator:
         self.projector.batch_size = max(1, budget)
         try:
             read = await self.projector.catch_up_async(upto=upto)
-        except FoldedElsewhere:
+        except FoldMoved:
             return self._elsewhere()
         except ChronicleFork as fork:
             raise RetryNextTick(f"consolidation raced a compaction ({fork}); redrawing") from fork
