@@ -17,7 +17,7 @@ from postgres_support import Target, own_schema
 from chronicle_engine.errors import GenerativeRebuild, UsageError
 from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.postgres import PostgresEventStore, PostgresTables
-from chronicle_engine.log.projector import Projector
+from chronicle_engine.log.projector import FoldMoved, Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
 
 KINDS = ["memory", "postgres"]  # SQLite in memory; a schema of its own on PostgreSQL
@@ -540,3 +540,116 @@ def _short_batches(
     assert drawn.reads == full + 1 + (rest > 0)
     # both folds add to the one words table: each folded every event exactly once
     assert state(store) == [("ann", 2 * events, events)]
+
+
+# -- two writers folding one log ------------------------------------------------------------------
+
+
+class Interleaved(EventReader):
+    """A reader whose next read, once done, lets `meanwhile` run before its caller goes on:
+    another writer (a thread, a process, a host) folding between this projector's read of a
+    batch and its write of it."""
+
+    def __init__(self, reader: EventReader) -> None:
+        super().__init__(reader.store, reader.upcasts, reader.types)
+        self.meanwhile: Any = None
+
+    def read(self, **kwargs: Any) -> Any:
+        yield from super().read(**kwargs)
+        hook, self.meanwhile = self.meanwhile, None
+        if hook is not None:
+            hook()
+
+
+@contextlib.contextmanager
+def two_writers(where: str, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Two stores on one database (a SQLite file, or a schema on the test session's PostgreSQL
+    server), each with its types and reader (`setup`): two hosts sharing a log."""
+    with contextlib.ExitStack() as stack:
+        if where == "postgres":
+            conninfo = stack.enter_context(own_schema(request.getfixturevalue("postgres_cluster")))
+            made = [setup(None, Target("postgres", conninfo)) for _ in range(2)]
+        else:
+            made = [setup(tmp_path / "shared.db") for _ in range(2)]
+        for store, _, _ in made:
+            stack.callback(store.close)
+        yield made
+
+
+def said(store: Any, types: EventTypeRegistry, words: range) -> None:
+    """One `Said` event a number of words; every event says a different number, so the fold's
+    total tells which events it added (and whether one was added twice)."""
+    store.append([types.pending(Said(who="ann", words=n)) for n in words])
+
+
+@pytest.mark.parametrize("where", ["file", "postgres"])
+@pytest.mark.parametrize("other_folds_to", [8, 15])
+def test_a_batch_another_writer_folded_meanwhile_is_not_folded_again(
+    where, tmp_path, request, other_folds_to
+) -> None:
+    """Writer A reads its batch (6..10); before A writes it, writer B appends more and folds up
+    to `other_folds_to`. A then folds only what B did not, and never moves the position back."""
+    with two_writers(where, tmp_path, request) as ((a, types, plain), (b, types_b, reader_b)):
+        reader = Interleaved(plain)
+        mine = Projector(tables_of(a), reader, [WordCount()])
+        theirs = Projector(tables_of(b), reader_b, [WordCount()])
+        said(a, types, range(1, 6))
+        mine.catch_up()
+        said(a, types, range(6, 11))
+        seen = [a.position("words")]
+
+        def other_writer() -> None:
+            said(b, types_b, range(11, 16))
+            theirs.catch_up(upto=other_folds_to)
+            seen.append(b.position("words"))
+
+        reader.meanwhile = other_writer
+        mine.catch_up()
+        seen.append(a.position("words"))
+        assert seen == [5, other_folds_to, max(10, other_folds_to)]  # never back
+        folded = max(10, other_folds_to)
+        assert state(a) == [("ann", sum(range(1, folded + 1)), folded)]  # each event once
+        theirs.catch_up()
+        assert state(b) == [("ann", sum(range(1, 16)), 15)] and b.position("words") == 15
+
+
+@pytest.mark.parametrize("where", ["file", "postgres"])
+def test_a_draw_of_a_batch_another_writer_folded_writes_nothing(where, tmp_path, request) -> None:
+    """A generative fold drew its batch; another writer folded part of it first: the draw is
+    of events no longer this writer's, so its transaction writes nothing (FoldMoved)."""
+    with two_writers(where, tmp_path, request) as ((a, types, plain), (b, _, reader_b)):
+        reader = Interleaved(plain)
+        mine = Projector(tables_of(a), reader, [Generative("gen")])
+        said(a, types, range(1, 11))
+        reader.meanwhile = lambda: Projector(tables_of(b), reader_b, [Generative("gen")]).catch_up(
+            upto=4
+        )
+        with pytest.raises(FoldMoved, match="'gen' moved from 0 to 4"):
+            mine.catch_up()
+        assert state(a) == [("ann", sum(range(1, 5)), 4)] and a.position("gen") == 4
+        mine.catch_up()  # drawn again from where the other writer left it
+        assert state(a) == [("ann", sum(range(1, 11)), 10)] and a.position("gen") == 10
+
+
+@pytest.mark.parametrize("where", ["file", "postgres"])
+def test_a_fold_another_writer_reset_meanwhile_is_folded_from_its_new_position(
+    where, tmp_path, request
+) -> None:
+    """Writer B rebuilds the fold while A holds a batch read from position 5; B's rebuild stops
+    at 3 (a fold error). A's batch is then not written over the reset state: A folds from 3."""
+    with two_writers(where, tmp_path, request) as ((a, types, plain), (b, _, reader_b)):
+        reader = Interleaved(plain)
+        mine = Projector(tables_of(a), reader, [WordCount()])
+        said(a, types, range(1, 6))
+        mine.catch_up()
+        said(a, types, range(6, 11))
+        failing = Projector(tables_of(b), reader_b, [WordCount(explode_at=4)], batch_size=3)
+
+        def other_writer() -> None:
+            with pytest.raises(RuntimeError, match="crashed at 4"):
+                failing.rebuild("words")
+            assert b.position("words") == 3
+
+        reader.meanwhile = other_writer
+        mine.catch_up()
+        assert state(a) == [("ann", sum(range(1, 11)), 10)] and a.position("words") == 10
