@@ -85,29 +85,33 @@ def test_a_new_session_after_a_compaction_reads_what_the_pass_kept_not_the_histo
     assert len(core.sessions.path(last)) > 1000
 
 
-def test_the_ids_and_turns_are_those_of_a_whole_read(monkeypatch):
+@pytest.mark.parametrize("kind", ["memory", "postgres"])
+def test_the_ids_and_turns_are_those_of_a_whole_read(monkeypatch, kind, request, tmp_path):
     """The same conversation captured with every branch read whole and with only its end read
     after each compaction: the same ids (positions included) and turn counts, message for
     message."""
+    with chat_places(kind, request, tmp_path, count=2) as (first, second):
+        bounded = _captured_ids(monkeypatch, first.open(), bounded=True)
+        assert bounded == _captured_ids(monkeypatch, second.open(), bounded=False)
 
-    def run(bounded: bool) -> list[tuple[str, str | None, int]]:
-        core = ChronicleCore(":memory:")
-        with monkeypatch.context() as m:
-            if not bounded:
-                m.setattr(paths, "read_recent", _whole)
-                import chronicle_engine.sessions.tree as tree
 
-                m.setattr(tree, "read_recent", _whole)
-            live = _live_a_lineage(core, sessions=4, turns=40, keep=5)
-            for n in range(3):
-                core.capture.forget("s3")
-                live += [u(f"after a restart {n}"), a(f"reply {n}")]
-                core.capture.capture_messages("s3", fresh(live))
-        found = messages_of(core)
-        core.shutdown()
-        return found
+def _captured_ids(
+    monkeypatch: pytest.MonkeyPatch, core: ChronicleCore, *, bounded: bool
+) -> list[tuple[str, str | None, int]]:
+    """(id, session, turn) of every message `core` captured of a conversation compacted three
+    times, each branch read as capture reads it (`bounded`: its end only), or read whole."""
+    with monkeypatch.context() as m:
+        if not bounded:
+            m.setattr(paths, "read_recent", _whole)
+            import chronicle_engine.sessions.tree as tree
 
-    assert run(bounded=True) == run(bounded=False)
+            m.setattr(tree, "read_recent", _whole)
+        live = _live_a_lineage(core, sessions=4, turns=40, keep=5)
+        for n in range(3):
+            core.capture.forget("s3")
+            live += [u(f"after a restart {n}"), a(f"reply {n}")]
+            core.capture.capture_messages("s3", fresh(live))
+    return messages_of(core)
 
 
 def _whole(conn, leaf, refs, **_: object) -> paths.RecentPath:

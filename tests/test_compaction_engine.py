@@ -183,8 +183,11 @@ def test_twenty_compactions_keep_every_standing_instruction(core: ChronicleCore)
     assert core.compaction.status(host.session)["passes"] == 20
 
 
-def test_a_hundred_compactions_stay_bounded_and_reach_every_original(tmp_path: Any) -> None:
-    core = core_for(tmp_path / "long.db")
+@pytest.mark.parametrize("store_core", ["file", "postgres"], indirect=True)
+def test_a_hundred_compactions_stay_bounded_and_reach_every_original(
+    store_core: ChronicleCore,
+) -> None:
+    core = store_core
     policy = small_policy()
     host = Host(core, policy)
     n = 0
@@ -223,7 +226,6 @@ def test_a_hundred_compactions_stay_bounded_and_reach_every_original(tmp_path: A
     status = core.compaction.status(host.session, policy)
     assert status["passes"] == 100 and status["tokens_saved"] > 0
     assert any(s["level"] >= 2 for s in status["handoff"]["sections"])
-    core.shutdown()
 
 
 def test_background_sections_are_reused_and_need_no_model_call(core: ChronicleCore) -> None:

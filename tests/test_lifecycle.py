@@ -4,6 +4,7 @@ recorded once, and tree reads that take no write lock. Real WAL files under a tm
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from importlib import import_module
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from postgres_support import postgres_core
 from test_compaction_engine import turn
 from test_compaction_support import load_plugin
 
@@ -173,9 +175,12 @@ def test_a_subagents_compress_keeps_its_agent_context(home: Path) -> None:
     ids=["capture-off", "context-skipped"],
 )
 def test_compress_honours_the_capture_switches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chronicle: dict[str, Any]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    chronicle: dict[str, Any],
+    store_settings: dict[str, str],
 ) -> None:
-    home = _home(tmp_path, monkeypatch, chronicle)
+    home = _home(tmp_path, monkeypatch, {**store_settings, **chronicle})
     provider = ChronicleMemoryProvider()
     provider.initialize("f1", hermes_home=str(home), platform="cli", agent_context="flush")
     engine = new_engine(home, "f1")
@@ -272,11 +277,23 @@ def test_both_slots_hearing_one_rotation_record_one_switch(home: Path) -> None:
 # -- finding 10: tree reads take no write lock when nothing they read changed -------------------
 
 
-@pytest.mark.parametrize("where", ["memory", "file"])
-def test_tree_reads_do_not_write_for_events_outside_the_tree(tmp_path: Path, where: str) -> None:
+@pytest.mark.parametrize("where", ["memory", "file", "postgres"])
+def test_tree_reads_do_not_write_for_events_outside_the_tree(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
     from test_compaction_support import core_for
 
-    core = core_for(":memory:" if where == "memory" else tmp_path / "t.db")
+    with contextlib.ExitStack() as stack:
+        if where == "postgres":
+            cluster = request.getfixturevalue("postgres_cluster")
+            core = stack.enter_context(postgres_core(cluster, tmp_path / "home"))
+        else:
+            core = core_for(":memory:" if where == "memory" else tmp_path / "t.db")
+            stack.callback(core.shutdown)
+        _tree_reads_take_no_write(core, explain=where != "postgres")
+
+
+def _tree_reads_take_no_write(core: ChronicleCore, *, explain: bool) -> None:
     core.capture.capture_messages("t1", chat(2))
     core.sessions.switch("t2", parent_session_id="t1", reason="compression")
     assert core.sessions.lineage("t2") == ["t1", "t2"]
@@ -289,7 +306,8 @@ def test_tree_reads_do_not_write_for_events_outside_the_tree(tmp_path: Path, whe
     done = threading.Event()
 
     def hold_the_write_lock() -> None:
-        with core.store.atomic():
+        # The tree's writers' turn: SQLite's one write lock; PostgreSQL's tree lock.
+        with core.sessions.tables.writing("holding the tree's writes"):
             held.set()
             done.wait(10)
 
@@ -308,7 +326,9 @@ def test_tree_reads_do_not_write_for_events_outside_the_tree(tmp_path: Path, whe
     # A tree event another writer appended is still seen.
     core.store.append([core.types.pending(_switch("t1"), session="t3")])
     assert core.sessions.lineage("t3") == ["t1", "t2", "t3"]
-    with core.store.reading() as conn:
+    if not explain:
+        return
+    with core.store.reading() as conn:  # SQLite's query plan
         plan = " ".join(
             str(row[-1])
             for row in conn.execute(
@@ -318,7 +338,6 @@ def test_tree_reads_do_not_write_for_events_outside_the_tree(tmp_path: Path, whe
             )
         )
     assert "session_heads_by_root" in plan
-    core.shutdown()
 
 
 def _switch(parent: str) -> Any:

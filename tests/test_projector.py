@@ -19,6 +19,7 @@ from chronicle_engine.log.events import DomainEvent, EventReader, EventTypeRegis
 from chronicle_engine.log.postgres import PostgresEventStore, PostgresTables
 from chronicle_engine.log.projector import FoldMoved, Projector
 from chronicle_engine.log.store import SQLiteEventStore, StoredEvent
+from chronicle_engine.log.tables import SQLiteTables
 
 KINDS = ["memory", "postgres"]  # SQLite in memory; a schema of its own on PostgreSQL
 
@@ -85,6 +86,11 @@ def tables_of(store: SQLiteEventStore | PostgresEventStore) -> Any:
     """What a projector folds through: the SQLite store itself; on PostgreSQL its tables
     (`PostgresTables`: the one SQL dialect a room's folds write)."""
     return store if isinstance(store, SQLiteEventStore) else FoldedTables(store)
+
+
+def tables_of_either(store: SQLiteEventStore | PostgresEventStore) -> Any:
+    """The store's tables (`?` placeholders on either database), for reading its rows raw."""
+    return SQLiteTables(store) if isinstance(store, SQLiteEventStore) else PostgresTables(store)
 
 
 @contextlib.contextmanager
@@ -232,9 +238,13 @@ def test_generative_rebuild_needs_acknowledgement(kind, request) -> None:
         assert state(store) == [("ann", 2, 1)]
 
 
-def test_upcasting_on_read_never_rewrites_the_row() -> None:
-    store, types, reader = setup(":memory:")
+@pytest.mark.parametrize("kind", KINDS)
+def test_upcasting_on_read_never_rewrites_the_row(kind, request) -> None:
+    with fresh_stores(kind, request) as fresh:
+        _upcast_on_read(*fresh()[:2])
 
+
+def _upcast_on_read(store: SQLiteEventStore | PostgresEventStore, types: EventTypeRegistry) -> None:
     class SaidV2(DomainEvent, frozen=True):
         who: str
         words: int
@@ -250,7 +260,12 @@ def test_upcasting_on_read_never_rewrites_the_row() -> None:
     assert current.payload == {"who": "ann", "words": 3, "lang": "en"}
     assert reader2.decode(current) == SaidV2(who="ann", words=3, lang="en")
     with store.reading() as c:
-        raw = c.execute("SELECT version, payload FROM events WHERE seq = ?", (old.seq,)).fetchone()
+        raw = (
+            tables_of_either(store)
+            .statements(c)
+            .execute("SELECT version, payload FROM events WHERE seq = ?", (old.seq,))
+            .fetchone()
+        )
     assert raw[0] == 1 and json.loads(raw[1]) == {"who": "ann", "words": 3}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +20,9 @@ from test_scheduler_support import (
 )
 
 from chronicle_engine.core import ChronicleCore
-from chronicle_engine.log.postgres import PostgresEventStore
+from chronicle_engine.log.postgres import PostgresEventStore, PostgresTables
 from chronicle_engine.log.store import SQLiteEventStore
+from chronicle_engine.log.tables import SQLiteTables
 from chronicle_engine.scheduler.postgres import PG_SCHEDULER_MIGRATIONS, PostgresJobQueue
 from chronicle_engine.scheduler.queue import JobQueue, JobSpec, allocate
 from chronicle_engine.scheduler.schema import SCHEDULER_MIGRATIONS
@@ -192,6 +194,7 @@ def test_retention_bounds_age_and_count(store) -> None:
 _state = st.sampled_from(["pending", "running", "done", "failed"])
 
 
+@pytest.mark.parametrize("kind", ["memory", "postgres"])
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -206,12 +209,31 @@ _state = st.sampled_from(["pending", "running", "done", "failed"])
     limit=st.integers(1, 50),
 )
 def test_retention_never_prunes_a_live_row_or_a_live_jobs_dependency(
-    rows, max_age_hours, max_rows, limit
+    kind, request, rows, max_age_hours, max_rows, limit
 ) -> None:
-    store = SQLiteEventStore(":memory:")
+    with contextlib.ExitStack() as stack:
+        if kind == "postgres":
+            cluster = request.getfixturevalue("postgres_cluster")
+            store: SQLiteEventStore | PostgresEventStore = PostgresEventStore(
+                stack.enter_context(own_schema(cluster))
+            )
+        else:
+            store = SQLiteEventStore(":memory:")
+        stack.callback(store.close)
+        _retention_law(store, rows, max_age_hours, max_rows, limit)
+
+
+def _retention_law(
+    store: SQLiteEventStore | PostgresEventStore,
+    rows: list[tuple[str, int, int | None]],
+    max_age_hours: int,
+    max_rows: int,
+    limit: int,
+) -> None:
     clock = FakeClock()
     queue = _queue(store, clock)
-    with store.atomic() as conn:
+    tables = SQLiteTables(store) if isinstance(store, SQLiteEventStore) else PostgresTables(store)
+    with tables.writing("writing jobs") as conn:
         for i, (state, age_hours, dep) in enumerate(rows):
             finished = clock() - age_hours * 3600 if state in ("done", "failed") else None
             conn.execute(
@@ -220,7 +242,7 @@ def test_retention_never_prunes_a_live_row_or_a_live_jobs_dependency(
                 " VALUES (?, 'k', 'maintenance', ?, ?, 3, ?, 0, 0, ?)",
                 (i + 1, f"key{i}", state, None if dep is None else dep + 1, finished),
             )
-    with store.reading() as conn:
+    with tables.reading("reading jobs") as conn:
         live = {
             r[0]
             for r in conn.execute(
@@ -237,14 +259,13 @@ def test_retention_never_prunes_a_live_row_or_a_live_jobs_dependency(
     pruned, remaining = queue.prune(
         max_age_seconds=max_age_hours * 3600, max_rows=max_rows, limit=limit
     )
-    with store.reading() as conn:
+    with tables.reading("reading jobs") as conn:
         left = {r[0] for r in conn.execute("SELECT id FROM scheduler_jobs")}
     assert live <= left
     assert {n for n in needed if n <= len(rows)} <= left
     assert len(rows) - len(left) == pruned <= limit
     if pruned < limit and (max_age_hours or max_rows):
         assert remaining == 0
-    store.close()
 
 
 @given(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from postgres_support import own_schema
 from test_scheduler_support import (
     START,
     FakeClock,
+    PostgresWhere,
     chronicle_of,
     message,
     open_core,
@@ -358,14 +361,29 @@ def _copy_log(source: ChronicleCore, target: ChronicleCore) -> None:
     )
 
 
+@pytest.mark.parametrize("replayed_on", ["file", "postgres"])
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(script=st.lists(_step, min_size=1, max_size=40), budgets=st.lists(st.integers(1, 9)))
-def test_replaying_the_same_log_gives_identical_anchors(tmp_path_factory, script, budgets) -> None:
+def test_replaying_the_same_log_gives_identical_anchors(
+    request, tmp_path_factory, replayed_on, script, budgets
+) -> None:
+    """A log played with consolidation runs in pieces, copied into another store (a WAL file,
+    or a schema of its own on the session's PostgreSQL server) and folded there at once."""
+    with contextlib.ExitStack() as stack:
+        if replayed_on == "postgres":
+            cluster = request.getfixturevalue("postgres_cluster")
+            where: str | Path = PostgresWhere(stack.enter_context(own_schema(cluster)))
+        else:
+            where = tmp_path_factory.mktemp("replay") / "replay.db"
+        _replay(script, budgets, where)
+
+
+def _replay(script: list, budgets: list[int], where: str | Path) -> None:
     live = open_core(":memory:")
     _play(live, script, budgets)
-    replay = open_core(tmp_path_factory.mktemp("replay") / "replay.db")
+    replay = open_core(where)
     _copy_log(live, replay)
     c = consolidator(replay, unit_turns=3, idle_gap_seconds=1800)
     c.run(budget=10_000)  # the whole log at once
