@@ -13,6 +13,7 @@ import pytest
 
 from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.store import (
+    LOG_MIGRATIONS,
     PendingEvent,
     SQLiteEventStore,
     stored_text_sql,
@@ -203,6 +204,89 @@ def test_a_fold_catching_up_walks_the_seq_range(store: SQLiteEventStore) -> None
     assert len(read()) == 633  # the multiples of 3 in 101..2000
     (plan,) = _plans(store, read)
     assert _BY_ROWID.search(plan) and "events_by_type" not in plan, plan
+
+
+def _conversations(store: SQLiteEventStore) -> None:
+    """Forty conversations of 100 chat rows, each with two context events (as compaction's
+    passes leave them), and ANALYZE's statistics, as a maintained store has."""
+    rows = [
+        PendingEvent(
+            "chronicle.context" if i % 50 == 0 else "chronicle.chat",
+            "Thing",
+            1,
+            {"text": f"message {i}"},
+            session=f"c{(i - 1) // 100}",
+            id=f"c{i}",
+        )
+        for i in range(1, 4001)
+    ]
+    store.append(rows)
+    with store.atomic() as conn:
+        conn.execute("ANALYZE")
+
+
+def test_a_conversations_rare_events_are_found_by_the_index_alone(tmp_path: Path) -> None:
+    """Compaction reads a lineage's context events among its chat rows (`_refresh_events`):
+    the (session, namespace) index finds them without visiting the chat rows."""
+    store = SQLiteEventStore(tmp_path / "log.db")
+    try:
+        _conversations(store)
+        read = lambda: [  # noqa: E731
+            e.seq
+            for e in store.read(
+                after=0, upto=4000, sessions=["c3"], namespaces=["chronicle.context"]
+            )
+        ]
+        assert read() == [350, 400]
+        (plan,) = _plans(store, read)
+        assert "USING INDEX events_by_session_namespace (session=? AND namespace=?" in plan, plan
+        lineage = lambda: [  # noqa: E731
+            e.seq
+            for e in store.read(after=360, sessions=["c5", "c3"], namespaces=["chronicle.context"])
+        ]
+        assert lineage() == [400, 550, 600]
+        (plan,) = _plans(store, lineage)
+        assert "USING INDEX events_by_session_namespace (session=? AND namespace=?" in plan, plan
+        # A session's whole history, every namespace, still walks the session's own index.
+        (plan,) = _plans(store, lambda: list(store.read(after=310, sessions=["c3"])))
+        assert "events_by_session (session=? AND seq>?)" in plan, plan
+    finally:
+        store.close()
+
+
+def test_an_older_log_gains_the_session_namespace_index_when_it_opens(tmp_path: Path) -> None:
+    """A store an older build wrote (log.m001 only) is migrated as it opens: same events, the
+    index built and recorded, and its reads planned on it."""
+    path = tmp_path / "old.db"
+    old = SQLiteEventStore(path, migrations=())
+    try:
+        with old.atomic() as conn:  # as the build before log.m002 left it
+            conn.execute("DROP INDEX events_by_session_namespace")
+            conn.execute(
+                "DELETE FROM migrations WHERE name = 'log.m002_events_by_session_namespace'"
+            )
+        _conversations(old)
+        assert old.migrated() == {"log.m001_events"}
+    finally:
+        old.close()
+    store = SQLiteEventStore(path)
+    try:
+        assert store.migrated() == {"log.m001_events", "log.m002_events_by_session_namespace"}
+        with store.reading() as conn:
+            (sql,) = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'events_by_session_namespace'"
+            ).fetchone()
+        assert "(session, namespace, seq)" in sql
+        assert store.count() == 4000
+        read = lambda: [  # noqa: E731
+            e.seq for e in store.read(sessions=["c3"], namespaces=["chronicle.context"])
+        ]
+        assert read() == [350, 400]
+        (plan,) = _plans(store, read)
+        assert "events_by_session_namespace" in plan, plan
+        assert store.migrate(LOG_MIGRATIONS) == []  # recorded: not applied again
+    finally:
+        store.close()
 
 
 def test_inventory_counts(store: SQLiteEventStore) -> None:

@@ -485,7 +485,20 @@ def _split_sql(script: str) -> list[str]:
     return statements
 
 
-LOG_MIGRATIONS: tuple[Migration, ...] = (Migration("log.m001_events", _m001_events),)
+def _m002_events_by_session_namespace(conn: sqlite3.Connection) -> None:
+    # A conversation's events of one namespace (compaction's context events, among the
+    # session's chat rows) found by the index alone: the rows read grow with what the read
+    # returns, not with the session's length. Built once when an older store opens (about
+    # 1.5 s and 36 bytes an event on a 1M-message store; the build holds the write lock).
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS events_by_session_namespace ON events(session, namespace, seq)"
+    )
+
+
+LOG_MIGRATIONS: tuple[Migration, ...] = (
+    Migration("log.m001_events", _m001_events),
+    Migration("log.m002_events_by_session_namespace", _m002_events_by_session_namespace),
+)
 
 
 _LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
