@@ -156,18 +156,25 @@ def test_the_belief_sweep_runs_recalls_hook(where) -> None:
     core.shutdown()
 
 
-def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(sqlite_where) -> None:
+def _forty_segments(where: str | Path) -> ChronicleCore:
+    """A core whose full-text index `notes` was written in forty transactions (forty segments,
+    several pages each, to merge), fts_optimize due every minute, two pages a run."""
     core = open_core(
-        sqlite_where,
+        where,
         {"maintenance": {"schedules": {"fts_optimize": "* * * * *"}, "drain_per_hook": 1}},
         {"sweeps": {"row_budget": 2}},
     )
     with core.store.atomic() as conn:
         conn.execute("CREATE VIRTUAL TABLE notes USING fts5(body)")
-    for i in range(40):  # one transaction each: forty segments, several pages each, to merge
+    for i in range(40):
         words = " ".join(f"w{(i * 7919 + j * 104729) % 100003}" for j in range(400))
         with core.store.atomic() as conn:
             conn.execute("INSERT INTO notes(body) VALUES (?)", (f"{words} lisbon trip",))
+    return core
+
+
+def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(sqlite_where) -> None:
+    core = _forty_segments(sqlite_where)
     sched = scheduler(core, FakeClock())
     for _ in range(60):
         sched.tick("sync_turn")
@@ -175,6 +182,34 @@ def test_fts_optimize_merges_full_text_segments_in_bounded_runs_until_done(sqlit
     assert len(runs) > 2  # bounded: it took several runs, each a continuation of the last
     assert all(r["detail"]["indexes"].keys() >= {"notes"} for r in runs)
     assert runs[0]["processed"] > 0 and runs[-1]["processed"] == 0 and runs[-1]["wrapped"]
+    with reading(core) as conn:
+        hits = conn.execute("SELECT count(*) FROM notes WHERE notes MATCH 'lisbon'").fetchone()[0]
+    assert hits == 40
+    core.shutdown()
+
+
+def test_fts_optimize_merges_levels_of_fewer_than_four_segments(sqlite_where) -> None:
+    """FTS5's merge command leaves a level of fewer than four segments alone by default, so a
+    long-lived index kept up to three on every level, each looked up by every query word."""
+    core = _forty_segments(sqlite_where)
+
+    def segments() -> int:
+        with reading(core) as conn:
+            return int(conn.execute("SELECT count(DISTINCT segid) FROM notes_idx").fetchone()[0])
+
+    with core.store.atomic() as conn:  # what FTS5's default merge leaves: three, one level
+        while True:
+            before = conn.total_changes
+            conn.execute("INSERT INTO notes(notes, rank) VALUES ('merge', 2)")
+            if conn.total_changes - before <= 1:
+                break
+    assert segments() == 3
+    sched = scheduler(core, FakeClock())
+    for _ in range(60):
+        sched.tick("sync_turn")
+    runs = _results(core, "fts_optimize")
+    assert len(runs) > 2 and runs[-1]["wrapped"] and runs[-1]["processed"] == 0
+    assert segments() == 1
     with reading(core) as conn:
         hits = conn.execute("SELECT count(*) FROM notes WHERE notes MATCH 'lisbon'").fetchone()[0]
     assert hits == 40
