@@ -22,8 +22,8 @@ What differs from SQLite, and only that, lives here:
 - Isolation: one index table for every scope; every query on it names the scope
   (`t.scope = ?`), and the re-ranking's reads are of rows those queries returned.
 - Several hosts fold one database: the projector's transaction locks the fold's position row
-  first and folds only what lies beyond it (`PostgresTables.held_position`), so a batch is
-  folded once and the position never moves back.
+  first (after the advisory lock older hosts took, `PostgresRecallTables`) and folds only what
+  lies beyond it, so a batch is folded once and the position never moves back.
 
 - Beliefs and sections are ranked by bm25 as messages are: beliefs over the whole belief index
   (FTS5 keeps every scope's beliefs in one table too), each word's document frequency counted
@@ -1128,8 +1128,18 @@ its bm25 as `scores`)."""
 # -- the index ----------------------------------------------------------------------------------
 
 
+# The advisory lock hosts before 696f0a0 took first to fold recall (writing the position row at
+# commit). Taken here before the row, it keeps one lock order for a fleet mid-upgrade: old and
+# new hosts take turns rather than deadlock. Once no older host runs, the row alone suffices.
+_FOLD_LOCK = 0x7265636C
+
+
 class PostgresRecallTables(PostgresTables):
     """Recall's tables in a PostgreSQL store, as the projector folds into them."""
+
+    def held_position(self, conn: Statements, fold: str, /) -> int:
+        conn.execute("SELECT pg_advisory_xact_lock(?)", (_FOLD_LOCK,))
+        return super().held_position(conn, fold)
 
     def last_seq(self) -> int:
         return self.store.last_seq()

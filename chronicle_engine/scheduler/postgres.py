@@ -23,6 +23,7 @@ position under that lock (a batch another host folded meanwhile is given up, not
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 
 from ..chronicle.postgres import PG_CHRONICLE_MIGRATIONS, PostgresChronicleStore
 from ..errors import StoreBusy
@@ -244,7 +245,7 @@ class PostgresSchedulerTables(SchedulerTables[PostgresEventStore, Connection]):
 
     @property
     def folded(self) -> FoldedStore[Connection]:
-        return self.store
+        return _FleetFolded(self)
 
     def queue(
         self, *, clock: Callable[[], float], lease_seconds: float, max_attempts: int
@@ -255,3 +256,33 @@ class PostgresSchedulerTables(SchedulerTables[PostgresEventStore, Connection]):
 
     def lock(self, conn: Statements, name: str) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))", (_LOCK_CLASS, name))
+
+
+class _FleetFolded:
+    """The store as the scheduler's folds are projected through it, a fold's position row held
+    after the fold's fleet-wide lock (`lock`): hosts before 696f0a0 took that lock first and
+    wrote the row at commit, so a fleet mid-upgrade keeps one lock order and takes turns rather
+    than deadlock."""
+
+    def __init__(self, parts: PostgresSchedulerTables) -> None:
+        self._parts = parts
+        self._store = parts.store
+
+    def atomic(self) -> AbstractContextManager[Connection]:
+        return self._store.atomic()
+
+    def errors(self, what: str) -> AbstractContextManager[None]:
+        return self._store.errors(what)
+
+    def position(self, fold: str) -> int:
+        return self._store.position(fold)
+
+    def last_seq(self) -> int:
+        return self._store.last_seq()
+
+    def held_position(self, conn: Connection, fold: str, /) -> int:
+        self._parts.lock(self._parts.tables.statements(conn), fold)
+        return self._store.held_position(conn, fold)
+
+    def set_position(self, conn: Connection, fold: str, position: int, /) -> None:
+        self._store.set_position(conn, fold, position)
