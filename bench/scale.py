@@ -494,25 +494,28 @@ def settle(core: ChronicleCore) -> None:
 
 
 def refresh(db: Path) -> None:
-    """Open the cached store with this code (its migrations run: how long the opening took
-    is printed when it applied any, as a host opening its store after an upgrade waits) and
-    let it catch up."""
-    before = _migrations(db)
+    """Open the cached store with this code (its migrations run and the log's later indexes
+    are built: how long the opening took is printed when it changed the schema, as a host
+    opening its store after an upgrade waits) and let it catch up."""
+    before = _schema(db)
     t0 = time.perf_counter()
     core = _core(db)
     opened = time.perf_counter() - t0
-    applied = sorted(core.store.migrated() - before)
-    if applied:
-        print(f"{db.name}: opened in {opened:.2f} s, migrating it ({', '.join(applied)})")
+    changed = sorted(_schema(db) - before)
+    if changed:
+        print(f"{db.name}: opened in {opened:.2f} s, adding {', '.join(changed)}")
     try:
         settle(core)
     finally:
         core.shutdown()
 
 
-def _migrations(db: Path) -> set[str]:
+def _schema(db: Path) -> set[str]:
+    """The migrations recorded in `db` and its indexes, by name."""
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
-        return {str(row[0]) for row in conn.execute("SELECT name FROM migrations")}
+        recorded = {str(row[0]) for row in conn.execute("SELECT name FROM migrations")}
+        indexes = conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        return recorded | {f"index {row[0]}" for row in indexes}
 
 
 def used_bytes(db: Path) -> int:

@@ -96,7 +96,7 @@ def known_migrations(*, postgres: bool) -> frozenset[str]:
             )
         )
     from .chronicle.store import CHRONICLE_MIGRATIONS
-    from .log.store import LOG_MIGRATIONS
+    from .log.store import LOG_MIGRATIONS, LOG_RETIRED_MIGRATIONS
     from .recall.schema import MIGRATIONS as RECALL_MIGRATIONS
     from .scheduler.schema import SCHEDULER_MIGRATIONS
     from .sessions.fold import MIGRATIONS as SESSION_MIGRATIONS
@@ -110,7 +110,7 @@ def known_migrations(*, postgres: bool) -> frozenset[str]:
             *RECALL_MIGRATIONS,
             *SCHEDULER_MIGRATIONS,
         )
-    )
+    ).union(LOG_RETIRED_MIGRATIONS)
 
 
 def reads_sqlite(reader: Reader) -> TypeIs[EventReader[SQLiteEventStore]]:

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.store import (
-    LOG_MIGRATIONS,
+    LOG_RETIRED_MIGRATIONS,
     PendingEvent,
     SQLiteEventStore,
     stored_text_sql,
@@ -254,39 +255,76 @@ def test_a_conversations_rare_events_are_found_by_the_index_alone(tmp_path: Path
         store.close()
 
 
-def test_an_older_log_gains_the_session_namespace_index_when_it_opens(tmp_path: Path) -> None:
-    """A store an older build wrote (log.m001 only) is migrated as it opens: same events, the
-    index built and recorded, and its reads planned on it."""
-    path = tmp_path / "old.db"
-    old = SQLiteEventStore(path, migrations=())
+def _an_older_log(path: Path) -> None:
+    """A store as a build before the (session, namespace) index left it."""
+    old = SQLiteEventStore(path)
     try:
-        with old.atomic() as conn:  # as the build before log.m002 left it
+        with old.atomic() as conn:
             conn.execute("DROP INDEX events_by_session_namespace")
-            conn.execute(
-                "DELETE FROM migrations WHERE name = 'log.m002_events_by_session_namespace'"
-            )
         _conversations(old)
-        assert old.migrated() == {"log.m001_events"}
     finally:
         old.close()
+
+
+def _read_context(store: SQLiteEventStore) -> list[int]:
+    return [e.seq for e in store.read(sessions=["c3"], namespaces=["chronicle.context"])]
+
+
+def test_an_older_log_gains_the_session_namespace_index_when_it_opens(tmp_path: Path) -> None:
+    """An older store gets the index as it opens writable: same events, its reads planned on
+    it, and nothing recorded, so an older build still opens the store."""
+    path = tmp_path / "old.db"
+    _an_older_log(path)
     store = SQLiteEventStore(path)
     try:
-        assert store.migrated() == {"log.m001_events", "log.m002_events_by_session_namespace"}
+        assert store.migrated() == {"log.m001_events"}
         with store.reading() as conn:
             (sql,) = conn.execute(
                 "SELECT sql FROM sqlite_master WHERE name = 'events_by_session_namespace'"
             ).fetchone()
         assert "(session, namespace, seq)" in sql
         assert store.count() == 4000
-        read = lambda: [  # noqa: E731
-            e.seq for e in store.read(sessions=["c3"], namespaces=["chronicle.context"])
-        ]
-        assert read() == [350, 400]
-        (plan,) = _plans(store, read)
+        assert _read_context(store) == [350, 400]
+        (plan,) = _plans(store, lambda: _read_context(store))
         assert "events_by_session_namespace" in plan, plan
-        assert store.migrate(LOG_MIGRATIONS) == []  # recorded: not applied again
     finally:
         store.close()
+
+
+def test_an_older_log_opened_read_only_answers_without_the_index(tmp_path: Path) -> None:
+    """Review 05:31 (session 10): a read-only open of a store an older build wrote must answer,
+    as it did before the index existed; the index waits for a writable open."""
+    path = tmp_path / "old.db"
+    _an_older_log(path)
+    store = SQLiteEventStore(f"file:{path}?mode=ro")
+    try:
+        assert store.count() == 4000 and _read_context(store) == [350, 400]
+        with store.reading() as conn:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "events_by_session_namespace" not in names
+    finally:
+        store.close()
+    core = ChronicleCore(f"file:{path}?mode=ro")  # the whole engine opens it too
+    try:
+        assert core.store.count() == 4000
+    finally:
+        core.shutdown()
+
+
+def test_a_store_that_recorded_the_index_as_a_migration_still_opens(tmp_path: Path) -> None:
+    """331733b recorded the index as `log.m002_events_by_session_namespace`; such a store is
+    not refused as one a newer build migrated."""
+    path = tmp_path / "m002.db"
+    with SQLiteEventStore(path) as store, store.atomic() as conn:
+        conn.execute(
+            "INSERT INTO migrations(name, applied_at) VALUES (?, '2026-12-02T05:44:00Z')",
+            (LOG_RETIRED_MIGRATIONS[0],),
+        )
+    core = ChronicleCore(path)
+    try:
+        assert LOG_RETIRED_MIGRATIONS[0] in core.store.migrated()
+    finally:
+        core.shutdown()
 
 
 def test_inventory_counts(store: SQLiteEventStore) -> None:

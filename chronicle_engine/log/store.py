@@ -450,6 +450,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_session ON events(session, seq);
 CREATE INDEX IF NOT EXISTS events_by_type ON events(namespace, type, seq);
+CREATE INDEX IF NOT EXISTS events_by_session_namespace ON events(session, namespace, seq);
 CREATE TRIGGER IF NOT EXISTS events_never_update BEFORE UPDATE ON events
 BEGIN SELECT RAISE(ABORT, 'chronicle: events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_never_delete BEFORE DELETE ON events
@@ -485,20 +486,23 @@ def _split_sql(script: str) -> list[str]:
     return statements
 
 
-def _m002_events_by_session_namespace(conn: sqlite3.Connection) -> None:
-    # A conversation's events of one namespace (compaction's context events, among the
+LOG_MIGRATIONS: tuple[Migration, ...] = (Migration("log.m001_events", _m001_events),)
+
+LOG_RETIRED_MIGRATIONS: tuple[str, ...] = ("log.m002_events_by_session_namespace",)
+"""Names a build recorded for a step this build does without (the index below, briefly a
+migration): a store that holds them opens as any other."""
+
+_LATER_INDEXES: tuple[tuple[str, str], ...] = (
+    # A conversation's events of one namespace (compaction's context events among the
     # session's chat rows) found by the index alone: the rows read grow with what the read
-    # returns, not with the session's length. Built once when an older store opens (about
-    # 1.5 s and 36 bytes an event on a 1M-message store; the build holds the write lock).
-    conn.execute(
-        "CREATE INDEX IF NOT EXISTS events_by_session_namespace ON events(session, namespace, seq)"
-    )
-
-
-LOG_MIGRATIONS: tuple[Migration, ...] = (
-    Migration("log.m001_events", _m001_events),
-    Migration("log.m002_events_by_session_namespace", _m002_events_by_session_namespace),
+    # returns, not with the session's length. ~36 bytes an event.
+    ("events_by_session_namespace", "ON events(session, namespace, seq)"),
 )
+"""Indexes of the events table added after stores already existed. A new store gets them with
+its schema; an older one when a build of this age first opens it writable (about 1.5-2.7 s for
+a 1M-message store, once, holding the write lock). They are not migrations: nothing is
+recorded, so an older build still opens the store (it keeps them up to date unknowingly) and a
+read-only open skips them (every read answers the same without them, only slower)."""
 
 
 _LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -620,6 +624,7 @@ class SQLiteEventStore:
         if not self.in_memory and not self.uri:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.migrate(LOG_MIGRATIONS)
+        self._build_later_indexes()
         if migrations:
             self.migrate(migrations)
 
@@ -818,6 +823,23 @@ class SQLiteEventStore:
                     )
                 applied.append(migration.name)
         return applied
+
+    def _build_later_indexes(self) -> None:
+        """Build the `_LATER_INDEXES` an older store lacks, if it can be written now."""
+        with sqlite_errors("reading the schema"), self.reading() as conn:
+            have = {
+                str(row[0])
+                for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+            }
+        missing = [(name, on) for name, on in _LATER_INDEXES if name not in have]
+        if not missing:
+            return
+        try:
+            with sqlite_errors("indexing the log"), self.atomic() as conn:
+                for name, on in missing:
+                    conn.execute(f"CREATE INDEX IF NOT EXISTS {name} {on}")
+        except (StoreReadOnly, StoreBusy):
+            return  # read-only, or another writer holds the log: a later open builds them
 
     def migrated(self) -> set[str]:
         """The names of the migrations recorded in this database (by this build or another)."""
