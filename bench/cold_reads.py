@@ -25,6 +25,7 @@ import random
 import re
 import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 from collections import Counter
@@ -119,12 +120,14 @@ def main() -> int:
     jobs = [("first_search", q) for q in probes]
     if args.compress:
         jobs += [("compress", f"compress-{k}") for k in range(args.queries)]
+    runs: dict[str, list[tuple[dict[str, float], dict[str, Counter[str]]]]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="chronicle-reads-") as tmp:
             for role, arg in jobs:
                 how = drop_cache(scratch)
                 got = traced(role, scratch, arg, Path(tmp) / "trace")
                 phases = reads(Path(tmp) / "trace", scratch, page_size)
+                runs.setdefault(role, []).append((got, phases))
                 timing = ", ".join(f"{k} {v:.1f}" for k, v in got.items())
                 print(f"\n{role} {arg!r} ({timing}; {how})")
                 for phase, counts in phases.items():
@@ -134,7 +137,27 @@ def main() -> int:
     finally:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{scratch}{suffix}").unlink(missing_ok=True)
+    for role, done in runs.items():
+        summary(role, done)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (wall times under strace)")
     return 0
+
+
+def summary(role: str, runs: list[tuple[dict[str, float], dict[str, Counter[str]]]]) -> None:
+    """min / median / max over the runs of one role: its timings (under strace), the reads of
+    each phase, and of each b-tree that any run read 20 pages of or more."""
+
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
+
+    print(f"\n{role}, {len(runs)} cold runs, min / median / max:")
+    for key in runs[0][0]:
+        print(f"  {key:>28}: {spread([got[key] for got, _ in runs])}")
+    for phase in ("open", "run"):
+        print(f"  {phase + ' reads':>28}: {spread([sum(p[phase].values()) for _, p in runs])}")
+        names = {n for _, p in runs for n, c in p[phase].items() if c >= 20}
+        for name in sorted(names, key=lambda n: -sum(p[phase][n] for _, p in runs)):
+            print(f"  {name:>28}: {spread([p[phase][name] for _, p in runs])}")
 
 
 if __name__ == "__main__":
