@@ -9,7 +9,8 @@ background work settles, as scale.py's measure does), then for each of `--querie
 `first_search` child runs under `strace -f -y -e trace=pread64,read,write`. Every pread of the
 database file is mapped to the b-tree that owns the page (dbstat), split into what opening the
 store and building recall read and what the search itself read. Counts of page reads do not
-depend on the machine's load; the wall times printed beside them do.
+depend on the machine's load; the wall times printed beside them do (and strace slows every
+read). It ends with the min / median / max of each over the runs.
 
 With `--compress` the first compress() of a 1,001-message conversation already captured (as
 scale.py measures it) is counted the same way. With `--match-budget N` the searches run with
