@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import pytest
 from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.store import (
+    _RARE,
+    _RARE_NAMESPACES,
     LOG_RETIRED_MIGRATIONS,
     PendingEvent,
     SQLiteEventStore,
@@ -195,7 +198,7 @@ def test_latest_of_a_type_seeks_its_index_from_the_end(store: SQLiteEventStore) 
     assert store.latest("chronicle.session", "Other", sessions=["s3"]) is None
     assert store.latest("chronicle.session", "Thing", sessions=[]) is None
     (plan,) = _plans(store, lambda: store.latest("chronicle.session", "Thing", sessions=["s3"]))
-    assert "USING INDEX events_by_" in plan and "SCAN events" not in plan, plan
+    assert "USING INDEX events_" in plan and "SCAN events" not in plan, plan
 
 
 def test_a_fold_catching_up_walks_the_seq_range(store: SQLiteEventStore) -> None:
@@ -240,14 +243,14 @@ def test_a_conversations_rare_events_are_found_by_the_index_alone(tmp_path: Path
         ]
         assert read() == [350, 400]
         (plan,) = _plans(store, read)
-        assert "USING INDEX events_by_session_namespace (session=? AND namespace=?" in plan, plan
+        assert "USING INDEX events_rare_by_session (session=? AND namespace=?" in plan, plan
         lineage = lambda: [  # noqa: E731
             e.seq
             for e in store.read(after=360, sessions=["c5", "c3"], namespaces=["chronicle.context"])
         ]
         assert lineage() == [400, 550, 600]
         (plan,) = _plans(store, lineage)
-        assert "USING INDEX events_by_session_namespace (session=? AND namespace=?" in plan, plan
+        assert "USING INDEX events_rare_by_session (session=? AND namespace=?" in plan, plan
         # A session's whole history, every namespace, still walks the session's own index.
         (plan,) = _plans(store, lambda: list(store.read(after=310, sessions=["c3"])))
         assert "events_by_session (session=? AND seq>?)" in plan, plan
@@ -260,7 +263,7 @@ def _an_older_log(path: Path) -> None:
     old = SQLiteEventStore(path)
     try:
         with old.atomic() as conn:
-            conn.execute("DROP INDEX events_by_session_namespace")
+            conn.execute("DROP INDEX events_rare_by_session")
         _conversations(old)
     finally:
         old.close()
@@ -280,13 +283,13 @@ def test_an_older_log_gains_the_session_namespace_index_when_it_opens(tmp_path: 
         assert store.migrated() == {"log.m001_events"}
         with store.reading() as conn:
             (sql,) = conn.execute(
-                "SELECT sql FROM sqlite_master WHERE name = 'events_by_session_namespace'"
+                "SELECT sql FROM sqlite_master WHERE name = 'events_rare_by_session'"
             ).fetchone()
-        assert "(session, namespace, seq)" in sql
+        assert "(session, namespace, seq)" in sql and "'chronicle.context'" in sql
         assert store.count() == 4000
         assert _read_context(store) == [350, 400]
         (plan,) = _plans(store, lambda: _read_context(store))
-        assert "events_by_session_namespace" in plan, plan
+        assert "events_rare_by_session" in plan, plan
     finally:
         store.close()
 
@@ -301,7 +304,7 @@ def test_an_older_log_opened_read_only_answers_without_the_index(tmp_path: Path)
         assert store.count() == 4000 and _read_context(store) == [350, 400]
         with store.reading() as conn:
             names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-        assert "events_by_session_namespace" not in names
+        assert "events_rare_by_session" not in names
     finally:
         store.close()
     core = ChronicleCore(f"file:{path}?mode=ro")  # the whole engine opens it too
@@ -325,6 +328,38 @@ def test_a_store_that_recorded_the_index_as_a_migration_still_opens(tmp_path: Pa
         assert LOG_RETIRED_MIGRATIONS[0] in core.store.migrated()
     finally:
         core.shutdown()
+
+
+def test_the_full_session_namespace_index_gives_way_to_the_partial_one(tmp_path: Path) -> None:
+    """37d6c0f and 82c8ad1 built a full (session, namespace, seq) index; a writable open drops
+    it for the partial one, which holds no message (the bulk of every append) and still finds a
+    conversation's rare events; every namespace it names is its room's own."""
+    from chronicle_engine.capture.events import HOST_NAMESPACE
+    from chronicle_engine.compaction.events import NAMESPACE as CONTEXT
+    from chronicle_engine.sessions.events import NAMESPACE as SESSION
+
+    assert set(_RARE_NAMESPACES) == {CONTEXT, HOST_NAMESPACE, SESSION}
+    path = tmp_path / "full.db"
+    _an_older_log(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE INDEX events_by_session_namespace ON events(session, namespace, seq)")
+    store = SQLiteEventStore(path)
+    try:
+        with store.reading() as conn:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+            (held,) = conn.execute(
+                f"SELECT count(*) FROM events INDEXED BY events_rare_by_session WHERE {_RARE}"
+            ).fetchone()
+        assert "events_by_session_namespace" not in names and "events_rare_by_session" in names
+        assert held == 80  # the forty conversations' context events, none of their messages
+        assert _read_context(store) == [350, 400]
+        (plan,) = _plans(store, lambda: _read_context(store))
+        assert "events_rare_by_session" in plan, plan
+        # A read of the messages themselves is answered as before (not by the partial index).
+        chat = list(store.read(sessions=["c3"], namespaces=["chronicle.chat"]))
+        assert len(chat) == 98
+    finally:
+        store.close()
 
 
 def test_inventory_counts(store: SQLiteEventStore) -> None:
