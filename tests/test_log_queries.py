@@ -362,6 +362,29 @@ def test_the_full_session_namespace_index_gives_way_to_the_partial_one(tmp_path:
         store.close()
 
 
+def test_an_index_written_otherwise_before_is_built_again(tmp_path: Path) -> None:
+    """A store holding an earlier definition under the index's name (6a1f409 wrote its term as
+    `namespace IN (...)`, which costs every append a lookup table) gets the current one."""
+    path = tmp_path / "earlier.db"
+    _an_older_log(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE INDEX events_rare_by_session ON events(session, namespace, seq)"
+            " WHERE namespace IN ('chronicle.context', 'chronicle.host', 'chronicle.session')"
+        )
+    store = SQLiteEventStore(path)
+    try:
+        with store.reading() as conn:
+            (sql,) = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE name = 'events_rare_by_session'"
+            ).fetchone()
+        assert sql.endswith(f"WHERE {_RARE}") and " IN (" not in sql, sql
+        (plan,) = _plans(store, lambda: _read_context(store))
+        assert "events_rare_by_session" in plan and _read_context(store) == [350, 400], plan
+    finally:
+        store.close()
+
+
 def test_inventory_counts(store: SQLiteEventStore) -> None:
     counts = store.type_counts()
     assert [(ns, n) for ns, _, n, _, _ in counts] == [
