@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from postgres_support import own_schema
 
-from chronicle_engine.log.postgres import QmarkConnection
+from chronicle_engine.log.postgres import QmarkConnection, _as_any
 from chronicle_engine.log.tables import insert_rows
 
 
@@ -83,14 +83,31 @@ def test_a_long_in_list_reads_what_sqlite_reads(conn):
     lite.executemany("INSERT INTO words(n, w) VALUES (?, ?)", rows)
     ints = list(range(0, 180, 3))
     texts = [f"w{n}" for n in range(1, 160, 2)]
-    for sql, params in (
-        (f"SELECT n FROM words WHERE n IN ({','.join('?' * len(ints))}) ORDER BY n", ints),
+    not_in = f"NOT IN ({','.join('?' * len(ints))})"
+    for sql, params, sent in (
+        (
+            f"SELECT n FROM words WHERE n IN ({','.join('?' * len(ints))}) ORDER BY n",
+            ints,
+            ("SELECT n FROM words WHERE n = ANY(?) ORDER BY n", [ints]),
+        ),
         (
             f"SELECT n FROM words WHERE n > ? AND w IN ({', '.join('?' * len(texts))})"
-            f" AND n NOT IN ({','.join('?' * len(ints))}) ORDER BY n LIMIT ?",
+            f" AND n {not_in} ORDER BY n LIMIT ?",
             [5, *texts, *ints, 30],
+            (
+                f"SELECT n FROM words WHERE n > ? AND w = ANY(?) AND n {not_in} ORDER BY n LIMIT ?",
+                [5, texts, *ints, 30],
+            ),
         ),
-        (f"SELECT n FROM words WHERE n IN ({','.join('?' * 51)}) ORDER BY n", ints[:51]),
+        (
+            f"SELECT n FROM words WHERE n IN ({','.join('?' * 51)}) ORDER BY n",
+            ints[:51],
+            ("SELECT n FROM words WHERE n = ANY(?) ORDER BY n", [ints[:51]]),
+        ),
     ):
         want = [r[0] for r in lite.execute(sql, params).fetchall()]
         assert [r[0] for r in conn.execute(sql, params).fetchall()] == want and want
+        # (the server reads a long IN list too: the text it is sent is what this checks)
+        assert _as_any(sql, params) == sent
+    mixed = ("SELECT n FROM words WHERE n IN (?, ?)", [1, "w1"])  # two types: left as it is
+    assert _as_any(*mixed) == mixed

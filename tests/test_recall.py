@@ -802,6 +802,19 @@ def test_merging_the_indexes_leaves_search_unchanged(sqlite_core):
         report.detail["indexes"]
     )
     assert core.recall.search("lighthouse tide", user_id="u") == before
+    for _ in range(20):  # bounded: each run merges at most 64 pages an index
+        if MAINTENANCE["fts_optimize"](ctx).wrapped:
+            break
+    # A run with nothing left to merge writes nothing but its merge commands (one change each,
+    # as SQLite counts them): the merge setting is kept once, not written again every run.
+    with core.store.atomic() as conn:
+        start = conn.total_changes
+        (held,) = conn.execute("SELECT v FROM recall_fts_1_config WHERE k = 'usermerge'").fetchone()
+    idle = MAINTENANCE["fts_optimize"](ctx)
+    with core.store.atomic() as conn:
+        changes = conn.total_changes - start
+    assert held == 2 and idle.wrapped and idle.processed == 0
+    assert changes == len(idle.detail["indexes"]), changes
 
 
 def test_sweep_beliefs_walks_in_bounded_steps_and_finds_nothing_wrong(core):

@@ -103,12 +103,16 @@ def fts_optimize(ctx: TaskContext) -> SweepReport:
     changed: dict[str, int] = {}
     for table in tables:
         quoted = '"' + table.replace('"', '""') + '"'
+        config = '"' + (table + "_config").replace('"', '""') + '"'  # FTS5's own shadow table
         with sqlite_errors(f"merging full-text index {table}"), store.atomic() as conn:
-            # (kept in the index's own config: a setting, not content; the merge reads it)
-            conn.execute(
-                f"INSERT INTO {quoted}({quoted}, rank) VALUES ('usermerge', ?)",
-                (_LEVEL_MERGES_AT,),
-            )
+            # (kept in the index's own config: a setting, not content; the merge reads it;
+            # written once, not a row rewritten every run)
+            held = conn.execute(f"SELECT v FROM {config} WHERE k = 'usermerge'").fetchone()
+            if held is None or held[0] != _LEVEL_MERGES_AT:
+                conn.execute(
+                    f"INSERT INTO {quoted}({quoted}, rank) VALUES ('usermerge', ?)",
+                    (_LEVEL_MERGES_AT,),
+                )
             before = conn.total_changes
             conn.execute(f"INSERT INTO {quoted}({quoted}, rank) VALUES ('merge', ?)", (ctx.budget,))
             # The merge command counts as one change itself; more means it moved pages.

@@ -13,10 +13,12 @@ hosts instead of under SQLite's one writer:
 
 Sweep cursors (`scheduler_sweeps`) and the consolidation fold's open units
 (`consolidation_units`) are here too; `sweeps.SweepCursors` and `consolidation.ConversationUnits`
-read and write them with the same SQL on both stores (over `PostgresTables`). The consolidation
-fold and the reaper take a transaction-scoped advisory lock named after what they do
-(`PostgresSchedulerTables.lock`), so one host at a time folds or reaps, and the fold reads its
-position under that lock (a batch another host folded meanwhile is given up, not written twice).
+read and write them with the same SQL on both stores (over `PostgresTables`). A batch of the
+consolidation fold is written once across hosts by its position row, held in the fold's
+transaction (`Projector`, `held_position`: a batch another host folded meanwhile is given up,
+`FoldMoved`); before that row the fold takes a transaction-scoped advisory lock named after it
+(`PostgresSchedulerTables.lock`), the lock hosts before 696f0a0 relied on alone, so a fleet
+mid-upgrade takes both in one order. The reaper takes such a lock too: one host at a time reaps.
 `PostgresSchedulerTables` hands the `Scheduler` these parts (`tables.open_tables`).
 """
 
