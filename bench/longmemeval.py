@@ -549,9 +549,14 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack, argv: Sequence[st
             for v in variants
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1), encoding="utf-8")
-    print(f"\nwrote {args.out}")
+    return write_document(args.out, document)
+
+
+def write_document(path: Path, document: dict[str, Any]) -> int:
+    """A bench's figures as JSON at `path` (its folder made); 0, the exit status."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1), encoding="utf-8")
+    print(f"\nwrote {path}")
     return 0
 
 

@@ -510,10 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             name: {c: sum(row[c]) / len(row[c]) for c in COLUMNS} for name, row in out.items()
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=1), encoding="utf-8")
-    print(f"\nwrote {args.out}")
-    return 0
+    return longmemeval.write_document(args.out, document)
 
 
 if __name__ == "__main__":
