@@ -447,14 +447,14 @@ _RARE = "(" + " OR ".join(f"namespace = '{n}'" for n in _RARE_NAMESPACES) + ")"
 """The partial index's own term: SQLite uses such an index only for a query whose WHERE holds
 it, so a read of these namespaces names it too (true of every row it reads). Equalities joined
 by OR, not `namespace IN (...)`: every append evaluates it, and SQLite builds a constant IN
-list's lookup table again at each row (callgrind, 12k appends: +31k instructions an event
-against +1.3k for the ORs; a full index +7.8k)."""
+list's lookup table again at each row (`bench/append_index.py`: +30k instructions an event
+against +1.4k for the ORs; a full index +6.7k)."""
 
 _LATER_INDEXES: tuple[tuple[str, str], ...] = (
     # A conversation's rare events (compaction's context events, the session tree's switches)
     # found among its chat rows by the index alone: the rows read grow with what the read
     # returns, not with the session's length. Partial: a full index on (session, namespace,
-    # seq) cost every append an entry (batches of 100: -21% events/s).
+    # seq) cost every append an entry (bench/append_index.py).
     ("events_rare_by_session", f"ON events(session, namespace, seq) WHERE {_RARE}"),
 )
 """Indexes of the events table added after stores already existed. A new store gets them with
