@@ -3,6 +3,7 @@
     .venv/bin/python bench/scale.py [--sizes 10000 100000 1000000] [--cache DIR] [--rebuild]
                                     [--queries 300] [--turns 200] [--repeat 3]
     .venv/bin/python bench/scale.py --sizes 10000 --text-scales 1 3   # bytes against text only
+    taskset -c 1 .venv/bin/python bench/scale.py --import-only [--import-runs 5] [--instructions]
 
 Each store is built once and cached (`--cache`, default bench/out/scale/): the corpus of
 bench/search_scale.py (one user, 40 messages to a session, each session ended as the host's
@@ -22,6 +23,14 @@ it is installed); "warm" means they were read through just before (all warm runs
 the cold ones). Prints one table with a column per size and how each row grows from the
 smallest size to the largest; writes bench/out/scale.json.
 
+`--import-only` measures the plugin's import alone (`measure_import` below: bare and
+beside Hermes' own imports, Chronicle selected and not, then a first turn) and prints those rows,
+each the fastest of `--import-runs` processes; the machine's speed swings between processes, so
+pin them to one CPU (`taskset -c 1`, which the children inherit) and compare instructions:
+`--instructions` runs each figure once more under `valgrind --tool=callgrind`, counting only
+what the child times (from the import to the end of register(), or of the first sync_turn), with
+PYTHONHASHSEED=0 (bench/instructions.py's toggle library; needs valgrind, its headers and gcc).
+
 Every loop is bounded in count and in time; a build that runs out of time (`--build-limit`, 14
 minutes by default) says so and stops, and the next run goes on from where it stopped. At 1M
 the build takes about 20 minutes on a quiet 2-core machine: expect two runs.
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -41,6 +51,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -182,8 +193,6 @@ def child_compress(db: Path, session: str) -> dict[str, Any]:
 
 
 def child_sync_turn(db: Path, turns: int) -> dict[str, Any]:
-    import tempfile
-
     from sync_turn import turn
 
     from provider import ChronicleMemoryProvider
@@ -226,7 +235,16 @@ def rss():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
+counting = None
+if len(sys.argv) > 4:  # under callgrind: count what the timers below time, nothing else
+    import ctypes
+    counting = ctypes.CDLL(sys.argv[4])
+def stop():
+    if counting is not None:
+        counting.cg_off()
 root, before, modules = sys.argv[1], rss(), len(sys.modules)
+if counting is not None:
+    counting.cg_on()
 t0, cpu0 = time.perf_counter(), time.process_time()
 spec = importlib.util.spec_from_file_location(
     "chronicle_plugin", root + "/__init__.py", submodule_search_locations=[root]
@@ -241,6 +259,8 @@ class Host:  # both loaders' registration calls, as Hermes makes them at start-u
             return lambda *args, **kwargs: registered.setdefault(name, args)
         raise AttributeError(name)
 module.register(Host())
+if sys.argv[3] != "use":
+    stop()
 out = {"seconds": time.perf_counter() - t0, "rss_added_mb": rss() - before,
        "modules_added": len(sys.modules) - modules,
        "pydantic_ai_loaded": "pydantic_ai" in sys.modules}
@@ -253,6 +273,7 @@ if sys.argv[3] == "use":  # then a new store opened and one turn captured, as a 
         provider.sync_turn(turn[0]["content"], turn[1]["content"], session_id="first",
                            messages=turn)
         out["use_cpu_seconds"] = time.process_time() - cpu0
+        stop()
         out["use_rss_added_mb"] = rss() - before
         provider.shutdown()
 print(json.dumps(out))
@@ -263,19 +284,40 @@ HOST_IMPORTS = "pydantic,yaml,httpx,openai"
 """What Hermes has imported before it loads a plugin (its own pinned dependencies)."""
 
 
-def _import_child(preloaded: str, then: str, env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", _IMPORT, str(ROOT), preloaded, then],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env=env,
-    )
+def _import_child(
+    preloaded: str, then: str, env: dict[str, str], counting: Path | None = None
+) -> dict[str, Any]:
+    """One child's figures; with `counting` (bench/instructions.py's toggle library) it runs under
+    callgrind, which counts the instructions of what the child times, and adds them."""
+    argv = [sys.executable, "-c", _IMPORT, str(ROOT), preloaded, then]
+    if counting is None:
+        return _child_json(argv, env)
+    from instructions import _instructions
+
+    with tempfile.TemporaryDirectory(prefix="chronicle-scale-callgrind-") as tmp:
+        dump = Path(tmp, "callgrind.out")
+        got = _child_json(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                "--collect-atstart=no",
+                f"--callgrind-out-file={dump}",
+                *argv,
+                str(counting),
+            ],
+            {**env, "PYTHONHASHSEED": "0"},
+        )
+        got["instructions"] = _instructions(dump)
+    return got
+
+
+def _child_json(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=True, env=env)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def measure_import(runs: int = 5) -> dict[str, Any]:
+def measure_import(runs: int = 5, count: bool = False) -> dict[str, Any]:
     """The plugin imported and registered as Hermes' loaders do it (the provider and the engine
     built, nothing opened): in a bare interpreter, and in one that already holds Hermes' own
     dependencies, which is what the plugin adds to Hermes' process. The fastest of `runs` each.
@@ -290,9 +332,11 @@ def measure_import(runs: int = 5) -> dict[str, Any]:
     measured selected.
 
     A first run writes the bytecode cache, as any start of an installed plugin has it (with
-    PYTHONDONTWRITEBYTECODE set, every run would compile the plugin's sources again)."""
-    import tempfile
+    PYTHONDONTWRITEBYTECODE set, every run would compile the plugin's sources again).
 
+    With `count`, each of the three is also run once more under callgrind, which counts its
+    instructions (`instructions`, `selected.instructions`, `use_instructions`): a figure the
+    machine's load does not change."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="chronicle-scale-homes-") as homes:
@@ -306,6 +350,11 @@ def measure_import(runs: int = 5) -> dict[str, Any]:
             {**env, "HERMES_HOME": str(plain)},
             {**env, "HERMES_HOME": str(chosen)},
         )
+        counting = None
+        if count:
+            from instructions import _library
+
+            counting = _library(Path(homes))
         _import_child("", "use", selected)
         for label, preloaded in (("bare", ""), ("in_host", HOST_IMPORTS)):
             imported = [_import_child(preloaded, "", unselected) for _ in range(runs)]
@@ -315,6 +364,11 @@ def measure_import(runs: int = 5) -> dict[str, Any]:
             out[label]["selected"] = min(picked, key=lambda r: r["seconds"])
             out[label]["use_cpu_seconds"] = min(r["use_cpu_seconds"] for r in used)
             out[label]["use_rss_added_mb"] = min(r["use_rss_added_mb"] for r in used)
+            if counting is not None:
+                count_one = functools.partial(_import_child, preloaded, counting=counting)
+                out[label]["instructions"] = count_one("", unselected)["instructions"]
+                out[label]["selected"]["instructions"] = count_one("", selected)["instructions"]
+                out[label]["use_instructions"] = count_one("use", selected)["instructions"]
     return out
 
 
@@ -773,6 +827,16 @@ def table(rows: list[dict[str, Any]], imported: dict[str, Any]) -> list[tuple[st
         [f"{r['catchup_peak_rss_mb']:.0f} MB ({r['catchup_s']:.0f} s)" for r in rows],
         [r["catchup_peak_rss_mb"] for r in rows],
     )
+    return lines + import_lines(imported, len(rows))
+
+
+def import_lines(imported: dict[str, Any], columns: int) -> list[tuple[str, list[str], str]]:
+    """The rows of `measure_import`'s figures, the same in each of `columns` columns."""
+
+    def counted(run: dict[str, Any], key: str) -> str:
+        return f", {run[key] / 1e6:,.0f}M instructions" if key in run else ""
+
+    lines: list[tuple[str, list[str], str]] = []
     for label, key in (("bare interpreter", "bare"), ("beside Hermes' own imports", "in_host")):
         got = imported[key]
         for how, run in (("", got), (", Chronicle selected", got["selected"])):
@@ -780,21 +844,44 @@ def table(rows: list[dict[str, Any]], imported: dict[str, Any]) -> list[tuple[st
                 (
                     f"plugin import + register(), {label}{how}",
                     [
-                        f"{run['seconds']:.2f} s, {run['rss_added_mb']:.1f} MB"
-                        f" ({run['modules_added']} modules)"
+                        f"{run['seconds']:.3f} s, {run['rss_added_mb']:.1f} MB"
+                        f" ({run['modules_added']} modules){counted(run, 'instructions')}"
                     ]
-                    * len(rows),
+                    * columns,
                     "(independent of size)",
                 )
             )
         lines.append(
             (
                 "  selected, then initialize() (new store) + 1 sync_turn, CPU",
-                [f"{got['use_cpu_seconds']:.2f} s, {got['use_rss_added_mb']:.1f} MB"] * len(rows),
+                [
+                    f"{got['use_cpu_seconds']:.3f} s, {got['use_rss_added_mb']:.1f} MB"
+                    f"{counted(got, 'use_instructions')}"
+                ]
+                * columns,
                 "(from the import on)",
             )
         )
     return lines
+
+
+def _print_table(head: list[str], lines: list[tuple[str, list[str], str]]) -> None:
+    width = max(len(label) for label, _, _ in lines)
+    cols = [max(len(h), *(len(cells[i]) for _, cells, _ in lines)) for i, h in enumerate(head)]
+    print()
+    print(
+        " | ".join([" " * width, *(h.rjust(c) for h, c in zip(head, cols, strict=True)), "growth"])
+    )
+    for label, cells, growth in lines:
+        print(
+            " | ".join(
+                [
+                    label.ljust(width),
+                    *(x.rjust(c) for x, c in zip(cells, cols, strict=True)),
+                    growth,
+                ]
+            )
+        )
 
 
 def load() -> str:
@@ -827,6 +914,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure bytes only: build each size with k times the text a message for each k"
         " given (e.g. 1 3) and fit bytes per message against text per message",
     )
+    parser.add_argument(
+        "--import-only",
+        action="store_true",
+        help="measure the plugin's import alone (no store built or read) and print its rows",
+    )
+    parser.add_argument(
+        "--import-runs", type=int, default=5, help="processes each import figure is the fastest of"
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count each import figure's instructions under callgrind (needs valgrind, its"
+        " headers and gcc)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     if args.child:
@@ -844,6 +945,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("the machine is shared with other jobs: timings are not final")
     if args.text_scales:
         return bytes_against_text(args)
+    if args.import_only:
+        _print_table(
+            ["import"], import_lines(measure_import(args.import_runs, args.instructions), 1)
+        )
+        print(f"{load()} at the end")
+        return 0
     rows = []
     for size in sorted(args.sizes):
         db, meta = built(args.cache, size, args.rebuild, args.build_limit)
@@ -853,25 +960,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{size:,}] measured; {load()}", flush=True)
     if args.build_only:
         return 0
-    imported = measure_import()
-    lines = table(rows, imported)
-    width = max(len(label) for label, _, _ in lines)
-    head = [f"{r['messages']:,} ({r['sections']:,} sections)" for r in rows]
-    cols = [max(len(h), *(len(cells[i]) for _, cells, _ in lines)) for i, h in enumerate(head)]
-    print()
-    print(
-        " | ".join([" " * width, *(h.rjust(c) for h, c in zip(head, cols, strict=True)), "growth"])
+    imported = measure_import(args.import_runs, args.instructions)
+    _print_table(
+        [f"{r['messages']:,} ({r['sections']:,} sections)" for r in rows], table(rows, imported)
     )
-    for label, cells, growth in lines:
-        print(
-            " | ".join(
-                [
-                    label.ljust(width),
-                    *(x.rjust(c) for x, c in zip(cells, cols, strict=True)),
-                    growth,
-                ]
-            )
-        )
     print()
     print(f"warm: {rows[-1].get('cache_warm', 'not measured')}")
     print(f"cold: {rows[-1].get('cache_cold', 'not measured')}")
