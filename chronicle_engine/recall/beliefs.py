@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 
 from ..capture.secrets import has_secret
 from .porter import stem
@@ -59,64 +60,92 @@ _RELATIONS = (
 )
 _NAME = r"((?-i:[A-Z][\w'-]*(?: [A-Z][\w'-]*)?))"  # a capitalised name, even in an /i pattern
 _CLAUSE = r"([^,.;!?\n]{1,80})"
-_END_WORDS = re.compile(
-    r"\s+(?:because|but|and i|and we|and my|and our|and the|when|since|so that|which|who|though|"
-    r"although|if|"
-    r"now|anymore|these days|nowadays|lately|too|as well|right now|please|last (?:year|month|week|"
-    r"weekend|night)|yesterday|today|recently|a while ago|this (?:year|month|week)|\d+ \w+ ago)\b.*$",
-    re.IGNORECASE,
-)
-_LEADING = re.compile(r"^(?:the|a|an|my|our|some|this|that)\s+", re.IGNORECASE)
-
-_RULES_FACT: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\bmy name is " + _NAME), "name"),
-    (re.compile(r"\b(?:call me|i go by) " + _NAME), "name"),
-    (re.compile(r"\bi(?: am|'m) called " + _NAME), "name"),
-    (re.compile(r"\bi (?:live|am living|'m living|reside) in " + _CLAUSE, re.I), "home"),
-    (re.compile(r"\bi(?: have|'ve|) (?:just |recently )?moved to " + _CLAUSE, re.I), "home"),
-    (re.compile(r"\bi(?: am|'m) (?:originally )?from " + _CLAUSE, re.I), "origin"),
-    (re.compile(r"\bi (?:come|came) from " + _CLAUSE, re.I), "origin"),
-    (re.compile(r"\bi (?:now )?work (?:at|for) " + _CLAUSE, re.I), "employer"),
-    (re.compile(r"\bi work as (?:a|an) " + _CLAUSE, re.I), "occupation"),
-    (re.compile(r"\bi(?: am|'m) (?:\d{1,3}) years old\b", re.I), "age"),
-)
-_MY_X_IS = re.compile(r"\bmy ((?:[a-z]+(?:'s)? ){0,3}?[a-z]+) (?:is|are) " + _CLAUSE, re.IGNORECASE)
-_AGE = re.compile(r"\bi(?: am|'m) (\d{1,3}) years old\b", re.I)
-_LIKE = re.compile(
-    r"\bi (?:really |absolutely |truly |just |also |still |do )?(love|like|enjoy|adore|prefer) "
-    + _CLAUSE,
-    re.IGNORECASE,
-)
-_DISLIKE = re.compile(
-    r"\bi (?:really |absolutely |just |also |still )?(?:(?:don't|do not|dont|never) (?:like|enjoy)"
-    r"|hate|dislike|detest|can't stand|cannot stand) " + _CLAUSE,
-    re.IGNORECASE,
-)
-_INSTRUCTION = re.compile(
-    r"^(?:please\s+)?(?:(?:from now on|going forward|in (?:the )?future),?\s+)?(?:please\s+)?"
-    r"(always|never|don't ever|do not ever|don't|do not|stop|make sure to|remember to)\s+(.{3,160})$",
-    re.IGNORECASE,
-)
-_FROM_NOW_ON = re.compile(
-    r"^(?:please\s+)?(?:from now on|going forward|in (?:the )?future),?\s+(.{3,160})$", re.I
-)
-_ENTITY_MY = re.compile(
-    r"\bmy (" + _RELATIONS + r")(?:'s name is|,? (?:named|called)|,)? " + _NAME, re.IGNORECASE
-)
-_ENTITY_IS = re.compile(r"\b" + _NAME + r" is my (" + _RELATIONS + r")\b", re.IGNORECASE)
-_REMEMBER = re.compile(r"^(?:please\s+)?remember(?: that)?\s+(.{3,240})$", re.IGNORECASE)
-_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _NEGATIVE_LEAD = {"never", "don't ever", "do not ever", "don't", "do not", "stop"}
-_ADVERB_VALUE = re.compile(
-    r"^(?:so|really|very|just|also|still|pretty|super|too|not|always|being|getting|kind of|a bit)\b",
-    re.IGNORECASE,
-)
+
+
+class _Rules:
+    """The patterns a sentence is read by. Compiled when the first sentence is read, not when
+    the plugin loads: a registration imports this module, and beliefs are read later, as the
+    search index folds a person's messages."""
+
+    def __init__(self) -> None:
+        self.end_words = re.compile(
+            r"\s+(?:because|but|and i|and we|and my|and our|and the|when|since|so that|which|"
+            r"who|though|although|if|"
+            r"now|anymore|these days|nowadays|lately|too|as well|right now|please|"
+            r"last (?:year|month|week|weekend|night)|yesterday|today|recently|a while ago|"
+            r"this (?:year|month|week)|\d+ \w+ ago)\b.*$",
+            re.IGNORECASE,
+        )
+        self.leading = re.compile(r"^(?:the|a|an|my|our|some|this|that)\s+", re.IGNORECASE)
+        self.facts: tuple[tuple[re.Pattern[str], str], ...] = (
+            (re.compile(r"\bmy name is " + _NAME), "name"),
+            (re.compile(r"\b(?:call me|i go by) " + _NAME), "name"),
+            (re.compile(r"\bi(?: am|'m) called " + _NAME), "name"),
+            (re.compile(r"\bi (?:live|am living|'m living|reside) in " + _CLAUSE, re.I), "home"),
+            (
+                re.compile(r"\bi(?: have|'ve|) (?:just |recently )?moved to " + _CLAUSE, re.I),
+                "home",
+            ),
+            (re.compile(r"\bi(?: am|'m) (?:originally )?from " + _CLAUSE, re.I), "origin"),
+            (re.compile(r"\bi (?:come|came) from " + _CLAUSE, re.I), "origin"),
+            (re.compile(r"\bi (?:now )?work (?:at|for) " + _CLAUSE, re.I), "employer"),
+            (re.compile(r"\bi work as (?:a|an) " + _CLAUSE, re.I), "occupation"),
+            (re.compile(r"\bi(?: am|'m) (?:\d{1,3}) years old\b", re.I), "age"),
+        )
+        self.my_x_is = re.compile(
+            r"\bmy ((?:[a-z]+(?:'s)? ){0,3}?[a-z]+) (?:is|are) " + _CLAUSE, re.IGNORECASE
+        )
+        self.age = re.compile(r"\bi(?: am|'m) (\d{1,3}) years old\b", re.I)
+        self.like = re.compile(
+            r"\bi (?:really |absolutely |truly |just |also |still |do )?"
+            r"(love|like|enjoy|adore|prefer) " + _CLAUSE,
+            re.IGNORECASE,
+        )
+        self.dislike = re.compile(
+            r"\bi (?:really |absolutely |just |also |still )?"
+            r"(?:(?:don't|do not|dont|never) (?:like|enjoy)"
+            r"|hate|dislike|detest|can't stand|cannot stand) " + _CLAUSE,
+            re.IGNORECASE,
+        )
+        self.instruction = re.compile(
+            r"^(?:please\s+)?(?:(?:from now on|going forward|in (?:the )?future),?\s+)?"
+            r"(?:please\s+)?"
+            r"(always|never|don't ever|do not ever|don't|do not|stop|make sure to|remember to)"
+            r"\s+(.{3,160})$",
+            re.IGNORECASE,
+        )
+        self.from_now_on = re.compile(
+            r"^(?:please\s+)?(?:from now on|going forward|in (?:the )?future),?\s+(.{3,160})$", re.I
+        )
+        self.entity_my = re.compile(
+            r"\bmy (" + _RELATIONS + r")(?:'s name is|,? (?:named|called)|,)? " + _NAME,
+            re.IGNORECASE,
+        )
+        self.entity_is = re.compile(
+            r"\b" + _NAME + r" is my (" + _RELATIONS + r")\b", re.IGNORECASE
+        )
+        self.remember = re.compile(
+            r"^(?:please\s+)?remember(?: that)?\s+(.{3,240})$", re.IGNORECASE
+        )
+        self.sentences = re.compile(r"(?<=[.!?])\s+|\n+")
+        self.adverb_value = re.compile(
+            r"^(?:so|really|very|just|also|still|pretty|super|too|not|always|being|getting"
+            r"|kind of|a bit)\b",
+            re.IGNORECASE,
+        )
+
+
+@cache
+def _rules() -> _Rules:
+    return _Rules()
 
 
 def norm_key(text: str) -> str:
     """A subject as a key: its content words, stemmed, in order ("favourite colours" and
     "favourite colour" share one)."""
-    words = [w for w in tokens(_LEADING.sub("", text.strip())) if w not in STOPWORDS or w == "s"]
+    lead_off = _rules().leading.sub("", text.strip())
+    words = [w for w in tokens(lead_off) if w not in STOPWORDS or w == "s"]
     words = [w for w in words if w != "s"]
     return " ".join(stem(w) for w in words) or " ".join(tokens(text))
 
@@ -126,7 +155,7 @@ def norm_value(text: str) -> str:
 
 
 def _clean(value: str) -> str:
-    value = _END_WORDS.sub("", value.strip())
+    value = _rules().end_words.sub("", value.strip())
     return value.strip(" \t'\"“”‘’()[]-—").strip()
 
 
@@ -139,8 +168,9 @@ def _secret(subject: str, sentence: str) -> bool:
 
 def extract(text: str) -> list[Claim]:
     """The claims a person's message makes about them, in order of appearance."""
+    rules = _rules()
     claims: list[Claim] = []
-    for raw in _SENTENCES.split(text or ""):
+    for raw in rules.sentences.split(text or ""):
         sentence = raw.strip()
         if len(sentence) < 4 or len(sentence) > 400:
             continue
@@ -155,10 +185,11 @@ def extract(text: str) -> list[Claim]:
 
 
 def _sentence_claims(sentence: str) -> list[Claim]:
+    rules = _rules()
     if has_secret(sentence):
         return []
     out: list[Claim] = []
-    remember = _REMEMBER.match(sentence)
+    remember = rules.remember.match(sentence)
     if remember:
         inner = remember.group(1).rstrip(".!")
         got = _sentence_claims(inner[0].upper() + inner[1:] if inner else inner)
@@ -171,31 +202,31 @@ def _sentence_claims(sentence: str) -> list[Claim]:
     instruction = _instruction(sentence)
     if instruction is not None:
         return [instruction]
-    for pattern, key in _RULES_FACT:
+    for pattern, key in rules.facts:
         m = pattern.search(sentence)
         if m:
-            value = _AGE.search(sentence).group(1) if key == "age" else _clean(m.group(1))  # type: ignore[union-attr]
+            value = rules.age.search(sentence).group(1) if key == "age" else _clean(m.group(1))  # type: ignore[union-attr]
             if value and not _secret(key, sentence):
                 out.append(Claim("fact", key, value, 1, sentence))
     for start in re.finditer(r"\bmy\b", sentence, re.IGNORECASE):
-        m = _MY_X_IS.match(sentence, start.start())
+        m = rules.my_x_is.match(sentence, start.start())
         if m is None:
             continue
         subject, value = m.group(1), _clean(m.group(2))
         if any(w[:1].isupper() for w in subject.split()):
             continue  # "my sister Anna is ...": an entity, read below
-        if not value or _ADVERB_VALUE.match(value) or _secret(subject, sentence):
+        if not value or rules.adverb_value.match(value) or _secret(subject, sentence):
             continue
         if len(value.split()) > 8 or value.split()[0].lower().endswith("ing"):
             continue
         out.append(Claim("fact", norm_key(subject), value, 1, sentence))
     disliked: list[tuple[int, int]] = []
-    for m in _DISLIKE.finditer(sentence):
+    for m in rules.dislike.finditer(sentence):
         value = _clean(m.group(1))
         if norm_key(value) and len(value.split()) <= 8:
             disliked.append(m.span())
             out.append(Claim("preference", norm_key(value), value, -1, sentence))
-    for m in _LIKE.finditer(sentence):
+    for m in rules.like.finditer(sentence):
         if any(lo <= m.start() < hi for lo, hi in disliked):
             continue
         before = sentence[: m.start()].lower()
@@ -206,10 +237,10 @@ def _sentence_claims(sentence: str) -> list[Claim]:
             continue
         if norm_key(value) and len(value.split()) <= 8:
             out.append(Claim("preference", norm_key(value), value, 1, sentence))
-    for m in _ENTITY_MY.finditer(sentence):
+    for m in rules.entity_my.finditer(sentence):
         relation, name = m.group(1).lower(), m.group(2)
         out.append(Claim("entity", name.lower(), relation, 1, sentence))
-    for m in _ENTITY_IS.finditer(sentence):
+    for m in rules.entity_is.finditer(sentence):
         name, relation = m.group(1), m.group(2).lower()
         if name.lower() not in {"he", "she", "it", "this", "that", "who", "which"}:
             out.append(Claim("entity", name.lower(), relation, 1, sentence))
@@ -217,14 +248,15 @@ def _sentence_claims(sentence: str) -> list[Claim]:
 
 
 def _instruction(sentence: str) -> Claim | None:
+    rules = _rules()
     body = sentence.rstrip(".!")
-    m = _INSTRUCTION.match(body)
+    m = rules.instruction.match(body)
     if m:
         lead = m.group(1).lower()
         rest = m.group(2)
         polarity = -1 if lead in _NEGATIVE_LEAD else 1
     else:
-        m2 = _FROM_NOW_ON.match(body)
+        m2 = rules.from_now_on.match(body)
         if not m2:
             return None
         rest = m2.group(1)
