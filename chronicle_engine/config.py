@@ -17,8 +17,8 @@ Keys live under `chronicle:` in `$HERMES_HOME/config.yaml` (or `plugins.chronicl
 `compression:` section is read too, because Hermes does not pass it to plugin engines.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 import logging
 import os
 import re

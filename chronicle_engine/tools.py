@@ -16,8 +16,8 @@ Invariants:
   replaced by U+FFFD on the way out.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 import json
 import logging
 import re

@@ -7,8 +7,8 @@ Everything derived for reading (the masked text, the person's own words) sits be
 place of it.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from collections.abc import Iterator, Mapping
 from typing import Literal
 

@@ -6,8 +6,8 @@ handoff shows, what it cost; `PassLedger` what its prose kept and left out;
 `chronicle_context_status` is read from these.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from ..log.events import DomainEvent, EventTypeRegistry
 
 __all__ = [

@@ -5,8 +5,8 @@ log stores its payload as JSON; reading decodes it back, first upcasting payload
 older version, step by step. Stored rows are never rewritten: an upcast happens on every read.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated, Generic, Literal, NamedTuple, TypeVar, Union
 

@@ -5,8 +5,8 @@ Each carries the user and profile of whoever asked, and the recall fold only app
 of that same scope: one user cannot forget, correct or read into another's memory.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from ..log.events import DomainEvent, EventTypeRegistry
 
 __all__ = [

@@ -3,8 +3,8 @@ generated from it); handlers take `Recall`, the validated arguments and the slot
 (`session_id`, `user_id`, `profile`), and return JSON-ready dicts; errors are raised as
 ChronicleError and turned into {"error": ...} by `tools.dispatch`."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from collections.abc import Mapping
 from typing import Annotated, Literal, TypedDict
 

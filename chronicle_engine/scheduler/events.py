@@ -5,8 +5,8 @@ depends on the wall clock, which a replay does not have; the reaper's decision i
 and the consolidation fold reads the decision from the log like any other boundary.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from ..log.events import DomainEvent, EventTypeRegistry
 
 __all__ = ["NAMESPACE", "SessionReaped", "JobFailed", "register_scheduler_events"]

@@ -6,8 +6,8 @@ entry they follow: an entry id, `""` for a root, or None for "the session's leaf
 convention `MessageCaptured.parent` shares, so events written without a parent still chain).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic reads the annotations below as each model is
+# defined, and objects spare it parsing them from strings.
 from typing import Literal
 
 from ..log.events import DomainEvent, EventTypeRegistry
