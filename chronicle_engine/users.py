@@ -29,6 +29,8 @@ _lock = threading.Lock()
 
 @dataclass
 class _Use:
+    """A core and who holds it open: holders, calls in flight, and whether it is closing."""
+
     core: ChronicleCore
     holders: int = 0
     borrows: int = 0

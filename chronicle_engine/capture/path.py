@@ -45,6 +45,9 @@ class Entry(Protocol):
 
 @dataclass
 class BranchPath:
+    """The cached branch a live message list is aligned with: its events' ids, seqs and
+    fingerprints in order, and what ties them to the host's own message dicts."""
+
     leaf: str | None = None
     ids: list[str] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)

@@ -41,6 +41,8 @@ MASK_MARK = MASK_FORMAT.split("{", 1)[0]
 
 @dataclass(frozen=True, slots=True)
 class Finding:
+    """A credential found in a text: its kind and the range of its value."""
+
     kind: str
     start: int  # char range of the value that is masked (the key name stays readable)
     end: int
@@ -63,6 +65,8 @@ def _mixed(value: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _Shape:
+    """A credential's shape: the literal every match holds, and the pattern matched there."""
+
     kind: str
     find: (
         str  # a literal every match holds, found with str.find (in the lower-cased text if folded)

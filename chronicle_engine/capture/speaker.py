@@ -96,6 +96,8 @@ _SKILL_BUNDLE_FIRST_BLOCK = "\n\n[Loaded as part of the "
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
+    """Who wrote a message, which parts of its text the host wrote, and the person's own words."""
+
     speaker: Speaker
     host_spans: list[tuple[int, int]]  # ranges of the text that are host-written
     person_text: str  # the person's own words ("" unless speaker == "person")

@@ -183,6 +183,8 @@ _COMPACT_OTHER = 140
 
 @dataclass(slots=True)
 class _Line:
+    """A line a summary may keep: its rank, its text and its place in the original order."""
+
     rank: int
     text: str
     order: int
@@ -742,6 +744,8 @@ def _evenly(items: Sequence[str], count: int) -> list[str]:
 
 @dataclass(slots=True)
 class _Child:
+    """A child section as its condensed parent reads it: its lines, facts and own identifiers."""
+
     label: str
     weight: int
     lines: list[tuple[int, str, bool]]  # (rank, text, focused), in the child's order

@@ -44,6 +44,8 @@ _KEPT_META = ("source", "boundary", "session", "focus")
 
 @dataclass(frozen=True, slots=True)
 class Rederived:
+    """A section drawn again after a forget: its chronicle, the one it supersedes, its range."""
+
     chronicle: str
     old: str
     new: str

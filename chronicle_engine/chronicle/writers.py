@@ -75,6 +75,8 @@ _INSTRUCTIONS = (
 
 @dataclass(frozen=True, slots=True)
 class FoldInput:
+    """What a writer summarises: a fold's messages, its label and focus, and its budget."""
+
     messages: Sequence[dict[str, object]]
     label: str
     focus: str | None
@@ -87,6 +89,8 @@ class FoldInput:
 
 @dataclass(frozen=True, slots=True)
 class Drawn:
+    """A writer's summary: the prose, the pinned model calls it made, and whether it fell back."""
+
     prose: str
     pins: tuple[str, ...] = ()
     model_calls: int = 0

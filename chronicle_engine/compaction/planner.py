@@ -66,6 +66,8 @@ class Unit(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """A compaction's cut: which indices stay at the head, are kept verbatim, folded or dropped."""
+
     head: tuple[int, ...]
     keep: tuple[int, ...]  # kept after the handoff, in list order
     fold: tuple[int, ...]  # newly folded into sections by this pass

@@ -60,6 +60,8 @@ _HYGIENE_DEFAULT = 5_000
 
 @dataclass(frozen=True, slots=True)
 class Policy:
+    """When a conversation is compacted and how much of it stays: the window's limits in tokens."""
+
     context_length: int
     high_percent: float
     low_percent: float

@@ -29,6 +29,8 @@ __all__ = ["level_name", "Condensed", "rebase", "messages_in"]
 
 @dataclass(frozen=True, slots=True)
 class Condensed:
+    """A condensed section as the view shows it, and the summary drawn (or reused) for it."""
+
     view: ViewSection
     drawn: Drawn
 

@@ -151,6 +151,8 @@ the fields left out of the row hold the template's defaults."""
 
 @dataclass(frozen=True, slots=True)
 class _Template:
+    """How a stored row's left-out fields are filled back in as it is read."""
+
     tag: int
     filled: dict[str, object]  # every field in the event's order, a left-out field's default
     defaults: dict[str, object]  # the fields a row may leave out, and their values

@@ -27,6 +27,8 @@ __all__ = ["Claim", "extract", "norm_key", "norm_value"]
 
 @dataclass(frozen=True, slots=True)
 class Claim:
+    """One thing a person said about themselves: what it is about (`key`) and its value."""
+
     kind: str  # fact | preference | instruction | entity
     key: str
     value: str

@@ -132,6 +132,8 @@ def snippet(text: str, limit: int = _SNIPPET) -> str:
 
 @dataclass
 class MessageRow:
+    """A captured message as search reads it: where it is, who said it, and its text."""
+
     seq: int
     session: str | None
     role: str

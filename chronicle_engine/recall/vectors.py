@@ -81,6 +81,8 @@ def nearest(
 
 @dataclass
 class _State:
+    """Whether the embedding endpoint is usable, and when to ask it again."""
+
     usable: bool | None = None  # None: not decided yet
     warned: bool = False
     retry_at: float = 0.0
