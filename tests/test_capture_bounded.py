@@ -23,17 +23,18 @@ def messages_of(core: ChronicleCore) -> list[tuple[str, str | None, int]]:
 
 
 class _Counted:
-    """Counts the session tree entries read (every read of the tree builds a PathEntry)."""
+    """Counts the session tree entries read (every read of the tree builds a PathEntry, through
+    `paths._entry`)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        entry = paths.PathEntry
+        entry = paths._entry
 
-        def counted(*args: object, **kwargs: object) -> paths.PathEntry:
+        def counted(cls: type[paths.PathEntry], values: tuple[object, ...]) -> paths.PathEntry:
             self.count += 1
-            return entry(*args, **kwargs)  # type: ignore[arg-type]
+            return entry(cls, values)
 
-        monkeypatch.setattr(paths, "PathEntry", counted)
+        monkeypatch.setattr(paths, "_entry", counted)
 
 
 def _live_a_lineage(core: ChronicleCore, sessions: int, turns: int, keep: int) -> list[dict]:

@@ -18,9 +18,17 @@ __all__ = ["PathEntry", "RecentPath", "read_leaf", "read_path", "read_recent", "
 _MAX_DEPTH = 10_000_000
 
 _COLUMNS = "entry_id, seq, kind, fp, session, target_id, role, parent_id"
+# A step's rows are of one session, named in the query: its column is not read back per row.
+_STEP_COLUMNS = "entry_id, seq, kind, fp, target_id, role, parent_id"
 
-# A session_entries row as `_COLUMNS` reads it: a PathEntry's seven fields, then the parent's id.
+# A session_entries row as `_COLUMNS` reads it: a PathEntry's seven fields, then the parent's id;
+# as `_STEP_COLUMNS` reads it, the same without the session.
 _Row = tuple[str, int, str, str | None, str, str | None, str | None, str | None]
+_StepRow = tuple[str, int, str, str | None, str | None, str | None, str | None]
+
+# A PathEntry is built from a row as `_entry(PathEntry, row[:7])`: a NamedTuple's own __new__ is
+# Python code, one call per entry of a path a thousand entries long.
+_entry = tuple.__new__
 
 
 class PathEntry(NamedTuple):
@@ -44,39 +52,48 @@ def read_leaf(conn: Statements, session: str) -> str | None:
 
 def read_path(conn: Statements, leaf: str | None, *, chunk: int = 256) -> list[PathEntry]:
     """The entries from the root down to `leaf` (`chunk`: the rows of the first step)."""
-    entries = [PathEntry(*row[:7]) for row in _upward(conn, leaf, chunk)]
+    entries = [entry for entry, _ in _upward(conn, leaf, chunk)]
     entries.reverse()
     return entries
 
 
-def _upward(conn: Statements, leaf: str | None, chunk: int = 256) -> Iterator[_Row]:
-    """The rows from `leaf` up to the root, leaf first (at most `_MAX_DEPTH`). An entry's
-    parent is nearly always an earlier entry of its own session, so the rows are read by the
-    session's index, in steps from the entry the walk stands on backwards; an entry the last
-    step did not hold (the first entry of a continued or forked session, an abandoned
-    branch's turn) is looked up by its id and starts the next step. Only parent links decide
-    the path: a row of the session off the branch is read and passed over."""
+def _upward(
+    conn: Statements, leaf: str | None, chunk: int = 256
+) -> Iterator[tuple[PathEntry, str | None]]:
+    """The entries from `leaf` up to the root, leaf first, each with its parent's id (at most
+    `_MAX_DEPTH`). An entry's parent is nearly always an earlier entry of its own session, so
+    the rows are read by the session's index, in steps from the entry the walk stands on
+    backwards; an entry the last step did not hold (the first entry of a continued or forked
+    session, an abandoned branch's turn) is looked up by its id and starts the next step. Only
+    parent links decide the path: a row of the session off the branch is read and passed over."""
     current = leaf
-    held: dict[str, _Row] = {}
+    held: dict[str, _StepRow] = {}
+    session = ""  # of the rows held
     walked = 0
     while current is not None and walked < _MAX_DEPTH:
-        row = held.get(current)
-        if row is None:
-            row = conn.execute(
+        step = held.get(current)
+        if step is None:
+            row: _Row | None = conn.execute(
                 f"SELECT {_COLUMNS} FROM session_entries WHERE entry_id = ?", (current,)
             ).fetchone()
             if row is None:
                 return  # a parent the tree does not hold: the path starts at its child
-            rows: list[_Row] = conn.execute(
-                f"SELECT {_COLUMNS} FROM session_entries WHERE session = ? AND seq < ?"
+            session = row[4]
+            rows: list[_StepRow] = conn.execute(
+                f"SELECT {_STEP_COLUMNS} FROM session_entries WHERE session = ? AND seq < ?"
                 " ORDER BY seq DESC LIMIT ?",
-                (row[4], row[1], chunk),
+                (session, row[1], chunk),
             ).fetchall()
             held = {r[0]: r for r in rows}
             chunk = min(chunk * 2, 65_536)
-        yield row
+            entry, current = _entry(PathEntry, row[:7]), row[7]
+        else:
+            entry = _entry(
+                PathEntry, (step[0], step[1], step[2], step[3], session, step[4], step[5])
+            )
+            current = step[6]
+        yield entry, current
         walked += 1
-        current = row[7]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +127,7 @@ def read_recent(
     needed: set[str] | None = None  # the kept entries still to reach, once a compaction is seen
     bounded = True
     margin_left = margin
-    for row in _upward(conn, leaf, chunk):
-        entry = PathEntry(*row[:7])
+    for entry, _ in _upward(conn, leaf, chunk):
         walked.append(entry)
         if not bounded:
             continue
@@ -143,7 +159,7 @@ def _entries(conn: Statements, ids: list[str]) -> list[PathEntry]:
             (entry_id,),
         ).fetchone()
         if row is not None:
-            found[entry_id] = PathEntry(*row)
+            found[entry_id] = _entry(PathEntry, row)
     return [found[i] for i in ids if i in found]
 
 
@@ -169,7 +185,7 @@ def walk_since(
         ).fetchone()
         if row is None:
             return None
-        walked.append(PathEntry(*row[:7]))
+        walked.append(_entry(PathEntry, row[:7]))
         current = row[7]
     if current is None and old_leaf is None:
         walked.reverse()
