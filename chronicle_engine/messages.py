@@ -26,6 +26,7 @@ __all__ = [
     "tool_calls",
     "handoff_kind",
     "is_own_handoff",
+    "latest_own_handoff",
     "is_foreign_handoff",
     "is_real_user",
     "is_standing_instruction",
@@ -193,6 +194,20 @@ def handoff_kind(message: object) -> str | None:
 
 def is_own_handoff(message: object) -> TypeGuard[dict[str, object]]:
     return handoff_kind(message) == "own"
+
+
+def latest_own_handoff(messages: Sequence[object]) -> dict[str, object] | None:
+    """The last message of `messages` that `is_own_handoff`, or None."""
+    for message in reversed(messages):
+        if type(message) is dict:
+            content = message.get("content")
+            if type(content) is str:
+                first = content[:1]
+                if first != HANDOFF_OPENING and not first.isspace():
+                    continue  # (most messages: `handoff_kind`'s first test, without its calls)
+        if is_own_handoff(message):
+            return message
+    return None
 
 
 def is_foreign_handoff(message: object) -> bool:

@@ -46,6 +46,7 @@ from ..messages import (
     content_text,
     estimate_tokens,
     is_own_handoff,
+    latest_own_handoff,
 )
 from ..sessions.capture import Capture
 from ..sessions.tree import CHRONICLE_PREFIX, SessionTree
@@ -369,7 +370,7 @@ class Compaction:
     ) -> tuple[list[ViewSection], str | None, int]:
         """The view the latest handoff in `messages` shows, its role, and how far it reaches.
         `names`: the conversation's chronicle first, then those of the sessions it branched from."""
-        latest = next(filter(is_own_handoff, reversed(messages)), None)
+        latest = latest_own_handoff(messages)
         if latest is None:
             return [], None, 0
         citations = cited(content_text(latest))
