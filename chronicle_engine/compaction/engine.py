@@ -651,14 +651,16 @@ class Compaction:
         d.reach = (lo, hi)
         existing = chronicle.current(from_seq=lo, to_seq=hi)
         d.reused = [ViewSection(1, s) for s in existing]
+        gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
+        if not gaps:  # (consolidation wrote every section the range needs: nothing to draw)
+            return
         in_range = [
             (s, self._original(s, m))
             for s, m in zip(seqs, messages, strict=True)
             if s is not None and lo <= s <= hi
         ]
-        gaps = _gaps(lo, hi, [(s.anchor.from_seq, s.anchor.to_seq) for s in existing])
-        marked = self._marked(lo, hi) if gaps else set()
-        hidden = self._hidden(lo, hi) if gaps else set()
+        marked = self._marked(lo, hi)
+        hidden = self._hidden(lo, hi)
         for index, (g_lo, g_hi) in enumerate(gaps):
             # (one gap over the whole range, as on a first pass: every pair is in it)
             whole = g_lo == lo and g_hi == hi
