@@ -43,37 +43,49 @@ def message_facts(
         return any(lo <= seq <= hi for lo, hi in ranges)
 
     out: list[MessageFacts] = []
+    append = out.append
     for message, seq in zip(messages, seqs, strict=True):
-        if not isinstance(message, dict):
-            out.append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
+        if type(message) is not dict and not isinstance(message, dict):
+            append(MessageFacts(tokens=estimate_tokens(message), role="", protected=True))
             continue
-        role = str(message.get("role") or "")
+        role = message.get("role")
+        if type(role) is not str:
+            role = str(role or "")
         content = message.get("content")
         calls = message.get("tool_calls")
         # Most messages: `estimate_tokens`' plain-text case, and no handoff (which opens with
         # its marker, after whitespace at most), answered here rather than by a call each.
-        if calls is None and isinstance(content, str):
+        if calls is None and type(content) is str:
             tokens = (len(content) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN + MESSAGE_OVERHEAD
         else:
             tokens = estimate_tokens(message)
-        # Only user and assistant messages can be handoffs, requests or instructions.
-        kind = None
-        if role == "user" or role == "assistant":
-            opening = content[:1] if isinstance(content, str) else None
-            if opening is None or opening == HANDOFF_OPENING or opening.isspace():
-                kind = handoff_kind(message)
-        own = kind == "own"
-        real_user = role == "user" and is_real_user(message)
-        pinned = seq is not None and bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
-        folded = seq is not None and seq <= through and inside(seq)
-        stranded = seq is not None and seq <= through and not folded
-        held = stranded or kind == "foreign" or (seq is None and not own)
-        # (is_standing_instruction, without asking is_real_user again). An instruction is not
-        # kept in place (its tool traffic would stay with it): once folded, the handoff
-        # carries it (`instructions`).
-        instruction = real_user and seq is not None and states_a_rule(content_text(message))
-        result_id = message.get("tool_call_id") if role == "tool" else None
-        out.append(
+        if role == "tool":  # (no handoff, request or instruction, and no calls of its own)
+            result_id = message.get("tool_call_id")
+            own = real_user = instruction = False
+            kind = None
+        else:
+            result_id = None
+            # Only user and assistant messages can be handoffs, requests or instructions.
+            kind = None
+            if role == "user" or role == "assistant":
+                opening = content[:1] if isinstance(content, str) else None
+                if opening is None or opening == HANDOFF_OPENING or opening.isspace():
+                    kind = handoff_kind(message)
+            own = kind == "own"
+            real_user = role == "user" and is_real_user(message)
+            # (is_standing_instruction, without asking is_real_user again). An instruction is
+            # not kept in place (its tool traffic would stay with it): once folded, the handoff
+            # carries it (`instructions`).
+            instruction = real_user and seq is not None and states_a_rule(content_text(message))
+        if seq is None:
+            pinned = folded = stranded = False
+            held = not own
+        else:
+            pinned = bool(pins) and any(lo <= seq <= hi for lo, hi in pins)
+            folded = seq <= through and inside(seq)
+            stranded = seq <= through and not folded
+            held = stranded or kind == "foreign"
+        append(
             tuple_new(
                 MessageFacts,
                 (
@@ -84,7 +96,7 @@ def message_facts(
                     pinned or held,  # protected
                     real_user,
                     tool_call_ids(message) if role == "assistant" and calls else (),  # call_ids
-                    str(result_id) if result_id is not None else None,  # result_id
+                    None if result_id is None else str(result_id),  # result_id
                     pinned and not held,  # pinned
                     instruction,
                 ),
