@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TypedDict, TypeVar
 
 from ..capture.events import NAMESPACE as CHAT_NAMESPACE
@@ -624,14 +624,25 @@ class SessionTree:
     # -- entries other subsystems record -------------------------------------------------------
 
     def _entry_at(self, seq: int | None) -> str | None:
-        if seq is None:
-            return None
+        return None if seq is None else self._entries_at([seq]).get(int(seq))
+
+    def _entries_at(self, seqs: Iterable[int | None]) -> dict[int, str]:
+        """The entry id at each of `seqs` the tree holds, in one read (a compaction entry names
+        its head, its kept messages and its first kept one)."""
+        wanted = sorted({int(s) for s in seqs if s is not None})
+        if not wanted:
+            return {}
         self.refresh()
+        found: dict[int, str] = {}
         with self.tables.reading("reading the session tree") as conn:
-            row = conn.execute(
-                "SELECT entry_id FROM session_entries WHERE seq = ?", (int(seq),)
-            ).fetchone()
-        return row[0] if row else None
+            rows = conn.execute(
+                "SELECT seq, entry_id FROM session_entries"
+                f" WHERE seq IN ({','.join('?' * len(wanted))})",
+                wanted,
+            ).fetchall()
+        for seq, entry_id in rows:
+            found.setdefault(seq, entry_id)  # (the first, as a read of that seq alone takes)
+        return found
 
     def record_compaction(
         self,
@@ -652,19 +663,15 @@ class SessionTree:
         `head_seqs` the protected head kept before it; `kept_seqs` older messages kept right
         after it, before the first kept one; `shortened` the copies (by the seq of their
         original) the context holds in place of messages cut to fit. Returns the entry's seq."""
-        heads = [e for e in (self._entry_at(s) for s in head_seqs) if e is not None]
-        kept = [e for e in (self._entry_at(s) for s in kept_seqs) if e is not None]
+        cut = shortened or {}
+        at = self._entries_at([*head_seqs, *kept_seqs, first_kept_seq, *cut])
         event = CompactionRecorded(
             section_ids=list(section_ids),
-            first_kept_entry=self._entry_at(first_kept_seq),
+            first_kept_entry=None if first_kept_seq is None else at.get(int(first_kept_seq)),
             first_kept_seq=first_kept_seq,
-            head_entries=heads,
-            kept_entries=kept,
-            shortened={
-                entry: dict(copy)
-                for entry, copy in ((self._entry_at(s), c) for s, c in (shortened or {}).items())
-                if entry is not None
-            },
+            head_entries=[at[int(s)] for s in head_seqs if int(s) in at],
+            kept_entries=[at[int(s)] for s in kept_seqs if int(s) in at],
+            shortened={at[int(s)]: dict(copy) for s, copy in cut.items() if int(s) in at},
             tokens_before=int(tokens_before),
             tokens_after=int(tokens_after),
             summary=summary,
