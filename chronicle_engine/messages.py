@@ -117,6 +117,9 @@ def tool_call_ids(message: Mapping[str, object]) -> tuple[str, ...]:
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
         return ()
+    if len(calls) == 1:  # (most messages that call: one call, read without a generator)
+        call = calls[0]
+        return (str(call.get("id") or ""),) if isinstance(call, dict) else ()
     return tuple(str(call.get("id") or "") for call in calls if isinstance(call, dict))
 
 
