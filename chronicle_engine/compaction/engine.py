@@ -22,11 +22,13 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ..capture import shortened
 from ..capture.align import plain_json, wire_message
@@ -68,7 +70,7 @@ from .instructions import Carried, render_instructions
 from .ledger import folded_of, ledger_totals, runs
 from .ledgers import LedgerBook, LedgerInputs
 from .limits import bound_pins, host_overhead, message_budget
-from .planner import MessageFacts, Plan, plan
+from .planner import MessageFacts, Plan, plan, total_tokens
 from .policy import Policy, policy_from_config
 from .status import status_of
 from .view import Condensed, level_name, rebase
@@ -76,6 +78,8 @@ from .view import Condensed, level_name, rebase
 __all__ = ["Compaction", "Outcome", "message_facts"]
 
 log = logging.getLogger("chronicle_engine.compaction")
+
+_INSTRUCTION = attrgetter("instruction")  # of a MessageFacts
 
 
 @dataclass(slots=True)
@@ -507,7 +511,7 @@ class Compaction:
         reserve: int,
         force: bool,
     ) -> Plan:
-        before = sum(f.tokens for f in facts)
+        before = total_tokens(facts)
         # The prompt also holds the system prompt and tool schemas: the host's count says how
         # much, and a pass folds to the low watermark counting all of it (`limits`).
         overhead = host_overhead(current_tokens, before, policy.context_length)
@@ -583,11 +587,15 @@ class Compaction:
             messages, seqs, through=through, pins=list(state.pins), covered=covered
         )
         facts = bound_pins(facts, policy.standing_tokens)
-        tokens_before = sum(f.tokens for f in facts)
+        tokens_before = total_tokens(facts)
         previous_tokens = handoff_tokens(render(previous))
         reserve = min(policy.handoff_tokens, previous_tokens + policy.section_tokens)
         # Room for the standing instructions the handoff may carry (at most their budget).
-        instructions = [i for i, f in enumerate(facts) if f.instruction and seqs[i] is not None]
+        instructions = [
+            i
+            for i in itertools.compress(itertools.count(), map(_INSTRUCTION, facts))
+            if seqs[i] is not None
+        ]
         last = state.passes[-1].event if state.passes else None
         before = (
             Carried.from_record(last.instructions, last.instructions_older)
