@@ -25,7 +25,7 @@ from .align import RUN, align, embed, fingerprint, plain_wire
 from .describe import describe_payload, digest, message_id
 from .events import MessageCaptured
 from .path import BranchPath, positional
-from .speaker import is_handoff
+from .speaker import conversation_of, is_handoff
 
 __all__ = ["Branch", "Context", "Plan", "Planner"]
 
@@ -289,16 +289,7 @@ class _Live:
         self.items = items
         self._path = path
         self._fingerprint_of = fingerprint_of
-        self.last_handoff = -1
-        conversational: list[int] = []
-        keep = conversational.append
-        for i, msg in enumerate(items):
-            if isinstance(msg, dict) and msg.get("role") == "system":
-                continue
-            if is_handoff(msg):
-                self.last_handoff = i
-                continue
-            keep(i)
+        conversational, self.last_handoff = conversation_of(items)
         # (in order, and without the handoff: the head is what comes before it)
         cut = bisect_right(conversational, self.last_handoff)
         self.head = conversational[:cut]

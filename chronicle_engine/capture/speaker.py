@@ -13,7 +13,7 @@ gateway/run.py, tools/process_registry.py, agent/skill_commands.py, agent/contex
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .events import HANDOFF_MARKER, HANDOFF_OPENING, Speaker, message_text, text_parts
@@ -22,6 +22,7 @@ __all__ = [
     "Attribution",
     "attribute",
     "host_spans",
+    "conversation_of",
     "is_handoff",
     "is_person_request",
     "PERSON_CONTEXTS",
@@ -121,6 +122,35 @@ def is_handoff(message: object) -> bool:
         return False
     text = text.lstrip()
     return text.startswith(HANDOFF_MARKER) or text.startswith(_LEGACY_SUMMARY_PREFIX)
+
+
+def conversation_of(items: Sequence[object]) -> tuple[list[int], int]:
+    """The indices of `items` that are conversation (not the system prompt, not a handoff), in
+    order, and the index of the last handoff (-1: none)."""
+    conversational: list[int] = []
+    keep = conversational.append
+    last_handoff = -1
+    for i, msg in enumerate(items):
+        if type(msg) is dict:
+            if msg.get("role") == "system":
+                continue
+            content = msg.get("content")
+            if type(content) is str:
+                first = content[:1]
+                if (
+                    first not in _HANDOFF_OPENINGS
+                    and not first.isspace()
+                    and not msg.get(_COMPRESSED_SUMMARY_KEY)
+                ):
+                    keep(i)  # (most messages: `is_handoff`'s first tests, without its call)
+                    continue
+        elif isinstance(msg, dict) and msg.get("role") == "system":
+            continue
+        if is_handoff(msg):
+            last_handoff = i
+            continue
+        keep(i)
+    return conversational, last_handoff
 
 
 def _bracket_end(text: str, start: int) -> int:
