@@ -77,3 +77,38 @@ def test_the_system_prompt_says_what_chronicle_is_and_names_the_tools(home: Path
         assert names and all(name in block for name in names)
     finally:
         provider.shutdown()
+
+
+def test_user_ids_differing_only_by_nul_and_replacement_character_keep_apart(
+    home: Path,  # noqa: F811
+) -> None:
+    """`bob\\x00` and `bob\\ufffd` are two users: PostgreSQL's text cannot hold the NUL, and a
+    store that kept U+FFFD in its place put both in one recall scope."""
+    said = {
+        "bob\x00": "My safe combination is hidden under the red teapot.",
+        "bob\ufffd": "My bike lock code sits behind the green clock.",
+    }
+    for n, (user, words) in enumerate(said.items()):
+        writer = ChronicleMemoryProvider()
+        writer.initialize(f"tg-{n}", hermes_home=str(home), platform="telegram", user_id=user)
+        _turn(writer, f"tg-{n}", words, "Noted.")
+        writer.shutdown()
+    for n, user in enumerate(said):
+        # a new session of each user: a first turn, nothing of it captured yet
+        reader = ChronicleMemoryProvider()
+        reader.initialize(f"tg-{n}-new", hermes_home=str(home), platform="telegram", user_id=user)
+        try:
+            for query, owner in (
+                ("safe combination red teapot", "bob\x00"),
+                ("bike lock code green clock", "bob\ufffd"),
+            ):
+                block = reader.prefetch(f"where is my {query}?")
+                hits = json.loads(reader.handle_tool_call("chronicle_search", {"query": query}))
+                if user == owner:
+                    assert query.split()[-2] in block, (user, block)
+                    assert hits["count"] >= 1, (user, hits)
+                else:
+                    assert query.split()[-2] not in block, (user, block)
+                    assert hits["count"] == 0, (user, hits)
+        finally:
+            reader.shutdown()

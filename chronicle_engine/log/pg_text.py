@@ -1,49 +1,77 @@
-"""Text with NUL bytes on PostgreSQL: stored, not refused.
+"""Text with NUL bytes on PostgreSQL: stored exactly, not refused and not merged with other text.
 
 PostgreSQL's `text` cannot hold the byte 0 (psycopg refuses such a string before sending it,
-and the whole statement with it), while Hermes may hand over a role, a name, a session id or a
-message holding one, and SQLite stores them as they are. So every string a PostgreSQL store
-sends has each NUL replaced by U+FFFD, the replacement character (`nul_safe`, a psycopg dumper
-on each of the store's connections):
+and the whole statement with it), while Hermes may hand over a role, a name, a session id, a
+user id or a message holding one, and SQLite stores them as they are. So every string a
+PostgreSQL store sends is escaped (`storable`) and every text it reads is unescaped
+(`readable`): a psycopg dumper and loader on each of the store's connections (`nul_safe`).
 
-- The same in every statement: a value looked up (a session id, a role) finds what was stored,
-  and a value read back and sent again stays the same (what the map returns holds no NUL, so
-  the map leaves it as it is).
-- The log keeps the exact text all the same: a payload is JSON, which writes NUL as `\\u0000`,
-  so a captured message reads back from the log as Hermes sent it. What reads back from a text
-  column (an event's session id, a search hit's text, a tree entry's role) holds U+FFFD where
-  Hermes sent NUL; a string that held U+FFFD there already is not told apart from it.
-- Nothing is read differently: the map costs a test of each string sent, and nothing on the
-  many values a search or a fold reads.
+- Injective: ESCAPE (U+0001) followed by `0` stands for a NUL and followed by `1` for ESCAPE
+  itself; every other character stands for itself. Two different strings are never stored as
+  the same text, so `bob\\x00` and `bob\\ufffd` stay two users (the map before
+  `log.m003_escaped_text` replaced NUL by U+FFFD and made them one recall scope).
+- Plain text (no NUL, no U+0001) is stored as it is, so rows and indexes of such text are the
+  same as before, and so is a payload: its JSON writes every control character as `\\u00XX`.
+- The same in every statement: a value looked up (a session id, a user id) finds what was
+  stored, and what reads back from a text column is what was sent. Text the server cuts or
+  builds (a substring, a concatenation) reads back as the server made it: a lone ESCAPE not
+  followed by `0` or `1` is left as it is.
+- The cost: a test of each string sent and of each text read (a `find` in C); only text
+  holding ESCAPE is rewritten.
 """
 
 from __future__ import annotations
 
+import re
+
 from psycopg import Connection
 from psycopg.abc import Buffer
 from psycopg.rows import TupleRow
-from psycopg.types.string import StrDumperUnknown
+from psycopg.types.string import StrDumperUnknown, TextLoader
 
-__all__ = ["NUL_AS", "nul_safe", "storable"]
+__all__ = ["ESCAPE", "nul_safe", "readable", "storable"]
 
-NUL_AS = "\ufffd"
-"""What a NUL in a string becomes on PostgreSQL."""
+ESCAPE = "\x01"
+"""What starts an escape in a PostgreSQL store's text: `ESCAPE + "0"` is NUL,
+`ESCAPE + "1"` is ESCAPE."""
+
+_ESCAPED = re.compile("\x01[01]")
+_UNESCAPED = {"\x010": "\x00", "\x011": "\x01"}
 
 
 def storable(text: str) -> str:
-    """`text` as a PostgreSQL store keeps it: itself, each NUL replaced by U+FFFD."""
-    return text.replace("\x00", NUL_AS) if "\x00" in text else text
+    """`text` as a PostgreSQL store keeps it: holds no NUL, and `readable` gives `text` back."""
+    if "\x00" not in text and ESCAPE not in text:
+        return text
+    return text.replace(ESCAPE, "\x011").replace("\x00", "\x010")
 
 
-class _NulSafeDumper(StrDumperUnknown):
-    """psycopg's string dumper (text format, type left to the server), NUL replaced first."""
+def readable(text: str) -> str:
+    """The text `storable` was given, from what it returned."""
+    if ESCAPE not in text:
+        return text
+    return _ESCAPED.sub(lambda m: _UNESCAPED[m.group()], text)
+
+
+class _EscapingDumper(StrDumperUnknown):
+    """psycopg's string dumper (text format, type left to the server), `storable` first."""
 
     def dump(self, obj: str) -> Buffer | None:
         # (psycopg's own dump, which encodes in the connection's encoding and refuses a NUL,
-        # given the text with each NUL replaced: every string of every statement passes here)
-        return super().dump(obj.replace("\x00", NUL_AS) if "\x00" in obj else obj)
+        # given the escaped text: every string of every statement passes here)
+        return super().dump(storable(obj))
+
+
+class _UnescapingLoader(TextLoader):
+    """psycopg's text loader, `readable` after."""
+
+    def load(self, data: Buffer) -> bytes | str:
+        text = super().load(data)
+        return readable(text) if isinstance(text, str) else text
 
 
 def nul_safe(conn: Connection[TupleRow]) -> None:
-    """Replace NUL in every string `conn` sends (see the module)."""
-    conn.adapters.register_dumper(str, _NulSafeDumper)
+    """Escape every string `conn` sends, unescape every text it reads (see the module)."""
+    conn.adapters.register_dumper(str, _EscapingDumper)
+    for name in ("text", "varchar"):
+        conn.adapters.register_loader(name, _UnescapingLoader)

@@ -295,7 +295,7 @@ class PostgresEventStore:
             conn = psycopg.connect(
                 conninfo, autocommit=True, connect_timeout=self.connect_timeout_s
             )
-            nul_safe(conn)  # a NUL in text is stored as U+FFFD, not refused (pg_text.py)
+            nul_safe(conn)  # text holding a NUL is stored escaped, not refused (pg_text.py)
             # Not the `options` keyword: it would replace options the conninfo sets.
             conn.execute(
                 "SELECT set_config('lock_timeout', %s, false)", (f"{int(self.busy_timeout_ms)}ms",)
