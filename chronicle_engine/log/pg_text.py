@@ -48,9 +48,11 @@ def storable(text: str) -> str:
 
 def readable(text: str) -> str:
     """The text `storable` was given, from what it returned."""
-    if ESCAPE not in text:
-        return text
-    return _ESCAPED.sub(lambda m: _UNESCAPED[m.group()], text)
+    return _ESCAPED.sub(_unescaped, text) if ESCAPE in text else text
+
+
+def _unescaped(pair: re.Match[str]) -> str:
+    return _UNESCAPED[pair.group()]
 
 
 class _EscapingDumper(StrDumperUnknown):
@@ -63,11 +65,16 @@ class _EscapingDumper(StrDumperUnknown):
 
 
 class _UnescapingLoader(TextLoader):
-    """psycopg's text loader, `readable` after."""
+    """psycopg's text loader (its decoding in Python), `readable` after."""
 
     def load(self, data: Buffer) -> bytes | str:
-        text = super().load(data)
-        return readable(text) if isinstance(text, str) else text
+        if not self._encoding:  # SQL_ASCII: bytes, as psycopg's own loader gives them
+            return bytes(data)
+        text = bytes(data).decode(self._encoding)
+        # (decoded here and the test inline: this runs for every text value read. 0.4-1.6 us
+        # a value more than psycopg's C loader, against 2-5 us for psycopg's Python loader then
+        # `readable`: 600,000 values, best of 5, on a loaded 2-core machine)
+        return _ESCAPED.sub(_unescaped, text) if ESCAPE in text else text
 
 
 def nul_safe(conn: Connection[TupleRow]) -> None:
