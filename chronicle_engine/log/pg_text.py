@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import re
 
-from psycopg import Connection
+from psycopg import Connection, sql
 from psycopg.abc import Buffer
 from psycopg.rows import TupleRow
 from psycopg.types.string import StrDumperUnknown, TextLoader
 
-__all__ = ["ESCAPE", "nul_safe", "readable", "storable"]
+__all__ = ["ESCAPE", "escape_stored_text", "nul_safe", "readable", "storable"]
 
 ESCAPE = "\x01"
 """What starts an escape in a PostgreSQL store's text: `ESCAPE + "0"` is NUL,
@@ -82,3 +82,73 @@ def nul_safe(conn: Connection[TupleRow]) -> None:
     conn.adapters.register_dumper(str, _EscapingDumper)
     for name in ("text", "varchar"):
         conn.adapters.register_loader(name, _UnescapingLoader)
+
+
+_TABLES_BEFORE_ESCAPING = (
+    "consolidation_units",
+    "events",
+    "fold_positions",
+    "recall_belief_sources",
+    "recall_beliefs",
+    "recall_corrections",
+    "recall_hidden",
+    "recall_lexeme_docs",
+    "recall_messages",
+    "recall_name_words",
+    "recall_scopes",
+    "recall_vectors",
+    "scheduler_jobs",
+    "scheduler_sweeps",
+    "scheduler_watermarks",
+    "sections",
+    "session_entries",
+    "session_heads",
+)
+"""Every room's tables with text columns when `log.m003_escaped_text` was written (the tables of
+other programs may share the schema: those are not ours to rewrite)."""
+
+
+def escape_stored_text(conn: Connection[TupleRow]) -> None:
+    """Migration `log.m003_escaped_text`: every text column of every room's table (a generated
+    column is the server's own) put in the escaped form, whichever room owns it. Before it,
+    text was stored as sent, each NUL replaced by U+FFFD:
+
+    - Text holding ESCAPE is escaped (ESCAPE becomes ESCAPE `1`), so it reads back as it was
+      sent. The update changes how a value is written, not the value, so each table's own
+      triggers (the log's append-only ones, recall's) are off for it, in this transaction.
+    - U+FFFD is left as it is, and reads back as U+FFFD: it may have been a NUL or U+FFFD when
+      sent, and a text column does not say which. Where a room's rows are folded from the
+      payloads (whose JSON kept the exact text), the room's own migration rebuilds what must
+      not merge (`recall.m010_scopes_from_the_log`); the log's own columns (a session id, an
+      event id) cannot be rebuilt and keep U+FFFD.
+    """
+    by_table: dict[str, list[str]] = {}
+    for table_name, column_name in conn.execute(
+        "SELECT c.table_name, c.column_name FROM information_schema.columns c"
+        " JOIN information_schema.tables t"
+        " ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
+        " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
+        " AND c.table_name = ANY(%s)"
+        " AND c.data_type IN ('text', 'character varying') AND c.is_generated = 'NEVER'"
+        " ORDER BY c.table_name, c.ordinal_position",
+        (list(_TABLES_BEFORE_ESCAPING),),
+    ):
+        by_table.setdefault(str(table_name), []).append(str(column_name))
+    for name, names in by_table.items():
+        table = sql.Identifier(name)
+        columns = [sql.Identifier(n) for n in names]
+        held = sql.SQL(" OR ").join(sql.SQL("strpos({}, chr(1)) > 0").format(c) for c in columns)
+        row = conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {})").format(table, held)
+        ).fetchone()
+        if row is None or not row[0]:
+            continue  # (one scan a table: most stores hold no ESCAPE anywhere)
+        conn.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER USER").format(table))
+        for column in columns:
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {table} SET {column} = replace({column}, chr(1), chr(1) || '1')"
+                    " WHERE strpos({column}, chr(1)) > 0"
+                ).format(table=table, column=column)
+            )
+        conn.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER USER").format(table))

@@ -47,7 +47,7 @@ from ..errors import (
     StoreUnreachable,
     UsageError,
 )
-from .pg_text import nul_safe
+from .pg_text import escape_stored_text, nul_safe
 from .port import EventLogStore
 from .store import (
     EVENT_COLUMNS,
@@ -204,6 +204,7 @@ def _m002_questions(conn: Connection) -> None:
 LOG_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("log.m001_events", _m001_events),
     PostgresMigration("log.m002_questions", _m002_questions),
+    PostgresMigration("log.m003_escaped_text", escape_stored_text),
 )
 
 

@@ -78,7 +78,14 @@ from ..log.tables import Statements
 from ..sessions.capture import Capture
 from ..sessions.tree import SessionTree
 from .events import NAMESPACE as RECALL
-from .fold import MESSAGE_COLUMNS, CapturedMessage, RecallFold, captured, scope_number
+from .fold import (
+    FOLD_NAME,
+    MESSAGE_COLUMNS,
+    CapturedMessage,
+    RecallFold,
+    captured,
+    scope_number,
+)
 from .index import RecallIndex
 from .porter import stem
 from .reach import Reach
@@ -493,6 +500,46 @@ def _m009_tsv_text(conn: Connection) -> None:
         )
 
 
+def _emptied(conn: Statements) -> None:
+    """Recall's folded rows dropped, for a rebuild (`PostgresRecallFold.reset`)."""
+    for table in (
+        "recall_corrections",
+        "recall_belief_sources",
+        "recall_belief_terms",
+        "recall_beliefs",
+        "recall_hidden",
+        "recall_message_terms",
+        "recall_scope_terms",
+        "recall_lexeme_docs",
+        "recall_messages",
+        "recall_name_words",
+        "recall_scopes",
+        "recall_vectors",
+    ):
+        conn.execute(f"DELETE FROM {table}")
+    # A rebuild gives the same scope numbers and belief rowids, as SQLite's does.
+    conn.execute("SELECT setval(pg_get_serial_sequence('recall_scopes', 'n'), 1, false)")
+    conn.execute("SELECT setval(pg_get_serial_sequence('recall_beliefs', 'rowid'), 1, false)")
+
+
+def _m010_scopes_from_the_log(conn: Connection) -> None:
+    """Recall folded again from the log when a scope's user id or profile holds U+FFFD: until
+    `log.m003_escaped_text` a NUL was stored as U+FFFD, so `bob\\x00` and `bob\\ufffd` were one
+    scope, each seeing the other's memory, and the scope's row cannot say whose it was. The
+    payloads kept the exact ids (JSON writes a NUL as `\\u0000`): the rows are dropped and the
+    fold's position set back to 0, and the next catch-up (every search makes one) folds the
+    whole log into scopes of their own. A store with no such scope (the most) keeps its rows:
+    U+FFFD elsewhere in them (a message's text that held a NUL) stays until a rebuild."""
+    merged = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM recall_scopes"
+        " WHERE strpos(user_id, chr(65533)) > 0 OR strpos(profile, chr(65533)) > 0)"
+    ).fetchone()
+    if merged is None or not merged[0]:
+        return
+    _emptied(QmarkConnection(conn))
+    conn.execute("UPDATE fold_positions SET position = 0 WHERE fold = %s", (FOLD_NAME,))
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -504,6 +551,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m007_lexeme_docs_by_trigger", _m007_lexeme_docs_by_trigger),
     PostgresMigration("recall.m008_index_totals", _m008_index_totals),
     PostgresMigration("recall.m009_tsv_text", _m009_tsv_text),
+    PostgresMigration("recall.m010_scopes_from_the_log", _m010_scopes_from_the_log),
 )
 
 
@@ -678,24 +726,7 @@ class PostgresRecallFold(RecallFold):
             )
 
     def reset(self, conn: Statements) -> None:
-        for table in (
-            "recall_corrections",
-            "recall_belief_sources",
-            "recall_belief_terms",
-            "recall_beliefs",
-            "recall_hidden",
-            "recall_message_terms",
-            "recall_scope_terms",
-            "recall_lexeme_docs",
-            "recall_messages",
-            "recall_name_words",
-            "recall_scopes",
-            "recall_vectors",
-        ):
-            conn.execute(f"DELETE FROM {table}")
-        # A rebuild gives the same scope numbers and belief rowids, as SQLite's does.
-        conn.execute("SELECT setval(pg_get_serial_sequence('recall_scopes', 'n'), 1, false)")
-        conn.execute("SELECT setval(pg_get_serial_sequence('recall_beliefs', 'rowid'), 1, false)")
+        _emptied(conn)
 
 
 def _add_terms(conn: Statements, rows: Sequence[tuple[int, int, int, str]]) -> None:
