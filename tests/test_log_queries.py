@@ -16,8 +16,8 @@ from chronicle_engine.core import ChronicleCore
 from chronicle_engine.log.events import EventReader, EventTypeRegistry, UpcastRegistry
 from chronicle_engine.log.store import (
     _RARE,
-    _RARE_NAMESPACES,
     LOG_RETIRED_MIGRATIONS,
+    RARE_NAMESPACES,
     PendingEvent,
     SQLiteEventStore,
     stored_text_sql,
@@ -338,7 +338,7 @@ def test_the_full_session_namespace_index_gives_way_to_the_partial_one(tmp_path:
     from chronicle_engine.compaction.events import NAMESPACE as CONTEXT
     from chronicle_engine.sessions.events import NAMESPACE as SESSION
 
-    assert set(_RARE_NAMESPACES) == {CONTEXT, HOST_NAMESPACE, SESSION}
+    assert set(RARE_NAMESPACES) == {CONTEXT, HOST_NAMESPACE, SESSION}
     path = tmp_path / "full.db"
     _an_older_log(path)
     with sqlite3.connect(path) as conn:

@@ -51,6 +51,7 @@ from .pg_text import escape_stored_text, nul_safe
 from .port import EventLogStore
 from .store import (
     EVENT_COLUMNS,
+    RARE_NAMESPACES,
     Envelope,
     PendingEvent,
     StoredEvent,
@@ -201,10 +202,30 @@ def _m002_questions(conn: Connection) -> None:
         conn.execute(statement)
 
 
+_RARE = "namespace IN (" + ", ".join(f"'{n}'" for n in RARE_NAMESPACES) + ")"
+"""The rare namespaces' partial index's own term (`log.m004_rare_by_session`). Unlike SQLite, a
+read need not repeat it: the reads that want the index are planned for their values (`_rows`'
+`own_plan`, `read`'s unprepared pages), and the server proves `namespace = ANY('{...}')` of
+rare names implies it. Repeating it made the planner count the namespace's selectivity twice
+(`latest` then chose the (namespace, type) and (session, seq) indexes, ANDed)."""
+
+
+def _m004_rare_by_session(conn: Connection) -> None:
+    """A conversation's rare events (compaction's context events, the host's reports, the
+    session tree's switches) found among its messages by an index that holds only them, as
+    SQLite's `events_rare_by_session`: before it the reads walked the session's (session, seq)
+    index over every message. Partial, so an append of a message adds no entry to it. Built in
+    the migration's transaction, which holds appends back while it reads the log once."""
+    conn.execute(
+        f"CREATE INDEX events_rare_by_session ON events(session, namespace, seq) WHERE {_RARE}"
+    )
+
+
 LOG_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("log.m001_events", _m001_events),
     PostgresMigration("log.m002_questions", _m002_questions),
     PostgresMigration("log.m003_escaped_text", escape_stored_text),
+    PostgresMigration("log.m004_rare_by_session", _m004_rare_by_session),
 )
 
 

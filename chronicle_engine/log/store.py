@@ -57,6 +57,7 @@ __all__ = [
     "stored_texts",
     "register_payload_template",
     "EVENT_COLUMNS",
+    "RARE_NAMESPACES",
     "storable",
     "read_pages",
     "pending_of",
@@ -439,13 +440,14 @@ class Migration:
     apply: Callable[[sqlite3.Connection], None]
 
 
-_RARE_NAMESPACES = ("chronicle.context", "chronicle.host", "chronicle.session")
+RARE_NAMESPACES = ("chronicle.context", "chronicle.host", "chronicle.session")
 """Namespaces read a conversation at a time among its messages: compaction's context events, what
 the host told the memory slot, the session tree's own events (their rooms name them; a test holds
 these to theirs). Few rows each; the partial index below holds only them, so an append of a
-message, or of any other event, pays for no entry in it."""
+message, or of any other event, pays for no entry in it (PostgreSQL's store has its twin,
+`log.m004_rare_by_session`)."""
 
-_RARE = "(" + " OR ".join(f"namespace = '{n}'" for n in _RARE_NAMESPACES) + ")"
+_RARE = "(" + " OR ".join(f"namespace = '{n}'" for n in RARE_NAMESPACES) + ")"
 """The partial index's own term: SQLite uses such an index only for a query whose WHERE holds
 it, so a read of these namespaces names it too (true of every row it reads). Equalities joined
 by OR, not `namespace IN (...)`: every append evaluates it, and SQLite builds a constant IN
@@ -1002,7 +1004,7 @@ class SQLiteEventStore:
             column = "+namespace" if by_seq else "namespace"  # `+`: no index on it
             where.append(f"{column} IN ({','.join('?' * len(namespaces))})")
             params.extend(namespaces)
-            if not by_seq and all(n in _RARE_NAMESPACES for n in namespaces):
+            if not by_seq and all(n in RARE_NAMESPACES for n in namespaces):
                 where.append(_RARE)  # (true of every row read: lets the partial index serve)
         sql = (
             "SELECT seq, id, namespace, type, version, created_at, session, payload FROM events"
@@ -1132,7 +1134,7 @@ class SQLiteEventStore:
             row = conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE namespace = ? AND type = ?"
                 f" AND session IN ({','.join('?' * len(sessions))})"
-                f"{' AND ' + _RARE if namespace in _RARE_NAMESPACES else ''}"
+                f"{' AND ' + _RARE if namespace in RARE_NAMESPACES else ''}"
                 " ORDER BY seq DESC LIMIT 1",
                 (namespace, type_, *sessions),
             ).fetchone()
