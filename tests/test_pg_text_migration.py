@@ -153,3 +153,37 @@ def test_a_store_holding_no_merged_scope_keeps_its_recall_rows(
             after = conn.execute(RECALL_AT).fetchall()
             assert conn.execute("SELECT t FROM other_program").fetchall() == [(f"a{ESCAPE}0",)]
         assert after == before == [(2,)]  # not folded again
+
+
+def test_an_old_row_holding_another_rows_escaped_form_does_not_stop_the_migration(
+    postgres_cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old map stored U+0001 as itself, so one unique id may already read as another's
+    escaped form (`a` U+0001 `1` beside `a` U+0001); PostgreSQL checks a unique key at each row
+    an UPDATE writes, so the rows are escaped longest first (a whole-column UPDATE in the
+    table's order failed here, and then at every later open)."""
+    from postgres_support import own_schema
+
+    from chronicle_engine.log.store import PendingEvent
+
+    ids = [f"a{ESCAPE}", f"a{ESCAPE}1", f"a{ESCAPE}11"]
+    with own_schema(postgres_cluster) as conninfo:
+        with monkeypatch.context() as old:
+            old.setattr(log_postgres, "nul_safe", _old_nul_safe)
+            store = log_postgres.PostgresEventStore(conninfo)
+            store.migrate(log_postgres.LOG_MIGRATIONS)
+            store.append([PendingEvent("test", "T", 1, {}, id=i, session="s") for i in ids])
+            store.close()
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute("DELETE FROM migrations WHERE name = 'log.m003_escaped_text'")
+            raw = [r[0] for r in conn.execute("SELECT id FROM events ORDER BY seq")]
+            assert raw == ids  # (as the old map wrote them)
+        store = log_postgres.PostgresEventStore(conninfo)
+        try:
+            assert "log.m003_escaped_text" in store.migrated()
+            assert [e.envelope.id for e in store.read(session="s")] == ids
+        finally:
+            store.close()
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            escaped = [r[0] for r in conn.execute("SELECT id FROM events ORDER BY seq")]
+            assert escaped == [i.replace(ESCAPE, f"{ESCAPE}1") for i in ids]

@@ -121,6 +121,11 @@ _TABLES_BEFORE_ESCAPING = (
 other programs may share the schema: those are not ours to rewrite)."""
 
 
+_NEVER_ESCAPED = {("events", "payload")}
+"""Text columns that cannot hold U+0001 as itself: a payload is JSON, which writes every control
+character as an escape (`log.store`'s encoder), so the migration does not read the whole log."""
+
+
 def escape_stored_text(conn: Connection[TupleRow]) -> None:
     """Migration `log.m003_escaped_text`: every text column of every room's table (a generated
     column is the server's own) put in the escaped form, whichever room owns it. Before it,
@@ -146,7 +151,8 @@ def escape_stored_text(conn: Connection[TupleRow]) -> None:
         " ORDER BY c.table_name, c.ordinal_position",
         (list(_TABLES_BEFORE_ESCAPING),),
     ):
-        by_table.setdefault(str(table_name), []).append(str(column_name))
+        if (table_name, column_name) not in _NEVER_ESCAPED:
+            by_table.setdefault(str(table_name), []).append(str(column_name))
     for name, names in by_table.items():
         table = sql.Identifier(name)
         columns = [sql.Identifier(n) for n in names]
@@ -158,10 +164,16 @@ def escape_stored_text(conn: Connection[TupleRow]) -> None:
             continue  # (one scan a table: most stores hold no ESCAPE anywhere)
         conn.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER USER").format(table))
         for column in columns:
+            # Row by row, longest first: PostgreSQL checks a unique key at each row, and an old
+            # row may hold another's escaped form already (`x` U+0001 `1` beside `x` U+0001).
+            # The escaped form is longer than its source, so the row holding it has moved on.
             conn.execute(
                 sql.SQL(
-                    "UPDATE {table} SET {column} = replace({column}, chr(1), chr(1) || '1')"
-                    " WHERE strpos({column}, chr(1)) > 0"
+                    "DO $$ DECLARE r record; BEGIN"
+                    " FOR r IN SELECT ctid AS at FROM {table} WHERE strpos({column}, chr(1)) > 0"
+                    " ORDER BY length({column}) DESC LOOP"
+                    " UPDATE {table} SET {column} = replace({column}, chr(1), chr(1) || '1')"
+                    " WHERE ctid = r.at; END LOOP; END $$"
                 ).format(table=table, column=column)
             )
         conn.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER USER").format(table))

@@ -529,7 +529,12 @@ def _m010_scopes_from_the_log(conn: Connection) -> None:
     payloads kept the exact ids (JSON writes a NUL as `\\u0000`): the rows are dropped and the
     fold's position set back to 0, and the next catch-up (every search makes one) folds the
     whole log into scopes of their own. A store with no such scope (the most) keeps its rows:
-    U+FFFD elsewhere in them (a message's text that held a NUL) stays until a rebuild."""
+    U+FFFD elsewhere in them (a message's text that held a NUL) stays until a rebuild.
+
+    Recall's fold is held first, as a rebuild holds it (its advisory lock, then its position
+    row), so no host's fold commits rows these deletes did not see."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_FOLD_LOCK,))
+    conn.execute("SELECT position FROM fold_positions WHERE fold = %s FOR UPDATE", (FOLD_NAME,))
     merged = conn.execute(
         "SELECT EXISTS (SELECT 1 FROM recall_scopes"
         " WHERE strpos(user_id, chr(65533)) > 0 OR strpos(profile, chr(65533)) > 0)"
