@@ -69,7 +69,7 @@ class _EscapingDumper(StrDumperUnknown):
 def _read(value: object) -> object:
     """A value of a row as sent: text unescaped, and the text in an array."""
     if type(value) is str:
-        return _ESCAPED.sub(_unescaped, value) if ESCAPE in value else value
+        return readable(value)
     if type(value) is list:
         return [_read(v) for v in value]
     return value
