@@ -84,7 +84,7 @@ try:
                 break
         started = time.perf_counter()
         for _ in range(1000):
-            if not core.scheduler.tick("sync_turn") or time.perf_counter() - started > 600:
+            if not core.scheduler.drain("sync_turn") or time.perf_counter() - started > 600:
                 break
         raise SystemExit(0)
     cg = ctypes.CDLL(lib)
@@ -113,7 +113,7 @@ try:
                 if consolidator is None or consolidator.run(5000).remaining == 0:
                     break
             for _ in range(1000):
-                if not core.scheduler.tick("sync_turn"):
+                if not core.scheduler.drain("sync_turn"):
                     break
             raise SystemExit(0)
         from pathlib import Path

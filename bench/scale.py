@@ -552,7 +552,7 @@ def settle(core: ChronicleCore) -> None:
             break
     started = time.perf_counter()
     for _ in range(1000):
-        if not core.scheduler.tick("sync_turn") or time.perf_counter() - started > 600:
+        if not core.scheduler.drain("sync_turn") or time.perf_counter() - started > 600:
             break
 
 

@@ -359,7 +359,8 @@ class Schedules(_Section):
 
 
 class MaintenanceSettings(_Section):
-    # No daemon: every key here is consulted from inside a hook call (chronicle_engine/scheduler/).
+    # No timer: every key here is consulted when a hook calls (chronicle_engine/scheduler/), on
+    # the hook's thread or, with `background`, on the one background thread it nudges.
     enabled: Flag = Field(
         True,
         description="Master switch for hook-driven scheduling. false: hooks never schedule or "
@@ -371,12 +372,19 @@ class MaintenanceSettings(_Section):
         "due schedule is always tried; one that does not fit after it waits for the next hook "
         "call.",
     )
+    background: Flag = Field(
+        True,
+        description="Run what a hook finds due (scheduling, and the jobs of a draining hook) on "
+        "one background thread per process, so the hook returns at once. false: on the hook's "
+        "own thread, before it returns.",
+    )
     drain_hooks: Annotated[tuple[str, ...], BeforeValidator(_hook_names)] = Field(
         ("sync_turn", "queue_prefetch"),
-        description="Hooks that also run queued jobs. The default lists the two hooks Hermes "
-        "runs on its background memory thread (a claimed job runs to its end, model summaries "
-        "included); every other hook, on_session_end and on_session_switch among them, runs on "
-        "the agent's own thread and only schedules.",
+        description="Hooks that also run queued jobs, a bounded batch each (on the background "
+        "thread; with background false, on the hook's own thread, where a claimed job runs to "
+        "its end, model summaries included, so the default lists the two hooks Hermes runs on "
+        "its background memory thread). Every other hook, on_session_end and on_session_switch "
+        "among them, only schedules.",
     )
     drain_per_hook: Count = Field(
         4, description="Jobs one draining hook call may run, shared by weight."

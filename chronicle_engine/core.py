@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeAlias, TypeVar, cast
@@ -160,6 +162,8 @@ class ChronicleCore:
         )
         self._closed = False
         self._subsystems: dict[str, object] = {}
+        # every scheduler built over this core: shutdown stops their background threads
+        self._schedulers: weakref.WeakSet[Scheduler] = weakref.WeakSet()
         self._subsystems_lock = threading.RLock()
         self.warned: set[str] = set()
         """Degraded states already logged for this database; both slots log each one once."""
@@ -314,7 +318,9 @@ class ChronicleCore:
 
     @property
     def scheduler(self) -> Scheduler:
-        return self._subsystem("scheduler", lambda core: core.new_scheduler())
+        """The scheduler the slots tick: its hooks' steps run in the background when
+        `maintenance.background` says so (the default)."""
+        return self._subsystem("scheduler", lambda core: core.new_scheduler(background=None))
 
     def new_scheduler(
         self,
@@ -322,14 +328,17 @@ class ChronicleCore:
         clock: Callable[[], float] | None = None,
         timer: Callable[[], float] | None = None,
         summarize: Summarizer | AsyncSummarizer | None = None,
+        background: bool | None = False,
     ) -> Scheduler:
         """A scheduler over this database's parts (`scheduler` is the one the slots tick; tests
-        and benchmarks build their own with a clock or a summariser of their choosing)."""
+        and benchmarks build their own with a clock or a summariser of their choosing). Its
+        hooks' steps run on the hook's thread unless `background` (None: as
+        `maintenance.background` says)."""
         from .chronicle.write import WriterSummarizer
         from .compaction.policy import policy_from_config
         from .scheduler.scheduler import Scheduler
 
-        return Scheduler(
+        scheduler = Scheduler(
             self.reader,
             self.config,
             sessions=lambda: self.sessions,
@@ -343,7 +352,10 @@ class ChronicleCore:
             clock=clock,
             timer=timer,
             summarize=summarize,
+            background=background,
         )
+        self._schedulers.add(scheduler)
+        return scheduler
 
     # -- reading -------------------------------------------------------------------------
 
@@ -353,10 +365,20 @@ class ChronicleCore:
     # -- lifecycle -----------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Checkpoint the WAL and close every connection. Safe to call twice."""
+        """Stop the schedulers' background threads (each gets STOP_SECONDS, in all, to end its
+        current job), checkpoint the WAL and close every connection. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
+        schedulers = list(self._schedulers)
+        if schedulers:
+            from .scheduler.scheduler import STOP_SECONDS
+
+            for scheduler in schedulers:
+                scheduler.ask_to_stop()
+            deadline = time.monotonic() + STOP_SECONDS
+            for scheduler in schedulers:
+                scheduler.stop(deadline - time.monotonic())
         with self._registry_lock:
             if self._registry.get(self._key(self.location)) is self:
                 del self._registry[self._key(self.location)]

@@ -50,15 +50,16 @@ def _sections(core, names: list[str]) -> dict[str, list[tuple[str, int, int, str
     return out
 
 
-def test_two_schedulers_run_each_due_consolidation_once(where) -> None:
+@pytest.mark.parametrize("background", [False, True], ids=["on-the-hook", "in-the-background"])
+def test_two_schedulers_run_each_due_consolidation_once(where, background: bool) -> None:
+    """`background`: each host's steps run on its scheduler's own thread, the two racing."""
     hosts = [open_core(where, EVERY_MINUTE) for _ in range(2)]
     clock = FakeClock()
-    scheds = [scheduler(core, clock) for core in hosts]
+    scheds = [scheduler(core, clock, background=background) for core in hosts]
     sessions = [f"h{h}-s{i}" for h in range(2) for i in range(2)]
     rounds = 6
     barrier = threading.Barrier(3, timeout=60)  # two hosts and the clock
     errors: list[BaseException] = []
-    ran = [0, 0]
 
     def host(h: int) -> None:
         core, sched = hosts[h], scheds[h]
@@ -74,7 +75,8 @@ def test_two_schedulers_run_each_due_consolidation_once(where) -> None:
                         ]
                     )
                 for _ in range(4):  # hook calls race for the same due time
-                    ran[h] += sched.tick("sync_turn")
+                    sched.tick("sync_turn")
+                assert sched.wait_background(30)  # (at once when the hook ran the step)
                 barrier.wait()
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -93,7 +95,8 @@ def test_two_schedulers_run_each_due_consolidation_once(where) -> None:
     assert not any(t.is_alive() for t in threads)
     clock.advance(60)  # one more due time, after every host's last message
     for sched in scheds:
-        ran[scheds.index(sched)] += sched.tick("sync_turn")
+        sched.tick("sync_turn")
+        assert sched.wait_background(30)
         sched.run_pending()
 
     jobs = [j for j in scheds[0].queue.jobs(limit=1000) if j.kind == "consolidate"]
@@ -103,7 +106,8 @@ def test_two_schedulers_run_each_due_consolidation_once(where) -> None:
     # run once: none was claimed twice or retried.
     assert fired == sorted(set(fired)) and len(fired) == rounds + 1
     assert all(j.attempts == 1 for j in jobs)
-    assert sum(ran) == len(jobs)  # no job ran outside the hook calls (run_pending found none)
+    # No job ran outside the hooks' steps (run_pending found none).
+    assert sum(s.jobs_run for s in scheds) == len(jobs)
 
     # Every closed unit became one section, once: no superseded or doubled sections, no overlap,
     # and the fold read the whole log.

@@ -1,16 +1,23 @@
-"""Background work with no daemon: every hook call is a chance to schedule and to drain.
+"""Background work driven by hooks: every hook call is a chance to schedule and to drain.
 
-Chronicle owns no thread, timer or process. The adapters call `tick(hook)` on every host hook;
-the scheduler compares each schedule's next due time, kept in memory, with the injected clock.
+Chronicle owns no timer or process. The adapters call `tick(hook)` on every host hook; the
+scheduler compares each schedule's next due time, kept in memory, with the injected clock. What a
+hook finds due is a step: schedule what is due and, on a draining hook, run a bounded batch of
+queued jobs. With `maintenance.background` (the default for the scheduler the slots tick) the
+step runs on one daemon thread per process (`worker.py`) and the hook returns at once; otherwise
+on the hook's own thread, before it returns. `drain(hook)` runs a step on the calling thread
+whichever is set (tests, benchmarks, a host that wants its jobs done before it goes on).
 
 Invariants:
-- A call with nothing due does no SQL at all: one clock read and two float comparisons.
+- A call with nothing due does no SQL at all: one clock read and two float comparisons. A call
+  with something due does none either in the background: it nudges the thread.
 - A schedule fires once per due time, across hook calls, threads and processes: its watermark is
   persisted, and it is advanced in the same transaction that enqueues the job.
-- One call enqueues at most one due job, inside `maintenance.budget_ms`.
-- Only the hooks in `maintenance.drain_hooks` run jobs, a bounded number per call, shared between
-  job classes by weight; a draining call claims nothing new once `maintenance.drain_budget_ms` is
-  spent.
+- One step enqueues at most one due job, inside `maintenance.budget_ms`.
+- Only the hooks in `maintenance.drain_hooks` run jobs, a bounded number per step, shared between
+  job classes by weight; a draining step claims nothing new once `maintenance.drain_budget_ms` is
+  spent. One step runs at a time in a process (the scheduler's lock); the queue's claims and
+  leases keep each job to one runner across processes.
 - Nothing escapes into the host: a failure is logged once and the scheduler backs off.
 """
 
@@ -39,13 +46,14 @@ from .settings import JOB_CLASSES, TASKS, read_settings
 from .stores import open_tables
 from .sweeps import SweepCursors, SweepReport
 from .units import UnitRules
+from .worker import Worker
 
 if TYPE_CHECKING:
     from ..log.postgres import PostgresEventStore
     from ..recall.recall import Recall
 
 
-__all__ = ["Scheduler", "NOT_SCHEDULED", "MaintenanceStatus", "ScheduleStatus"]
+__all__ = ["Scheduler", "NOT_SCHEDULED", "MaintenanceStatus", "ScheduleStatus", "STOP_SECONDS"]
 
 log = logging.getLogger("chronicle_engine.scheduler")
 
@@ -124,6 +132,9 @@ NOT_SCHEDULED: tuple[tuple[str, str], ...] = (
 )
 
 _BACKOFF_AFTER_ERROR = 30.0
+STOP_SECONDS = 5.0
+"""How long shutdown waits for the background thread's current job (a model summary may be
+running); past it the store closes anyway and the job runs again once its lease lapses."""
 # A report with work left is chased by an immediate continuation, except for these: a checkpoint
 # that could not finish is blocked by readers, and the reaper waits for consolidation to read its
 # decisions, so neither gains from running again at once.
@@ -151,13 +162,15 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
         timer: Callable[[], float] | None = None,
         summarize: Summarizer | AsyncSummarizer | None = None,
+        background: bool | None = None,
     ) -> None:
         """`sessions`, `writer` and `recall` are asked for when first needed (consolidation, a
         sweep), so a broken one switches off only what uses it; `warned` holds the degraded states this
         database has logged already (shared with the slots). `summarize` stands in for the
         writer's summaries (tests). `clock` is the epoch time schedules are due by; `timer` measures
         a hook call's own time budgets (tests give a clock that moves only when they say, so a
-        busy machine cannot change what one call gets done)."""
+        busy machine cannot change what one call gets done). `background`: whether a hook's step
+        runs on the background thread (None: `maintenance.background`)."""
         self._store = reader.store
         self._reader = reader
         self._sessions = sessions
@@ -178,6 +191,8 @@ class Scheduler:
         self._summarize = summarize
         self._consolidator: Consolidator | None = None
         self._resolved = False
+        self._resolving = threading.RLock()
+        self._in_resolve = False
         self._unavailable: dict[str, str] = {}
         self._next_due: dict[str, float] = {}
         self._loaded = False
@@ -188,30 +203,95 @@ class Scheduler:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._handlers: dict[str, Callable[[TaskContext], SweepReport]] = dict(MAINTENANCE)
+        self._stopping = False
+        self.jobs_run = 0  # by this scheduler's steps, on any thread (not run_pending's)
+        if background is None:
+            background = self.settings.background
+        self._worker = (
+            Worker(self._background_step, after_fork=self._after_fork) if background else None
+        )
 
     # -- the hook path ---------------------------------------------------------------------
 
+    @property
+    def background(self) -> bool:
+        """Whether a hook's step runs on the background thread."""
+        return self._worker is not None
+
     def tick(self, hook: str = "") -> int:
-        """Called by the adapters on every hook. Never raises. Returns how many jobs it ran
-        (only a hook in `maintenance.drain_hooks` runs any)."""
+        """Called by the adapters on every hook. Never raises. Returns how many jobs it ran on
+        this thread (only a hook in `maintenance.drain_hooks` runs any; in the background, none:
+        the hook hands its step to the background thread and returns)."""
         now = self.clock()
-        if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
+        drain = hook in self._drain_hooks
+        if now < self._schedule_wake and (now < self._queue_wake or not drain):
+            return 0
+        if self._stopping:
+            return 0
+        worker = self._worker
+        if worker is not None and worker.nudge(drain):
             return 0
         if not self._lock.acquire(blocking=False):
             return 0  # another thread is already scheduling or draining
         try:
-            self._schedule(now)
-            if hook in self._drain_hooks and now >= self._queue_wake:
-                return self._drain()
-            return 0
-        except Exception as exc:  # a hook must never fail because maintenance did
-            self._back_off(exc, now)
-            return 0
+            return self._step(now, drain)
         finally:
             self._lock.release()
 
+    def drain(self, hook: str = "sync_turn") -> int:
+        """Run `hook`'s step on the calling thread, in the background or not: schedule what is
+        due and, on a draining hook, run one bounded batch of queued jobs. Waits for a step that
+        another thread is running. Never raises. Returns how many jobs it ran."""
+        with self._lock:
+            return self._step(self.clock(), hook in self._drain_hooks)
+
+    def _step(self, now: float, drain: bool) -> int:
+        """Schedule, then drain on a draining hook (the caller holds the lock). Never raises."""
+        try:
+            self._schedule(now)
+            if drain and now >= self._queue_wake:
+                return self._drain()
+            return 0
+        except Exception as exc:  # a hook must never fail because maintenance did
+            if self._stopping:  # the store is closing under it: the job is re-run later
+                log.debug("chronicle maintenance stopped mid-step: %s", exc)
+                return 0
+            self._back_off(exc, now)
+            return 0
+
+    def _background_step(self, drain: bool) -> None:
+        with self._lock:
+            if not self._stopping:
+                self._step(self.clock(), drain)
+
+    def _after_fork(self) -> None:
+        # In a forked child: the parent's thread may have held the locks; it does not run here.
+        self._lock = threading.Lock()
+        self._resolving = threading.RLock()
+
+    def stop(self, timeout: float = STOP_SECONDS) -> bool:
+        """Stop the background thread after its current job, waiting at most `timeout` seconds
+        (the core's shutdown, before the store closes). Returns whether it has ended. Later hooks
+        schedule and run nothing."""
+        self._stopping = True
+        if self._worker is None:
+            return True
+        return self._worker.stop(timeout)
+
+    def wait_background(self, timeout: float = 30.0) -> bool:
+        """Wait until the background thread runs no step and none is asked for (tests and
+        benchmarks that then read what it did). True at once without one; False on timeout."""
+        return self._worker is None or self._worker.wait_idle(timeout)
+
+    def ask_to_stop(self) -> None:
+        """`stop` without the wait (a shutdown stopping several schedulers asks each first)."""
+        self._stopping = True
+        if self._worker is not None:
+            self._worker.ask_to_stop()
+
     async def tick_async(self, hook: str = "") -> int:
-        """`tick` for async hosts: consolidation is awaited (catch_up_async), never run_sync."""
+        """`tick` for async hosts: consolidation is awaited (catch_up_async), never run_sync. Its
+        step runs on the caller's loop, whatever `background` says."""
         now = self.clock()
         if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
             return 0
@@ -327,6 +407,9 @@ class Scheduler:
         for job in self._claims():
             self._run(job)
             ran += 1
+            if self._stopping:
+                break  # shutting down: the rest stays queued
+        self.jobs_run += ran
         self._refresh_queue_wake()
         return ran
 
@@ -335,6 +418,7 @@ class Scheduler:
         for job in self._claims():
             await self._run_async(job)
             ran += 1
+        self.jobs_run += ran
         self._refresh_queue_wake()
         return ran
 
@@ -450,7 +534,18 @@ class Scheduler:
         and reaping schedules off, with the reason in `maintenance_status()`."""
         if self._resolved:
             return
-        self._resolved = True
+        # The background thread's first job and a reader (`consolidator`, a status) may both
+        # come here: the second waits for the first to finish rather than see no consolidator.
+        with self._resolving:
+            if self._resolved or self._in_resolve:
+                return
+            self._in_resolve = True
+            try:
+                self._build_consolidator()
+            finally:
+                self._resolved = True
+
+    def _build_consolidator(self) -> None:
         summarize = self._summarize
         try:
             if summarize is None:

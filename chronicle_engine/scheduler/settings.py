@@ -29,6 +29,7 @@ JOB_CLASSES = ("consolidation", "reaping", "maintenance")
 @dataclass(frozen=True, slots=True)
 class Settings:
     enabled: bool
+    background: bool
     budget_ms: float
     drain_hooks: frozenset[str]
     drain_per_hook: int
@@ -67,6 +68,7 @@ def read_settings(settings: ChronicleSettings) -> Settings:
     shares = queue.shares
     return Settings(
         enabled=maintenance.enabled,
+        background=maintenance.background,
         budget_ms=maintenance.budget_ms,
         drain_hooks=frozenset(maintenance.drain_hooks),
         drain_per_hook=maintenance.drain_per_hook,

@@ -33,7 +33,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "maintenance",
         help="show maintenance status; --run queues tasks and runs what is pending now",
-        description="Chronicle has no daemon: Hermes' hooks run its scheduled tasks. This shows "
+        description="Chronicle has no daemon: Hermes' hooks start its scheduled tasks, in Hermes' "
+        "own process. This shows "
         "them, the job queue and how far consolidation has got; --json prints all of it.",
         epilog="examples:\n  chronicle maintenance\n  chronicle maintenance --run\n"
         "  chronicle maintenance --run integrity consolidate",
