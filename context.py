@@ -553,7 +553,11 @@ class ChronicleContextEngine(_Base):
             )
         self._tick("on_session_end")
         if not _users.held(core):
-            core.store.checkpoint()  # no memory slot will shut it down: flush the WAL now
+            # No memory slot will shut it down: flush the WAL now, once the scheduler's
+            # background thread has done what this hook asked (a context hook only schedules,
+            # so it is short; bounded all the same).
+            core.scheduler.wait_background(1.0)
+            core.store.checkpoint()
 
     @fenced(None)
     def on_session_reset(self) -> None:
