@@ -3,12 +3,16 @@ SQLite and PostgreSQL side by side.
 
     python bench/multihost.py [--processes 4] [--threads 4] [--seconds 60] [--pause-ms 0]
                               [--clock-scale 10] [--conninfo "host=... dbname=..."]
+                              [--inline-jobs] [--stagger]
 
 Each of P host processes (a Hermes host) opens the store through `ChronicleCore`, as Hermes
 does; each of its T threads plays one chat after another (a fresh session every 40 turns), and
 each turn is what the provider's `sync_turn` does: capture the whole live list (a new person's
 message and a new answer at its end), then tick the host's scheduler on the `sync_turn` hook,
-which runs the jobs due (consolidation included). Every tenth turn hands the same list again (a
+which hands what is due (consolidation included) to the host's one background thread and
+returns, as the provider's scheduler does by default (`maintenance.background`); with
+`--inline-jobs` the tick runs the jobs on the turn's own thread (`background: false`, and every
+version before it), so the two can be compared. Every tenth turn hands the same list again (a
 repeated hook call), which must store nothing. Beside them run one searcher process
 (`chronicle_search` through recall, back to back, on words the hosts write) and one compactor
 process (the context engine's `compress` on chats of its own, each compressed as it grows, the
@@ -35,6 +39,11 @@ query; the searcher's folding of what the log gained, which chronicle_search doe
 timed apart), compressions and compress p50/p99, with the machine's load.
 `--pause-ms` makes each thread wait between its turns (a person reading and typing); at 0 every
 thread captures back to back, which measures the store saturated, not a turn's own latency.
+Every thread starts at the same instant, and paced alike they stay nearly in step: each pause
+ends with all the writers' turns arriving at once. `--stagger` spreads their first turns evenly
+over one pause instead, as people who do not all press enter together would. Each thread's first
+turns open its connection and prepare its statements, all at that same instant: the
+`sync_turn_warm_*` figures leave out each thread's first five (as bench/sync_turn.py does).
 Without `--conninfo` the PostgreSQL side is a throwaway local server (tests/postgres_support.py:
 initdb, pg_ctl on 127.0.0.1, fsync off), so its figures are loopback figures.
 
@@ -73,6 +82,7 @@ MAX_TURNS_PER_THREAD = 100_000  # a bound on each loop besides the time
 MAX_SEARCHES = 1_000_000
 MAX_COMPRESSIONS = 100_000
 COMPRESS_EVERY_TURNS = 10  # the compactor's chats grow by this many turns between compressions
+WARM_UP_TURNS = 5  # each thread's first turns open its connection and prepare its statements
 CONSOLIDATE = "* * * * *"
 
 
@@ -100,11 +110,14 @@ def _stand_in(events):  # -> Consolidation: a unit's texts joined (no model is c
     return Consolidation(" | ".join(str(e.payload.get("text", "")) for e in events)[:2000])
 
 
-def _scheduler(core, start_at: float, scale: float):  # -> Scheduler on the shared fast clock
+def _scheduler(core, start_at: float, scale: float, inline: bool = True):
+    """A Scheduler on the shared fast clock; its jobs run on the hook's thread when `inline`,
+    else on its background thread (as the provider's do, `maintenance.background`)."""
+
     def clock() -> float:
         return start_at + (time.time() - start_at) * scale
 
-    return core.new_scheduler(clock=clock, summarize=_stand_in)
+    return core.new_scheduler(clock=clock, summarize=_stand_in, background=not inline)
 
 
 def _host(
@@ -116,6 +129,8 @@ def _host(
     start_at: float,
     pause: float,
     scale: float,
+    inline_jobs: bool = False,
+    offsets: list[float] | None = None,
 ) -> str:
     """One host: `threads` chats until the time is up, each turn a `sync_turn` (capture, then
     the scheduler's tick). Returns JSON: what each session was sent, the latencies, the
@@ -124,7 +139,7 @@ def _host(
         from chronicle_engine.errors import StoreBusy
 
         core = _core(kind, where, home)
-        sched = _scheduler(core, start_at, scale)
+        sched = _scheduler(core, start_at, scale, inline_jobs)
         fires: list[tuple[str, float, bool]] = []  # (schedule, due time, whether this host fired)
         fire = sched.queue.fire
 
@@ -137,24 +152,24 @@ def _host(
         capture = core.capture
         sent: dict[str, list[str]] = {}
         syncs: list[float] = []
+        warm: list[float] = []  # the same, each thread's first WARM_UP_TURNS left out
         captures: list[float] = []
         sync_cpus: list[float] = []  # the turn's own thread CPU (the rest is waiting)
         capture_cpu: list[float] = []  # the same for its capture (the rest is the tick's jobs)
-        jobs_run = 0
         repeats_stored = 0
         errors: list[str] = []
         busy: list[str] = []
         lock = threading.Lock()
 
         def chat(t: int) -> None:
-            nonlocal repeats_stored, jobs_run
+            nonlocal repeats_stored
             mine: dict[str, list[str]] = {}
             times: list[float] = []
             captured: list[float] = []
             cpus: list[float] = []
             capture_cpus: list[float] = []
-            repeated = ran = 0
-            time.sleep(max(0.0, start_at - time.time()))
+            repeated = 0
+            time.sleep(max(0.0, start_at + (offsets[t] if offsets else 0.0) - time.time()))
             deadline = time.monotonic() + seconds
             turn = 0
             live: list[dict[str, object]] = []
@@ -180,7 +195,7 @@ def _host(
                     stored = capture.capture_turn(session, live)
                     captured.append(time.perf_counter() - began)
                     capture_cpus.append(time.thread_time() - cpu)
-                    ran += sched.tick("sync_turn")  # never raises (it backs off and logs)
+                    sched.tick("sync_turn")  # never raises (it backs off and logs)
                 except (
                     StoreBusy
                 ) as exc:  # the provider's fence logs it; the turn waits in the spill
@@ -204,26 +219,27 @@ def _host(
             with lock:
                 sent.update(mine)
                 syncs.extend(times)
+                warm.extend(times[WARM_UP_TURNS:])
                 captures.extend(captured)
                 sync_cpus.extend(cpus)
                 capture_cpu.extend(capture_cpus)
                 repeats_stored += repeated
-                jobs_run += ran
 
         pool = [threading.Thread(target=chat, args=(t,)) for t in range(threads)]
         for thread in pool:
             thread.start()
         for thread in pool:
             thread.join(timeout=seconds + 300)
-        core.shutdown()
+        core.shutdown()  # stops the scheduler's background thread after its current job
     return json.dumps(
         {
             "sent": sent,
             "sync": syncs,
+            "sync_warm": warm,
             "capture": captures,
             "sync_cpu": sync_cpus,
             "capture_cpu": capture_cpu,
-            "jobs_run": jobs_run,
+            "jobs_run": sched.jobs_run,
             "repeats_stored": repeats_stored,
             "errors": errors,
             "busy": busy,
@@ -431,6 +447,8 @@ def run(
     sample_ms: float = 0.0,
     postmaster: int | None = None,
     beside: tuple[int, int] = (1, 1),
+    inline_jobs: bool = False,
+    stagger: bool = False,
 ) -> dict[str, object]:
     """One run on one store: migrate it, drive the hosts, the searcher and the compactor at
     once, then check what they left and summarise."""
@@ -440,8 +458,9 @@ def run(
     server_before = _server_cpu(postmaster)
     with _sampling(kind, where, start_at, sample_ms) as sampled:
         outputs, searched, compressed = _drive(
-            kind, where, processes, threads, (seconds, start_at), pause_ms, scale, beside
-        )
+            kind, where, processes, threads, (seconds, start_at), pause_ms, scale, beside,
+            inline_jobs, stagger,
+        )  # fmt: skip
     cpu = os.times()
     server_cpu = _server_cpu(postmaster) - server_before  # the hosts' run, not the check below
     said, checked = _check(kind, where, outputs)
@@ -458,7 +477,9 @@ def run(
         "compactors": beside[1],
         "seconds": seconds,
         "pause_ms": pause_ms,
+        "staggered": stagger,
         "clock_scale": scale,
+        "jobs": "inline" if inline_jobs else "background",
         **_turn_figures(outputs, said, seconds),
         "searches": len(searches),
         "searches_per_s": round(len(searches) / seconds, 1),
@@ -492,6 +513,7 @@ def run(
 def _turn_figures(outputs: list[dict], said: int, seconds: float) -> dict[str, object]:
     """The hosts' turns: how many, and sync_turn's and its capture's wall and own CPU."""
     syncs = [x for out in outputs for x in out["sync"]]
+    warm = [x for out in outputs for x in out["sync_warm"]]
     captures = [x for out in outputs for x in out["capture"]]
     sync_cpus = [x for out in outputs for x in out["sync_cpu"]]
     capture_cpus = [x for out in outputs for x in out["capture_cpu"]]
@@ -502,6 +524,9 @@ def _turn_figures(outputs: list[dict], said: int, seconds: float) -> dict[str, o
         "messages_per_s": round(said / seconds, 1),
         "sync_turn_p50_ms": _ms(syncs, 0.50),
         "sync_turn_p99_ms": _ms(syncs, 0.99),
+        # each thread's first turns left out, as bench/sync_turn.py leaves out its first five
+        "sync_turn_warm_p50_ms": _ms(warm, 0.50),
+        "sync_turn_warm_p99_ms": _ms(warm, 0.99),
         "capture_p50_ms": _ms(captures, 0.50),
         "capture_p99_ms": _ms(captures, 0.99),
         # the calling thread's own CPU a turn: the rest of its wall time it waited (for the
@@ -557,14 +582,23 @@ def _drive(
     pause_ms: float,
     scale: float,
     beside: tuple[int, int] = (1, 1),
+    inline_jobs: bool = False,
+    stagger: bool = False,
 ) -> tuple[list[dict], dict, dict]:
     """The host processes, the searchers and the compactors (`beside`: how many of each), all
-    at once; their reports (the searchers' and the compactors' each merged into one)."""
+    at once; their reports (the searchers' and the compactors' each merged into one). With
+    `stagger`, the writers' first turns are spread evenly over one pause."""
     seconds = shape[0]
+    writers = processes * threads
+    spread = pause_ms / 1000 / writers if stagger else 0.0
     context = multiprocessing.get_context("spawn")
     with context.Pool(processes + sum(beside)) as pool:
+        host = (threads, *shape, pause_ms / 1000, scale, inline_jobs)
         hosts = [
-            pool.apply_async(_host, (kind, where, f"h{p}", threads, *shape, pause_ms / 1000, scale))
+            pool.apply_async(
+                _host,
+                (kind, where, f"h{p}", *host, [spread * (p * threads + t) for t in range(threads)]),
+            )
             for p in range(processes)
         ]
         searchers = [pool.apply_async(_searcher, (kind, where, *shape)) for _ in range(beside[0])]
@@ -650,6 +684,16 @@ def main() -> None:
         "--compactors", type=int, default=1, help="compactor processes beside the hosts (0: none)"
     )
     parser.add_argument(
+        "--stagger",
+        action="store_true",
+        help="spread the writers' first turns evenly over one pause (else all start at once)",
+    )
+    parser.add_argument(
+        "--inline-jobs",
+        action="store_true",
+        help="run the scheduler's jobs on the turn's thread (maintenance.background: false)",
+    )
+    parser.add_argument(
         "--sample-ms",
         type=float,
         default=20.0,
@@ -674,14 +718,18 @@ def main() -> None:
         args.sample_ms,
     )
     beside = (args.searchers, args.compactors)
+    jobs = {"inline_jobs": args.inline_jobs, "stagger": args.stagger}
     if args.only != "postgres":
         with tempfile.TemporaryDirectory() as tmp:
             where = str(Path(tmp) / "chronicle.db")
-            print(json.dumps(run("sqlite", where, *shape, beside=beside)), flush=True)
+            print(
+                json.dumps(run("sqlite", where, *shape, beside=beside, **jobs)),
+                flush=True,
+            )
     if args.only == "sqlite":
         pass
     elif args.conninfo:
-        print(json.dumps(run("postgres", args.conninfo, *shape, beside=beside)))
+        print(json.dumps(run("postgres", args.conninfo, *shape, beside=beside, **jobs)))
     else:
         sys.path.insert(0, str(ROOT / "tests"))
         from postgres_support import start_cluster
@@ -689,7 +737,7 @@ def main() -> None:
         with start_cluster() as cluster:
             postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
             conninfo = cluster.conninfo()
-            print(json.dumps(run("postgres", conninfo, *shape, postmaster, beside)))
+            print(json.dumps(run("postgres", conninfo, *shape, postmaster, beside, **jobs)))
     print(json.dumps({"load_average_after": [round(x, 2) for x in os.getloadavg()]}))
 
 

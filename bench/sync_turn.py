@@ -1,12 +1,14 @@
 """sync_turn latency: a 10-message turn (one 4 KB tool result) into a store of 100k events.
 
     .venv/bin/python bench/sync_turn.py [--events 100000] [--turns 300] [--db PATH] [--no-prefetch]
-        [--postgres]
+        [--postgres] [--inline-jobs]
 
 Drives the memory provider exactly as Hermes' "mem-sync" worker does: `sync_turn(user, assistant,
 session_id=, messages=<the live list>)` after each turn, with the live list growing by ten
 messages a turn and its dicts kept across turns (as Hermes keeps them). Prints p50/p99 in ms for
-the provider call, and the same for a list of fresh dicts (what a restarted process sees).
+the provider call, and the same for a list of fresh dicts (what a restarted process sees). The
+scheduler's jobs the turns make due run on its background thread, as a host's do by default;
+`--inline-jobs` runs them on sync_turn's own thread (`maintenance.background: false`).
 
 Each turn also runs the provider's per-turn memory as Hermes does: `prefetch(<the new user
 message>)` before the turn and `queue_prefetch(<it>)` after it. Prints their p50/p95 (wall and
@@ -152,6 +154,11 @@ def main() -> None:
         "--no-prefetch", action="store_true", help="time sync_turn alone, without per-turn memory"
     )
     parser.add_argument(
+        "--inline-jobs",
+        action="store_true",
+        help="the scheduler's jobs on sync_turn's own thread (maintenance.background: false)",
+    )
+    parser.add_argument(
         "--postgres",
         action="store_true",
         help="the store on a throwaway PostgreSQL server on 127.0.0.1 (tests/postgres_support.py), "
@@ -198,7 +205,9 @@ def _filled(
     args: argparse.Namespace, store: str, rng: random.Random, home: Path, db: Path
 ) -> ChronicleCore:
     """The process's core over a store holding at least `--events` events (filled if short)."""
-    settings = {"db_path": str(db), **({"store": store} if store else {})}
+    settings: dict[str, object] = {"db_path": str(db), **({"store": store} if store else {})}
+    if args.inline_jobs:
+        settings["maintenance"] = {"background": False}
     (home / "config.yaml").write_text(yaml.safe_dump({"chronicle": settings}), encoding="utf-8")
     started = time.perf_counter()
     config = load_hermes_config(home)
