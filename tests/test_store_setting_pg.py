@@ -328,6 +328,7 @@ def test_a_chat_end_to_end_on_postgresql(home: Path, dsn: str) -> None:
     assert 1 + len(expanded) + len(out) - 2 >= len(messages)  # (out: head, handoff, kept)
     found = json.loads(provider.handle_tool_call("chronicle_search", {"query": "value 7003"}))
     assert "7003" in json.dumps(found)
+    core.scheduler.wait_background(30.0)  # (a consolidation due meanwhile writes sections)
     sections = core.chronicle(core.sessions.chronicle_name("a1")).current()
     engine.on_session_end("a1", messages)
     provider.shutdown()

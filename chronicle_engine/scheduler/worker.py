@@ -76,8 +76,9 @@ class Worker:
         if drain:
             self._drain = True
         self._wake.set()
-        thread = self._thread
-        if (thread is None or not thread.is_alive()) and not self._start():
+        # Under the start lock: a thread idling out clears `_thread` under it after its last
+        # look at `_wake`, so this nudge either is seen by it or starts another.
+        if not self._start():
             return self.stopping
         return True
 
