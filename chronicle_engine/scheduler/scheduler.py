@@ -273,10 +273,8 @@ class Scheduler:
         """Stop the background thread after its current job, waiting at most `timeout` seconds
         (the core's shutdown, before the store closes). Returns whether it has ended. Later hooks
         schedule and run nothing."""
-        self._stopping = True
-        if self._worker is None:
-            return True
-        return self._worker.stop(timeout)
+        self.ask_to_stop()
+        return self._worker is None or self._worker.stop(timeout)
 
     def wait_background(self, timeout: float = 30.0) -> bool:
         """Wait until the background thread runs no step and none is asked for (tests and
