@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from test_recall_support import open_core, say
+from test_recall_support import core_on, open_core, say
 
 from chronicle_engine.egress import endpoint_is_local
 from chronicle_engine.recall.vectors import (
@@ -83,12 +83,18 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("kind", ["memory", "file"])
-def test_vectors_find_what_words_miss(stub, tmp_path, kind):
-    core = open_core(
-        kind, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="stub-embed"
-    )
-    try:
+STORES = ["memory", "file", "postgres"]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_vectors_find_what_words_miss(stub, tmp_path, kind, request):
+    with core_on(
+        kind,
+        request,
+        tmp_path,
+        recall__embeddings__url=stub,
+        recall__embeddings__model="stub-embed",
+    ) as core:
         seq = say(core, "s1", "I finally bought a sedan yesterday")
         say(core, "s1", "The weather was lovely in the park")
         assert core.recall.embed_pending() == 2
@@ -96,8 +102,30 @@ def test_vectors_find_what_words_miss(stub, tmp_path, kind):
         found = core.recall.search("automobile purchase", scope="messages")
         assert [r["id"] for r in found][:1] == [f"m{seq}"]
         assert all(r["model"] == "stub-embed" for r in _Stub.requests)
-    finally:
-        core.shutdown()
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_new_model_replaces_the_vectors_and_a_forget_drops_them(stub, tmp_path, kind, request):
+    """A vector is a cache keyed by what it embeds: embedding again with another model replaces
+    it (one row a message), and forgetting the message deletes it."""
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="one"
+    ) as core:
+        seq = say(core, "s1", "my puppy chewed the sofa")
+        kept = say(core, "s1", "the dentist is on friday")
+        assert core.recall.embed_pending() == 2
+        assert core.recall.index.embedder is not None
+        core.recall.index.embedder.model = "two"
+        assert core.recall.embed_pending() == 2
+        with core.recall.index.reading("test") as conn:
+            rows = conn.execute("SELECT target, model FROM recall_vectors ORDER BY seq").fetchall()
+        assert [tuple(r) for r in rows] == [(f"m{seq}", "two"), (f"m{kept}", "two")]
+        core.recall.forget(f"m{seq}", session_id="s1")
+        with core.recall.index.reading("test") as conn:
+            left = conn.execute("SELECT target FROM recall_vectors").fetchall()
+        assert [r[0] for r in left] == [f"m{kept}"]
+        found = core.recall.search("dog", scope="messages")
+        assert f"m{seq}" not in [r["id"] for r in found]
 
 
 def test_without_a_server_full_text_is_unchanged(tmp_path):
@@ -171,19 +199,17 @@ def test_which_endpoints_are_local(url, local):
     assert endpoint_is_local(url) is local
 
 
-def test_prefetch_gate_asks_the_vectors_about_a_single_shared_word(stub, tmp_path):
-    core = open_core(
-        "memory", tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
-    )
-    try:
+@pytest.mark.parametrize("kind", STORES)
+def test_prefetch_gate_asks_the_vectors_about_a_single_shared_word(stub, tmp_path, kind, request):
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    ) as core:
         say(core, "old", "my puppy chewed the sofa")
         say(core, "old", "sofa prices went up again")
         core.recall.embed_pending()
         block = core.recall.prefetch("dog sofa", session_id="now")
         assert "puppy" in block  # one shared word, and near in meaning
         assert "prices" not in block  # one shared word, far in meaning
-    finally:
-        core.shutdown()
 
 
 def test_vectors_are_stored_at_unit_length_and_ranked_by_similarity():

@@ -36,8 +36,6 @@ What differs from SQLite, and only that, lives here:
 PARTIAL (issue 17):
 - Sections are indexed at the next catch-up after they are written, not in the writer's
   transaction.
-- No vectors: `recall_vectors` exists (forgetting deletes from it) but nothing embeds on
-  PostgreSQL, so search is full-text only.
 - tsvector keeps at most 256 positions of a lexeme and none past 16,383: a word repeated more
   than 256 times in one message (a tool's output) counts 256 times in its bm25.
 - A section's words are split as a message's are (`text.tokens`: each CJK character a word);
@@ -91,6 +89,7 @@ from .porter import stem
 from .reach import Reach
 from .search import BeliefIndex, MessageSearch
 from .text import index_row, name_words, tokens
+from .vectors import Embedder
 
 __all__ = [
     "PG_RECALL_MIGRATIONS",
@@ -545,6 +544,12 @@ def _m010_scopes_from_the_log(conn: Connection) -> None:
     conn.execute("UPDATE fold_positions SET position = 0 WHERE fold = %s", (FOLD_NAME,))
 
 
+def _m011_vectors_by_model(conn: Connection) -> None:
+    """The index SQLite's recall_vectors has (schema.py) and m001 left out: `embed_pending` asks
+    for the newest and oldest vector of a model, which without it reads the whole table."""
+    conn.execute("CREATE INDEX IF NOT EXISTS recall_vectors_by_model ON recall_vectors(model, seq)")
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -557,6 +562,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m008_index_totals", _m008_index_totals),
     PostgresMigration("recall.m009_tsv_text", _m009_tsv_text),
     PostgresMigration("recall.m010_scopes_from_the_log", _m010_scopes_from_the_log),
+    PostgresMigration("recall.m011_vectors_by_model", _m011_vectors_by_model),
 )
 
 
@@ -1212,8 +1218,9 @@ class PostgresRecallIndex(RecallIndex):
         self._messages = PostgresMessageSearch(config.settings.recall)
         self.belief_index = replace(PG_BELIEFS, scores=self._messages.belief_scores)
         self._keep(config, sessions, capture)
-        # PARTIAL: no embeddings on PostgreSQL yet (nothing stores vectors there).
-        self.embedder = None
+        # Vectors as on SQLite (`Recall.embed_pending` writes them, `RecallIndex._nearest`
+        # compares them in this process): the same SQL over `recall_vectors`, a BYTEA column.
+        self.embedder = Embedder.from_settings(config.settings)
 
     def catch_up(self) -> int:
         """Fold what the log gained, then index the sections written since (see `_SECTIONS`).

@@ -200,8 +200,11 @@ class Recall:
                 return 0
             with self.index.writing("storing vectors") as conn:
                 conn.executemany(
-                    "INSERT OR REPLACE INTO recall_vectors(target, scope, model, seq, dim, vec)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    # (an upsert both stores read alike: a vector of another model is replaced)
+                    "INSERT INTO recall_vectors(target, scope, model, seq, dim, vec)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(target) DO UPDATE SET"
+                    " scope = excluded.scope, model = excluded.model, seq = excluded.seq,"
+                    " dim = excluded.dim, vec = excluded.vec",
                     [
                         (f"m{seq}", scope, model, seq, len(vec), pack(vec))
                         for (seq, scope, _), vec in zip(rows, vectors, strict=True)
