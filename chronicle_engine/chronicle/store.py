@@ -24,7 +24,8 @@ from typing import Self, TypeVar
 from ..errors import ChronicleFork, SectionCollision, UsageError
 from ..log.store import Migration, Row, SQLiteEventStore, run_script, utc_now
 from ..log.tables import SQLConnection, SQLiteTables, Tables
-from .sections import Anchor, Section
+from .blocks import stamped
+from .sections import Anchor, Section, level_of
 
 __all__ = ["ChronicleStoreBase", "SQLiteChronicleStore", "CHRONICLE_MIGRATIONS"]
 
@@ -110,6 +111,7 @@ class ChronicleStoreBase(Tables[Store, Conn]):
     def __init__(self, store: Store, name: str = "default") -> None:
         super().__init__(store)
         self.name = name
+        self._level = level_of(name)[1]  # (how the handoff shows its sections: `stamped`)
 
     def named(self, name: str) -> Self:
         """Another chronicle in the same database."""
@@ -243,7 +245,7 @@ class ChronicleStoreBase(Tables[Store, Conn]):
             if self.get(section.anchor.section_id, c) is not None:
                 return False
             self._check(c, section)
-            self._insert(c, section)
+            self._insert(c, stamped(section, self._level))
             return True
 
     def append_new(self, section: Section, conn: Conn | None = None) -> Section:
@@ -256,7 +258,7 @@ class ChronicleStoreBase(Tables[Store, Conn]):
                     f"{self.name!r}; supersede the current one ({self.current_of(existing.anchor.section_id, c)!r}) instead"
                 )
             self._check(c, section)
-            return self._insert(c, section)
+            return self._insert(c, stamped(section, self._level))
 
     def load(self, sections: Iterable[Section]) -> int:
         """Carry sections in from another store. Skips ids already present; refuses the whole

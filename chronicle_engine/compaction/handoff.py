@@ -8,7 +8,8 @@ Invariants:
   that only adds sections produces a message whose bytes start with the previous one's, and the
   provider's prompt cache survives. Only a rebase (condensation) changes earlier bytes.
 - It holds no credential: each block is masked as it is rendered (a section written before the
-  masker knew a shape still shows masked), which keeps it a pure function of the section.
+  masker knew a shape still shows masked), which keeps it a pure function of the section; a
+  block whose stamp says the masker finds nothing in it is shown as it is (`chronicle/blocks.py`).
 - It says it is reference only, cites every section's id and seq range, carries the memory context
   a pass was given, and says how to get the originals back.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 from ..capture.events import HANDOFF_MARKER
 from ..capture.secrets import mask
+from ..chronicle.blocks import block_text, label_of, masks_to_itself
 from ..chronicle.sections import Section
 from ..messages import HANDOFF_SIGNATURE, content_text, estimate_tokens
 
@@ -72,10 +74,6 @@ class ViewSection:
         return self.section.anchor.to_seq
 
 
-def label_of(level: int, section_id: str) -> str:
-    return section_id if level <= 1 else f"L{level}:{section_id}"
-
-
 def parse_label(label: str) -> tuple[int, str] | None:
     """'L2:1-90' -> (2, '1-90'); '12-31#2' -> (1, '12-31#2'); anything else -> None."""
     match = _LABEL.match(label.strip())
@@ -85,21 +83,10 @@ def parse_label(label: str) -> tuple[int, str] | None:
 
 
 def render_block(view: ViewSection) -> str:
-    meta = view.section.meta or {}
-    count = meta.get("messages")
-    parts = [f"## {view.label} · seq {view.from_seq}–{view.to_seq}"]
-    if isinstance(count, int):
-        parts.append(f"{count} messages")
-    if view.level > 1:
-        parts.append(f"condensed from {meta.get('children_count', 'several')} sections")
-    focus = meta.get("focus")
-    if isinstance(focus, str) and focus:
-        parts.append(f"focus: {focus}")
-    text = " · ".join(parts) + "\n" + view.section.prose.strip()
-    memory = meta.get("memory_context")
-    if isinstance(memory, str) and memory.strip():
-        text += "\nMemory recalled when this was folded:\n" + memory.strip()
-    return mask(text)
+    """The section's block (`blocks.block_text`), masked: unless the section's stamp says
+    masking it changes nothing, which spares the scan (`blocks.masks_to_itself`)."""
+    text = block_text(view.section, view.level)
+    return text if masks_to_itself(view.section, text) else mask(text)
 
 
 def render(view: Sequence[ViewSection]) -> str:
