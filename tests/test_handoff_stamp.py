@@ -30,6 +30,7 @@ def _no_scan(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(secrets, "find_secrets", counting)
     monkeypatch.setattr(secrets, "_clean", {})
+    monkeypatch.setattr(secrets, "_clean_chars", 0)  # (restored with the dict it counts)
     return scanned
 
 
@@ -108,3 +109,73 @@ def test_a_handoff_renders_the_same_with_and_without_stamps():
     stamped_views = [ViewSection(1, stamped(s, 1)) for s in [*clean, leaky]]
     assert render(views) == render(stamped_views)
     assert KEY not in render(stamped_views)
+
+
+def test_a_carried_section_is_stamped_again_and_a_forged_stamp_is_dropped(target):
+    """A sections file is not trusted: its stamps are made again by this masker on the way in."""
+    leaky = _section("The rotation went out.", focus="password: hunter2horse")
+    text = block_text(leaky, 1)
+    forged = section_from(10, 20, Consolidation(leaky.prose), meta={**leaky.meta})
+    forged.meta[CLEAN_KEY] = blocks._digest(text)  # what anyone holding the release can compute
+    assert masks_to_itself(forged, text)
+    clean = _section("Merged the branch.", 30, 39)
+    store = target.open()
+    try:
+        chronicle = target.chronicle(store, "conversation:carried")
+        assert chronicle.load([forged, clean]) == 2
+        by_id = {s.anchor.section_id: s for s in chronicle.current()}
+        assert CLEAN_KEY not in by_id["10-20"].meta
+        assert "hunter2horse" not in render_block(ViewSection(1, by_id["10-20"]))
+        assert masks_to_itself(by_id["30-39"], block_text(by_id["30-39"], 1))
+    finally:
+        store.close()
+
+
+_STAMP_TWICE = """
+import sys
+from pathlib import Path
+from chronicle_engine.capture import secrets
+from chronicle_engine.chronicle.blocks import stamped
+from chronicle_engine.chronicle.sections import Consolidation
+from chronicle_engine.chronicle.write import section_from
+section = section_from(1, 2, Consolidation("Merged the branch."), meta={"messages": 2})
+print(stamped(section, 1).meta["clean"])
+with open(secrets.__file__, "a", encoding="utf-8") as f:
+    f.write("\\n# a release installed over the running process\\n")
+print(stamped(section, 1).meta["clean"])
+"""
+
+
+def test_the_maskers_key_is_the_one_it_was_imported_with(tmp_path):
+    """A release installed over a running process does not lend its key to the masker that
+    process still runs: the key is read when the masker is imported."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import chronicle_engine
+
+    copy = tmp_path / "copy"
+    shutil.copytree(
+        Path(chronicle_engine.__file__).parent,
+        copy / "chronicle_engine",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+
+    def run() -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", _STAMP_TWICE],
+            cwd=copy,
+            env={"PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    first, same = run()
+    assert first == same  # the file changed under the process; its masker did not
+    changed, _ = run()
+    assert changed != first  # a process that imports the new release has another key

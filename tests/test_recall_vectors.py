@@ -220,3 +220,29 @@ def test_vectors_are_stored_at_unit_length_and_ranked_by_similarity():
     assert cosine(vec, vec) == pytest.approx(1.0)
     assert cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
     assert cosine([], []) == 0.0
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_forget_while_its_message_is_embedded_leaves_no_vector(stub, tmp_path, kind, request):
+    """The rows are read, embedded with no transaction open, then written: a forget folded in
+    between is seen when they are written, and its message's vector does not stay."""
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    ) as core:
+        gone = say(core, "s1", "my puppy chewed the sofa")
+        kept = say(core, "s1", "the dentist is on friday")
+        embedder = core.recall.index.embedder
+        assert embedder is not None
+        real = embedder.embed
+
+        def embed_then_forget(texts, **kwargs):
+            vectors = real(texts, **kwargs)
+            core.recall.forget(f"m{gone}", session_id="s1")
+            core.recall.catch_up()  # the forget folded before the vectors are written
+            return vectors
+
+        embedder.embed = embed_then_forget  # type: ignore[method-assign]
+        assert core.recall.embed_pending() == 2
+        with core.recall.index.reading("test") as conn:
+            left = [r[0] for r in conn.execute("SELECT target FROM recall_vectors")]
+        assert left == [f"m{kept}"]

@@ -24,12 +24,22 @@ a key word only where "is", "=" or ":" follows); a regex only runs anchored at a
 
 from __future__ import annotations
 
+import hashlib
 import re
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Finding", "find_secrets", "mask", "has_secret", "MASK_FORMAT", "MASK_MARK"]
+__all__ = [
+    "Finding",
+    "find_secrets",
+    "mask",
+    "has_secret",
+    "MASK_FORMAT",
+    "MASK_MARK",
+    "MASKER_KEY",
+]
 
 MASK_FORMAT = "«masked:{kind}»"
 """What replaces a credential's value. No brackets or angle brackets, so masking never creates or
@@ -696,3 +706,20 @@ def _remember_clean(text: str) -> None:
         _clean_chars += len(text)
         while len(_clean) > _CLEAN_ENTRIES or _clean_chars > _CLEAN_CHARS:
             _clean_chars -= _clean.pop(next(iter(_clean)))
+
+
+def _masker_key() -> bytes | None:
+    """What this masker is: this module's source, read as it is imported, and the exact Python
+    (and so the `re`) that runs it. None when the source cannot be read."""
+    try:
+        with open(__file__, "rb") as source:
+            code = source.read()
+    except (OSError, TypeError, NameError):
+        return None
+    return hashlib.blake2b(code + b"\0" + str(sys.hexversion).encode(), digest_size=32).digest()
+
+
+MASKER_KEY = _masker_key()
+"""Names this masker for a stamp that says it found nothing in a text (`chronicle/blocks.py`).
+Read when the module is imported, not at first use: a release installed over a running process
+must not lend its key to the masker that process still runs."""

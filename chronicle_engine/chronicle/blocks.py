@@ -5,8 +5,9 @@ The handoff masks every block as it renders it (a section written before the mas
 shape still shows masked). Most blocks hold no credential, and scanning them is most of what
 rendering costs: a compaction's first pass in a process scans every section it shows. So a
 section is stamped when it is stored (`stamped`): a digest of its block's exact text, keyed by
-the masker's own source and the Python that runs it, written into its meta only when the masker
-finds nothing in that text. Rendering builds the same text, and skips the scan when the stamp
+the masker's own source (read when it was imported) and the Python that runs it, written into its
+meta only when the masker finds nothing in that text. A section carried in (an import, a
+migration) is stamped again by this masker, whatever stamp it came with. Rendering builds the same text, and skips the scan when the stamp
 matches it (`masks_to_itself`).
 
 Invariants:
@@ -19,11 +20,8 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 from ..capture import secrets
 from .sections import Section
@@ -60,16 +58,8 @@ def block_text(section: Section, level: int) -> str:
     return text
 
 
-@functools.cache
 def _masker_key() -> bytes | None:
-    """What the masker is: its module's source and the Python (and so the `re`) that runs it.
-    None when the source cannot be read, and then nothing is stamped or trusted."""
-    try:
-        source = Path(secrets.__file__).read_bytes()
-    except (OSError, TypeError):
-        return None
-    version = f"{sys.version_info[0]}.{sys.version_info[1]}".encode()
-    return hashlib.blake2b(source + b"\0" + version, digest_size=32).digest()
+    return secrets.MASKER_KEY
 
 
 def _digest(text: str) -> str | None:
@@ -91,9 +81,9 @@ def stamped(section: Section, level: int) -> Section:
     `level` (the level of the chronicle it is stored in); else `section` unchanged. A text the
     handoff has just rendered is found clean again by a dictionary lookup (`secrets.mask`)."""
     text = block_text(section, level)
-    if secrets.mask(text) != text:
-        return section
-    stamp = _digest(text)
-    if stamp is None:
+    stamp = _digest(text) if secrets.mask(text) == text else None
+    if stamp is None:  # (and a stamp it came with, from a file or another store, is not kept)
+        if section.meta and CLEAN_KEY in section.meta:
+            return replace(section, meta={k: v for k, v in section.meta.items() if k != CLEAN_KEY})
         return section
     return replace(section, meta={**section.meta, CLEAN_KEY: stamp})

@@ -241,15 +241,17 @@ class ChronicleStoreBase(Tables[Store, Conn]):
     def append(self, section: Section, conn: Conn | None = None) -> bool:
         """Write a section unless its id is already stored (a replayed fold batch keeps the
         existing row). Returns whether it was written. Raises ChronicleFork on a fork."""
+        section = stamped(section, self._level)  # (scanned before the write lock is taken)
         with self._writing(conn) as c:
             if self.get(section.anchor.section_id, c) is not None:
                 return False
             self._check(c, section)
-            self._insert(c, stamped(section, self._level))
+            self._insert(c, section)
             return True
 
     def append_new(self, section: Section, conn: Conn | None = None) -> Section:
         """The strict write: raises SectionCollision if the id is already stored."""
+        section = stamped(section, self._level)
         with self._writing(conn) as c:
             existing = self.get(section.anchor.section_id, c)
             if existing is not None:
@@ -258,18 +260,19 @@ class ChronicleStoreBase(Tables[Store, Conn]):
                     f"{self.name!r}; supersede the current one ({self.current_of(existing.anchor.section_id, c)!r}) instead"
                 )
             self._check(c, section)
-            return self._insert(c, stamped(section, self._level))
+            return self._insert(c, section)
 
     def load(self, sections: Iterable[Section]) -> int:
         """Carry sections in from another store. Skips ids already present; refuses the whole
-        transfer if any section would fork this chronicle. Returns how many were written."""
+        transfer if any section would fork this chronicle. Returns how many were written. Each
+        is stamped by this masker, whatever stamp it came with (`blocks.stamped`)."""
         written = 0
         with self._writing(None) as c:
-            for section in sections:
+            for section in sections:  # (a stream: each is stamped as it comes)
                 if self.get(section.anchor.section_id, c) is not None:
                     continue
                 self._check(c, section)
-                self._insert(c, section)
+                self._insert(c, stamped(section, self._level))
                 written += 1
         return written
 

@@ -127,6 +127,10 @@ class RecallIndex:
             candidates=self._messages.section_candidates,
         )
 
+    def hold_fold(self, conn: Statements) -> None:
+        """Make the write transaction `conn` and recall's fold wait for each other (a vector
+        written beside a forget): SQLite's one writer does it already."""
+
     # -- keeping up with the log ---------------------------------------------------------------
 
     def catch_up(self) -> int:

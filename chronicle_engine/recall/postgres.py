@@ -1214,13 +1214,18 @@ class PostgresRecallIndex(RecallIndex):
         # reads it.
         self.pg.migrate((*PG_CHRONICLE_MIGRATIONS, *PG_RECALL_MIGRATIONS))
         self.fold = PostgresRecallFold()
-        self.projector = Projector(PostgresRecallTables(self.pg), reader, [self.fold])
+        self._tables = PostgresRecallTables(self.pg)
+        self.projector = Projector(self._tables, reader, [self.fold])
         self._messages = PostgresMessageSearch(config.settings.recall)
         self.belief_index = replace(PG_BELIEFS, scores=self._messages.belief_scores)
         self._keep(config, sessions, capture)
         # Vectors as on SQLite (`Recall.embed_pending` writes them, `RecallIndex._nearest`
         # compares them in this process): the same SQL over `recall_vectors`, a BYTEA column.
         self.embedder = Embedder.from_settings(config.settings)
+
+    def hold_fold(self, conn: Statements) -> None:
+        """Lock recall's fold position (and the older hosts' advisory lock), as a fold does."""
+        self._tables.held_position(conn, FOLD_NAME)
 
     def catch_up(self) -> int:
         """Fold what the log gained, then index the sections written since (see `_SECTIONS`).

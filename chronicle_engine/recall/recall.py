@@ -199,6 +199,9 @@ class Recall:
             if vectors is None:
                 return 0
             with self.index.writing("storing vectors") as conn:
+                # Held against recall's fold: a forget folded while these were embedded is
+                # seen below, and one folded after waits, then deletes what this wrote.
+                self.index.hold_fold(conn)
                 conn.executemany(
                     # (an upsert both stores read alike: a vector of another model is replaced)
                     "INSERT INTO recall_vectors(target, scope, model, seq, dim, vec)"
@@ -209,6 +212,13 @@ class Recall:
                         (f"m{seq}", scope, model, seq, len(vec), pack(vec))
                         for (seq, scope, _), vec in zip(rows, vectors, strict=True)
                     ],
+                )
+                targets = [f"m{seq}" for seq, _, _ in rows]
+                marks = ",".join("?" * len(targets))
+                conn.execute(
+                    "DELETE FROM recall_vectors WHERE target IN"
+                    f" (SELECT target FROM recall_hidden WHERE target IN ({marks}))",
+                    targets,
                 )
             return len(rows)
         except ChronicleError as exc:
