@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -119,6 +118,23 @@ def reads_sqlite(reader: Reader) -> TypeIs[EventReader[SQLiteEventStore]]:
     """Whether `reader` reads a SQLite store (it narrows the reader's type, as `isinstance`
     narrows a store's)."""
     return isinstance(reader.store, SQLiteEventStore)
+
+
+class _LastOut:
+    """Runs `close` when the last of `holders` is done with the store: a shutdown, and each
+    background thread still running a job when it returned."""
+
+    def __init__(self, close: Callable[[], None], holders: int) -> None:
+        self._close = close
+        self._holders = holders
+        self._lock = threading.Lock()
+
+    def done(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            self._close()
 
 
 class ChronicleCore:
@@ -365,24 +381,31 @@ class ChronicleCore:
     # -- lifecycle -----------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Stop the schedulers' background threads (each gets STOP_SECONDS, in all, to end its
-        current job), checkpoint the WAL and close every connection. Safe to call twice."""
+        """Stop the schedulers' background threads, checkpoint the WAL and close every
+        connection. Safe to call twice.
+
+        The registry forgets this core first: a `get` from now on opens a new core, which may
+        run beside this one until its threads end (the queue's claims give each job to one
+        runner, here and on other hosts). Each thread gets STOP_SECONDS from the first ask to
+        stop (the exit handler's, if it came first) to end its current job, which usually ends
+        sooner: consolidation makes no model call after the ask, and gives its claim back. A
+        thread still running then keeps the store open until its job returns, and closes it
+        itself: the store is never closed under a job (on PostgreSQL, a connection in use)."""
         if self._closed:
             return
         self._closed = True
-        schedulers = list(self._schedulers)
-        if schedulers:
-            from .scheduler.scheduler import STOP_SECONDS
-
-            for scheduler in schedulers:
-                scheduler.ask_to_stop()
-            deadline = time.monotonic() + STOP_SECONDS
-            for scheduler in schedulers:
-                scheduler.stop(deadline - time.monotonic())
         with self._registry_lock:
             if self._registry.get(self._key(self.location)) is self:
                 del self._registry[self._key(self.location)]
-        self.store.close()
+        schedulers = list(self._schedulers)
+        for scheduler in schedulers:
+            scheduler.ask_to_stop()
+        running = [s for s in schedulers if not s.wait_stopped()]
+        close = _LastOut(self.store.close, len(running) + 1)  # + 1: this call's own share
+        for scheduler in running:
+            if not scheduler.after_thread(close.done):
+                close.done()  # it ended meanwhile
+        close.done()
 
     def __repr__(self) -> str:
         return f"ChronicleCore({self.location!r})"

@@ -136,5 +136,15 @@ def store_settings(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
         return
     from postgres_support import own_schema
 
+    from chronicle_engine.core import ChronicleCore
+
     with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
-        yield {"store": conninfo}
+        try:
+            yield {"store": conninfo}
+        finally:
+            # Before the schema is dropped: a core the test left open (the context engine
+            # never shuts its core) may have a job on its background thread mid-transaction,
+            # which the DROP would deadlock with.
+            for core in ChronicleCore.open_cores():
+                if ChronicleCore._key(core.location) == ChronicleCore._key(conninfo):
+                    core.shutdown()

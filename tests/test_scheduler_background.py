@@ -7,27 +7,39 @@ tests elsewhere build theirs with `core.new_scheduler`, whose steps run on the h
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from test_scheduler_support import (
+    QUIET,
     START,
     FakeClock,
+    chronicle_of,
+    merged,
+    message,
     open_core,
     places,
     scheduler,
+    session_end,
+    summarise,
 )
 
+from chronicle_engine.chronicle.sections import Consolidation
+from chronicle_engine.config import Config
+from chronicle_engine.core import ChronicleCore
+from chronicle_engine.log.store import StoredEvent
 from chronicle_engine.scheduler import scheduler as scheduler_module
 from chronicle_engine.scheduler import worker as worker_module
-from chronicle_engine.scheduler.queue import JobSpec
+from chronicle_engine.scheduler.maintenance import TaskContext
+from chronicle_engine.scheduler.queue import JobCut, JobSpec
 from chronicle_engine.scheduler.sweeps import SweepReport
 from chronicle_engine.scheduler.worker import Worker
 
@@ -164,14 +176,25 @@ def test_a_step_that_fails_backs_off_and_logs_once(
     core.shutdown()
 
 
-def test_shutdown_waits_a_bounded_time_and_a_job_it_cut_runs_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_shutdown_returns_in_its_bound_and_the_thread_closes_the_store_after_its_job(
+    where, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "c.db"
-    core = open_core(path, {"queue": {"lease_seconds": 1}})
+    """A job that outlasts shutdown's wait finishes on an open store (on PostgreSQL a closed
+    connection under it would break it; on SQLite its own connection), and its thread closes
+    the store after it. A core opened on the same database meanwhile is a new one, and does
+    not run the job a second time."""
+    config = {"queue": {"lease_seconds": 1}}
+    core = ChronicleCore.get(where, config=Config(merged(QUIET, config)))
     sched = core.scheduler
     slow = Slow()
-    sched.handle("slow", slow)
+    wrote: list[int] = []
+
+    def slow_then_write(ctx: TaskContext) -> SweepReport:
+        slow(ctx)  # waits for the test, paying no heed to the stop
+        wrote.append(ctx.sweeps.save(SweepReport("slow", processed=1, cursor=7)).cursor)
+        return SweepReport("slow", processed=1)
+
+    sched.handle("slow", slow_then_write)
     job = sched.queue.enqueue(JobSpec("slow", "maintenance"))
     sched.tick("sync_turn")
     assert slow.started.wait(10)
@@ -179,12 +202,142 @@ def test_shutdown_waits_a_bounded_time_and_a_job_it_cut_runs_again(
     began = time.monotonic()
     core.shutdown()  # the job is still running: shutdown does not wait for it past the bound
     assert time.monotonic() - began < 5.0
-    slow.release.set()  # it ends against a closed store: nothing is recorded, nothing raised
     (thread,) = slow.threads
+    assert thread.is_alive() and not core.store._closed  # the thread holds the store open
+
+    again = ChronicleCore.get(where, config=Config(merged(QUIET, config)))
+    assert again is not core  # the registry forgot the closing core before its wait
+    beside = scheduler(again, FakeClock(time.time()))
+    beside.handle("slow", lambda ctx: SweepReport("slow", processed=1))
+    assert beside.drain("sync_turn") == 0  # claimed by the running job: one run
+    assert beside.queue.get(job).state == "running"  # type: ignore[union-attr]
+
+    slow.release.set()
     thread.join(10)
     assert not thread.is_alive()
+    assert wrote == [7]  # the job wrote through the store after shutdown returned
+    assert core.store._closed  # and its thread closed the store once the job was done
+    done = beside.queue.get(job)
+    assert done is not None and done.state == "done" and done.attempts == 1
+    assert beside.sweeps.load("slow").cursor == 7
+    again.shutdown()
 
-    _runs_again(path, "slow", job)
+
+def test_a_job_that_meets_the_stop_gives_its_claim_back_and_runs_at_once_elsewhere(
+    where,
+) -> None:
+    """Cut cleanly (it looked at `ctx.stopping` between two pieces of work), a job does not
+    keep its key claimed for the lease (600 s here): the next core runs it at once."""
+    core = open_core(where)
+    sched = core.scheduler
+    started = threading.Event()
+
+    def polite(ctx: TaskContext) -> SweepReport:
+        started.set()
+        deadline = time.monotonic() + 10
+        while not ctx.stopping() and time.monotonic() < deadline:
+            time.sleep(0.005)  # a piece of work
+        raise JobCut("stopped between two pieces of work")
+
+    sched.handle("polite", polite)
+    job = sched.queue.enqueue(JobSpec("polite", "maintenance"))
+    sched.tick("sync_turn")
+    assert started.wait(10)
+    began = time.monotonic()
+    core.shutdown()
+    assert time.monotonic() - began < 4.0  # the job ended at the stop, not at the bound (5 s)
+    again = open_core(where)
+    cut = again.new_scheduler().queue.get(job)
+    assert cut is not None and cut.state == "pending" and cut.attempts == 0
+    assert cut.lease_owner is None and (cut.reason or "").startswith("released")
+    rerun = scheduler(again, FakeClock(time.time()))  # now: no lease has lapsed
+    rerun.handle("polite", lambda ctx: SweepReport("polite", processed=1))
+    assert rerun.drain("sync_turn") == 1
+    done = rerun.queue.get(job)
+    assert done is not None and done.state == "done" and done.attempts == 1
+    again.shutdown()
+
+
+def test_consolidation_draws_no_summary_after_the_stop_and_gives_its_claim_back(
+    where, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model call in flight is not interrupted, but no other is made once the process stops:
+    the batch writes nothing and the next core consolidates it all."""
+    core = open_core(where, {"maintenance": {"schedules": {"consolidate": "* * * * *"}}})
+    core.store.append(
+        [
+            message(core, "a", "user", "plan the trip", START),
+            session_end(core, "a", START + 10),
+            message(core, "b", "user", "fix the bike", START + 20),
+            session_end(core, "b", START + 30),
+        ]
+    )
+    drawing, release = threading.Event(), threading.Event()
+    draws: list[int] = []
+
+    def waits(events: Sequence[StoredEvent]) -> Consolidation:
+        draws.append(len(events))
+        drawing.set()
+        release.wait(10)
+        return summarise(events)
+
+    sched = scheduler(core, FakeClock(time.time()), summarize=waits, background=True)
+    sched.tick("sync_turn")  # schedules consolidation and runs it
+    assert drawing.wait(10)
+    (job,) = sched.queue.jobs(state="running")
+    monkeypatch.setattr(scheduler_module, "STOP_SECONDS", 0.2)
+    core.shutdown()
+    release.set()  # the first draw returns; the second is never made
+    assert sched._worker is not None and sched._worker.thread is not None
+    sched._worker.thread.join(10)
+    assert draws == [1]
+    again = open_core(where, {"maintenance": {"schedules": {"consolidate": "* * * * *"}}})
+    cut = again.new_scheduler().queue.get(job.id)
+    assert cut is not None and cut.state == "pending" and cut.attempts == 0
+    assert again.chronicle(chronicle_of(again, "a")).current() == []  # nothing half written
+    rerun = scheduler(again, FakeClock(time.time()))
+    assert rerun.drain("sync_turn") == 1
+    assert [s.prose for s in again.chronicle(chronicle_of(again, "b")).current()] == [
+        "fix the bike"
+    ]
+    again.shutdown()
+
+
+def test_after_a_stop_no_way_in_runs_a_job(tmp_path: Path) -> None:
+    core = open_core(tmp_path / "c.db")
+    sched = scheduler(core, FakeClock(time.time()))
+    ran: list[str] = []
+    sched.handle("any", lambda ctx: (ran.append("ran"), SweepReport("any", processed=1))[1])
+    sched.queue.enqueue(JobSpec("any", "maintenance"))
+    assert sched.stop(1)
+    assert sched.tick("sync_turn") == 0
+    assert sched.drain("sync_turn") == 0
+    assert sched.run_due() == []
+    assert sched.run_pending() == 0
+    assert asyncio.run(sched.tick_async("sync_turn")) == 0
+    assert ran == []
+    core.shutdown()
+
+
+def test_every_ask_to_stop_shares_the_first_asks_deadline() -> None:
+    """The exit handler's wait after a shutdown's is not a second wait: a later ask may bring
+    the deadline forward, never put it back."""
+    gate = threading.Event()
+    worker = Worker(lambda drain: gate.wait(10))
+    worker.nudge(True)
+    deadline = time.monotonic() + 10
+    while worker.idle and time.monotonic() < deadline:
+        time.sleep(0.001)
+    worker.ask_to_stop(0.3)
+    began = time.monotonic()
+    assert not worker.stop(30)  # asked for 30 s, waits what is left of the first 0.3 s
+    assert time.monotonic() - began < 2.0
+    assert not worker.wait_stopped()  # the deadline has passed: no wait at all
+    thread = worker.thread
+    gate.set()
+    assert thread is not None
+    thread.join(10)
+    assert worker.wait_stopped()
 
 
 def test_a_process_that_exits_without_shutdown_is_not_held_and_its_job_runs_again(
@@ -194,13 +347,10 @@ def test_a_process_that_exits_without_shutdown_is_not_held_and_its_job_runs_agai
     the exit is not held by a job that never ends (it waits EXIT_WAIT_SECONDS for it), and the
     job it cut short runs again in the next process once its lease lapses."""
     path = tmp_path / "c.db"
-    script = f"""
-import sys, threading
-sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[1])]!r}
-from test_scheduler_support import open_core
-from chronicle_engine.scheduler.queue import JobSpec
-core = open_core({str(path)!r}, {{"queue": {{"lease_seconds": 1}}}})
-sched = core.scheduler
+    began = time.monotonic()
+    (job,) = _in_a_process(
+        path,
+        """
 started = threading.Event()
 def forever(ctx):
     started.set()
@@ -210,14 +360,113 @@ job = sched.queue.enqueue(JobSpec("forever", "maintenance"))
 sched.tick("sync_turn")
 assert started.wait(30)
 print(job, flush=True)
-"""  # and the interpreter ends here, the job still running, with no shutdown
-    began = time.monotonic()
+""",  # and the interpreter ends here, the job still running, with no shutdown
+    )
+    assert time.monotonic() - began < 60
+    _runs_again(path, "forever", int(job))
+
+
+def test_at_exit_the_drain_claims_no_other_job(tmp_path: Path) -> None:
+    """The exit handler stops the scheduler through its own signal: the job running finishes,
+    and the drain it was part of claims no other."""
+    path = tmp_path / "c.db"
+    first, second = _in_a_process(
+        path,
+        """
+started = threading.Event()
+def first(ctx):
+    started.set()
+    time.sleep(0.5)  # ends well inside the exit's wait
+    return SweepReport("first", processed=1)
+sched.handle("first", first)
+sched.handle("second", lambda ctx: SweepReport("second", processed=1))
+print(sched.queue.enqueue(JobSpec("first", "maintenance", key="1")), flush=True)
+print(sched.queue.enqueue(JobSpec("second", "maintenance", key="2")), flush=True)
+sched.tick("sync_turn")
+assert started.wait(30)
+""",
+    )
+    core = open_core(path)
+    queue = core.new_scheduler().queue
+    assert queue.get(int(first)).state == "done"  # type: ignore[union-attr]
+    assert queue.get(int(second)).state == "pending"  # type: ignore[union-attr]
+    core.shutdown()
+
+
+def test_a_shutdown_then_the_exit_wait_once_in_all(tmp_path: Path) -> None:
+    """Hermes shuts the provider down at exit, then the interpreter's exit handler runs: the
+    two waits for a job that will not end share one deadline (STOP_SECONDS from the shutdown),
+    not one after the other."""
+    (job, waited) = _in_a_process(
+        tmp_path / "c.db",
+        """
+from chronicle_engine.scheduler import scheduler as scheduler_module, worker as worker_module
+scheduler_module.STOP_SECONDS = 1.5
+worker_module.EXIT_WAIT_SECONDS = 1.5
+started = threading.Event()
+def forever(ctx):
+    started.set()
+    threading.Event().wait()
+sched.handle("forever", forever)
+print(sched.queue.enqueue(JobSpec("forever", "maintenance")), flush=True)
+sched.tick("sync_turn")
+assert started.wait(30)
+began.append(time.monotonic())
+core.shutdown()
+""",
+    )
+    assert 1.4 <= float(waited) < 2.6  # 1.5 s in all (3 s would be each wait in turn)
+
+
+def test_a_job_that_meets_the_exit_gives_its_claim_back(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    (job,) = _in_a_process(
+        path,
+        """
+started = threading.Event()
+def polite(ctx):
+    started.set()
+    deadline = time.monotonic() + 30
+    while not ctx.stopping() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    raise JobCut("stopped between two pieces of work")
+sched.handle("polite", polite)
+print(sched.queue.enqueue(JobSpec("polite", "maintenance")), flush=True)
+sched.tick("sync_turn")
+assert started.wait(30)
+""",
+    )
+    again = open_core(path)  # the default lease, 600 s: none has lapsed
+    rerun = scheduler(again, FakeClock(time.time()))
+    rerun.handle("polite", lambda ctx: SweepReport("polite", processed=1))
+    assert rerun.drain("sync_turn") == 1
+    done = rerun.queue.get(int(job))
+    assert done is not None and done.state == "done" and done.attempts == 1
+    again.shutdown()
+
+
+def _in_a_process(path: Path, body: str) -> list[str]:
+    """Run `body` in a new interpreter with `core` and its `sched` open on `path` (a lease of
+    1 s), and let it exit with no shutdown unless `body` calls one. Returns the lines it
+    printed, then, if `body` filled `began`, the seconds from then to after the exit handler."""
+    script = f"""
+import atexit, sys, threading, time
+sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[1])]!r}
+began = []
+# Registered before chronicle's own exit handler, so it runs after it.
+atexit.register(lambda: began and print(f"{{time.monotonic() - began[0]:.3f}}", flush=True))
+from test_scheduler_support import open_core
+from chronicle_engine.scheduler.queue import JobCut, JobSpec
+from chronicle_engine.scheduler.sweeps import SweepReport
+core = open_core({str(path)!r}, {{"queue": {{"lease_seconds": 1}}}})
+sched = core.scheduler
+{body}
+"""
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - began < 60
-    _runs_again(path, "forever", int(out.stdout))
+    return out.stdout.split()
 
 
 def _runs_again(path: Path, kind: str, job: int) -> None:

@@ -44,6 +44,10 @@ _CURRENT = (
 )
 
 
+def _never() -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class TaskContext:
     store: SQLiteEventStore | PostgresEventStore
@@ -53,6 +57,9 @@ class TaskContext:
     settings: Settings
     budget: int
     now: float
+    stopping: Callable[[], bool] = _never
+    """Whether the process is stopping: a long task looks between two pieces of work and,
+    having kept nothing half done, raises `JobCut` (its claim is given back at once)."""
 
 
 def _from_hook(task: str, answer: object, cursor: int = 0) -> SweepReport:

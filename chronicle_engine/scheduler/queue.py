@@ -8,6 +8,9 @@ Invariants:
   job that kills its process cannot loop forever.
 - After `max_attempts` claims a job is failed for good with its last reason, and the pending jobs
   that depend on it fail with it.
+- A job its own process stops cleanly (it met the stop signal between two pieces of work and
+  raised `JobCut`) gives its claim back at once (`release`): pending again, the attempt not
+  counted, so the next process or host runs it without waiting for the lease.
 - Retention prunes only finished rows, and never a row that a live job depends on.
 
 The queue is a work table, not the log: its rows are updated and deleted. Every timestamp comes
@@ -39,6 +42,7 @@ __all__ = [
     "JobReport",
     "QueueCounts",
     "RetryNextTick",
+    "JobCut",
     "allocate",
     "JOB_COLUMNS",
     "job_from_row",
@@ -88,6 +92,12 @@ JOB_COLUMNS = (
 class RetryNextTick(ChronicleRuntimeError):
     """Raised by a job that lost a race (e.g. a refused chronicle fork): run it again at the next
     drain, with no backoff. It still counts as an attempt, so a race that never resolves ends."""
+
+
+class JobCut(ChronicleRuntimeError):
+    """Raised by a job that met its process's stop signal between two pieces of work (e.g. two
+    model draws), having kept nothing half done: its claim is given back at once, and it runs
+    from the start in the next process or on another host."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,20 +306,12 @@ class JobQueueBase(Tables[Store, Conn]):
         job will run again."""
         now = self.clock()
         with self._errors("completing a job"), self._atomic() as conn:
-            cur = conn.execute(
-                self._sql(
-                    "UPDATE scheduler_jobs SET state = 'done', finished_at = ?, result = ?,"
-                    " lease_until = NULL, reason = NULL"
-                    " WHERE id = ? AND state = 'running' AND lease_owner = ?"
-                ),
-                (
-                    now,
-                    json.dumps(dict(result or {}), sort_keys=True, default=str),
-                    job.id,
-                    self.owner,
-                ),
-            )
-            if cur.rowcount != 1:
+            if not self._update_held(
+                conn,
+                job,
+                "state = 'done', finished_at = ?, result = ?, lease_until = NULL, reason = NULL",
+                (now, json.dumps(dict(result or {}), sort_keys=True, default=str)),
+            ):
                 return False
             for spec in follow_ups:
                 self._enqueue(conn, spec)
@@ -355,6 +357,34 @@ class JobQueueBase(Tables[Store, Conn]):
                     (now + wait, reason, job.id),
                 )
             return self._get(conn, job.id)
+
+    def release(self, job: Job, reason: str) -> bool:
+        """Give back the claim on a job its process stopped cleanly (`JobCut`): pending and
+        runnable now, its lease cleared and the claim's attempt not counted (a clean stop is
+        not a failure, and cannot loop: it happens once per process stopping). False when the
+        lease was lost meanwhile (another claim re-armed it)."""
+        with self._errors("releasing a job"), self._atomic() as conn:
+            return self._update_held(
+                conn,
+                job,
+                "state = 'pending', available_at = ?, reason = ?,"
+                " attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END,"
+                " lease_until = NULL, lease_owner = NULL",
+                (self.clock(), reason),
+            )
+
+    def _update_held(
+        self, conn: Conn, job: Job, assignments: str, values: tuple[object, ...]
+    ) -> bool:
+        """Set `assignments` on `job` if this queue still holds its claim; whether it did."""
+        cur = conn.execute(
+            self._sql(
+                f"UPDATE scheduler_jobs SET {assignments}"
+                " WHERE id = ? AND state = 'running' AND lease_owner = ?"
+            ),
+            (*values, job.id, self.owner),
+        )
+        return cur.rowcount == 1
 
     _REARM = (
         "UPDATE scheduler_jobs SET"

@@ -4,7 +4,7 @@ Chronicle owns no timer or process. The adapters call `tick(hook)` on every host
 scheduler compares each schedule's next due time, kept in memory, with the injected clock. What a
 hook finds due is a step: schedule what is due and, on a draining hook, run a bounded batch of
 queued jobs. With `maintenance.background` (the default for the scheduler the slots tick) the
-step runs on one daemon thread per process (`worker.py`) and the hook returns at once; otherwise
+step runs on the scheduler's own daemon thread (`worker.py`) and the hook returns at once; otherwise
 on the hook's own thread, before it returns. `drain(hook)` runs a step on the calling thread
 whichever is set (tests, benchmarks, a host that wants its jobs done before it goes on).
 
@@ -19,6 +19,10 @@ Invariants:
   spent. One step runs at a time in a process (the scheduler's lock); the queue's claims and
   leases keep each job to one runner across processes.
 - Nothing escapes into the host: a failure is logged once and the scheduler backs off.
+- Once asked to stop (`ask_to_stop`: the core's shutdown, or the exit handler through the
+  worker, one signal) no step, drain or `run_due` claims another job, and consolidation draws
+  no other summary: the job meets the signal between draws and gives its claim back
+  (`JobCut`, `queue.release`), so another core or host runs it at once.
 """
 
 from __future__ import annotations
@@ -27,26 +31,31 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
-from ..chronicle.sections import AsyncSummarizer, Summarizer
+from ..chronicle.sections import (
+    AsyncSummarizer,
+    Consolidation,
+    Summarizer,
+    is_async_summarizer,
+)
 from ..config import Config
 from ..errors import StoreError, UsageError
 from ..log.events import EventReader
-from ..log.store import SQLiteEventStore
+from ..log.store import SQLiteEventStore, StoredEvent
 from ..recall.events import NAMESPACE as RECALL
 from .consolidation import Consolidator, Conversations, OpenUnitRow
 from .cron import latest_due, next_due_after
 from .events import JobFailed
 from .maintenance import MAINTENANCE, TaskContext
-from .queue import Job, JobReport, JobSpec, QueueCounts, RetryNextTick, allocate
+from .queue import Job, JobCut, JobReport, JobSpec, QueueCounts, RetryNextTick, allocate
 from .settings import JOB_CLASSES, TASKS, read_settings
 from .stores import open_tables
 from .sweeps import SweepCursors, SweepReport
 from .units import UnitRules
-from .worker import Worker
+from .worker import StopSignal, Worker
 
 if TYPE_CHECKING:
     from ..log.postgres import PostgresEventStore
@@ -133,8 +142,9 @@ NOT_SCHEDULED: tuple[tuple[str, str], ...] = (
 
 _BACKOFF_AFTER_ERROR = 30.0
 STOP_SECONDS = 5.0
-"""How long shutdown waits for the background thread's current job (a model summary may be
-running); past it the store closes anyway and the job runs again once its lease lapses."""
+"""How long shutdown waits, from the first ask to stop, for the background thread's current job
+(a model summary may be running; the next draw is not made). Past it shutdown returns and the
+thread closes the store once the job has returned (`ChronicleCore.shutdown`)."""
 # A report with work left is chased by an immediate continuation, except for these: a checkpoint
 # that could not finish is blocked by readers, and the reaper waits for consolidation to read its
 # decisions, so neither gains from running again at once.
@@ -203,13 +213,19 @@ class Scheduler:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._handlers: dict[str, Callable[[TaskContext], SweepReport]] = dict(MAINTENANCE)
-        self._stopping = False
+        self._stop = StopSignal()
         self.jobs_run = 0  # by this scheduler's steps, on any thread (not run_pending's)
         if background is None:
             background = self.settings.background
         self._worker = (
-            Worker(self._background_step, after_fork=self._after_fork) if background else None
+            Worker(self._background_step, after_fork=self._after_fork, stop=self._stop)
+            if background
+            else None
         )
+
+    @property
+    def _stopping(self) -> bool:
+        return self._stop.asked
 
     # -- the hook path ---------------------------------------------------------------------
 
@@ -241,8 +257,11 @@ class Scheduler:
     def drain(self, hook: str = "sync_turn") -> int:
         """Run `hook`'s step on the calling thread, in the background or not: schedule what is
         due and, on a draining hook, run one bounded batch of queued jobs. Waits for a step that
-        another thread is running. Never raises. Returns how many jobs it ran."""
+        another thread is running. Never raises. Returns how many jobs it ran (none once
+        stopping)."""
         with self._lock:
+            if self._stopping:
+                return 0
             return self._step(self.clock(), hook in self._drain_hooks)
 
     def _step(self, now: float, drain: bool) -> int:
@@ -253,7 +272,7 @@ class Scheduler:
                 return self._drain()
             return 0
         except Exception as exc:  # a hook must never fail because maintenance did
-            if self._stopping:  # the store is closing under it: the job is re-run later
+            if self._stopping:  # (a caller's own thread may meet the closed store)
                 log.debug("chronicle maintenance stopped mid-step: %s", exc)
                 return 0
             self._back_off(exc, now)
@@ -269,23 +288,36 @@ class Scheduler:
         self._lock = threading.Lock()
         self._resolving = threading.RLock()
 
-    def stop(self, timeout: float = STOP_SECONDS) -> bool:
+    def stop(self, timeout: float | None = None) -> bool:
         """Stop the background thread after its current job, waiting at most `timeout` seconds
-        (the core's shutdown, before the store closes). Returns whether it has ended. Later hooks
-        schedule and run nothing."""
-        self.ask_to_stop()
-        return self._worker is None or self._worker.stop(timeout)
+        (None: STOP_SECONDS; less if an earlier ask's deadline is sooner). Returns whether it
+        has ended. Later hooks schedule and run nothing."""
+        self.ask_to_stop(timeout)
+        return self.wait_stopped()
+
+    def wait_stopped(self) -> bool:
+        """Wait for the background thread until the stop's deadline; whether it has ended."""
+        return self._worker is None or self._worker.wait_stopped()
+
+    def after_thread(self, call: Callable[[], None]) -> bool:
+        """Have the background thread run `call` once its last job has returned (the core's
+        close of the store). False when no thread runs: the caller runs `call` itself."""
+        return self._worker is not None and self._worker.after_thread(call)
 
     def wait_background(self, timeout: float = 30.0) -> bool:
         """Wait until the background thread runs no step and none is asked for (tests and
         benchmarks that then read what it did). True at once without one; False on timeout."""
         return self._worker is None or self._worker.wait_idle(timeout)
 
-    def ask_to_stop(self) -> None:
-        """`stop` without the wait (a shutdown stopping several schedulers asks each first)."""
-        self._stopping = True
+    def ask_to_stop(self, within: float | None = None) -> None:
+        """`stop` without the wait (a shutdown stopping several schedulers asks each first).
+        Waits for the thread end `within` seconds from now (None: STOP_SECONDS) at the latest,
+        or sooner if an earlier ask (the exit handler's) said so."""
+        within = STOP_SECONDS if within is None else within
         if self._worker is not None:
-            self._worker.ask_to_stop()
+            self._worker.ask_to_stop(within)
+        else:
+            self._stop.ask(within)
 
     async def tick_async(self, hook: str = "") -> int:
         """`tick` for async hosts: consolidation is awaited (catch_up_async), never run_sync. Its
@@ -293,7 +325,7 @@ class Scheduler:
         now = self.clock()
         if now < self._schedule_wake and (now < self._queue_wake or hook not in self._drain_hooks):
             return 0
-        if not self._lock.acquire(blocking=False):
+        if self._stopping or not self._lock.acquire(blocking=False):
             return 0
         try:
             self._schedule(now)
@@ -385,7 +417,7 @@ class Scheduler:
         seen: list[int] = []
         for job_class in order:
             for _ in range(quotas.get(job_class, 0)):
-                if self._timer() - started > budget:
+                if self._timer() - started > budget or self._stopping:
                     return
                 found = self.queue.claim(job_class, skip=seen)
                 if found is None:
@@ -393,7 +425,7 @@ class Scheduler:
                 seen.append(found.id)
                 yield found
         # Slots a quiet class left unused go to whoever has work, oldest first.
-        while len(seen) < total and self._timer() - started <= budget:
+        while len(seen) < total and self._timer() - started <= budget and not self._stopping:
             found = self.queue.claim(skip=seen)
             if found is None:
                 return
@@ -402,11 +434,9 @@ class Scheduler:
 
     def _drain(self) -> int:
         ran = 0
-        for job in self._claims():
+        for job in self._claims():  # (it claims nothing once stopping: the rest stays queued)
             self._run(job)
             ran += 1
-            if self._stopping:
-                break  # shutting down: the rest stays queued
         self.jobs_run += ran
         self._refresh_queue_wake()
         return ran
@@ -427,12 +457,14 @@ class Scheduler:
     def _context(self, job: Job) -> TaskContext:
         return TaskContext(
             self._store, self._recall, self.queue, self.sweeps, self.settings,
-            self.settings.budget_for(job.kind), self.clock(),
+            self.settings.budget_for(job.kind), self.clock(), lambda: self._stopping,
         )  # fmt: skip
 
     def _run(self, job: Job) -> None:
         try:
             report = self._handle(job)
+        except JobCut as cut:
+            self._release(job, cut)
         except Exception as exc:
             self._failed_attempt(job, exc)
         else:
@@ -445,10 +477,19 @@ class Scheduler:
                 report = await consolidator.run_async(self.settings.budget_for(job.kind))
             else:
                 report = self._handle(job)
+        except JobCut as cut:
+            self._release(job, cut)
         except Exception as exc:
             self._failed_attempt(job, exc)
         else:
             self._finish(job, report)
+
+    def _release(self, job: Job, cut: JobCut) -> None:
+        released = self.queue.release(job, f"released: {cut}")
+        log.info(
+            "chronicle %s job %d stopped with its process; %s", job.kind, job.id,
+            "released for the next run" if released else "its claim had lapsed already",
+        )  # fmt: skip
 
     def _consolidator_for(self, job: Job) -> Consolidator | None:
         if job.kind not in ("consolidate", "reap"):
@@ -548,6 +589,7 @@ class Scheduler:
         try:
             if summarize is None:
                 summarize = self._writer()
+            summarize = _until_stopped(summarize, self._stop)
             conversations = self._sessions()
         except Exception as exc:  # a broken subsystem must not stop the other schedules
             why = f"{type(exc).__name__}: {exc}"
@@ -608,9 +650,12 @@ class Scheduler:
 
     def run_due(self, max_jobs: int | None = None) -> list[JobReport]:
         """For a command line, never a hook: enqueue every schedule that is due now (not one per
-        call), then run the queue until nothing is runnable. Returns each job run, as it ended."""
+        call), then run the queue until nothing is runnable. Returns each job run, as it ended
+        (none once stopping)."""
         now = self.clock()
         with self._lock:
+            if self._stopping:
+                return []
             if not self._loaded:
                 self._load()
             for task, at in sorted(self._next_due.items(), key=lambda item: item[1]):
@@ -625,7 +670,7 @@ class Scheduler:
             for reclaimed in self.queue.reclaim():
                 if reclaimed.state == "failed":
                     self._record_failure(reclaimed)
-            while max_jobs is None or len(ran) < max_jobs:
+            while (max_jobs is None or len(ran) < max_jobs) and not self._stopping:
                 job = self.queue.claim(skip=[j.id for j in ran])
                 if job is None:
                     break
@@ -700,6 +745,34 @@ class Scheduler:
             "consolidation": consolidation,
             "not_scheduled": [{"task": t, "why": why} for t, why in NOT_SCHEDULED],
         }
+
+
+def _until_stopped(
+    summarize: Summarizer | AsyncSummarizer, stop: StopSignal
+) -> Summarizer | AsyncSummarizer:
+    """`summarize`, looking at the stop signal before each draw: a model call in flight is not
+    interrupted, but no other is made once the process stops. The batch's draws are not kept
+    (its transaction never opened); the job gives its claim back (`JobCut`)."""
+    if is_async_summarizer(summarize):
+        draw_async = cast("AsyncSummarizer", summarize)
+
+        async def drawn_async(events: Sequence[StoredEvent]) -> Consolidation:
+            _not_stopped(stop)
+            return await draw_async(events)
+
+        return drawn_async
+    draw = cast("Summarizer", summarize)
+
+    def drawn(events: Sequence[StoredEvent]) -> Consolidation:
+        _not_stopped(stop)
+        return draw(events)
+
+    return drawn
+
+
+def _not_stopped(stop: StopSignal) -> None:
+    if stop.asked:
+        raise JobCut("consolidation stopped before its next summary")
 
 
 def _summary(report: SweepReport) -> str:

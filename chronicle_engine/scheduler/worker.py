@@ -7,10 +7,16 @@ Invariants:
 - The thread does only what nudges ask for, one step at a time (no timer: without hooks nothing
   runs, as before); nudges that arrive while a step runs coalesce into one more step. A thread
   left idle ends, so a core nobody shut down is not kept alive by it.
-- stop() asks the thread to end after its current job and waits a bounded time. The thread is a
-  daemon, so a process that exits without stop() is not held by it; at exit each live thread is
-  still asked to stop and waited for briefly. A job cut short stays claimed until its lease
-  lapses, then runs again (the queue re-arms it); what capture stored is in the log already.
+- One stop signal (`StopSignal`), shared with the owner: the owner's own stop, the core's
+  shutdown and the exit handler all set it, so whoever asks first, the owner claims no job
+  after it. The first ask fixes a deadline, which a later ask may bring forward and never puts
+  back: every wait for the thread (shutdown's, then the exit's) ends by it, so a process that
+  shuts down and then exits waits `STOP_SECONDS` at most in all, not one wait after the other.
+- A thread still running at its deadline is not stopped (Python cannot): it finishes its job,
+  and `after_thread` hands it what must wait for it (the core's close of the store). The thread
+  is a daemon, so a process that exits is not held by it; a job the exit cuts off stays claimed
+  until its lease lapses, as after a crash. A job that meets the stop signal between its draws
+  gives its claim back at once instead (`queue.release`).
 - In a child made by fork the parent's thread does not run: each worker forgets it, and the
   child starts its own on its first nudge.
 """
@@ -19,13 +25,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["Worker", "EXIT_WAIT_SECONDS"]
+__all__ = ["Worker", "StopSignal", "EXIT_WAIT_SECONDS"]
 
 log = logging.getLogger("chronicle_engine.scheduler")
 
@@ -39,6 +46,27 @@ made again by the next hook: the work is still due."""
 _LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
 
 
+class StopSignal:
+    """A stop request and the deadline of every wait for it, shared by a scheduler and its
+    worker (the scheduler's drain reads it between jobs, the jobs between their draws)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.asked = False
+        self.deadline = math.inf
+        """`time.monotonic()` by which every wait for the stop ends (inf: never asked)."""
+
+    def ask(self, within: float) -> None:
+        """Ask to stop; waits end `within` seconds from now, or sooner if an earlier ask said so."""
+        with self._lock:
+            self.asked = True
+            self.deadline = min(self.deadline, time.monotonic() + max(0.0, within))
+
+    def left(self) -> float:
+        """Seconds until the deadline (0 once it has passed; inf before any ask)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+
 class Worker:
     """One daemon thread that runs `step(drain)` when nudged. `drain` is True when a nudge since
     the last step asked for queued jobs to be run, not only for scheduling. `after_fork` runs in
@@ -50,11 +78,13 @@ class Worker:
         *,
         name: str = "chronicle-jobs",
         after_fork: Callable[[], None] | None = None,
+        stop: StopSignal | None = None,
     ) -> None:
+        """`stop`: the owner's signal, when it has one (else the worker's own)."""
         self._step = step
         self._name = name
         self._after_fork = after_fork
-        self.stopping = False
+        self.stop_signal = stop if stop is not None else StopSignal()
         self._failed: set[str] = set()
         self._forget_thread()
         _LIVE.add(self)
@@ -62,9 +92,15 @@ class Worker:
     def _forget_thread(self) -> None:
         self._wake = threading.Event()
         self._drain = False
+        self._asking = threading.Lock()  # a nudge's drain and the thread's taking of it
         self._running = False
         self._thread: threading.Thread | None = None
         self._starting = threading.Lock()
+        self._then: list[Callable[[], None]] = []
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_signal.asked
 
     @property
     def thread(self) -> threading.Thread | None:
@@ -74,7 +110,8 @@ class Worker:
         """Ask for a step. Returns False when no thread runs or can be started (the caller
         should do the step itself); True otherwise, stopped included (nothing is to be done)."""
         if drain:
-            self._drain = True
+            with self._asking:  # not lost to the thread's taking of a step that did not drain
+                self._drain = True
         self._wake.set()
         # Under the start lock: a thread idling out clears `_thread` under it after its last
         # look at `_wake`, so this nudge either is seen by it or starts another.
@@ -98,17 +135,41 @@ class Worker:
             return True
 
     def _run(self) -> None:
+        then: list[Callable[[], None]] | None = None
+        try:
+            then = self._steps()
+        finally:
+            if then is None:  # stopped (or a fault): forget this thread now
+                with self._starting:
+                    then = self._ended()
+            for call in then:  # after the last step: nothing on this thread uses the store now
+                try:
+                    call()
+                except Exception as exc:
+                    self._note("could not finish after its last job", exc)
+
+    def _ended(self) -> list[Callable[[], None]]:
+        """(Under the start lock.) This thread is done: forget it, and take what waits for it."""
+        if self._thread is not threading.current_thread():
+            return []
+        self._thread = None
+        then, self._then = self._then, []
+        return then
+
+    def _steps(self) -> list[Callable[[], None]] | None:
+        """Run steps as nudged. Returns what waits for the thread's end if it ended idle (under
+        the lock that a nudge takes to decide to start another), None if it was stopped."""
         while True:
             if not self._wake.wait(IDLE_SECONDS):
                 with self._starting:
                     if not self._wake.is_set():
-                        self._thread = None  # idle: the next nudge starts another
-                        return
+                        return self._ended()  # idle: the next nudge starts another
             if self.stopping:
-                return
+                return None
             self._running = True  # before the clear: `idle` is never true between the two
             self._wake.clear()
-            drain, self._drain = self._drain, False
+            with self._asking:
+                drain, self._drain = self._drain, False
             try:
                 self._step(drain)
             except Exception as exc:  # the step logs its own failures; this is a fault in it
@@ -140,22 +201,39 @@ class Worker:
         self._failed.add(key)
         log.warning("chronicle background jobs: %s (%s: %s)", what, type(exc).__name__, exc)
 
-    def ask_to_stop(self) -> None:
-        """Ask the thread to end after its current job, without waiting. Later nudges start
-        nothing."""
+    def ask_to_stop(self, within: float) -> None:
+        """Ask the thread to end after its current job, without waiting; waits for it end
+        `within` seconds from now at the latest (see `StopSignal`). Later nudges start nothing."""
         with self._starting:
-            self.stopping = True
+            self.stop_signal.ask(within)
         self._wake.set()
 
     def stop(self, timeout: float) -> bool:
-        """Ask the thread to end after its current job; wait at most `timeout` seconds. Returns
-        whether it has ended (or never ran)."""
-        self.ask_to_stop()
+        """Ask the thread to end after its current job; wait at most `timeout` seconds (less if
+        an earlier ask's deadline comes sooner). Returns whether it has ended (or never ran)."""
+        self.ask_to_stop(timeout)
+        return self.wait_stopped()
+
+    def wait_stopped(self) -> bool:
+        """Wait for the thread to end until the stop signal's deadline. Returns whether it has
+        ended (or never ran); on the thread itself, False at once (it ends after its step)."""
         thread = self._thread
-        if thread is None or thread is threading.current_thread():
+        if thread is None:
             return True
-        thread.join(max(0.0, timeout))
+        if thread is threading.current_thread():
+            return False
+        if self.stopping:  # (never asked, the deadline is infinite: nothing to wait for)
+            thread.join(self.stop_signal.left())
         return not thread.is_alive()
+
+    def after_thread(self, call: Callable[[], None]) -> bool:
+        """Have the thread run `call` as it ends, after its last step (the caller may be that
+        step). False when no thread runs: the caller runs `call` itself."""
+        with self._starting:
+            if self._thread is None:
+                return False
+            self._then.append(call)
+            return True
 
     def _in_child(self) -> None:
         self._forget_thread()
@@ -164,12 +242,14 @@ class Worker:
 
 
 def _stop_all_at_exit() -> None:
+    """Stop every worker through its owner's signal (its drain claims nothing more), and wait
+    until each one's deadline: EXIT_WAIT_SECONDS from now, or sooner for one a shutdown had
+    already asked (that wait has been had: it is not made again)."""
     workers = list(_LIVE)
     for worker in workers:
-        worker.ask_to_stop()
-    deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        worker.ask_to_stop(EXIT_WAIT_SECONDS)
     for worker in workers:
-        worker.stop(deadline - time.monotonic())
+        worker.wait_stopped()
 
 
 def _after_fork_in_child() -> None:
