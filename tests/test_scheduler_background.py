@@ -127,7 +127,11 @@ def test_drain_runs_a_step_on_the_calling_thread_in_the_background_too(tmp_path:
 def test_a_failing_job_never_reaches_the_hook_and_the_thread_goes_on(
     where, caplog: pytest.LogCaptureFixture
 ) -> None:
-    core = open_core(where, {"queue": {"max_attempts": 1}})
+    # A budget that one failure's bookkeeping cannot spend on a busy machine: the five ticks
+    # may all come before the thread's first step, which must then run both jobs.
+    core = open_core(
+        where, {"queue": {"max_attempts": 1}, "maintenance": {"drain_budget_ms": 60_000}}
+    )
     sched = core.scheduler
     ran: list[str] = []
 
@@ -368,7 +372,7 @@ print(job, flush=True)
 
 def test_at_exit_the_drain_claims_no_other_job(tmp_path: Path) -> None:
     """The exit handler stops the scheduler through its own signal: the job running finishes,
-    and the drain it was part of claims no other."""
+    and the drain it was part of claims no other (its time budget would allow it)."""
     path = tmp_path / "c.db"
     first, second = _in_a_process(
         path,
@@ -385,6 +389,7 @@ print(sched.queue.enqueue(JobSpec("second", "maintenance", key="2")), flush=True
 sched.tick("sync_turn")
 assert started.wait(30)
 """,
+        {"maintenance": {"drain_budget_ms": 60_000}},
     )
     core = open_core(path)
     queue = core.new_scheduler().queue
@@ -445,10 +450,12 @@ assert started.wait(30)
     again.shutdown()
 
 
-def _in_a_process(path: Path, body: str) -> list[str]:
+def _in_a_process(path: Path, body: str, config: dict[str, object] | None = None) -> list[str]:
     """Run `body` in a new interpreter with `core` and its `sched` open on `path` (a lease of
-    1 s), and let it exit with no shutdown unless `body` calls one. Returns the lines it
-    printed, then, if `body` filled `began`, the seconds from then to after the exit handler."""
+    1 s, and `config`), and let it exit with no shutdown unless `body` calls one. Returns the
+    lines it printed, then, if `body` filled `began`, the seconds from then to after the exit
+    handler."""
+    config = merged({"queue": {"lease_seconds": 1}}, config or {})
     script = f"""
 import atexit, sys, threading, time
 sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[1])]!r}
@@ -458,7 +465,7 @@ atexit.register(lambda: began and print(f"{{time.monotonic() - began[0]:.3f}}", 
 from test_scheduler_support import open_core
 from chronicle_engine.scheduler.queue import JobCut, JobSpec
 from chronicle_engine.scheduler.sweeps import SweepReport
-core = open_core({str(path)!r}, {{"queue": {{"lease_seconds": 1}}}})
+core = open_core({str(path)!r}, {config!r})
 sched = core.scheduler
 {body}
 """
