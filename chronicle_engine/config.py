@@ -360,7 +360,7 @@ class Schedules(_Section):
 
 class MaintenanceSettings(_Section):
     # No timer: every key here is consulted when a hook calls (chronicle_engine/scheduler/), on
-    # the hook's thread or, with `background`, on the one background thread it nudges.
+    # the hook's thread or, with `background`, on the scheduler's background thread it nudges.
     enabled: Flag = Field(
         True,
         description="Master switch for hook-driven scheduling. false: hooks never schedule or "
@@ -375,7 +375,8 @@ class MaintenanceSettings(_Section):
     background: Flag = Field(
         True,
         description="Run what a hook finds due (scheduling, and the jobs of a draining hook) on "
-        "one background thread per process, so the hook returns at once. false: on the hook's "
+        "the scheduler's own background thread (one per database the slots use), so the hook "
+        "returns at once. false: on the hook's "
         "own thread, before it returns.",
     )
     drain_hooks: Annotated[tuple[str, ...], BeforeValidator(_hook_names)] = Field(

@@ -1,8 +1,8 @@
 """The scheduler's background thread: a hook notes that work may be due, this thread does it.
 
 Invariants:
-- A nudge is cheap and never blocks: a flag, an event set, and once per process a thread
-  started. It never raises; when no thread can be started it says so, and the caller does the
+- A nudge is cheap and never blocks: a flag, an event set, and once per worker (one per
+  scheduler) a thread started. It never raises; when no thread can be started it says so, and the caller does the
   work itself.
 - The thread does only what nudges ask for, one step at a time (no timer: without hooks nothing
   runs, as before); nudges that arrive while a step runs coalesce into one more step. A thread
