@@ -3,7 +3,7 @@ SQLite and PostgreSQL side by side.
 
     python bench/multihost.py [--processes 4] [--threads 4] [--seconds 60] [--pause-ms 0]
                               [--clock-scale 10] [--conninfo "host=... dbname=..."]
-                              [--inline-jobs] [--stagger]
+                              [--inline-jobs] [--stagger | --poisson]
 
 Each of P host processes (a Hermes host) opens the store through `ChronicleCore`, as Hermes
 does; each of its T threads plays one chat after another (a fresh session every 40 turns), and
@@ -44,6 +44,9 @@ ends with all the writers' turns arriving at once. `--stagger` spreads their fir
 over one pause instead, as people who do not all press enter together would. Each thread's first
 turns open its connection and prepare its statements, all at that same instant: the
 `sync_turn_warm_*` figures leave out each thread's first five (as bench/sync_turn.py does).
+`--poisson` draws each wait from an exponential distribution of mean `--pause-ms` instead (each
+writer's first turn too, with a seed of its own): sixteen independent people, whose turns arrive
+as a Poisson process, sometimes together and mostly not.
 Without `--conninfo` the PostgreSQL side is a throwaway local server (tests/postgres_support.py:
 initdb, pg_ctl on 127.0.0.1, fsync off), so its figures are loopback figures.
 
@@ -65,6 +68,7 @@ import json
 import multiprocessing
 import os
 import platform
+import random
 import sys
 import tempfile
 import threading
@@ -131,10 +135,13 @@ def _host(
     scale: float,
     inline_jobs: bool = False,
     offsets: list[float] | None = None,
+    poisson: bool = False,
 ) -> str:
     """One host: `threads` chats until the time is up, each turn a `sync_turn` (capture, then
     the scheduler's tick). Returns JSON: what each session was sent, the latencies, the
-    repeated turns that stored something, the exceptions."""
+    repeated turns that stored something, the exceptions. With `poisson`, each thread's waits
+    are drawn from an exponential distribution of mean `pause` (its first turn too): the hosts'
+    turns then arrive as a Poisson process, as independent people's would."""
     with tempfile.TemporaryDirectory() as home:
         from chronicle_engine.errors import StoreBusy
 
@@ -169,7 +176,13 @@ def _host(
             cpus: list[float] = []
             capture_cpus: list[float] = []
             repeated = 0
-            time.sleep(max(0.0, start_at + (offsets[t] if offsets else 0.0) - time.time()))
+            rng = random.Random(f"{name}-{t}")  # (the same draws on every run)
+
+            def wait() -> float:
+                return rng.expovariate(1 / pause) if poisson and pause else pause
+
+            first = wait() if poisson else (offsets[t] if offsets else 0.0)
+            time.sleep(max(0.0, start_at + first - time.time()))
             deadline = time.monotonic() + seconds
             turn = 0
             live: list[dict[str, object]] = []
@@ -211,7 +224,7 @@ def _host(
                 times.append(time.perf_counter() - began)
                 cpus.append(time.thread_time() - cpu)
                 if pause:
-                    time.sleep(pause)
+                    time.sleep(wait())
                 if again:
                     repeated += stored
                 else:
@@ -449,6 +462,7 @@ def run(
     beside: tuple[int, int] = (1, 1),
     inline_jobs: bool = False,
     stagger: bool = False,
+    poisson: bool = False,
 ) -> dict[str, object]:
     """One run on one store: migrate it, drive the hosts, the searcher and the compactor at
     once, then check what they left and summarise."""
@@ -459,7 +473,7 @@ def run(
     with _sampling(kind, where, start_at, sample_ms) as sampled:
         outputs, searched, compressed = _drive(
             kind, where, processes, threads, (seconds, start_at), pause_ms, scale, beside,
-            inline_jobs, stagger,
+            inline_jobs, stagger, poisson,
         )  # fmt: skip
     cpu = os.times()
     server_cpu = _server_cpu(postmaster) - server_before  # the hosts' run, not the check below
@@ -478,6 +492,7 @@ def run(
         "seconds": seconds,
         "pause_ms": pause_ms,
         "staggered": stagger,
+        "arrivals": "poisson" if poisson else "staggered" if stagger else "in step",
         "clock_scale": scale,
         "jobs": "inline" if inline_jobs else "background",
         **_turn_figures(outputs, said, seconds),
@@ -584,6 +599,7 @@ def _drive(
     beside: tuple[int, int] = (1, 1),
     inline_jobs: bool = False,
     stagger: bool = False,
+    poisson: bool = False,
 ) -> tuple[list[dict], dict, dict]:
     """The host processes, the searchers and the compactors (`beside`: how many of each), all
     at once; their reports (the searchers' and the compactors' each merged into one). With
@@ -597,7 +613,14 @@ def _drive(
         hosts = [
             pool.apply_async(
                 _host,
-                (kind, where, f"h{p}", *host, [spread * (p * threads + t) for t in range(threads)]),
+                (
+                    kind,
+                    where,
+                    f"h{p}",
+                    *host,
+                    [spread * (p * threads + t) for t in range(threads)],
+                    poisson,
+                ),
             )
             for p in range(processes)
         ]
@@ -689,6 +712,12 @@ def main() -> None:
         help="spread the writers' first turns evenly over one pause (else all start at once)",
     )
     parser.add_argument(
+        "--poisson",
+        action="store_true",
+        help="draw each wait (and each writer's first turn) from an exponential distribution of"
+        " mean --pause-ms: the turns arrive as a Poisson process",
+    )
+    parser.add_argument(
         "--inline-jobs",
         action="store_true",
         help="run the scheduler's jobs on the turn's thread (maintenance.background: false)",
@@ -718,7 +747,7 @@ def main() -> None:
         args.sample_ms,
     )
     beside = (args.searchers, args.compactors)
-    jobs = {"inline_jobs": args.inline_jobs, "stagger": args.stagger}
+    jobs = {"inline_jobs": args.inline_jobs, "stagger": args.stagger, "poisson": args.poisson}
     if args.only != "postgres":
         with tempfile.TemporaryDirectory() as tmp:
             where = str(Path(tmp) / "chronicle.db")
