@@ -24,6 +24,7 @@ a key word only where "is", "=" or ":" follows); a regex only runs anchored at a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import sys
@@ -68,6 +69,12 @@ def _mixed(value: str) -> bool:
     fixed formats no word can take (`ghp_` and 36 alphanumerics, `AKIA` and 16 capitals): one
     such key in a few dozen has no digit at all."""
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _compiled(source: str) -> Callable[[], re.Pattern[str]]:
+    """The pattern `source`, compiled on its first call: the long ones below cost a tenth of the
+    plugin's import to compile, and most texts never reach them (each runs behind a C test)."""
+    return functools.cache(lambda: re.compile(source))
 
 
 # -- shapes: formats that are random by construction --------------------------------------------
@@ -259,8 +266,8 @@ _KEY_WORDS = (
 # From a key word onwards: the rest of the name, then `=` or `:` (matched on lower-cased text).
 # A quote may come escaped, once or more (`\\"password\\": \\"...\\"`): JSON inside a JSON string, as a
 # tool call's arguments carry a `curl -d '{"password": ...}'`.
-_KEY_WORD_TAIL = re.compile(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*\\*[\"']?[ \t]*[=:]")
-_ASSIGNMENT = re.compile(
+_KEY_WORD_TAIL = _compiled(r"(?:pass|pwd|secret|token|key)[a-z0-9_\-]*\\*[\"']?[ \t]*[=:]")
+_ASSIGNMENT = _compiled(
     r"(?i)([A-Za-z0-9_\-]*?(?:" + _KEY_WORDS + r"))\\*[\"']?"
     r"[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*"
     r"(?:(\\+)\"([^\n]{1,512}?)\2\"|\"([^\"\n]{1,512})\"|'([^'\n]{1,512})'|`([^`\n]{1,512})`"
@@ -280,7 +287,7 @@ _FUNCTION_WORDS = _words(
     our their its"""
 )
 _PASSWORD_KEY = re.compile(r"(?i)pass|pwd")
-_PLACEHOLDER = re.compile(
+_PLACEHOLDER = _compiled(
     r"^(?:[*xX•.\-_#]+|<[^>]*>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|%\(?[a-z_]*\)?s|\{\{?[^}]*\}?\})$"
 )
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -289,7 +296,7 @@ _CODE_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:[.\[(]|$)")
 
 def _is_code_or_placeholder(value: str) -> bool:
     lowered = value.lower()
-    if not value.strip() or lowered in _NOT_A_VALUE or _PLACEHOLDER.match(value):
+    if not value.strip() or lowered in _NOT_A_VALUE or _PLACEHOLDER().match(value):
         return True
     if value.startswith(("<", "${", "{{", "%(")):
         return True
@@ -298,7 +305,7 @@ def _is_code_or_placeholder(value: str) -> bool:
 
 def _assignment_value_is_secret(key: str, value: str, quoted: bool, following: str) -> bool:
     lowered = value.lower()
-    if not value.strip() or lowered in _NOT_A_VALUE or _PLACEHOLDER.match(value):
+    if not value.strip() or lowered in _NOT_A_VALUE or _PLACEHOLDER().match(value):
         return False
     if value.startswith(("<", "${", "{{", "%(")):
         return False
@@ -339,7 +346,7 @@ def _assignment_kind(key: str) -> str:
 
 def _assignment_at(text: str, start: int, found: list[Finding]) -> int:
     """Try an assignment whose name starts at `start`; returns where it ends (or `start`)."""
-    match = _ASSIGNMENT.match(text, start)
+    match = _ASSIGNMENT().match(text, start)
     if match is None:
         return start
     key = match.group(1)
@@ -357,7 +364,7 @@ def _assignment_at(text: str, start: int, found: list[Finding]) -> int:
 
 # After the label: an optional "for the router", then "is"/"was" (or, for two-word labels and the
 # PIN, `:`/`=`), then the value. Matched on the lower-cased text, at the end of the label word.
-_SAID = re.compile(
+_SAID = _compiled(
     r"(?:[ \t]+(?:code|number))?"
     r"(?:[ \t]+(?:for|to|of|on|at)(?:[ \t]+[^\s.,;:!?=«\"'`]+){1,3}?)??"
     r"(?P<sep>[ \t]+(?:is|was)(?:[ \t]+(?:now|still|just|actually))?(?:[ \t]*:)?[ \t]+|[ \t]*(?:=(?!=)|:(?![:/]))[ \t]*)"
@@ -443,7 +450,7 @@ def _said_at(text: str, lowered: str, start: int, end: int, found: list[Finding]
     if label is None:
         return
     kind, two_words = label
-    match = _SAID.match(lowered, end)
+    match = _SAID().match(lowered, end)
     if match is None:
         return
     if not match.group("sep").strip(" \t").startswith(("is", "was")) and not (
@@ -466,7 +473,7 @@ _LABEL_HINTS = ("pass", "pwd", "secret", "token", "key", "pin")
 # What must follow a key word for it to label anything: the rest of its name, then within five
 # words "is"/"was", `=` or `:`. A superset of what `_SAID` and `_KEY_WORD_TAIL` accept, tested in
 # C, so the many "token"s and "key"s of ordinary text cost almost nothing.
-_LABEL_FOLLOWS = re.compile(
+_LABEL_FOLLOWS = _compiled(
     r"[a-z0-9_\-]*+(?:[ \t]++[^\s=:]++){0,5}?(?:[ \t]+(?:is|was)(?![a-z])|\\*[\"']?[ \t]*[=:])"
 )
 
@@ -481,7 +488,7 @@ def _labelled(text: str, lowered: str, digits: bool, found: list[Finding]) -> No
         while i >= 0:
             near = lowered[i : i + 200]  # a cheap necessary test before the exact one
             if ("=" in near or ":" in near or " is" in near or " was" in near) and (
-                _LABEL_FOLLOWS.match(lowered, i + len(hint))
+                _LABEL_FOLLOWS().match(lowered, i + len(hint))
             ):
                 hits.append((i, hint))
             i = lowered.find(hint, i + 1)
@@ -499,7 +506,7 @@ def _labelled(text: str, lowered: str, digits: bool, found: list[Finding]) -> No
         if start == last_start:
             continue  # one word, several key words ("secret_token")
         last_start = start
-        if assigns and hint != "pin" and start >= next_free and _KEY_WORD_TAIL.match(lowered, i):
+        if assigns and hint != "pin" and start >= next_free and _KEY_WORD_TAIL().match(lowered, i):
             next_free = _assignment_at(text, start, found)
         end = classes.find(b" ", i)
         _said_at(text, lowered, start, len(lowered) if end < 0 else end, found)

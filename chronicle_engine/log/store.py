@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 import sqlite3
 import threading
 import time
@@ -379,7 +378,7 @@ def new_event_id() -> str:
     """A 32-hex event id that sorts by creation time (microseconds, then 72 random bits), so the
     UNIQUE index on `events.id` grows at its right edge instead of at random pages: appends in
     batches run about 1.8x faster than with uuid4 ids (bench/log_throughput.py)."""
-    return f"{time.time_ns() // 1000:014x}{secrets.token_hex(9)}"
+    return f"{time.time_ns() // 1000:014x}{os.urandom(9).hex()}"  # secrets.token_hex's bytes
 
 
 def utc_now() -> str:
