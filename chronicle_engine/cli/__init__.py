@@ -7,13 +7,16 @@ the same parser serves the console script (`chronicle ...`) and Hermes' CLI (`he
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .exits import Exit
+
+if TYPE_CHECKING:  # imported where a parser is built, which registering the command is not
+    import argparse
 
 __all__ = ["DESCRIPTION", "main", "build_parser", "configure_parser", "handle_hermes_args", "Exit"]
 
@@ -41,6 +44,8 @@ A closed output pipe (`chronicle search x | head`) ends quietly.
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the subcommands to `parser` (a fresh one, or the subparser Hermes hands us)."""
+    import argparse
+
     from .commands import GROUPS
 
     parser.description = parser.description or DESCRIPTION
@@ -57,6 +62,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import argparse
+
     return configure_parser(argparse.ArgumentParser(prog="chronicle", description=DESCRIPTION))
 
 
