@@ -121,13 +121,17 @@ def reads_sqlite(reader: Reader) -> TypeIs[EventReader[SQLiteEventStore]]:
 
 
 class _LastOut:
-    """Runs `close` when the last of `holders` is done with the store: a shutdown, and each
-    background thread still running a job when it returned."""
+    """Runs `close` when the last holder is done with the store: the shutdown that made it (its
+    first holder), and each step or background thread still running when it returned."""
 
-    def __init__(self, close: Callable[[], None], holders: int) -> None:
+    def __init__(self, close: Callable[[], None]) -> None:
         self._close = close
-        self._holders = holders
+        self._holders = 1
         self._lock = threading.Lock()
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holders += 1
 
     def done(self) -> None:
         with self._lock:
@@ -180,6 +184,7 @@ class ChronicleCore:
         self._subsystems: dict[str, object] = {}
         # every scheduler built over this core: shutdown stops their background threads
         self._schedulers: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+        self._schedulers_lock = threading.Lock()  # (shutdown lists them while one may be made)
         self._subsystems_lock = threading.RLock()
         self.warned: set[str] = set()
         """Degraded states already logged for this database; both slots log each one once."""
@@ -370,7 +375,11 @@ class ChronicleCore:
             summarize=summarize,
             background=background,
         )
-        self._schedulers.add(scheduler)
+        with self._schedulers_lock:
+            self._schedulers.add(scheduler)
+            closing = self._closed
+        if closing:  # made while the core shuts down: it runs nothing on a closing store
+            scheduler.ask_to_stop(0.0)
         return scheduler
 
     # -- reading -------------------------------------------------------------------------
@@ -390,21 +399,32 @@ class ChronicleCore:
         stop (the exit handler's, if it came first) to end its current job, which usually ends
         sooner: consolidation makes no model call after the ask, and gives its claim back. A
         thread still running then keeps the store open until its job returns, and closes it
-        itself: the store is never closed under a job (on PostgreSQL, a connection in use)."""
-        if self._closed:
-            return
-        self._closed = True
+        itself, as a step running on a caller's own thread does (a hook with
+        `maintenance.background` off, `drain`, `run_due`): the store is never closed under a
+        job (on PostgreSQL, a connection in use). A job that outlasts the exit handler's wait
+        too leaves the store unclosed when the process ends (SQLite recovers its WAL on the
+        next open; PostgreSQL ends the session)."""
         with self._registry_lock:
+            if self._closed:
+                return
+            self._closed = True
             if self._registry.get(self._key(self.location)) is self:
                 del self._registry[self._key(self.location)]
-        schedulers = list(self._schedulers)
+        with self._schedulers_lock:
+            schedulers = list(self._schedulers)
         for scheduler in schedulers:
             scheduler.ask_to_stop()
-        running = [s for s in schedulers if not s.wait_stopped()]
-        close = _LastOut(self.store.close, len(running) + 1)  # + 1: this call's own share
-        for scheduler in running:
-            if not scheduler.after_thread(close.done):
-                close.done()  # it ended meanwhile
+        close = _LastOut(self.store.close)  # (held by this call until the end)
+        for scheduler in schedulers:
+            if not scheduler.wait_stopped():  # its background thread still runs a job
+                close.hold()
+                if not scheduler.after_thread(close.done):
+                    close.done()  # it ended meanwhile
+            # A step on a caller's own thread (a hook with maintenance.background off, drain,
+            # run_due): waited for until the same deadline, then left to close after it.
+            close.hold()
+            if not scheduler.after_step(close.done):
+                close.done()
         close.done()
 
     def __repr__(self) -> str:

@@ -238,6 +238,77 @@ def test_shutdown_returns_in_its_bound_and_the_thread_closes_the_store_after_its
     again.shutdown()
 
 
+@pytest.mark.parametrize("way", ["drain", "inline hook"])
+def test_shutdown_closes_the_store_after_a_step_on_a_callers_own_thread(
+    where, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """A step on the caller's thread (a hook with maintenance.background off, `drain`) is
+    waited for until the stop's deadline like the background thread's, and past it the store
+    closes after the step, not under it."""
+    core = open_core(where, {"maintenance": {"background": False}})
+    sched = core.scheduler
+    assert not sched.background
+    slow = Slow()
+    wrote: list[int] = []
+
+    def slow_then_write(ctx: TaskContext) -> SweepReport:
+        slow(ctx)
+        wrote.append(ctx.sweeps.save(SweepReport("slow", processed=1, cursor=3)).cursor)
+        return SweepReport("slow", processed=1)
+
+    sched.handle("slow", slow_then_write)
+    job = sched.queue.enqueue(JobSpec("slow", "maintenance"))
+
+    def step() -> None:
+        if way == "drain":
+            sched.drain("sync_turn")
+        else:
+            while not slow.started.is_set():  # (bounded by the test's own waits below)
+                sched.tick("sync_turn")
+                time.sleep(0.01)
+
+    caller = threading.Thread(target=step, daemon=True)
+    caller.start()
+    assert slow.started.wait(10)
+    monkeypatch.setattr(scheduler_module, "STOP_SECONDS", 0.2)
+    began = time.monotonic()
+    core.shutdown()
+    assert time.monotonic() - began < 5.0
+    assert not core.store._closed  # the step still runs on its caller's thread
+    slow.release.set()
+    caller.join(10)
+    assert not caller.is_alive()
+    assert wrote == [3]  # it wrote through the store after shutdown returned
+    assert core.store._closed  # and the store closed once the step had ended
+    again = open_core(where)
+    done = again.new_scheduler().queue.get(job)
+    assert done is not None and done.state == "done"
+    again.shutdown()
+
+
+def test_a_job_cut_without_a_stop_is_a_failed_attempt_not_a_loop(tmp_path: Path) -> None:
+    """JobCut is for a process that stops: raised with no stop asked, the claim is not given
+    back for nothing, and the job ends failed after its attempts."""
+    core = open_core(tmp_path / "c.db", {"queue": {"max_attempts": 2}})
+    clock = FakeClock(time.time())
+    sched = scheduler(core, clock)
+    runs: list[int] = []
+
+    def cuts(ctx: TaskContext) -> SweepReport:
+        runs.append(1)
+        raise JobCut("no stop was asked")
+
+    sched.handle("cuts", cuts)
+    job = sched.queue.enqueue(JobSpec("cuts", "maintenance"))
+    for _ in range(10):
+        sched.run_pending()
+        clock.advance(3600)  # (past any backoff)
+    assert len(runs) == 2
+    failed = sched.queue.get(job)
+    assert failed is not None and failed.state == "failed" and failed.attempts == 2
+    core.shutdown()
+
+
 def test_a_job_that_meets_the_stop_gives_its_claim_back_and_runs_at_once_elsewhere(
     where,
 ) -> None:
@@ -262,13 +333,13 @@ def test_a_job_that_meets_the_stop_gives_its_claim_back_and_runs_at_once_elsewhe
     assert time.monotonic() - began < 4.0  # the job ended at the stop, not at the bound (5 s)
     again = open_core(where)
     cut = again.new_scheduler().queue.get(job)
-    assert cut is not None and cut.state == "pending" and cut.attempts == 0
+    assert cut is not None and cut.state == "pending" and cut.attempts == 1  # (it counts)
     assert cut.lease_owner is None and (cut.reason or "").startswith("released")
     rerun = scheduler(again, FakeClock(time.time()))  # now: no lease has lapsed
     rerun.handle("polite", lambda ctx: SweepReport("polite", processed=1))
     assert rerun.drain("sync_turn") == 1
     done = rerun.queue.get(job)
-    assert done is not None and done.state == "done" and done.attempts == 1
+    assert done is not None and done.state == "done" and done.attempts == 2
     again.shutdown()
 
 
@@ -307,7 +378,7 @@ def test_consolidation_draws_no_summary_after_the_stop_and_gives_its_claim_back(
     assert draws == [1]
     again = open_core(where, {"maintenance": {"schedules": {"consolidate": "* * * * *"}}})
     cut = again.new_scheduler().queue.get(job.id)
-    assert cut is not None and cut.state == "pending" and cut.attempts == 0
+    assert cut is not None and cut.state == "pending" and cut.attempts == 1
     assert again.chronicle(chronicle_of(again, "a")).current() == []  # nothing half written
     rerun = scheduler(again, FakeClock(time.time()))
     assert rerun.drain("sync_turn") == 1
@@ -456,7 +527,7 @@ assert started.wait(30)
     rerun.handle("polite", lambda ctx: SweepReport("polite", processed=1))
     assert rerun.drain("sync_turn") == 1
     done = rerun.queue.get(int(job))
-    assert done is not None and done.state == "done" and done.attempts == 1
+    assert done is not None and done.state == "done" and done.attempts == 2
     again.shutdown()
 
 

@@ -9,8 +9,9 @@ Invariants:
 - After `max_attempts` claims a job is failed for good with its last reason, and the pending jobs
   that depend on it fail with it.
 - A job its own process stops cleanly (it met the stop signal between two pieces of work and
-  raised `JobCut`) gives its claim back at once (`release`): pending again, the attempt not
-  counted, so the next process or host runs it without waiting for the lease.
+  raised `JobCut`) gives its claim back at once (`release`): pending again, so the next process
+  or host runs it without waiting for the lease; the attempt counts, so a job every process
+  stops ends failed after `max_attempts`, as a failing one does.
 - Retention prunes only finished rows, and never a row that a live job depends on.
 
 The queue is a work table, not the log: its rows are updated and deleted. Every timestamp comes
@@ -360,15 +361,15 @@ class JobQueueBase(Tables[Store, Conn]):
 
     def release(self, job: Job, reason: str) -> bool:
         """Give back the claim on a job its process stopped cleanly (`JobCut`): pending and
-        runnable now, its lease cleared and the claim's attempt not counted (a clean stop is
-        not a failure, and cannot loop: it happens once per process stopping). False when the
+        runnable now, its lease cleared. The claim's attempt stays counted: processes that
+        always stop mid-job (one-shot runs) would otherwise run it for ever; the scheduler
+        fails a job cut at its last attempt as any other (`Scheduler._cut`). False when the
         lease was lost meanwhile (another claim re-armed it)."""
         with self._errors("releasing a job"), self._atomic() as conn:
             return self._update_held(
                 conn,
                 job,
                 "state = 'pending', available_at = ?, reason = ?,"
-                " attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END,"
                 " lease_until = NULL, lease_owner = NULL",
                 (self.clock(), reason),
             )

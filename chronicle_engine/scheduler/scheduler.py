@@ -157,6 +157,57 @@ def _iso(moment: float | None) -> str | None:
     return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
 
 
+class StepLock:
+    """The scheduler's lock over a step (one at a time in a process), which also knows who holds
+    it and runs what must wait for the step to end (`then`): the core's close of the store,
+    when shutdown finds a step running on a caller's thread (a hook with
+    `maintenance.background` off, `drain`, `run_due`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._guard = threading.Lock()  # the holder, and the calls waiting for the release
+        self._holder: int | None = None
+        self._then: list[Callable[[], None]] = []
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._holder = threading.get_ident()
+        return True
+
+    def release(self) -> None:
+        with self._guard:
+            self._holder = None
+            self._lock.release()
+            then, self._then = self._then, []
+        for call in then:  # (after the step: nothing of it uses the store any more)
+            try:
+                call()
+            except Exception:  # what waits for a step must not fail the step's caller
+                log.warning("chronicle maintenance: could not finish after a step", exc_info=True)
+
+    def __enter__(self) -> StepLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @property
+    def held_here(self) -> bool:
+        """Whether the calling thread is the one running a step."""
+        return self._holder == threading.get_ident()
+
+    def then(self, call: Callable[[], None]) -> bool:
+        """Have the step running now run `call` once it ends. False when no step runs: the
+        caller runs `call` itself."""
+        with self._guard:
+            if not self._lock.locked():
+                return False
+            self._then.append(call)
+            return True
+
+
 class Scheduler:
     """`core.scheduler`: schedules, the job queue, consolidation and maintenance for one database."""
 
@@ -210,7 +261,7 @@ class Scheduler:
         self._schedule_wake = start
         self._queue_wake = start
         self._drain_hooks = self.settings.drain_hooks
-        self._lock = threading.Lock()
+        self._lock = StepLock()
         self._warned: set[str] = set()
         self._handlers: dict[str, Callable[[TaskContext], SweepReport]] = dict(MAINTENANCE)
         self._stop = StopSignal()
@@ -285,7 +336,7 @@ class Scheduler:
 
     def _after_fork(self) -> None:
         # In a forked child: the parent's thread may have held the locks; it does not run here.
-        self._lock = threading.Lock()
+        self._lock = StepLock()
         self._resolving = threading.RLock()
 
     def stop(self, timeout: float | None = None) -> bool:
@@ -299,6 +350,17 @@ class Scheduler:
         """Wait for the background thread until the stop's deadline; whether it has ended."""
         return self._worker is None or self._worker.wait_stopped()
 
+    def after_step(self, call: Callable[[], None]) -> bool:
+        """Have a step running on any thread run `call` when it ends, waiting for it first
+        until the stop's deadline (not on the step's own thread, which would wait for itself).
+        False when no step runs (none will: the scheduler is stopping): the caller runs `call`
+        itself."""
+        step = self._lock
+        if not step.held_here and step.acquire(timeout=min(self._stop.left(), 86_400.0)):
+            step.release()
+            return False
+        return step.then(call)
+
     def after_thread(self, call: Callable[[], None]) -> bool:
         """Have the background thread run `call` once its last job has returned (the core's
         close of the store). False when no thread runs: the caller runs `call` itself."""
@@ -311,7 +373,7 @@ class Scheduler:
 
     def ask_to_stop(self, within: float | None = None) -> None:
         """`stop` without the wait (a shutdown stopping several schedulers asks each first).
-        Waits for the thread end `within` seconds from now (None: STOP_SECONDS) at the latest,
+        Waits for the thread to end `within` seconds from now (None: STOP_SECONDS) at the latest,
         or sooner if an earlier ask (the exit handler's) said so."""
         within = STOP_SECONDS if within is None else within
         if self._worker is not None:
@@ -333,6 +395,9 @@ class Scheduler:
                 return await self._drain_async()
             return 0
         except Exception as exc:
+            if self._stopping:  # (the store may have closed under it: not a fault)
+                log.debug("chronicle maintenance stopped mid-step: %s", exc)
+                return 0
             self._back_off(exc, now)
             return 0
         finally:
@@ -464,7 +529,7 @@ class Scheduler:
         try:
             report = self._handle(job)
         except JobCut as cut:
-            self._release(job, cut)
+            self._cut(job, cut)
         except Exception as exc:
             self._failed_attempt(job, exc)
         else:
@@ -478,13 +543,19 @@ class Scheduler:
             else:
                 report = self._handle(job)
         except JobCut as cut:
-            self._release(job, cut)
+            self._cut(job, cut)
         except Exception as exc:
             self._failed_attempt(job, exc)
         else:
             self._finish(job, report)
 
-    def _release(self, job: Job, cut: JobCut) -> None:
+    def _cut(self, job: Job, cut: JobCut) -> None:
+        """A job that stopped for the process's stop gives its claim back, runnable at once,
+        the attempt counted. One that raised JobCut with no stop asked, or at its last attempt,
+        is a failed attempt (else it could run again at once, for ever)."""
+        if not self._stopping or job.attempts >= job.max_attempts:
+            self._failed_attempt(job, cut)
+            return
         released = self.queue.release(job, f"released: {cut}")
         log.info(
             "chronicle %s job %d stopped with its process; %s", job.kind, job.id,

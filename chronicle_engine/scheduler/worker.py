@@ -44,6 +44,7 @@ opens one); the next nudge starts another. A nudge that meets the thread as it e
 made again by the next hook: the work is still due."""
 
 _LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
+_MAX_WAIT_SECONDS = 86_400.0  # (a finite bound for any wait: Thread.join refuses inf)
 
 
 class StopSignal:
@@ -57,14 +58,21 @@ class StopSignal:
         """`time.monotonic()` by which every wait for the stop ends (inf: never asked)."""
 
     def ask(self, within: float) -> None:
-        """Ask to stop; waits end `within` seconds from now, or sooner if an earlier ask said so."""
+        """Ask to stop; waits end `within` seconds from now (at most a day), or sooner if an
+        earlier ask said so. The deadline is set before the ask is seen: a wait that sees the
+        ask never reads an infinite deadline."""
+        within = min(max(0.0, within), _MAX_WAIT_SECONDS)
         with self._lock:
+            self.deadline = min(self.deadline, time.monotonic() + within)
             self.asked = True
-            self.deadline = min(self.deadline, time.monotonic() + max(0.0, within))
 
     def left(self) -> float:
         """Seconds until the deadline (0 once it has passed; inf before any ask)."""
         return max(0.0, self.deadline - time.monotonic())
+
+    def after_fork(self) -> None:
+        """In a forked child: a parent's thread may have held the lock as it forked."""
+        self._lock = threading.Lock()
 
 
 class Worker:
@@ -168,6 +176,9 @@ class Worker:
                 return None
             self._running = True  # before the clear: `idle` is never true between the two
             self._wake.clear()
+            if self.stopping:  # (asked between the look above and the clear: its wake is gone)
+                self._running = False
+                return None
             with self._asking:
                 drain, self._drain = self._drain, False
             try:
@@ -202,7 +213,7 @@ class Worker:
         log.warning("chronicle background jobs: %s (%s: %s)", what, type(exc).__name__, exc)
 
     def ask_to_stop(self, within: float) -> None:
-        """Ask the thread to end after its current job, without waiting; waits for it end
+        """Ask the thread to end after its current job, without waiting; waits for it to end
         `within` seconds from now at the latest (see `StopSignal`). Later nudges start nothing."""
         with self._starting:
             self.stop_signal.ask(within)
@@ -223,7 +234,7 @@ class Worker:
         if thread is threading.current_thread():
             return False
         if self.stopping:  # (never asked, the deadline is infinite: nothing to wait for)
-            thread.join(self.stop_signal.left())
+            thread.join(min(self.stop_signal.left(), _MAX_WAIT_SECONDS))
         return not thread.is_alive()
 
     def after_thread(self, call: Callable[[], None]) -> bool:
@@ -237,6 +248,7 @@ class Worker:
 
     def _in_child(self) -> None:
         self._forget_thread()
+        self.stop_signal.after_fork()
         if self._after_fork is not None:
             self._after_fork()
 
