@@ -5,10 +5,10 @@ The handoff masks every block as it renders it (a section written before the mas
 shape still shows masked). Most blocks hold no credential, and scanning them is most of what
 rendering costs: a compaction's first pass in a process scans every section it shows. So a
 section is stamped when it is stored (`stamped`): a digest of its block's exact text, keyed by
-the masker's own source (read when it was imported) and the Python that runs it, written into its
-meta only when the masker finds nothing in that text. A section carried in (an import, a
-migration) is stamped again by this masker, whatever stamp it came with. Rendering builds the same text, and skips the scan when the stamp
-matches it (`masks_to_itself`).
+the masker's own source (read when it was imported) and the Python that runs it, written into
+its meta only when the masker finds nothing in that text. A section carried in (an import, a
+migration) is stamped again by this masker, whatever stamp it came with. Rendering builds the
+same text, and skips the scan when the stamp matches it (`masks_to_itself`).
 
 Invariants:
 - A stamp is trusted only for the text it was made from, by the masker that made it: another
