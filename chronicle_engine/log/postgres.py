@@ -596,7 +596,9 @@ class PostgresEventStore:
         the server may keep one plan for any values, and the plans it kept for these (a
         sequential or backward scan of the whole log, filtered) read every event when few or
         none match (`any_after` of the tree's position and `latest`: ~9 ms each on a log of
-        23,000 events, at every turn). Look-ups by seq or id keep one prepared plan."""
+        23,000 events, at every turn). Look-ups by seq or id need it too: the plan kept while
+        the log was young is a sequential scan, and stays one until the table is analyzed
+        (`seqs_of` took 2 ms at 4,000 events, inside a compaction's hold of the log's counter)."""
         with postgres_errors(what):
             prepare = False if own_plan else None
             return self.connection.execute(sql, params, prepare=prepare).fetchall()
@@ -604,19 +606,22 @@ class PostgresEventStore:
     def get_many(self, seqs: Iterable[int]) -> dict[int, StoredEvent]:
         """The events at `seqs` (the ones the log holds), by seq."""
         sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = ANY(%s)"
-        rows = self._rows("reading events", sql, (list(seqs),))
+        rows = self._rows("reading events", sql, (list(seqs),), own_plan=True)
         return {int(row[0]): row_to_event(row) for row in rows}
 
     def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
         """The seq of each event id the log holds (ids it does not hold are left out)."""
         sql = "SELECT id, seq FROM events WHERE id = ANY(%s)"
-        rows = self._rows("looking events up by id", sql, (list(ids),))
+        rows = self._rows("looking events up by id", sql, (list(ids),), own_plan=True)
         return {str(i): int(seq) for i, seq in rows}
 
     def holds(self, seqs: Iterable[int]) -> set[int]:
         """Which of `seqs` the log holds."""
         sql = "SELECT seq FROM events WHERE seq = ANY(%s)"
-        return {int(seq) for (seq,) in self._rows("looking events up by seq", sql, (list(seqs),))}
+        return {
+            int(seq)
+            for (seq,) in self._rows("looking events up by seq", sql, (list(seqs),), own_plan=True)
+        }
 
     def any_after(
         self,
@@ -800,6 +805,12 @@ class QmarkConnection:
         if len(params) > _LONG_LIST and " IN (" in sql:
             sql, params = _as_any(sql, params)
         return self.raw.execute(sql.replace("?", "%s"), params)
+
+    def look_up(self, sql: str, params: Sequence[object], /) -> list[TupleRow]:
+        """`execute(sql, params).fetchall()`, sent unprepared (`tables.look_up`)."""
+        if len(params) > _LONG_LIST and " IN (" in sql:
+            sql, params = _as_any(sql, params)
+        return self.raw.execute(sql.replace("?", "%s"), params, prepare=False).fetchall()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object:
         """Each row through `sql`, as psycopg sends it (the server types each parameter by its

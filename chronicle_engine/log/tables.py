@@ -62,6 +62,14 @@ class Statements(SQLConnection, Protocol):
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object: ...
 
 
+def look_up(conn: Statements, sql: str, params: Sequence[object]) -> list[Row]:
+    """The rows of `sql`, a look-up by key (`WHERE key IN (?, ...)`), planned for these values
+    where the store would keep one plan for any (PostgreSQL, `QmarkConnection.look_up`): a plan
+    kept while the table was young is a sequential scan, and stays one as the table grows."""
+    fresh = getattr(conn, "look_up", None)
+    return conn.execute(sql, params).fetchall() if fresh is None else fresh(sql, params)
+
+
 def insert_rows(conn: Statements, sql: str, rows: Sequence[Sequence[object]]) -> None:
     """`conn.executemany(sql, rows)` for an INSERT of one VALUES row into columns that are all
     text or integers (the caller vouches for it): on PostgreSQL one statement over arrays

@@ -28,7 +28,7 @@ from ..log.events import DomainEvent, EventReader
 from ..log.port import LogStore
 from ..log.projector import Projector
 from ..log.store import PendingEvent, StoredEvent
-from ..log.tables import Statements
+from ..log.tables import Statements, look_up
 from .events import NAMESPACE as SESSION_NAMESPACE
 from .events import (
     SWITCH_REASONS,
@@ -635,11 +635,12 @@ class SessionTree:
         self.refresh()
         found: dict[int, str] = {}
         with self.tables.reading("reading the session tree") as conn:
-            rows = conn.execute(
+            rows = look_up(
+                conn,
                 "SELECT seq, entry_id FROM session_entries"
                 f" WHERE seq IN ({','.join('?' * len(wanted))})",
                 wanted,
-            ).fetchall()
+            )
         for seq, entry_id in rows:
             found.setdefault(seq, entry_id)  # (the first, as a read of that seq alone takes)
         return found
