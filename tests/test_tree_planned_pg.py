@@ -162,3 +162,64 @@ def test_a_host_that_stores_the_same_turn_first_leaves_the_other_nothing_to_stor
     assert a_tables.taken == 2  # the first and the last
     b_parts.shutdown()
     a_parts.shutdown()
+
+
+def test_a_turn_on_a_cached_branch_plans_on_its_end_without_reading_the_leaf(pg, monkeypatch):
+    """A capture whose branch this process cached plans on the branch's end and lets the
+    server's check stand for the read of the leaf: one round trip a turn. A write through the
+    tree's lock (here a usage record) says the leaf moved, and the next capture reads it."""
+    from chronicle_engine.sessions import tree as tree_module
+
+    parts, tables = _counted_tree(pg)
+    reads: list[str] = []
+    real = tree_module.read_leaf
+
+    def counted(conn, session):
+        reads.append(session)
+        return real(conn, session)
+
+    monkeypatch.setattr(tree_module, "read_leaf", counted)
+    live = [u("first"), a("reply")]
+    assert parts.capture.capture_turn("s", list(live)) == 2
+    assert reads == ["s"]  # nothing cached yet
+    for i in range(5):
+        live += [u(f"ask {i}"), a(f"answer {i}")]
+        assert parts.capture.capture_turn("s", list(live)) == 2
+    assert reads == ["s"]
+    parts.sessions.record_usage("s", prompt_tokens=3, completion_tokens=1, source="host")
+    live += [u("after the usage"), a("on top of it")]
+    assert parts.capture.capture_turn("s", list(live)) == 2
+    assert reads == ["s", "s"]
+    assert (tables.taken, tables.refused) == (7, 0)
+    path = parts.sessions.path("s")
+    assert [e.kind for e in path][-3:] == ["usage", "message", "message"]
+    assert [m["content"] for m in parts.sessions.projection("s")] == [m["content"] for m in live]
+    parts.shutdown()
+
+
+def test_a_cached_branch_another_host_moved_is_refused_and_planned_again(pg):
+    """Host B captures a turn of a session host A has cached: A's next plan, on the end of its
+    cached branch, is refused by the server's check and planned again under the lock, on the
+    branch as B left it. Each message is in the log once."""
+    a_parts, a_tables = _counted_tree(pg)
+    b_parts = pg.tree()
+    live = [u("hello"), a("hi")]
+    assert a_parts.capture.capture_turn("s", list(live)) == 2
+    live += [u("asked on host B"), a("answered there")]
+    assert b_parts.capture.capture_turn("s", list(live)) == 2
+    live += [u("back on A"), a("still one branch")]
+    assert a_parts.capture.capture_turn("s", list(live)) == 2
+    assert (a_tables.taken, a_tables.refused) == (1, 1)
+    said = [
+        e.payload["message"]["content"]
+        for e in a_parts.store.read(namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ]
+    assert said == [m["content"] for m in live]
+    assert [m["content"] for m in a_parts.sessions.projection("s")] == said
+    live += [u("and on"), a("planned again")]
+    assert a_parts.capture.capture_turn("s", list(live)) == 2
+    assert a_tables.taken == 2
+    b_parts.shutdown()
+    a_parts.shutdown()
+

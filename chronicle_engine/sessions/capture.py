@@ -105,9 +105,12 @@ class Capture(HostRecorder):
         self._offline: dict[str, BranchPath] = {}
         self.tree.on_replay(self._replayed)
         self.tree.on_kept_aside(self._switch_kept_aside)
+        self.tree.on_moved(self._moved)
         self._paths: dict[str, BranchPath] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        # sessions whose leaf a write through the tree's lock moved since their branch was cached
+        self._moved_leaves: set[str] = set()
         # Who each session serves, as the memory slot last said (this process only): the
         # context engine captures mid-turn without knowing, and event ids do not depend on it,
         # so a message it stores first must already carry the right user, profile and context.
@@ -396,9 +399,21 @@ class Capture(HostRecorder):
 
     # -- keeping the cached branch in step with the tree ------------------------------------------
 
+    def _moved(self, sessions: set[str]) -> None:
+        with self._locks_guard:
+            self._moved_leaves |= sessions & self._paths.keys()
+
     def _sync_path(self, w: TreeWriter, session: str) -> BranchPath:
-        leaf = w.leaf(session)
         cached = self._paths.get(session)
+        with self._locks_guard:
+            moved = session in self._moved_leaves
+            self._moved_leaves.discard(session)
+        # Planned on the cached branch's end, unread where the store checks the plan
+        # (`leaf_from`): a turn of one round trip on PostgreSQL.
+        if cached is not None and not moved:
+            leaf = w.leaf_from(session, cached.leaf)
+        else:
+            leaf = w.leaf(session)
         if cached is not None:
             if cached.leaf == leaf:
                 return cached

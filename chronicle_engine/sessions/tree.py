@@ -71,9 +71,15 @@ class TreeWriter:
         self.tree = tree
         self.conn = conn
         self.end = end  # the log's last seq, as this transaction has written it
+        self.sessions: set[str] = set()  # the sessions it appended to
 
     def leaf(self, session: str) -> str | None:
         return read_leaf(self.conn, session)
+
+    def leaf_from(self, session: str, cached: str | None) -> str | None:
+        """The session's leaf, for a caller that holds a branch it read at `cached`. Inside a
+        write transaction the leaf is read (the write must stand on the tree as it is)."""
+        return self.leaf(session)
 
     def path(self, leaf: str | None) -> list[PathEntry]:
         return read_path(self.conn, leaf)
@@ -100,6 +106,7 @@ class TreeWriter:
                 fresh.append(e)
         stored = self.tree.tables.append(fresh)
         apply_events(self.conn, stored)
+        self.sessions.update(e.session for e in fresh if e.session)
         if stored:
             self.end = max(self.end, stored[-1].seq)
         existing.update((e.envelope.id, e.seq) for e in stored)
@@ -126,6 +133,12 @@ class _PlannedWriter(TreeWriter):
         if session not in self._leaves:
             self._leaves[session] = read_leaf(self.conn, session)
         return self._leaves[session]
+
+    def leaf_from(self, session: str, cached: str | None) -> str | None:
+        # Planned on the leaf the caller's branch ends at, unread: the store's check refuses
+        # the append if the leaf moved since (another host's turn, a compaction's entry), and
+        # the write is planned again under the lock. Saves the turn a round trip.
+        return self._leaves.setdefault(session, cached)
 
     def append(self, events: Sequence[PendingEvent]) -> list[int]:
         if not events:
@@ -175,6 +188,7 @@ class SessionTree:
         self.spill = Spill.beside(tables.spill_path) if tables.spill_path is not None else None
         self._replay_listeners: list[Callable[[set[str]], None]] = []
         self._kept_listeners: list[Callable[[Sequence[PendingEvent]], None]] = []
+        self._moved_listeners: list[Callable[[set[str]], None]] = []
         # session -> (the tree fold's position when its lineage was read, the lineage)
         self._lineages: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._lineages_lock = threading.Lock()
@@ -198,6 +212,9 @@ class SessionTree:
                     self.tables.set_position(conn, FOLD_NAME, writer.end)
             if claim is not None:
                 claim.settle()  # committed: the spill may go
+            if writer.sessions:
+                for listener in self._moved_listeners:
+                    listener(writer.sessions)
 
     def write_planned(self, body: Callable[[TreeWriter], _T], replanning: Callable[[], None]) -> _T:
         """`body(writer)` as inside `writing()`. Where the tables allow it (`plans_unlocked`),
@@ -252,6 +269,13 @@ class SessionTree:
         """Call `listener(sessions)` when spilled events of those sessions reach the log (inside
         the write transaction), so caches of their branches can be dropped."""
         self._replay_listeners.append(listener)
+
+    def on_moved(self, listener: Callable[[set[str]], None]) -> None:
+        """Call `listener(sessions)` after a write through the tree's lock (`writing()`)
+        appended to those sessions (a compaction's entry, a label, a usage record): their
+        leaves moved. Told when the block ends without an error (a nested block's before its
+        outer transaction commits): a hint to read the leaf again, never a plan's only guard."""
+        self._moved_listeners.append(listener)
 
     def on_kept_aside(self, listener: Callable[[Sequence[PendingEvent]], None]) -> None:
         """Call `listener(events)` when events are kept in the spill instead of the log."""
