@@ -65,6 +65,17 @@ def _counted_tree(target: Target):
     return parts, tables
 
 
+def _each_once(parts, live: list[dict]) -> None:
+    """The log holds each message of `live` once, in its order, and the tree projects it."""
+    said = [
+        e.payload["message"]["content"]
+        for e in parts.store.read(namespaces=["chronicle.chat"])
+        if e.envelope.type == "MessageCaptured"
+    ]
+    assert said == [m["content"] for m in live]
+    assert [m["content"] for m in parts.sessions.projection("s")] == said
+
+
 def test_planned_captures_are_taken_and_leave_the_tree_a_rebuild_gives(pg):
     parts, tables = _counted_tree(pg)
     lives: dict[str, list[dict]] = {"s": [], "t": []}
@@ -150,13 +161,7 @@ def test_a_host_that_stores_the_same_turn_first_leaves_the_other_nothing_to_stor
     a_tables.before_append = lambda: b_parts.capture.capture_turn("s", list(live))
     assert a_parts.capture.capture_turn("s", list(live)) == 0
     assert a_tables.refused == 1
-    said = [
-        e.payload["message"]["content"]
-        for e in a_parts.store.read(namespaces=["chronicle.chat"])
-        if e.envelope.type == "MessageCaptured"
-    ]
-    assert said == [m["content"] for m in live]
-    assert [m["content"] for m in a_parts.sessions.projection("s")] == said
+    _each_once(a_parts, live)
     live += [u("next"), a("turn")]
     assert a_parts.capture.capture_turn("s", list(live)) == 2
     assert a_tables.taken == 2  # the first and the last
@@ -210,16 +215,67 @@ def test_a_cached_branch_another_host_moved_is_refused_and_planned_again(pg):
     live += [u("back on A"), a("still one branch")]
     assert a_parts.capture.capture_turn("s", list(live)) == 2
     assert (a_tables.taken, a_tables.refused) == (1, 1)
-    said = [
-        e.payload["message"]["content"]
-        for e in a_parts.store.read(namespaces=["chronicle.chat"])
-        if e.envelope.type == "MessageCaptured"
-    ]
-    assert said == [m["content"] for m in live]
-    assert [m["content"] for m in a_parts.sessions.projection("s")] == said
+    _each_once(a_parts, live)
     live += [u("and on"), a("planned again")]
     assert a_parts.capture.capture_turn("s", list(live)) == 2
     assert a_tables.taken == 2
     b_parts.shutdown()
     a_parts.shutdown()
 
+
+def test_a_tree_made_before_the_append_at_the_end_gets_it(pg):
+    """sessions.m004 replaces the planned append of a database made before it with the one
+    that asks the log past the fold's position only when the log goes on past it; captures
+    are taken as planned on it, and a tree entry past the fold still refuses a plan."""
+    from chronicle_engine.sessions.postgres import PG_SESSION_MIGRATIONS
+
+    parts, tables = _counted_tree(pg)
+    conn = parts.store.connection
+
+    def source() -> str:
+        row = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'chronicle_tree_append'"
+            " AND pronamespace = current_schema()::regnamespace"
+        ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    assert "log_end > folded_to" in source()
+    # the function as m003 made it before, and m004 not run
+    old = source().replace(
+        "SELECT c.last INTO log_end FROM log_counter c", "PERFORM 1 FROM log_counter"
+    )
+    old = old.replace(
+        "(log_end > folded_to AND chronicle_any_after(folded_to, folded))",
+        "chronicle_any_after(folded_to, folded)",
+    )
+    assert "log_end >" not in old
+    signature = conn.execute(
+        "SELECT pg_get_function_identity_arguments(oid) FROM pg_proc"
+        " WHERE proname = 'chronicle_tree_append' AND pronamespace = current_schema()::regnamespace"
+    ).fetchone()
+    assert signature is not None
+    conn.execute(
+        f"CREATE OR REPLACE FUNCTION chronicle_tree_append({signature[0]})"
+        " RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE AS $body$"
+        + old
+        + "$body$"
+    )
+    conn.execute("DELETE FROM migrations WHERE name = 'sessions.m004_append_at_the_end'")
+    assert "log_end >" not in source()
+    assert parts.store.migrate(PG_SESSION_MIGRATIONS) == ["sessions.m004_append_at_the_end"]
+    assert "log_end > folded_to" in source()
+    live = [u("first"), a("reply")]
+    for i in range(3):
+        live += [u(f"ask {i}"), a(f"answer {i}")]
+        assert parts.capture.capture_turn("s", list(live)) == (4 if i == 0 else 2)
+    assert tables.refused == 0
+    types = parts.sessions.types
+    parts.store.append(  # a tree entry past the fold (an import, a host on older code)
+        [types.pending(UsageRecorded(prompt_tokens=1, completion_tokens=1), session="s")]
+    )
+    live += [u("after the import"), a("planned again")]
+    assert parts.capture.capture_turn("s", list(live)) == 2
+    assert tables.refused == 1
+    assert [e.kind for e in parts.sessions.path("s")][-3:] == ["usage", "message", "message"]
+    parts.shutdown()

@@ -78,7 +78,7 @@ def _m001_tree(conn: Connection) -> None:
 
 
 _TREE_APPEND = """
-CREATE FUNCTION chronicle_tree_append(
+CREATE OR REPLACE FUNCTION chronicle_tree_append(
     tree_lock BIGINT, fold_name TEXT, folded TEXT[], tree_session TEXT, planned_leaf TEXT,
     ids TEXT[], namespaces TEXT[], types TEXT[], versions INTEGER[], created TEXT[],
     sessions TEXT[], payloads TEXT[],
@@ -86,17 +86,19 @@ CREATE FUNCTION chronicle_tree_append(
 ) RETURNS TABLE(seq BIGINT, place BIGINT) LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 DECLARE
+    log_end BIGINT;
     folded_to BIGINT;
     seqs BIGINT[];
 BEGIN
     -- The tree's lock, then the counter's (the order every tree writer takes them in); each
     -- statement after reads a fresh snapshot, so the checks see every earlier writer's commit.
     PERFORM pg_advisory_xact_lock(tree_lock);
-    PERFORM 1 FROM log_counter FOR UPDATE;
+    SELECT c.last INTO log_end FROM log_counter c FOR UPDATE;
     SELECT coalesce(max(p.position), 0) INTO folded_to
     FROM fold_positions p WHERE p.fold = fold_name;
-    -- (the log's own questions: only the log's SQL reads its table)
-    IF chronicle_any_after(folded_to, folded)
+    -- (the log's own questions: only the log's SQL reads its table; a log that ends at the
+    -- fold's position has nothing past it, and the question is not asked)
+    IF (log_end > folded_to AND chronicle_any_after(folded_to, folded))
        OR (SELECT h.leaf_id FROM session_heads h WHERE h.session = tree_session)
           IS DISTINCT FROM planned_leaf
        OR chronicle_holds_any(ids) THEN
@@ -125,12 +127,19 @@ def _m003_planned_append(conn: Connection) -> None:
     conn.execute(_TREE_APPEND)
 
 
+def _m004_append_at_the_end(conn: Connection) -> None:
+    """The planned append as it now stands (`_TREE_APPEND`, which m003 also runs): it asks
+    whether anything waits past the fold's position only when the log goes on past it."""
+    conn.execute(_TREE_APPEND)
+
+
 _TREE_LOCK = 0x73657373  # the advisory lock tree writers take turns on
 
 PG_SESSION_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's m001 and m002 in one step: the index by root is there from the start.
     PostgresMigration("sessions.m001_tree", _m001_tree),
     PostgresMigration("sessions.m003_planned_append", _m003_planned_append),
+    PostgresMigration("sessions.m004_append_at_the_end", _m004_append_at_the_end),
 )
 
 
