@@ -22,9 +22,11 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
@@ -209,10 +211,14 @@ def import_events(
     events: Iterable[StoredEvent],
     *,
     progress: Progress | None = None,
+    hold: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> tuple[int, int]:
     """Store the events the log does not hold yet, all in one transaction (a FormatError
     from `events` midway commits nothing): at their own seqs into an empty log, else appended.
-    Returns (read, newly stored)."""
+    `hold`: a write that other writers of the log's folds wait for, the import inside it (the
+    session tree's `writing`: on PostgreSQL a tree write reads the fold's position before it
+    appends, and a chat event imported in between would be passed over). Returns (read, newly
+    stored)."""
     seen = stored = 0
     batch: list[StoredEvent] = []
     keep_seqs = store.last_seq() == 0
@@ -227,7 +233,7 @@ def import_events(
             progress(len(batch))
         batch.clear()
 
-    with store.atomic():
+    with hold() if hold is not None else contextlib.nullcontext(), store.atomic():
         for event in events:
             seen += 1
             batch.append(event)

@@ -9,6 +9,7 @@ from postgres_support import Target, own_schema
 from test_sessions import _tree_tables
 
 from chronicle_engine.log.projector import Projector
+from chronicle_engine.log.store import PendingEvent
 from chronicle_engine.sessions.events import UsageRecorded
 from chronicle_engine.sessions.fold import FOLD_NAME, SessionFold, entry_rows
 from chronicle_engine.sessions.postgres import PostgresSessionTables
@@ -270,6 +271,12 @@ def test_a_tree_made_before_the_append_at_the_end_gets_it(pg):
         live += [u(f"ask {i}"), a(f"answer {i}")]
         assert parts.capture.capture_turn("s", list(live)) == (4 if i == 0 else 2)
     assert tables.refused == 0
+    # an event the tree does not fold, past the fold's position: the question is asked, and
+    # the plan is taken
+    parts.store.append([PendingEvent("chronicle.elsewhere", "Noted", 1, {"n": 1}, session="s")])
+    live += [u("past an event of another room"), a("taken")]
+    assert parts.capture.capture_turn("s", list(live)) == 2
+    assert (tables.taken, tables.refused) == (4, 0)
     types = parts.sessions.types
     parts.store.append(  # a tree entry past the fold (an import, a host on older code)
         [types.pending(UsageRecorded(prompt_tokens=1, completion_tokens=1), session="s")]
@@ -279,3 +286,82 @@ def test_a_tree_made_before_the_append_at_the_end_gets_it(pg):
     assert tables.refused == 1
     assert [e.kind for e in parts.sessions.path("s")][-3:] == ["usage", "message", "message"]
     parts.shutdown()
+
+
+def test_a_turn_with_nothing_new_reads_the_leaf_another_host_moved(pg):
+    """A capture that finds nothing new on its cached branch sends no append, so no server
+    check stands for the leaf it did not read: it reads it. Host B branched the session from
+    under host A; A's unchanged list moves the session back onto A's branch, as before the
+    cached leaf went unread."""
+    a_parts, a_tables = _counted_tree(pg)
+    b_parts = pg.tree()
+    mine = [u("q1"), a("r1"), u("q2 on A"), a("r2 on A")]
+    assert a_parts.capture.capture_turn("s", list(mine)) == 4
+    theirs = [u("q1"), a("r1"), u("q2 on B"), a("r2 on B")]
+    assert b_parts.capture.capture_turn("s", list(theirs)) == 2
+    assert [m["content"] for m in b_parts.sessions.projection("s")][-1] == "r2 on B"
+    a_parts.capture.capture_turn("s", list(mine))
+    assert a_tables.refused == 0  # (nothing was sent to refuse)
+    assert [m["content"] for m in a_parts.sessions.projection("s")] == [m["content"] for m in mine]
+    mine += [u("q3 on A"), a("r3 on A")]
+    assert a_parts.capture.capture_turn("s", list(mine)) == 2
+    assert [m["content"] for m in a_parts.sessions.projection("s")] == [m["content"] for m in mine]
+    b_parts.shutdown()
+    a_parts.shutdown()
+
+
+def test_an_import_waits_for_a_tree_write_that_read_the_folds_position(pg):
+    """A write through the tree's lock reads the fold's position and the log's end, appends,
+    and moves the position to its own end. An import of a tree event committed in between
+    (another process's `chronicle import`) would be passed over by the fold (without `hold`,
+    this test's import finishes inside the write and the tree never holds its entry).
+    Imported inside the tree's write (`hold`, as the CLI imports), it waits for that write."""
+    import threading
+
+    from chronicle_engine import transfer
+    from chronicle_engine.log.store import restored
+
+    a_parts = pg.tree()
+    b_parts = pg.tree()
+    live = [u("first"), a("reply")]
+    assert a_parts.capture.capture_turn("s", list(live)) == 2
+    types = a_parts.sessions.types
+    usage = UsageRecorded(prompt_tokens=5, completion_tokens=2)
+    imported = [restored(1, types.pending(usage, session="t"))]
+    holding, go, imported_done = threading.Event(), threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def tree_write() -> None:
+        try:
+            with a_parts.sessions.writing() as w:
+                holding.set()
+                go.wait(10)
+                w.append([types.pending(usage, session="s")])
+        except BaseException as exc:  # (reported below)
+            failures.append(exc)
+
+    def import_() -> None:
+        try:
+            transfer.import_events(b_parts.store, imported, hold=b_parts.sessions.writing)
+            imported_done.set()
+        except BaseException as exc:
+            failures.append(exc)
+
+    writer = threading.Thread(target=tree_write)
+    writer.start()
+    assert holding.wait(10)
+    importer = threading.Thread(target=import_)
+    importer.start()
+    assert not imported_done.wait(1.0)  # it waits for the tree's write
+    go.set()
+    writer.join(10)
+    importer.join(10)
+    assert not failures
+    a_parts.sessions.refresh()
+    assert imported_done.is_set()
+    assert [e.kind for e in a_parts.sessions.path("t")] == ["usage"]
+    before = _tree(a_parts)
+    Projector(a_parts.sessions.tables, a_parts.reader, [SessionFold()]).rebuild(FOLD_NAME)
+    assert _tree(a_parts) == before
+    b_parts.shutdown()
+    a_parts.shutdown()

@@ -164,7 +164,9 @@ class Capture(HostRecorder):
 
     def forget(self, session_id: str) -> None:
         """Drop the cached branch of a session; the next capture reloads it from the tree."""
-        self._paths.pop(str(session_id), None)
+        with self._locks_guard:
+            self._paths.pop(str(session_id), None)
+            self._moved_leaves.discard(str(session_id))
 
     def rewound(self, session_id: str) -> None:
         """The host truncated the session's list (Hermes' /undo): the next capture may branch
@@ -302,6 +304,8 @@ class Capture(HostRecorder):
             for offset, i in enumerate(plan.new):
                 seq = result[i] = plan.path.seqs[plan.first_new_q + offset]
                 stored += seq > end  # not an id another process stored first
+        else:
+            w.confirm(session)
         return plan, stored
 
     def _cache(self, session: str, plan: Plan) -> None:
@@ -312,7 +316,9 @@ class Capture(HostRecorder):
             self._paths.pop(session, None)
             self._paths[session] = plan.path
             while len(self._paths) > _CACHED_SESSIONS:
-                self._paths.pop(next(iter(self._paths)))
+                evicted = next(iter(self._paths))
+                del self._paths[evicted]
+                self._moved_leaves.discard(evicted)
 
     def on_stored(self, listener: Callable[[int], None]) -> None:
         """Call `listener(count)` after each capture that stored messages (after its commit, on

@@ -81,6 +81,10 @@ class TreeWriter:
         write transaction the leaf is read (the write must stand on the tree as it is)."""
         return self.leaf(session)
 
+    def confirm(self, session: str) -> None:
+        """A plan that appends nothing stands on the session's leaf as this writer gave it
+        (`leaf_from`'s unread one is read now: no append's check will)."""
+
     def path(self, leaf: str | None) -> list[PathEntry]:
         return read_path(self.conn, leaf)
 
@@ -128,6 +132,7 @@ class _PlannedWriter(TreeWriter):
         # seq it hands back is past this `end`.
         super().__init__(tree, conn, 0)
         self._leaves: dict[str, str | None] = {}
+        self._unread: set[str] = set()  # sessions whose leaf came from the caller, unread
 
     def leaf(self, session: str) -> str | None:
         if session not in self._leaves:
@@ -138,7 +143,16 @@ class _PlannedWriter(TreeWriter):
         # Planned on the leaf the caller's branch ends at, unread: the store's check refuses
         # the append if the leaf moved since (another host's turn, a compaction's entry), and
         # the write is planned again under the lock. Saves the turn a round trip.
-        return self._leaves.setdefault(session, cached)
+        if session not in self._leaves:
+            self._leaves[session] = cached
+            self._unread.add(session)
+        return self._leaves[session]
+
+    def confirm(self, session: str) -> None:
+        if session in self._unread:
+            self._unread.discard(session)
+            if read_leaf(self.conn, session) != self._leaves[session]:
+                raise _Replan  # another host moved the branch this plan found nothing new on
 
     def append(self, events: Sequence[PendingEvent]) -> list[int]:
         if not events:

@@ -203,6 +203,7 @@ def import_(s: Session) -> Outcome:
                 core.store,
                 transfer.read_events(it, source=source, refusal=core.reader.refusal),
                 progress=lambda n: bar.advance(task, n),
+                hold=core.sessions.writing,
             )
         data = {"kind": "events", "read": seen, "stored": stored, "skipped": seen - stored}
     else:
