@@ -280,3 +280,40 @@ def test_the_sqlite_only_sweeps_say_why_they_do_nothing_on_postgresql(where) -> 
     assert checkpointed[0]["skipped"] == "PostgreSQL checkpoints its WAL itself"
     assert sched.queue.counts()["failed"] == 0
     core.shutdown()
+
+
+def test_sweeps_stop_between_pieces_when_the_process_stops(sqlite_where) -> None:
+    """`integrity` and `fts_optimize` look at the stop between two pieces of work: what they
+    did is kept (the cursor, the merged indexes) and the report says what remains."""
+    from chronicle_engine.scheduler.maintenance import MAINTENANCE, TaskContext
+
+    core = open_core(sqlite_where, {}, {"sweeps": {"row_budget": 10}})
+    _sections(core, 6)
+    assert core.recall.search("m1") is not None  # (recall's full-text indexes made)
+    sched = core.scheduler
+    looks = 0
+
+    def after(n: int):
+        def stopping() -> bool:
+            nonlocal looks
+            looks += 1
+            return looks > n
+
+        return stopping
+
+    def ctx(stopping) -> TaskContext:
+        return TaskContext(
+            core.store, lambda: core.recall, sched.queue, sched.sweeps, sched.settings,
+            10, 0.0, stopping,
+        )  # fmt: skip
+
+    report = MAINTENANCE["integrity"](ctx(after(2)))
+    assert (report.processed, report.remaining, report.wrapped) == (2, 4, False)
+    looks = 0
+    report = MAINTENANCE["integrity"](ctx(after(100)))
+    assert (report.processed, report.remaining, report.wrapped) == (4, 0, True)
+    looks = 0
+    report = MAINTENANCE["fts_optimize"](ctx(after(0)))
+    assert report.skipped is None
+    assert (report.detail["indexes"], report.remaining, report.wrapped) == ({}, 1, False)
+    core.shutdown()

@@ -59,7 +59,9 @@ class TaskContext:
     now: float
     stopping: Callable[[], bool] = _never
     """Whether the process is stopping: a long task looks between two pieces of work and,
-    having kept nothing half done, raises `JobCut` (its claim is given back at once)."""
+    having kept nothing half done, raises `JobCut` (its claim is given back at once); a sweep
+    whose pieces each commit (`fts_optimize`'s indexes, `integrity`'s sections under its
+    cursor) stops there and reports what remains, which the next run picks up."""
 
 
 def _from_hook(task: str, answer: object, cursor: int = 0) -> SweepReport:
@@ -109,6 +111,8 @@ def fts_optimize(ctx: TaskContext) -> SweepReport:
         return SweepReport("fts_optimize", skipped="the database has no full-text index")
     changed: dict[str, int] = {}
     for table in tables:
+        if ctx.stopping():
+            break  # each index's merge committed on its own; the next run goes on
         quoted = '"' + table.replace('"', '""') + '"'
         config = '"' + (table + "_config").replace('"', '""') + '"'  # FTS5's own shadow table
         with sqlite_errors(f"merging full-text index {table}"), store.atomic() as conn:
@@ -125,11 +129,12 @@ def fts_optimize(ctx: TaskContext) -> SweepReport:
             # The merge command counts as one change itself; more means it moved pages.
             changed[table] = max(0, conn.total_changes - before - 1)
     worked = sum(changed.values())
+    cut = len(changed) < len(tables)  # stopped before every index was merged
     return SweepReport(
         "fts_optimize",
         processed=worked,
-        remaining=1 if worked else 0,  # unknown until a merge finds nothing left to do
-        wrapped=not worked,
+        remaining=1 if worked or cut else 0,  # unknown until a merge finds nothing left to do
+        wrapped=not worked and not cut,
         detail={"indexes": changed},
     )
 
@@ -186,8 +191,12 @@ def integrity(ctx: TaskContext) -> SweepReport:
             (start, ctx.budget),
         ).fetchall()
         cursor = start
+        checked = 0
         for written, chronicle, section_id, lo, hi in rows:
+            if ctx.stopping():
+                break  # the cursor keeps the sections checked; the next run goes on
             cursor = written
+            checked += 1
             ends = {lo, hi}
             present = len(ctx.store.holds(ends))
             if lo < 1 or hi > last_seq or present != len(ends):
@@ -228,7 +237,7 @@ def integrity(ctx: TaskContext) -> SweepReport:
         )
     report = SweepReport(
         "integrity",
-        processed=len(rows),
+        processed=checked,
         remaining=remaining,
         cursor=cursor,
         wrapped=remaining == 0,
