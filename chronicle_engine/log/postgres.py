@@ -802,15 +802,11 @@ class QmarkConnection:
         self.raw = raw
 
     def execute(self, sql: str, params: Sequence[object] = (), /) -> SQLCursor:
-        if len(params) > _LONG_LIST and " IN (" in sql:
-            sql, params = _as_any(sql, params)
-        return self.raw.execute(sql.replace("?", "%s"), params)
+        return self.raw.execute(*_psycopg(sql, params))
 
     def look_up(self, sql: str, params: Sequence[object], /) -> list[TupleRow]:
         """`execute(sql, params).fetchall()`, sent unprepared (`tables.look_up`)."""
-        if len(params) > _LONG_LIST and " IN (" in sql:
-            sql, params = _as_any(sql, params)
-        return self.raw.execute(sql.replace("?", "%s"), params, prepare=False).fetchall()
+        return self.raw.execute(*_psycopg(sql, params), prepare=False).fetchall()
 
     def executemany(self, sql: str, rows: Iterable[Sequence[object]], /) -> object:
         """Each row through `sql`, as psycopg sends it (the server types each parameter by its
@@ -830,6 +826,13 @@ class QmarkConnection:
             self.raw.execute(*arrays)
         else:
             self.executemany(sql, rows)
+
+
+def _psycopg(sql: str, params: Sequence[object]) -> tuple[str, Sequence[object]]:
+    """`?` SQL and its parameters as psycopg takes them (a long `IN` list as `= ANY`)."""
+    if len(params) > _LONG_LIST and " IN (" in sql:
+        sql, params = _as_any(sql, params)
+    return sql.replace("?", "%s"), params
 
 
 # More parameters than psycopg caches a statement's parsing for (its 50): a long `IN (?, ...)`
