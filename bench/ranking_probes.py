@@ -26,6 +26,11 @@ Probes:
   distinct query words its candidates hold, weighed by idf: alone (ties by the pooled rank),
   fused with the pooled ranking by reciprocal rank (k 10), or the pooled weight times
   (1 + the covered idf share).
+- `wn-first`, `wn-nouns`, `wn-all`: a general thesaurus beside the number words of
+  `recall/related.py`: each query word's WordNet 3.0 synonyms (`bench/wordnet.py`; its most
+  frequent sense as a noun, a verb and an adjective, the noun sense alone, or every sense),
+  searched and weighed as related words are (`related.group_weight`: never above the word the
+  query wrote). Needs WordNet's database files (`--wordnet DIR`; Debian's wordnet-base).
 
 Printed per probe: LoCoMo recall@10 (categories 1-4) and LongMemEval turn recall_all@10 on each
 half, every evidence session among the ten of `by_session` on each half, and the mean process CPU
@@ -53,8 +58,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import locomo  # noqa: E402
 import longmemeval  # noqa: E402
+from wordnet import DEFAULT_DIR, WordNet  # noqa: E402
 
 import chronicle_engine.recall.recall as recall_module  # noqa: E402
+import chronicle_engine.recall.related as related_module  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.recall.porter import stem  # noqa: E402
 from chronicle_engine.recall.related import RELATED, idf  # noqa: E402
@@ -79,7 +86,15 @@ PROBES = (
     "pool-cover",
     "pool-fuse",
     "pool-mul",
+    "wn-first",
+    "wn-nouns",
+    "wn-all",
 )
+THESAURUS = {
+    "first": {"parts": "nva", "first_sense": True},
+    "nouns": {"parts": "n", "first_sense": True},
+    "all": {"parts": "nva", "first_sense": False},
+}
 
 # -- the query's words as aspects ------------------------------------------------------------------
 
@@ -330,8 +345,36 @@ def pool_variant(mode: str) -> Iterator[None]:
         recall_module.pool_sessions = pool_sessions
 
 
+class _Thesaurus(dict[str, tuple[str, ...]]):
+    """`related.RELATED` with WordNet's synonyms for every word it does not list itself."""
+
+    def __init__(self, wordnet: WordNet, how: Mapping[str, Any]) -> None:
+        super().__init__(related_module.RELATED)
+        self.wordnet, self.how = wordnet, how
+
+    def get(self, word: str, default: Any = ()) -> Any:
+        if word not in self:
+            self[word] = tuple(self.wordnet.synonyms(word, **self.how))
+        return self[word] or default
+
+
+WORDNET: dict[str, WordNet] = {}  # the reader, once `main` has the folder
+
+
+@contextlib.contextmanager
+def thesaurus(how: Mapping[str, Any]) -> Iterator[None]:
+    listed = related_module.RELATED
+    related_module.RELATED = _Thesaurus(WORDNET["reader"], how)
+    try:
+        yield
+    finally:
+        related_module.RELATED = listed
+
+
 def probe(name: str) -> contextlib.AbstractContextManager[None]:
     kind, _, arg = name.partition("-")
+    if kind == "wn" and arg in THESAURUS:
+        return thesaurus(THESAURUS[arg])
     if kind == "cover":
         return cover(float(arg))
     if kind == "bm25":
@@ -481,12 +524,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lme", type=Path, required=True, help="bench/longmemeval.py --keep DIR")
     parser.add_argument("--lme-data", type=Path, default=longmemeval.DEFAULT_DATA)
     parser.add_argument("--locomo-data", type=Path, default=locomo.DEFAULT_DATA)
-    parser.add_argument("--probes", default=",".join(PROBES))
+    parser.add_argument("--probes", default=",".join(p for p in PROBES if not p.startswith("wn-")))
+    parser.add_argument(
+        "--wordnet", type=Path, default=DEFAULT_DIR, help="WordNet 3.0's database (wn-* probes)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ranking_probes.json")
     args = parser.parse_args(argv)
     probes = args.probes.split(",")
     for name in probes:
         probe(name)  # an unknown name stops here, before any work
+    if any(name.startswith("wn-") for name in probes):
+        WORDNET["reader"] = WordNet(args.wordnet)
     out: Figures = {name: defaultdict(list) for name in probes}
     load = [os.getloadavg()[0]]
     depth: dict[str, list[float]] = defaultdict(list)
