@@ -275,3 +275,124 @@ def test_the_query_tokens_never_skip_a_time_the_text_names(
     # whose words is a month's or a relative time's: the answer must be the same either way.
     query = sep.join(pieces)
     assert named_time(query, now, set(tokens(query))) == named_time(query, now)
+
+
+# -- the named time as a word of the query (search.MessageSearch._add_time) ----------------------
+
+
+def _dated(core, session: str, day: str, *turns: tuple[str, str]) -> list[int]:
+    return [
+        say(core, session, text, name=name, created_at=f"{day}T18:00:00+00:00")
+        for name, text in turns
+    ]
+
+
+def _a_year_of_chats(core) -> int:
+    """Joanna and Nate over 2022; their July chat tells where she went without the word the
+    question asks with. Returns the seq of that answer."""
+    _dated(
+        core,
+        "may",
+        "2022-05-12",
+        ("Joanna", "I would love to travel somewhere new this summer."),
+        ("Nate", "Travel is great, you should plan a trip!"),
+    )
+    july = _dated(
+        core,
+        "july",
+        "2022-07-10",
+        ("Nate", "Long time no talk, what have you been up to?"),
+        ("Joanna", "I went to Woodhaven, a small town in the Midwest. Lovely old library."),
+        ("Nate", "Sounds peaceful, glad you had fun."),
+    )
+    _dated(
+        core,
+        "september",
+        "2022-09-14",
+        ("Joanna", "No more travel for me this year, the screenplay needs me."),
+        ("Nate", "Travel can wait, the screenplay cannot!"),
+    )
+    _dated(
+        core,
+        "november",
+        "2022-11-20",
+        ("Joanna", "My sister wants to travel with me to Spain next spring."),
+        ("Joanna", "Travel insurance is so confusing, any tips?"),
+    )
+    return july[1]
+
+
+def test_a_named_time_finds_an_answer_told_in_other_words(core):
+    woodhaven = f"m{_a_year_of_chats(core)}"
+
+    def ids(query: str) -> list[str]:
+        return [hit["id"] for hit in core.recall.search(query, scope="messages", limit=3)]
+
+    # Without the time, the turns that say "travel" rank first and the answer is not among them.
+    assert woodhaven not in ids("Where did Joanna travel to?")
+    # The time is a word every message of July 2022 holds, as rare as July's messages are.
+    assert ids("Where did Joanna travel to in July 2022?")[0] == woodhaven
+    assert ids("Where did Joanna travel to in July?")[0] == woodhaven  # July of any year
+    assert ids("Where did Joanna travel to on 10 July, 2022?")[0] == woodhaven
+    # Narrowed to a session, the time's candidates stay within it.
+    assert woodhaven not in [
+        hit["id"]
+        for hit in core.recall.search(
+            "Where did Joanna travel to in July 2022?", scope="session", session_id="may"
+        )
+    ]
+
+
+def test_a_time_that_holds_no_message_changes_nothing(core):
+    _a_year_of_chats(core)
+    plain = core.recall.search("Where did Joanna travel to?", scope="messages")
+    unheld = core.recall.search("Where did Joanna travel to in March 2021?", scope="messages")
+    assert [h["id"] for h in unheld] == [h["id"] for h in plain]
+
+
+_AROUND = st.floats(min_value=ts(1998, 6, 1), max_value=ts(2025, 6, 1), allow_nan=False)
+
+
+@given(
+    st.sampled_from([None, 1999, 2023, 2024]),
+    st.sampled_from([None, *range(1, 13)]),
+    st.sampled_from([None, 1, 15, 29, 30, 31]),
+    st.integers(min_value=-40, max_value=40),
+    st.sampled_from([0.0, 0.5, -0.5, 1e-6, -1e-6, 4e4]),
+    _AROUND,
+    _AROUND,
+)
+@settings(max_examples=300)
+def test_a_moments_stretches_hold_what_it_holds(year, month, day, days, shift, a, b):
+    moment = Moment(year, month, day if month and year else None)
+    if year is None and month is None:
+        moment = Moment(2023, None, None)
+    first, last = min(a, b), max(a, b)
+    stretches = moment.stretches(lambda: (first, last))
+    start = datetime(year or 2023, month or 6, min(day or 1, 28), tzinfo=UTC)
+    for at in (
+        (start + timedelta(days=days)).timestamp() + shift,
+        first,
+        last,
+        0.0,
+    ):
+        held = any(lo <= at < hi for lo, hi in stretches)
+        # A month of any year is read between the memory's first and last year only.
+        in_reach = moment.year is not None or (
+            datetime.fromtimestamp(first, UTC).year
+            <= (datetime.fromtimestamp(at, UTC).year if at else 0)
+            <= datetime.fromtimestamp(last, UTC).year
+        )
+        assert held == (moment.holds(at) and in_reach)
+
+
+@given(
+    st.floats(min_value=0.0, max_value=2e9, allow_nan=False),
+    st.floats(min_value=0.0, max_value=3e7, allow_nan=False),
+    st.sampled_from([0.0, 1e-6, -1e-6, 0.5, -0.5]),
+)
+def test_a_spans_stretches_hold_what_it_holds(start, length, shift):
+    span = Span(start, start + length)
+    stretches = span.stretches(lambda: None)
+    for at in (start + shift, start + length + shift, start + length / 2, 0.0):
+        assert any(lo <= at < hi for lo, hi in stretches) == span.holds(at)

@@ -550,6 +550,11 @@ def _m011_vectors_by_model(conn: Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS recall_vectors_by_model ON recall_vectors(model, seq)")
 
 
+def _m012_messages_by_time(conn: Connection) -> None:
+    """SQLite's recall.m011: the (scope, ts) index a query naming a time counts from."""
+    conn.execute("CREATE INDEX IF NOT EXISTS recall_messages_by_time ON recall_messages(scope, ts)")
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -563,6 +568,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m009_tsv_text", _m009_tsv_text),
     PostgresMigration("recall.m010_scopes_from_the_log", _m010_scopes_from_the_log),
     PostgresMigration("recall.m011_vectors_by_model", _m011_vectors_by_model),
+    PostgresMigration("recall.m012_messages_by_time", _m012_messages_by_time),
 )
 
 
@@ -877,7 +883,7 @@ class PostgresMessageSearch(MessageSearch):
         totals = self._scope_counts(conn, key, words)
         rare, common = self.plan(conn, key, words)
         source, narrow = f"{_TERMS} t", ""
-        params: list[str | int] = []
+        params: list[str | int | float] = []
         if reach is not None and reach.narrowed:
             condition, params = reach.messages("m.seq", "m.session")
             source += " JOIN recall_messages m ON m.seq = t.seq"

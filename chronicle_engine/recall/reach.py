@@ -6,7 +6,7 @@ match behind a hundred better ones elsewhere, or everything outside the window b
 conversation. So each restriction here is a SQL condition that the candidate queries carry
 themselves, with the same test in Python for rows that arrive another way (a hit's neighbours).
 
-Invariant: for every message, `Reach.admits(seq, session)` is true exactly when the SQL of
+Invariant: for every message, `Reach.admits(seq, session, ts)` is true exactly when the SQL of
 `Reach.messages()` is, and `Window.holds` exactly when the SQL of `Window.sql` is.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from .when import Stretches
 
 __all__ = ["Window", "Reach"]
 
@@ -53,27 +55,37 @@ class Window:
 class Reach:
     """What a read may return within its scope: only messages of `sessions` (scope "session":
     the lineage, whose seqs all lie in `span`), and never one held by the `outside` window
-    (per-turn memory: what the model already sees). Beliefs follow their messages."""
+    (per-turn memory: what the model already sees). Beliefs follow their messages.
+
+    `times` (a time the query names, `when.Stretches`) narrows messages to those told within
+    it; only message reads take it (a belief has no time of its own)."""
 
     sessions: tuple[str, ...] | None = None
     span: tuple[int, int] | None = None
     outside: Window | None = None
+    times: Stretches | None = None
 
     @property
     def narrowed(self) -> bool:
-        return self.sessions is not None or self.outside is not None
+        return self.sessions is not None or self.outside is not None or self.times is not None
 
-    def admits(self, seq: int, session: str | None) -> bool:
+    def within(self, times: Stretches) -> Reach:
+        """This reach, narrowed to the messages told within `times`."""
+        return Reach(self.sessions, self.span, self.outside, times)
+
+    def admits(self, seq: int, session: str | None, ts: float = 0.0) -> bool:
         if self.sessions is not None and session not in self.sessions:
+            return False
+        if self.times is not None and not any(lo <= ts < hi for lo, hi in self.times):
             return False
         return self.outside is None or not self.outside.holds(seq, session)
 
     def messages(
-        self, seq: str = "m.seq", session: str = "m.session"
-    ) -> tuple[str, list[str | int]]:
+        self, seq: str = "m.seq", session: str = "m.session", ts: str = "m.ts"
+    ) -> tuple[str, list[str | int | float]]:
         """The SQL condition on a message's columns ("" when nothing is narrowed)."""
         parts: list[str] = []
-        params: list[str | int] = []
+        params: list[str | int | float] = []
         if self.sessions is not None:
             parts.append(_within(session, self.sessions))
             params.extend(self.sessions)
@@ -84,6 +96,13 @@ class Reach:
             held, values = self.outside.sql(seq, session)
             parts.append(f"NOT {held}")
             params.extend(values)
+        if self.times is not None:
+            parts.append(
+                "(" + " OR ".join([f"{ts} >= ? AND {ts} < ?"] * len(self.times)) + ")"
+                if self.times
+                else "1 = 0"
+            )
+            params.extend(bound for stretch in self.times for bound in stretch)
         return " AND ".join(parts), params
 
     def beliefs(self, belief: str = "b") -> tuple[str, list[str | int]]:

@@ -326,6 +326,12 @@ def _m010_names(conn: sqlite3.Connection) -> None:
     )
 
 
+def _m011_messages_by_time(conn: sqlite3.Connection) -> None:
+    # A query that names a time counts the messages told within it (search._add_time) and reads
+    # a memory's oldest and newest time: index range reads, not a walk of every row.
+    conn.execute("CREATE INDEX IF NOT EXISTS recall_messages_by_time ON recall_messages(scope, ts)")
+
+
 def _m006_context_tail(conn: sqlite3.Connection) -> None:
     # The context column holds the end of the turn before, about two sentences (it held the
     # last sentence only, too little for a short chat's question spread over two).
@@ -343,6 +349,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m008_drop_links", _m008_drop_links),
     Migration("recall.m009_body_from_log", _m009_body_from_log),
     Migration("recall.m010_names", _m010_names),
+    Migration("recall.m011_messages_by_time", _m011_messages_by_time),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

@@ -37,10 +37,10 @@ from ..config import RecallSettings
 from ..log.store import Row
 from ..log.tables import Statements
 from .reach import Reach
-from .related import group_weight, related_words
+from .related import group_weight, idf, related_words
 from .schema import PERSON_TEXT, log_texts, message_index
 from .text import match_any, name_words, quote
-from .when import Moment, Span
+from .when import Moment, Span, Stretches
 
 __all__ = [
     "Hit",
@@ -367,7 +367,7 @@ class MessageSearch:
         # Narrowed, each match is checked against its message row before the LIMIT; the seq
         # span (a lineage's) bounds the index walk itself.
         source, narrow = table, ""
-        params: list[str | int] = []
+        params: list[str | int | float] = []
         if reach is not None and reach.narrowed:
             condition, params = reach.messages("m.seq", "m.session")
             source = f"{table} JOIN recall_messages m ON m.seq = {table}.rowid"
@@ -430,6 +430,48 @@ class MessageSearch:
             for seq, score in self.bm25(conn, scope, [form], reach).items():
                 scored[seq] = scored.get(seq, 0.0) + weight * score
 
+    def _add_time(
+        self,
+        conn: Statements,
+        scope: int,
+        scored: dict[int, float],
+        words: Sequence[str],
+        reach: Reach | None,
+        moment: Moment | Span,
+    ) -> None:
+        """Score the time the query names as one more of its words, one that every message of
+        that time holds: each such message gains that word's bm25 (its idf, the idf of a word
+        held by as many messages as the time holds, found once in a message of average length),
+        and the time's own best matches of the query join `scored`.
+
+        A boost of the score alone cannot find an answer told in other words than the question
+        ("I went to Woodhaven" for "Where did she travel in July 2022?"): its score is the
+        speaker's name at most, which lifted is still below the matches of every other time.
+
+        Like a word, the time is scored only when it is rare enough for the match budget: a
+        time that holds more messages than `match_budget` is left to the boost alone (`_Lift`),
+        and counting it stops there, so the cost stays flat as the memory grows."""
+        stretches = moment.stretches(lambda: _first_and_last(conn, scope))
+        budget = max(self.tuning.match_budget, 1)
+        held = _held(conn, scope, stretches, budget + 1)
+        if not 0 < held <= budget:
+            return
+        weight = idf(self.documents(conn, scope), held)
+        condition, params = Reach(times=stretches).messages()
+        for seq, score in self.bm25(
+            conn, scope, words, (reach or Reach()).within(stretches)
+        ).items():
+            scored.setdefault(seq, score)
+        seqs = list(scored)
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for (seq,) in conn.execute(
+                f"SELECT m.seq FROM recall_messages m WHERE m.seq IN ({marks}) AND {condition}",
+                (*chunk, *params),
+            ):
+                scored[int(seq)] += weight
+
     # -- sections -------------------------------------------------------------------------------
 
     sections_index = SECTIONS_FTS
@@ -455,9 +497,10 @@ class MessageSearch:
     ) -> list[Hit]:
         """The best `limit` messages within `reach` that `keep` accepts. With `text`, rows reach
         `keep` with their text (read with them, in the same query). A `moment` the query names
-        lifts the messages of that time."""
+        counts as one more of its words, which the messages of that time hold (`_add_time`),
+        and lifts them."""
         size = _row_chunk(limit)
-        relevance, known = self._relevance(conn, scope, words, reach, text, size)
+        relevance, known = self._relevance(conn, scope, words, reach, text, size, moment)
         if not relevance:
             return []
         lift = _Lift.of(conn, scope, self.tuning, query_tokens, moment)
@@ -481,7 +524,7 @@ class MessageSearch:
             rows = message_rows(conn, [seq for seq in chunk if seq not in known], text=text)
             rows.update((seq, known[seq]) for seq in chunk if seq in known)
             for row in (rows[seq] for seq in chunk if seq in rows):
-                if reach is not None and not reach.admits(row.seq, row.session):
+                if reach is not None and not reach.admits(row.seq, row.session, row.ts):
                     continue  # a neighbour the candidate query did not vet
                 if keep is not None and not keep(row):
                     continue
@@ -505,17 +548,22 @@ class MessageSearch:
         reach: Reach | None,
         text: bool,
         first: int,
+        moment: Moment | Span | None = None,
     ) -> tuple[dict[int, float], dict[int, MessageRow]]:
-        """seq -> the query's relevance to it before any row is read (bm25, related words, and a
-        share of the strongest hits' scores given to the turns just before and after them), and
-        the rows read on the way (the strongest `first` hits', with their text when `text`)."""
+        """seq -> the query's relevance to it before any row is read (bm25, related words, the
+        time the query names, and a share of the strongest hits' scores given to the turns just
+        before and after them), and the rows read on the way (the strongest `first` hits', with
+        their text when `text`)."""
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
         related = related_words(words)
         # Only beside real bm25 scores: when every query word is over the match budget, bm25 scores
         # holding all words 2.0 and any 1.0, which a related word's real bm25 would outweigh.
-        if related and self.plan(conn, self.index_key(scope), words)[0]:
-            self._add_related(conn, scope, base, related, reach)
+        if (related or moment) and self.plan(conn, self.index_key(scope), words)[0]:
+            if related:
+                self._add_related(conn, scope, base, related, reach)
+            if moment:
+                self._add_time(conn, scope, base, words, reach, moment)
         if not base or not t.neighbour_weight:
             return base, {}
         # Neighbours inherit from the strongest hits only: a weak hit's share is too small to
@@ -601,6 +649,33 @@ class _Lift:
         if self.moment is not None and self.moment.holds(row.ts):
             score *= self.time_boost
         return score
+
+
+def _held(conn: Statements, scope: int, stretches: Stretches, cap: int) -> int:
+    """How many of a scope's messages `stretches` hold, counted up to `cap` in each stretch (one
+    statement; each count a range of the (scope, ts) index)."""
+    if not stretches:
+        return 0
+    one = (
+        "SELECT count(*) FROM (SELECT 1 FROM recall_messages"
+        " WHERE scope = ? AND ts >= ? AND ts < ? LIMIT ?) c"
+    )
+    rows = conn.execute(
+        " UNION ALL ".join([one] * len(stretches)),
+        [value for lo, hi in stretches for value in (scope, lo, hi, cap)],
+    )
+    return sum(int(n) for (n,) in rows)
+
+
+def _first_and_last(conn: Statements, scope: int) -> tuple[float, float] | None:
+    """The times of a scope's oldest and newest message (rows with no time left out), each read
+    from the end of the (scope, ts) index."""
+    row = conn.execute(
+        "SELECT (SELECT min(ts) FROM recall_messages WHERE scope = ? AND ts > 0),"
+        " (SELECT max(ts) FROM recall_messages WHERE scope = ?)",
+        (scope, scope),
+    ).fetchone()
+    return None if row is None or row[0] is None else (float(row[0]), float(row[1]))
 
 
 def _varint(data: bytes) -> int:

@@ -11,13 +11,14 @@ no time gets None, so its ranking is unchanged.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache, cached_property
 
-__all__ = ["Moment", "Span", "named_time"]
+__all__ = ["Moment", "Span", "Stretches", "named_time"]
 
 _MONTHS = {
     name: number
@@ -81,6 +82,24 @@ class Moment:
         if bounds is not None:  # ranking asks this of every row it reads: no datetime for each
             return bounds[0] <= ts <= bounds[1]
         return self.month is None or datetime.fromtimestamp(ts, UTC).month == self.month
+
+    def stretches(self, first_and_last: Callable[[], tuple[float, float] | None]) -> Stretches:
+        """The times this moment holds, as `Stretches`. A month of any year is that month of
+        every year from the oldest to the newest time of the memory (`first_and_last`, asked
+        only then)."""
+        if self._bounds is not None:
+            bounds = [self._bounds]
+        elif self.month is not None and (known := first_and_last()) is not None:
+            first, last = (datetime.fromtimestamp(t, UTC).year for t in known)
+            bounds = [
+                b for y in range(first, last + 1) if (b := Moment(y, self.month, None)._bounds)
+            ]
+        else:
+            bounds = []
+        # `holds` takes both ends; a stretch ends just after the last second it holds.
+        return tuple(
+            (max(lo, _EARLIEST), math.nextafter(hi, math.inf)) for lo, hi in bounds if lo <= hi
+        )
 
     @cached_property
     def _bounds(self) -> tuple[float, float] | None:
@@ -156,6 +175,18 @@ class Span:
 
     def holds(self, ts: float) -> bool:
         return bool(ts) and self.start <= ts < self.end
+
+    def stretches(self, first_and_last: Callable[[], tuple[float, float] | None]) -> Stretches:
+        """This span as `Stretches` (one, or none when it is empty)."""
+        start = max(self.start, _EARLIEST)
+        return ((start, self.end),) if start < self.end else ()
+
+
+Stretches = tuple[tuple[float, float], ...]
+"""The times a `Moment` or `Span` holds, each [start, end) in UTC seconds: `holds(ts)` is true
+exactly when some stretch has start <= ts < end. No stretch holds 0, a row without a time."""
+
+_EARLIEST = math.ulp(0.0)
 
 
 _UNIT_DAYS = {"day": 1.0, "week": 7.0, "fortnight": 14.0, "month": 30.0, "year": 365.0}
