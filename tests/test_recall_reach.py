@@ -8,7 +8,7 @@ import sqlite3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chronicle_engine.recall.reach import Reach, Window
+from chronicle_engine.recall.reach import Reach, Told, Window
 
 _SESSIONS = ["a", "b", "c", None]
 _ROWS = st.lists(
@@ -35,13 +35,19 @@ _STRETCHES = st.lists(
 @settings(max_examples=200)
 def test_the_sql_admits_exactly_what_admits_admits(rows, sessions, outside, times):
     db = sqlite3.connect(":memory:")
-    db.execute("CREATE TABLE recall_messages (seq INTEGER PRIMARY KEY, session TEXT, ts REAL)")
-    db.executemany("INSERT INTO recall_messages VALUES (?, ?, ?)", rows)
+    db.execute(
+        "CREATE TABLE recall_messages (seq INTEGER PRIMARY KEY, scope INT, session TEXT, ts REAL)"
+    )
+    db.executemany("INSERT INTO recall_messages VALUES (?, 1, ?, ?)", rows)
+    db.execute("INSERT INTO recall_messages VALUES (99, 2, 'a', 10.0)")  # another scope's
     window = None if outside is None else Window((outside[0],), outside[1], frozenset({3, 7}))
-    reach = Reach(sessions, None, window, times)
+    reach = Reach(sessions, None, window, None if times is None else Told(1, times))
     condition, params = reach.messages()
     sql = "SELECT m.seq FROM recall_messages m" + (f" WHERE {condition}" if condition else "")
-    by_sql = {seq for (seq,) in db.execute(sql, params)}
+    found = {seq for (seq,) in db.execute(sql, params)}
+    if times is not None:
+        assert 99 not in found  # a time is of one scope
+    by_sql = found - {99}
     by_python = {seq for seq, session, at in rows if reach.admits(seq, session, at)}
     assert by_sql == by_python
     assert reach.narrowed == bool(condition)
@@ -49,10 +55,21 @@ def test_the_sql_admits_exactly_what_admits_admits(rows, sessions, outside, time
 
 def test_within_keeps_the_rest_of_the_reach():
     reach = Reach(("a",), (3, 9), Window(("b",), 4))
-    narrowed = reach.within(((1.0, 2.0),))
+    narrowed = reach.within(Told(4, ((1.0, 2.0),)))
     assert (narrowed.sessions, narrowed.span, narrowed.outside) == (
         reach.sessions,
         reach.span,
         reach.outside,
     )
-    assert narrowed.times == ((1.0, 2.0),)
+    assert narrowed.told == Told(4, ((1.0, 2.0),))
+
+
+def test_a_time_names_its_scope_so_another_scopes_messages_stay_out():
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE recall_messages (seq INTEGER PRIMARY KEY, scope INT, ts REAL)")
+    db.executemany("INSERT INTO recall_messages VALUES (?, ?, ?)", [(1, 1, 5.0), (2, 2, 5.0)])
+    condition, params = Told(1, ((4.0, 6.0),)).sql()
+    assert db.execute(
+        f"SELECT m.seq FROM recall_messages m WHERE {condition}", params
+    ).fetchall() == [(1,)]
+    assert Told(1, ()).sql() == ("1 = 0", [])

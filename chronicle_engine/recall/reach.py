@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .when import Stretches
 
-__all__ = ["Window", "Reach"]
+__all__ = ["Window", "Reach", "Told"]
 
 
 def _marks(values: Sequence[object]) -> str:
@@ -52,38 +52,62 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Told:
+    """The messages of a scope told within a time a query names (`when.Stretches`)."""
+
+    scope: int
+    stretches: Stretches
+
+    def holds(self, ts: float) -> bool:
+        """Whether a message of the scope, told at `ts`, is within the time."""
+        return any(start <= ts < end for start, end in self.stretches)
+
+    def sql(self, message: str = "m") -> tuple[str, list[int | float]]:
+        """A condition true for a message within the time; `message` is the alias of its
+        `recall_messages` row. It names the scope, so the (scope, ts) index reads only the
+        time's own messages."""
+        if not self.stretches:
+            return "1 = 0", []
+        ranges = " OR ".join([f"{message}.ts >= ? AND {message}.ts < ?"] * len(self.stretches))
+        bounds = [bound for stretch in self.stretches for bound in stretch]
+        return f"({message}.scope = ? AND ({ranges}))", [self.scope, *bounds]
+
+
+@dataclass(frozen=True)
 class Reach:
     """What a read may return within its scope: only messages of `sessions` (scope "session":
     the lineage, whose seqs all lie in `span`), and never one held by the `outside` window
     (per-turn memory: what the model already sees). Beliefs follow their messages.
 
-    `times` (a time the query names, `when.Stretches`) narrows messages to those told within
-    it; only message reads take it (a belief has no time of its own)."""
+    `told` (a time the query names) narrows messages to those told within it; only message
+    reads take it (a belief has no time of its own)."""
 
     sessions: tuple[str, ...] | None = None
     span: tuple[int, int] | None = None
     outside: Window | None = None
-    times: Stretches | None = None
+    told: Told | None = None
 
     @property
     def narrowed(self) -> bool:
-        return self.sessions is not None or self.outside is not None or self.times is not None
+        return self.sessions is not None or self.outside is not None or self.told is not None
 
-    def within(self, times: Stretches) -> Reach:
-        """This reach, narrowed to the messages told within `times`."""
-        return Reach(self.sessions, self.span, self.outside, times)
+    def within(self, told: Told) -> Reach:
+        """This reach, narrowed to the messages `told` holds."""
+        return Reach(self.sessions, self.span, self.outside, told)
 
     def admits(self, seq: int, session: str | None, ts: float = 0.0) -> bool:
+        """Whether a message of the read's scope is within reach (`ts`: its time)."""
         if self.sessions is not None and session not in self.sessions:
             return False
-        if self.times is not None and not any(lo <= ts < hi for lo, hi in self.times):
+        if self.told is not None and not self.told.holds(ts):
             return False
         return self.outside is None or not self.outside.holds(seq, session)
 
     def messages(
-        self, seq: str = "m.seq", session: str = "m.session", ts: str = "m.ts"
+        self, seq: str = "m.seq", session: str = "m.session", message: str = "m"
     ) -> tuple[str, list[str | int | float]]:
-        """The SQL condition on a message's columns ("" when nothing is narrowed)."""
+        """The SQL condition on a message's columns ("" when nothing is narrowed); `message` is
+        the alias of its `recall_messages` row, which a time's condition reads."""
         parts: list[str] = []
         params: list[str | int | float] = []
         if self.sessions is not None:
@@ -96,13 +120,10 @@ class Reach:
             held, values = self.outside.sql(seq, session)
             parts.append(f"NOT {held}")
             params.extend(values)
-        if self.times is not None:
-            parts.append(
-                "(" + " OR ".join([f"{ts} >= ? AND {ts} < ?"] * len(self.times)) + ")"
-                if self.times
-                else "1 = 0"
-            )
-            params.extend(bound for stretch in self.times for bound in stretch)
+        if self.told is not None:
+            told, bounds = self.told.sql(message)
+            parts.append(told)
+            params.extend(bounds)
         return " AND ".join(parts), params
 
     def beliefs(self, belief: str = "b") -> tuple[str, list[str | int]]:

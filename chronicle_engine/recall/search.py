@@ -36,11 +36,11 @@ from ..capture.secrets import mask
 from ..config import RecallSettings
 from ..log.store import Row
 from ..log.tables import Statements
-from .reach import Reach
+from .reach import Reach, Told
 from .related import group_weight, idf, related_words
 from .schema import PERSON_TEXT, log_texts, message_index
 from .text import match_any, name_words, quote
-from .when import Moment, Span, Stretches
+from .when import Moment, Span
 
 __all__ = [
     "Hit",
@@ -451,17 +451,15 @@ class MessageSearch:
         Like a word, the time is scored only when it is rare enough for the match budget: a
         time that holds more messages than `match_budget` is left to the boost alone (`_Lift`),
         and counting it stops there, so the cost stays flat as the memory grows."""
-        stretches = moment.stretches(lambda: _first_and_last(conn, scope))
+        told = Told(scope, moment.stretches(lambda: _first_and_last(conn, scope)))
         budget = max(self.tuning.match_budget, 1)
-        held = _held(conn, scope, stretches, budget + 1)
+        held = _held(conn, told, budget + 1)
         if not 0 < held <= budget:
             return
         weight = idf(self.documents(conn, scope), held)
-        condition, params = Reach(times=stretches).messages()
-        for seq, score in self.bm25(
-            conn, scope, words, (reach or Reach()).within(stretches)
-        ).items():
+        for seq, score in self.bm25(conn, scope, words, (reach or Reach()).within(told)).items():
             scored.setdefault(seq, score)
+        condition, params = told.sql()
         seqs = list(scored)
         for i in range(0, len(seqs), 500):
             chunk = seqs[i : i + 500]
@@ -651,18 +649,18 @@ class _Lift:
         return score
 
 
-def _held(conn: Statements, scope: int, stretches: Stretches, cap: int) -> int:
-    """How many of a scope's messages `stretches` hold, counted up to `cap` in each stretch (one
-    statement; each count a range of the (scope, ts) index)."""
-    if not stretches:
+def _held(conn: Statements, told: Told, cap: int) -> int:
+    """How many messages `told` holds, counted up to `cap` in each stretch (one statement; each
+    count a range of the (scope, ts) index)."""
+    if not told.stretches:
         return 0
     one = (
         "SELECT count(*) FROM (SELECT 1 FROM recall_messages"
         " WHERE scope = ? AND ts >= ? AND ts < ? LIMIT ?) c"
     )
     rows = conn.execute(
-        " UNION ALL ".join([one] * len(stretches)),
-        [value for lo, hi in stretches for value in (scope, lo, hi, cap)],
+        " UNION ALL ".join([one] * len(told.stretches)),
+        [value for lo, hi in told.stretches for value in (told.scope, lo, hi, cap)],
     )
     return sum(int(n) for (n,) in rows)
 
