@@ -3,6 +3,7 @@ before."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_recall_support import core_on, say
 
+from chronicle_engine.recall import search
 from chronicle_engine.recall.text import tokens
 from chronicle_engine.recall.when import Moment, Span, _patterns, named_time
 
@@ -352,11 +354,11 @@ def test_a_time_that_holds_no_message_changes_nothing(core):
 
 # Whole seconds: `holds` reads a month of any year off a datetime, which rounds a time to the
 # microsecond, so a time a fraction of a microsecond before a month's start is read as in it.
-_AROUND = st.integers(min_value=int(ts(1998, 6, 1)), max_value=int(ts(2025, 6, 1))).map(float)
+_AROUND = st.integers(min_value=int(ts(1900, 1, 1)), max_value=int(ts(2100, 1, 1))).map(float)
 
 
 @given(
-    st.sampled_from([None, 1999, 2023, 2024]),
+    st.sampled_from([None, 1901, 1969, 1970, 1999, 2023, 2024]),
     st.sampled_from([None, *range(1, 13)]),
     st.sampled_from([None, 1, 15, 29, 30, 31]),
     st.integers(min_value=-40, max_value=40),
@@ -364,7 +366,7 @@ _AROUND = st.integers(min_value=int(ts(1998, 6, 1)), max_value=int(ts(2025, 6, 1
     _AROUND,
     _AROUND,
 )
-@settings(max_examples=300)
+@settings(max_examples=400)
 def test_a_moments_stretches_hold_what_it_holds(year, month, day, days, shift, a, b):
     moment = Moment(year, month, day if month and year else None)
     if year is None and month is None:
@@ -372,29 +374,172 @@ def test_a_moments_stretches_hold_what_it_holds(year, month, day, days, shift, a
     first, last = min(a, b), max(a, b)
     stretches = moment.stretches(lambda: (first, last))
     start = datetime(year or 2023, month or 6, min(day or 1, 28), tzinfo=UTC)
-    for at in (
-        (start + timedelta(days=days)).timestamp() + shift,
-        first,
-        last,
-        0.0,
-    ):
+    for at in ((start + timedelta(days=days)).timestamp() + shift, first, last, 0.0):
         held = any(lo <= at < hi for lo, hi in stretches)
-        # A month of any year is read between the memory's first and last year only.
+        # A month of any year is read between the memory's first and last year only, and only
+        # when those span fewer than a hundred years.
+        years = [datetime.fromtimestamp(t, UTC).year for t in (first, last)]
         in_reach = moment.year is not None or (
-            datetime.fromtimestamp(first, UTC).year
-            <= (datetime.fromtimestamp(at, UTC).year if at else 0)
-            <= datetime.fromtimestamp(last, UTC).year
+            years[1] - years[0] < 100
+            and years[0] <= datetime.fromtimestamp(at, UTC).year <= years[1]
         )
         assert held == (moment.holds(at) and in_reach)
 
 
+@pytest.mark.parametrize(
+    "moment",
+    [Moment(2023, 5, 21), Moment(2023, 5, None), Moment(2023, 12, None), Moment(1969, None, None)],
+)
+def test_a_stretch_holds_the_last_instant_its_moment_holds(moment):
+    first, last = moment._bounds
+    stretches = moment.stretches(lambda: None)
+    for at in (first, last):
+        assert moment.holds(at) and any(lo <= at < hi for lo, hi in stretches)
+    after = math.nextafter(last, math.inf)
+    assert not moment.holds(after) and not any(lo <= after < hi for lo, hi in stretches)
+
+
 @given(
-    st.floats(min_value=0.0, max_value=2e9, allow_nan=False),
+    st.floats(min_value=-3e9, max_value=4e9, allow_nan=False),
     st.floats(min_value=0.0, max_value=3e7, allow_nan=False),
     st.sampled_from([0.0, 1e-6, -1e-6, 0.5, -0.5]),
 )
 def test_a_spans_stretches_hold_what_it_holds(start, length, shift):
     span = Span(start, start + length)
     stretches = span.stretches(lambda: None)
-    for at in (start + shift, start + length + shift, start + length / 2, 0.0):
+    for at in (start + shift, start + length + shift, start + length / 2, 0.0, -0.0):
         assert any(lo <= at < hi for lo, hi in stretches) == span.holds(at)
+
+
+def test_far_off_and_early_dates_leave_dated_queries_working(core):
+    """A message dated far in the future (typed or imported wrong) or before 1970: a query
+    naming a month of any year still answers, from the years it can read."""
+    planted = say(
+        core, "garden", "Planted tomatoes by the fence.", created_at="1965-03-05T10:00:00+00:00"
+    )
+    recent = say(
+        core, "garden2", "Tomatoes need more water.", created_at="2024-06-05T10:00:00+00:00"
+    )
+    for far in (
+        "2600-01-01T00:00:00+00:00",
+        "9999-12-31T00:00:00+00:00",
+        "9999-12-31T23:00:00-05:00",
+    ):
+        say(core, "odd", "A note about tomatoes from a broken clock.", created_at=far)
+    for query in ("tomatoes in March", "tomatoes in December", "tomatoes in December 2024"):
+        assert core.recall.search(query, scope="messages")  # no error, still answered
+    assert {h["id"] for h in core.recall.search("tomatoes in 1965", scope="messages")[:1]} == {
+        f"m{planted}"
+    }
+    assert f"m{recent}" in {h["id"] for h in core.recall.search("tomatoes", scope="messages")}
+
+
+def test_early_dates_are_read_as_any_other(core):
+    planted = say(
+        core, "garden", "Planted tomatoes by the fence.", created_at="1965-03-05T10:00:00+00:00"
+    )
+    say(
+        core,
+        "garden2",
+        "Tomatoes and basil, lovely tomatoes.",
+        created_at="2024-06-05T10:00:00+00:00",
+    )
+    assert core.recall.search("tomatoes in March", scope="messages")[0]["id"] == f"m{planted}"
+
+
+def test_the_times_best_matches_join_the_candidates(core):
+    """The answer is not among the 100 best matches of the question's words (130 turns say
+    "travel" and "Joanna"); the time's own matches bring it in."""
+    for i in range(130):
+        say(
+            core,
+            f"s{i}",
+            f"Travel plans number {i}, Joanna loves to travel",
+            name="Joanna",
+            created_at=f"2022-0{1 + i % 5}-0{1 + i % 9}T18:00:00+00:00",
+        )
+    answer = say(
+        core,
+        "july",
+        "I went to Woodhaven, a small town.",
+        name="Joanna",
+        created_at="2022-07-10T18:00:00+00:00",
+    )
+    found = core.recall.search(
+        "Where did Joanna travel to in July 2022?", scope="messages", limit=5
+    )
+    assert found[0]["id"] == f"m{answer}"
+
+
+def test_a_time_over_the_match_budget_is_left_to_the_boost(request, tmp_path, monkeypatch):
+    """A time that holds more messages than `match_budget` is not scored as a word: the search
+    ranks as it did before the time was one (the boost alone); within the budget it is. The
+    query's words match fewer messages than either budget, so they are scored in both."""
+
+    def ranked(budget: int, as_word: bool) -> list[tuple[str, float]]:
+        with core_on("memory", request, tmp_path, recall__match_budget=budget) as core:
+            for i in range(10):
+                say(
+                    core,
+                    f"jan{i}",
+                    f"Quiet day {i}.",
+                    name="Nate",
+                    created_at="2022-01-10T18:00:00+00:00",
+                )
+            for i in range(4):
+                say(
+                    core,
+                    f"jul{i}",
+                    f"Small talk {i}.",
+                    name="Nate",
+                    created_at="2022-07-10T18:00:00+00:00",
+                )
+            say(
+                core,
+                "july",
+                "Back from travel.",
+                name="Joanna",
+                created_at="2022-07-10T19:00:00+00:00",
+            )
+            say(
+                core,
+                "may",
+                "I would love to travel.",
+                name="Joanna",
+                created_at="2022-05-10T18:00:00+00:00",
+            )
+            say(
+                core,
+                "sep",
+                "No travel this year.",
+                name="Joanna",
+                created_at="2022-09-10T18:00:00+00:00",
+            )
+            with monkeypatch.context() as patch:
+                if not as_word:
+                    patch.setattr(search.MessageSearch, "_add_time", lambda *args: None)
+                hits = core.recall.search(
+                    "Where did Joanna travel to in July 2022?", scope="messages"
+                )
+                return [(h["id"], h["score"]) for h in hits]
+
+    # July holds five messages: over a budget of 3, within one of 6.
+    assert ranked(3, as_word=True) == ranked(3, as_word=False)
+    assert ranked(6, as_word=True) != ranked(6, as_word=False)
+
+
+def test_counting_a_time_stops_at_the_cap(core):
+    from chronicle_engine.recall.reach import Told
+
+    for month in range(1, 6):
+        for i in range(10):
+            say(core, f"m{month}", f"note {i}", created_at=f"2022-0{month}-10T18:00:00+00:00")
+    months = [Moment(2022, m, None) for m in range(1, 6)]
+    told = Told(1, tuple(s for m in months for s in m.stretches(lambda: None)))
+    core.recall.catch_up()
+    with core.recall.index.reading("counting") as conn:
+        scope = conn.execute("SELECT n FROM recall_scopes").fetchone()[0]
+        told = Told(int(scope), told.stretches)
+        assert search._held(conn, told, 12) == 12
+        assert search._held(conn, told, 1000) == 50
+        assert search._held(conn, Told(int(scope), ()), 5) == 0

@@ -440,17 +440,21 @@ class MessageSearch:
         moment: Moment | Span,
     ) -> None:
         """Score the time the query names as one more of its words, one that every message of
-        that time holds: each such message gains that word's bm25 (its idf, the idf of a word
-        held by as many messages as the time holds, found once in a message of average length),
-        and the time's own best matches of the query join `scored`.
+        that time holds: the time's own best matches of the query's words join `scored`, and
+        each candidate of that time gains that word's bm25 (its idf, the idf of a word held by
+        as many messages as the time holds, found once in a message of average length). A
+        message of the time that matches none of the query's words is not a candidate, as in
+        any search. The time boost (`_Lift`) still lifts the messages of the time after.
 
         A boost of the score alone cannot find an answer told in other words than the question
         ("I went to Woodhaven" for "Where did she travel in July 2022?"): its score is the
         speaker's name at most, which lifted is still below the matches of every other time.
 
         Like a word, the time is scored only when it is rare enough for the match budget: a
-        time that holds more messages than `match_budget` is left to the boost alone (`_Lift`),
-        and counting it stops there, so the cost stays flat as the memory grows."""
+        time that holds more messages than `match_budget` is left to the boost alone, and
+        counting it stops there (`_held`), so the cost stays flat as the memory grows. The
+        count takes every message of the scope's time, forgotten ones and those in the model's
+        window too, as a word's count takes every row of the index."""
         told = Told(scope, moment.stretches(lambda: _first_and_last(conn, scope)))
         budget = max(self.tuning.match_budget, 1)
         held = _held(conn, told, budget + 1)
@@ -650,28 +654,27 @@ class _Lift:
 
 
 def _held(conn: Statements, told: Told, cap: int) -> int:
-    """How many messages `told` holds, counted up to `cap` in each stretch (one statement; each
-    count a range of the (scope, ts) index)."""
+    """How many messages `told` holds, counted up to `cap` in all (one statement: each stretch a
+    range of the (scope, ts) index, read only until `cap` rows are counted)."""
     if not told.stretches:
         return 0
-    one = (
-        "SELECT count(*) FROM (SELECT 1 FROM recall_messages"
-        " WHERE scope = ? AND ts >= ? AND ts < ? LIMIT ?) c"
-    )
-    rows = conn.execute(
-        " UNION ALL ".join([one] * len(told.stretches)),
-        [value for lo, hi in told.stretches for value in (told.scope, lo, hi, cap)],
-    )
-    return sum(int(n) for (n,) in rows)
+    one = "SELECT 1 FROM recall_messages WHERE scope = ? AND ts >= ? AND ts < ?"
+    row = conn.execute(
+        f"SELECT count(*) FROM ({' UNION ALL '.join([one] * len(told.stretches))} LIMIT ?) c",
+        [*(v for lo, hi in told.stretches for v in (told.scope, lo, hi)), cap],
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _first_and_last(conn: Statements, scope: int) -> tuple[float, float] | None:
-    """The times of a scope's oldest and newest message (rows with no time left out), each read
-    from the end of the (scope, ts) index."""
+    """The times of a scope's oldest and newest message (0, a row with no time, left out),
+    each read from an end of the (scope, ts) index or of its part on either side of 0."""
     row = conn.execute(
-        "SELECT (SELECT min(ts) FROM recall_messages WHERE scope = ? AND ts > 0),"
-        " (SELECT max(ts) FROM recall_messages WHERE scope = ?)",
-        (scope, scope),
+        "SELECT coalesce((SELECT min(ts) FROM recall_messages WHERE scope = ? AND ts < 0),"
+        " (SELECT min(ts) FROM recall_messages WHERE scope = ? AND ts > 0)),"
+        " coalesce((SELECT max(ts) FROM recall_messages WHERE scope = ? AND ts > 0),"
+        " (SELECT max(ts) FROM recall_messages WHERE scope = ? AND ts < 0))",
+        (scope, scope, scope, scope),
     ).fetchone()
     return None if row is None or row[0] is None else (float(row[0]), float(row[1]))
 

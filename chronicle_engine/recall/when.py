@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache, cached_property
@@ -81,7 +81,12 @@ class Moment:
         bounds = self._bounds
         if bounds is not None:  # ranking asks this of every row it reads: no datetime for each
             return bounds[0] <= ts <= bounds[1]
-        return self.month is None or datetime.fromtimestamp(ts, UTC).month == self.month
+        if self.month is None:
+            return True
+        try:
+            return datetime.fromtimestamp(ts, UTC).month == self.month
+        except (OverflowError, OSError, ValueError):  # a time past the calendar's years
+            return False
 
     def stretches(self, first_and_last: Callable[[], tuple[float, float] | None]) -> Stretches:
         """The times this moment holds, as `Stretches`. A month of any year is that month of
@@ -89,17 +94,12 @@ class Moment:
         only then)."""
         if self._bounds is not None:
             bounds = [self._bounds]
-        elif self.month is not None and (known := first_and_last()) is not None:
-            first, last = (datetime.fromtimestamp(t, UTC).year for t in known)
-            bounds = [
-                b for y in range(first, last + 1) if (b := Moment(y, self.month, None)._bounds)
-            ]
+        elif self.month is not None and (years := _years(first_and_last())) is not None:
+            bounds = [b for y in years if (b := Moment(y, self.month, None)._bounds)]
         else:
             bounds = []
         # `holds` takes both ends; a stretch ends just after the last second it holds.
-        return tuple(
-            (max(lo, _EARLIEST), math.nextafter(hi, math.inf)) for lo, hi in bounds if lo <= hi
-        )
+        return _stretches((lo, math.nextafter(hi, math.inf)) for lo, hi in bounds if lo <= hi)
 
     @cached_property
     def _bounds(self) -> tuple[float, float] | None:
@@ -114,14 +114,14 @@ class Moment:
             except ValueError:
                 return (1.0, 0.0)
             return (day - _DAY_S, day + 2 * _DAY_S)
-        if self.month is None:
-            start, end = (
-                datetime(self.year, 1, 1, tzinfo=UTC),
-                datetime(self.year + 1, 1, 1, tzinfo=UTC),
-            )
-        else:
-            start = datetime(self.year, self.month, 1, tzinfo=UTC)
-            end = (start + timedelta(days=31)).replace(day=1)
+        start = datetime(self.year, self.month or 1, 1, tzinfo=UTC)
+        try:
+            if self.month is None:
+                end = datetime(self.year + 1, 1, 1, tzinfo=UTC)
+            else:
+                end = (start + timedelta(days=31)).replace(day=1)
+        except (OverflowError, ValueError):  # December of 9999: the calendar's last month
+            return (start.timestamp(), datetime.max.replace(tzinfo=UTC).timestamp())
         return (start.timestamp(), end.timestamp() - 1e-6)
 
 
@@ -178,15 +178,41 @@ class Span:
 
     def stretches(self, first_and_last: Callable[[], tuple[float, float] | None]) -> Stretches:
         """This span as `Stretches` (one, or none when it is empty)."""
-        start = max(self.start, _EARLIEST)
-        return ((start, self.end),) if start < self.end else ()
+        return _stretches([(self.start, self.end)])
 
 
 Stretches = tuple[tuple[float, float], ...]
 """The times a `Moment` or `Span` holds, each [start, end) in UTC seconds: `holds(ts)` is true
 exactly when some stretch has start <= ts < end. No stretch holds 0, a row without a time."""
 
-_EARLIEST = math.ulp(0.0)
+_MOST_YEARS = 100
+"""A month of any year is read in at most this many years of a memory (the years its messages
+span); a memory whose times span more (a date far off, typed or imported wrong) gets no
+stretches for it, so a query's statements stay few. `holds` still lifts that month's messages."""
+
+
+def _years(first_and_last: tuple[float, float] | None) -> range | None:
+    """The calendar years from a memory's first time to its last (None past `_MOST_YEARS`, or
+    past the calendar)."""
+    if first_and_last is None:
+        return None
+    try:
+        first, last = (datetime.fromtimestamp(t, UTC).year for t in first_and_last)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return range(first, last + 1) if last - first < _MOST_YEARS else None
+
+
+def _stretches(bounds: Iterable[tuple[float, float]]) -> Stretches:
+    """Non-empty [start, end) ranges, each split around 0 (a row without a time)."""
+    out: list[tuple[float, float]] = []
+    for start, end in bounds:
+        if start < 0.0 < end or start == 0.0:
+            out += [(start, 0.0)] if start < 0.0 else []
+            start = math.ulp(0.0)
+        if start < end:
+            out.append((start, end))
+    return tuple(out)
 
 
 _UNIT_DAYS = {"day": 1.0, "week": 7.0, "fortnight": 14.0, "month": 30.0, "year": 365.0}
