@@ -184,8 +184,10 @@ def dated_searches(
 ) -> list[dict[str, object]]:
     """Queries that name a time (`search._add_time`): a day that holds `DATED_COUNT` messages
     (captured here, dated `DATED_DAY`), so the time is scored as a word and its own matches
-    join the candidates; and the month of the store's newest message, which holds more than
-    the match budget, so the time is counted up to the budget and left to the boost."""
+    join the candidates; February of any year (the same messages, read in each year from the
+    oldest message to the newest); and the month of the store's newest message, which holds
+    more than the match budget, so the time is counted up to the budget and left to the
+    boost."""
     history = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": corpus.message()}
         for i in range(DATED_COUNT)
@@ -196,6 +198,7 @@ def dated_searches(
     points: list[dict[str, object]] = []
     for label, phrase in (
         (f"naming a day of {DATED_COUNT:,} messages", "on 29 February, 2024"),
+        (f"naming a month of any year ({DATED_COUNT:,} messages)", "in February"),
         ("naming a month of most messages", f"in {newest:%B %Y}"),
     ):
         dated = [q.rstrip("?") + f" {phrase}?" for q in asked]
