@@ -28,6 +28,16 @@ def test_dates_written_out_are_read():
     assert named_time("What deal did John get in December?") == Moment(None, 12, None)
     assert named_time("an ankle injury in 2023") == Moment(2023, None, None)
     assert named_time("on 45 May, 2023") == Moment(2023, 5, None)  # no such day: the month
+    assert named_time("What did we decide on 2023-05-21?") == Moment(2023, 5, 21)
+    assert named_time("the log of 2023-05-21T10:00:00Z") == Moment(2023, 5, 21)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["ticket 2023-13-01", "build 12023-05-21", "id 2023-05-21-7", "v2023-5-21", "x 2023-05-2"],
+)
+def test_what_only_looks_like_an_iso_date_names_none(query):
+    assert named_time(query) is None
 
 
 @pytest.mark.parametrize(
@@ -336,6 +346,7 @@ def test_a_named_time_finds_an_answer_told_in_other_words(core):
     assert ids("Where did Joanna travel to in July 2022?")[0] == woodhaven
     assert ids("Where did Joanna travel to in July?")[0] == woodhaven  # July of any year
     assert ids("Where did Joanna travel to on 10 July, 2022?")[0] == woodhaven
+    assert ids("Where did Joanna travel to on 2022-07-10?")[0] == woodhaven  # ISO 8601
     # Narrowed to a session, the time's candidates stay within it.
     assert woodhaven not in [
         hit["id"]

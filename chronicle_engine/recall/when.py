@@ -1,6 +1,6 @@
-"""The time a query names: "on 21 May, 2023", "in August 2023", "in December", "during 2022",
-and, counted from when it is asked, "5 days ago", "a week ago", "yesterday", "last Friday",
-"last month", "in the past two weeks".
+"""The time a query names: "on 21 May, 2023", "on 2023-05-21", "in August 2023", "in December",
+"during 2022", and, counted from when it is asked, "5 days ago", "a week ago", "yesterday",
+"last Friday", "last month", "in the past two weeks".
 
 Invariants: a date written out is read as written (a day with its month and year, a month with
 or without its year, a year after a preposition); a relative time is read only when the caller
@@ -51,6 +51,10 @@ def _patterns() -> tuple[re.Pattern[str], ...]:
     """The dates a query may write out, compiled on the first query that holds a year or a
     month's name (most hold neither, and the patterns cost ~2 ms to compile)."""
     return (
+        # ISO 8601's calendar date, as a developer writes one ("on 2023-05-21", "2023-05-21T10:00")
+        re.compile(
+            rf"(?<![\w-]){_YEAR}-(?P<number>0[1-9]|1[0-2])-(?P<day>0[1-9]|[12]\d|3[01])(?![\d-])"
+        ),
         re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s*{_YEAR}\b", re.IGNORECASE),
         re.compile(rf"\b{_MONTH}\s+{_DAY},?\s*{_YEAR}\b", re.IGNORECASE),
         re.compile(rf"\b{_MONTH},?\s+{_YEAR}\b", re.IGNORECASE),
@@ -155,6 +159,7 @@ def named_time(
         # By its first three letters, case-folded: IGNORECASE also matches "ſep" or "Aprİl",
         # which no lower-cased key spells.
         month = _MONTHS[parts["month"].casefold()[:3]] if parts.get("month") else None
+        month = int(parts["number"]) if parts.get("number") else month
         year = int(parts["year"]) if parts.get("year") else None
         day = int(parts["day"]) if parts.get("day") else None
         if day is not None and not 1 <= day <= 31:
