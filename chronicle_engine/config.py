@@ -249,7 +249,8 @@ class RecallSettings(_Section):
         description="Matches bm25 may score for one query over messages (chronicle sections get a "
         "fifth of it). Words whose matches would exceed it (the commonest) are left out of the "
         "ranking when rarer ones exist; a query of only such words is answered from their newest "
-        "matches. Search time stays flat as memory grows.",
+        "matches. A time the query names is scored as a word only while it holds no more "
+        "messages than this. Search time stays flat as memory grows.",
     )
     name_weight: Number = Field(
         0.2, description="bm25 weight of the speaker's name (a message's `name`)."
@@ -268,8 +269,9 @@ class RecallSettings(_Section):
     time_boost: Number = Field(
         2.0,
         description="Score factor for a message from the time the query names (a date, a month "
-        "or a year written out; or counted from when it is asked: '5 days ago', 'last Friday', "
-        "'last month').",
+        "or a year written out, '21 May, 2023' or '2023-05-21'; or counted from when it is "
+        "asked: '5 days ago', 'last Friday', 'last month'). The time also counts as a word of "
+        "the query that its messages hold, weighed by how few they are.",
     )
     recency_weight: Number = Field(
         0.1, description="How much newer messages gain: score x (1 + w x 2^(-age/half-life))."
