@@ -62,6 +62,7 @@ from wordnet import DEFAULT_DIR, WordNet  # noqa: E402
 
 import chronicle_engine.recall.recall as recall_module  # noqa: E402
 import chronicle_engine.recall.related as related_module  # noqa: E402
+import chronicle_engine.recall.search as search_module  # noqa: E402
 from chronicle_engine.core import ChronicleCore  # noqa: E402
 from chronicle_engine.recall.porter import stem  # noqa: E402
 from chronicle_engine.recall.related import RELATED, idf  # noqa: E402
@@ -89,6 +90,9 @@ PROBES = (
     "wn-first",
     "wn-nouns",
     "wn-all",
+    "qa-off",
+    "qa-end",
+    "qa-long",
 )
 THESAURUS = {
     "first": {"parts": "nva", "first_sense": True},
@@ -371,8 +375,36 @@ def thesaurus(how: Mapping[str, Any]) -> Iterator[None]:
         related_module.RELATED = listed
 
 
+# -- probe: the answer to a short question asked after a hit ---------------------------------------
+
+
+def _asks_variant(how: str, short_question: Callable[[str], bool]) -> Callable[[str], bool]:
+    def asks(text: str) -> bool:
+        if how == "off":
+            return False
+        if how == "end":
+            return text.rstrip().endswith("?") and short_question(text)
+        return "?" in text  # "long": a question of any length
+
+    return asks
+
+
+@contextlib.contextmanager
+def answers_variant(how: str) -> Iterator[None]:
+    """`qa-off`: no answer links; `qa-end`: only a short turn that ends with its question;
+    `qa-long`: a turn that asks, whatever its length."""
+    asks = search_module._asks
+    search_module._asks = _asks_variant(how, asks)
+    try:
+        yield
+    finally:
+        search_module._asks = asks
+
+
 def probe(name: str) -> contextlib.AbstractContextManager[None]:
     kind, _, arg = name.partition("-")
+    if kind == "qa" and arg in ("off", "end", "long"):
+        return answers_variant(arg)
     if kind == "wn" and arg in THESAURUS:
         return thesaurus(THESAURUS[arg])
     if kind == "cover":

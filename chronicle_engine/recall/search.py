@@ -39,7 +39,7 @@ from ..log.tables import Statements
 from .reach import Reach, Told
 from .related import group_weight, idf, related_words
 from .schema import PERSON_TEXT, log_texts, message_index
-from .text import match_any, name_words, quote
+from .text import CONTEXT_WORDS, match_any, name_words, quote
 from .when import Moment, Span
 
 __all__ = [
@@ -148,7 +148,7 @@ class MessageRow:
 
 _ROW_SQL = (
     "SELECT m.seq, m.session, m.role, m.speaker, m.name, m.ts, m.at, m.prev{text}"
-    " FROM recall_messages m WHERE m.seq IN ({marks})"
+    " FROM recall_messages m WHERE m.{key} IN ({marks})"
     " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
 )
 
@@ -162,7 +162,7 @@ def message_rows(
     columns = f", m.body, {PERSON_TEXT}" if text else ""
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
-        sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)))
+        sql = _ROW_SQL.format(key="seq", text=columns, marks=",".join("?" * len(chunk)))
         for r in conn.execute(sql, chunk):
             out[r[0]] = MessageRow(*r)
     if text:
@@ -554,7 +554,8 @@ class MessageSearch:
     ) -> tuple[dict[int, float], dict[int, MessageRow]]:
         """seq -> the query's relevance to it before any row is read (bm25, related words, the
         time the query names, and a share of the strongest hits' scores given to the turns just
-        before and after them), and the rows read on the way (the strongest `first` hits', with
+        before and after them, and that share's share to the answer of a question asked right
+        after them: `_answers`), and the rows read on the way (the strongest `first` hits', with
         their text when `text`)."""
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
@@ -576,13 +577,16 @@ class MessageSearch:
         # chunk anyway): each row says the turn before it (`prev`), so a link costs a lookup of
         # the turn after only, and no index beside the rows is walked for it.
         known = message_rows(conn, strongest[: max(first, _NEIGHBOUR_SOURCES)], text=text)
-        links = _links(conn, sources, known)
+        links, after = _links(conn, sources, known)
+        answers = _answers(conn, after, known)
         relevance: dict[int, float] = defaultdict(float)
         share = t.neighbour_weight  # read once: a pydantic model's attribute is slow to read
         for seq, score in base.items():
             relevance[seq] += score
             for neighbour in links.get(seq, ()):
                 relevance[neighbour] += share * score
+            for answer in answers.get(seq, ()):
+                relevance[answer] += share * share * score  # two links away
         return relevance, known
 
 
@@ -725,11 +729,13 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
 
 
 def _links(
-    conn: Statements, seqs: Iterable[int], known: Mapping[int, MessageRow]
-) -> dict[int, list[int]]:
-    """seq -> the turns just before and after it in its session. The turn before is a row's
-    `prev`: taken from `known` (rows already read), else read by seq; the turns after are found
-    through the index on `prev`."""
+    conn: Statements, seqs: Iterable[int], known: dict[int, MessageRow]
+) -> tuple[dict[int, list[int]], list[int]]:
+    """seq -> the turns just before and after it in its session, and the turns after. The turn
+    before is a row's `prev`: taken from `known` (rows already read), else read by seq. The
+    turns after are read whole, text and all, through the index on `prev`, into `known`
+    (`_answers` reads their text; ranking, their rows); a forgotten one is not read, and so
+    links nothing, as ranking would pass over it."""
     wanted = list(seqs)
     out: dict[int, list[int]] = {}
     unread = []
@@ -746,15 +752,49 @@ def _links(
             chunk,
         ):
             out[seq] = [prev] if prev is not None else []
+    after: list[MessageRow] = []
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        sql = _ROW_SQL.format(key="prev", text=f", m.body, {PERSON_TEXT}", marks=marks)
+        for r in conn.execute(sql, chunk):
+            row = MessageRow(*r)
+            if row.prev in out:
+                out[row.prev].append(row.seq)
+                after.append(row)
+    _from_log(conn, after)
+    known.update((row.seq, row) for row in after)
+    return out, [row.seq for row in after]
+
+
+def _answers(
+    conn: Statements, after: Sequence[int], known: Mapping[int, MessageRow]
+) -> dict[int, list[int]]:
+    """seq -> the turns that answer a question asked just after it (`after`: the turns after
+    the strongest hits, read into `known`). When the turn after a hit is a short question (it
+    asks, and is short enough for its answer's context tail to hold it whole), it asks about
+    the hit, and the turn after it answers: "Last weekend I had a picnic with friends from
+    church." / "Fun! What did you play?" / "Charades and a scavenger hunt!". The answer speaks
+    of the hit in other words, two links from it."""
+    asking = {seq: known[seq].prev for seq in after if _asks(known[seq].body)}
+    out: dict[int, list[int]] = {}
+    wanted = list(asking)
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
         marks = ",".join("?" * len(chunk))
         for seq, prev in conn.execute(
             f"SELECT seq, prev FROM recall_messages WHERE prev IN ({marks})", chunk
         ):
-            if prev in out:
-                out[prev].append(seq)
+            hit = asking[prev]
+            if hit is not None:
+                out.setdefault(hit, []).append(seq)
     return out
+
+
+def _asks(text: str) -> bool:
+    """Whether `text` is a short question: a question mark, and at most `CONTEXT_WORDS` words
+    (what a context tail holds)."""
+    return "?" in text and len(text.split(None, CONTEXT_WORDS)) <= CONTEXT_WORDS
 
 
 def _by_score(item: tuple[float, MessageRow]) -> tuple[float, int]:
