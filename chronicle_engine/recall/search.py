@@ -148,22 +148,28 @@ class MessageRow:
 
 _ROW_SQL = (
     "SELECT m.seq, m.session, m.role, m.speaker, m.name, m.ts, m.at, m.prev{text}"
-    " FROM recall_messages m WHERE m.{key} IN ({marks})"
+    " FROM recall_messages m WHERE m.seq IN ({marks}){scoped}"
     " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
 )
 
 
 def message_rows(
-    conn: Statements, seqs: Iterable[int], *, text: bool = True
+    conn: Statements,
+    seqs: Iterable[int],
+    *,
+    text: bool = True,
+    scope: int | None = None,
 ) -> dict[int, MessageRow]:
-    """The visible (not forgotten) messages among `seqs`; without `text`, metadata only."""
+    """The visible (not forgotten) messages among `seqs` (of `scope` alone, when given);
+    without `text`, metadata only."""
     wanted = list(seqs)
     out: dict[int, MessageRow] = {}
     columns = f", m.body, {PERSON_TEXT}" if text else ""
+    scoped = " AND m.scope = ?" if scope is not None else ""
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
-        sql = _ROW_SQL.format(key="seq", text=columns, marks=",".join("?" * len(chunk)))
-        for r in conn.execute(sql, chunk):
+        sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)), scoped=scoped)
+        for r in conn.execute(sql, [*chunk, scope] if scoped else chunk):
             out[r[0]] = MessageRow(*r)
     if text:
         _from_log(conn, out.values())
@@ -523,7 +529,10 @@ class MessageSearch:
             ):
                 break
             chunk = ordered[start : start + size]
-            rows = message_rows(conn, [seq for seq in chunk if seq not in known], text=text)
+            # In `scope` alone: a turn linked to a hit (the one before or after it, an answer) may
+            # be another user's, as one session may hold several people's turns.
+            unread = [seq for seq in chunk if seq not in known]
+            rows = message_rows(conn, unread, text=text, scope=scope)
             rows.update((seq, known[seq]) for seq in chunk if seq in known)
             for row in (rows[seq] for seq in chunk if seq in rows):
                 if reach is not None and not reach.admits(row.seq, row.session, row.ts):
@@ -556,7 +565,8 @@ class MessageSearch:
         time the query names, and a share of the strongest hits' scores given to the turns just
         before and after them, and that share's share to the answer of a question asked right
         after them: `_answers`), and the rows read on the way (the strongest `first` hits', with
-        their text when `text`)."""
+        their text when `text`). A linked turn may lie outside `scope`: ranking reads the scope's
+        rows alone."""
         t = self.tuning
         base = self.bm25(conn, scope, words, reach)
         related = related_words(words)
@@ -577,8 +587,8 @@ class MessageSearch:
         # chunk anyway): each row says the turn before it (`prev`), so a link costs a lookup of
         # the turn after only, and no index beside the rows is walked for it.
         known = message_rows(conn, strongest[: max(first, _NEIGHBOUR_SOURCES)], text=text)
-        links, after = _links(conn, sources, known)
-        answers = _answers(conn, after, known)
+        links, after = _links(conn, scope, sources, known)
+        answers = _answers(conn, scope, after)
         relevance: dict[int, float] = defaultdict(float)
         share = t.neighbour_weight  # read once: a pydantic model's attribute is slow to read
         for seq, score in base.items():
@@ -729,13 +739,11 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
 
 
 def _links(
-    conn: Statements, seqs: Iterable[int], known: dict[int, MessageRow]
-) -> tuple[dict[int, list[int]], list[int]]:
-    """seq -> the turns just before and after it in its session, and the turns after. The turn
-    before is a row's `prev`: taken from `known` (rows already read), else read by seq. The
-    turns after are read whole, text and all, through the index on `prev`, into `known`
-    (`_answers` reads their text; ranking, their rows); a forgotten one is not read, and so
-    links nothing, as ranking would pass over it."""
+    conn: Statements, scope: int, seqs: Iterable[int], known: Mapping[int, MessageRow]
+) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """seq -> the turns just before and after it in its session, and each turn after (of
+    `scope`) -> the seq it follows. The turn before is a row's `prev`: taken from `known` (rows
+    already read), else read by seq; the turns after are found through the index on `prev`."""
     wanted = list(seqs)
     out: dict[int, list[int]] = {}
     unread = []
@@ -752,42 +760,49 @@ def _links(
             chunk,
         ):
             out[seq] = [prev] if prev is not None else []
-    after: list[MessageRow] = []
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        sql = _ROW_SQL.format(key="prev", text=f", m.body, {PERSON_TEXT}", marks=marks)
-        for r in conn.execute(sql, chunk):
-            row = MessageRow(*r)
-            if row.prev in out:
-                out[row.prev].append(row.seq)
-                after.append(row)
-    _from_log(conn, after)
-    known.update((row.seq, row) for row in after)
-    return out, [row.seq for row in after]
+    after = _following(conn, scope, wanted)
+    for seq, prev in after.items():
+        if prev in out:
+            out[prev].append(seq)
+    return out, after
 
 
-def _answers(
-    conn: Statements, after: Sequence[int], known: Mapping[int, MessageRow]
-) -> dict[int, list[int]]:
-    """seq -> the turns that answer a question asked just after it (`after`: the turns after
-    the strongest hits, read into `known`). When the turn after a hit is a short question (it
+def _following(conn: Statements, scope: int, seqs: Sequence[int]) -> dict[int, int]:
+    """Each turn of `scope` that follows one of `seqs` -> the seq it follows."""
+    out: dict[int, int] = {}
+    for i in range(0, len(seqs), 500):
+        chunk = seqs[i : i + 500]
+        for seq, prev in conn.execute(
+            f"SELECT seq, prev FROM recall_messages WHERE prev IN ({','.join('?' * len(chunk))})"
+            " AND scope = ?",
+            (*chunk, scope),
+        ):
+            out[int(seq)] = int(prev)
+    return out
+
+
+def _answers(conn: Statements, scope: int, after: Mapping[int, int]) -> dict[int, list[int]]:
+    """seq -> the turns that answer a question asked just after it (`after`: each turn after
+    one of the strongest hits -> that hit). When the turn after a hit is a short question (it
     asks, and is short enough for its answer's context tail to hold it whole), it asks about
     the hit, and the turn after it answers: "Last weekend I had a picnic with friends from
     church." / "Fun! What did you play?" / "Charades and a scavenger hunt!". The answer speaks
-    of the hit in other words, two links from it."""
-    asking = {seq: known[seq].prev for seq in after if _asks(known[seq].body)}
-    out: dict[int, list[int]] = {}
-    wanted = list(asking)
+    of the hit in other words, two links from it. A forgotten question's text is '', which
+    asks nothing."""
+    asking: list[int] = []
+    wanted = list(after)
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        for seq, prev in conn.execute(
-            f"SELECT seq, prev FROM recall_messages WHERE prev IN ({marks})", chunk
+        for seq, body in conn.execute(
+            "SELECT t.seq, t.body FROM recall_message_text t"
+            f" WHERE t.seq IN ({','.join('?' * len(chunk))})",
+            chunk,
         ):
-            hit = asking[prev]
-            if hit is not None:
-                out.setdefault(hit, []).append(seq)
+            if _asks(str(body or "")):
+                asking.append(int(seq))
+    out: dict[int, list[int]] = {}
+    for seq, question in _following(conn, scope, asking).items():
+        out.setdefault(after[question], []).append(seq)
     return out
 
 
