@@ -740,10 +740,11 @@ def message_hit(row: MessageRow, score: float, corrected_by: list[str] | None = 
 
 def _links(
     conn: Statements, scope: int, seqs: Iterable[int], known: Mapping[int, MessageRow]
-) -> tuple[dict[int, list[int]], dict[int, int]]:
+) -> tuple[dict[int, list[int]], dict[int, tuple[int, str]]]:
     """seq -> the turns just before and after it in its session, and each turn after (of
-    `scope`) -> the seq it follows. The turn before is a row's `prev`: taken from `known` (rows
-    already read), else read by seq; the turns after are found through the index on `prev`."""
+    `scope`) -> (the seq it follows, its text: '' once forgotten). The turn before is a row's
+    `prev`: taken from `known` (rows already read), else read by seq; the turns after are found
+    through the index on `prev`, their text read with them."""
     wanted = list(seqs)
     out: dict[int, list[int]] = {}
     unread = []
@@ -760,49 +761,41 @@ def _links(
             chunk,
         ):
             out[seq] = [prev] if prev is not None else []
-    after = _following(conn, scope, wanted)
-    for seq, prev in after.items():
-        if prev in out:
-            out[prev].append(seq)
+    after: dict[int, tuple[int, str]] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i : i + 500]
+        for seq, prev, body in conn.execute(
+            "SELECT m.seq, m.prev, t.body FROM recall_messages m"
+            " JOIN recall_message_text t ON t.seq = m.seq"
+            f" WHERE m.prev IN ({','.join('?' * len(chunk))}) AND m.scope = ?",
+            (*chunk, scope),
+        ):
+            after[int(seq)] = (int(prev), str(body or ""))
+            if prev in out:
+                out[prev].append(int(seq))
     return out, after
 
 
-def _following(conn: Statements, scope: int, seqs: Sequence[int]) -> dict[int, int]:
-    """Each turn of `scope` that follows one of `seqs` -> the seq it follows."""
-    out: dict[int, int] = {}
-    for i in range(0, len(seqs), 500):
-        chunk = seqs[i : i + 500]
-        for seq, prev in conn.execute(
+def _answers(
+    conn: Statements, scope: int, after: Mapping[int, tuple[int, str]]
+) -> dict[int, list[int]]:
+    """seq -> the turns that answer a question asked just after it (`after`: each turn after
+    one of the strongest hits -> (that hit, the turn's text)). When the turn after a hit is a
+    short question (it asks, and is short enough for its answer's context tail to hold it
+    whole), it asks about the hit, and the turn after it answers: "Last weekend I had a picnic
+    with friends from church." / "Fun! What did you play?" / "Charades and a scavenger hunt!".
+    The answer speaks of the hit in other words, two links from it. A forgotten question's
+    text is '', which asks nothing."""
+    asking = [seq for seq, (_, body) in after.items() if _asks(body)]
+    out: dict[int, list[int]] = {}
+    for i in range(0, len(asking), 500):
+        chunk = asking[i : i + 500]
+        for seq, question in conn.execute(
             f"SELECT seq, prev FROM recall_messages WHERE prev IN ({','.join('?' * len(chunk))})"
             " AND scope = ?",
             (*chunk, scope),
         ):
-            out[int(seq)] = int(prev)
-    return out
-
-
-def _answers(conn: Statements, scope: int, after: Mapping[int, int]) -> dict[int, list[int]]:
-    """seq -> the turns that answer a question asked just after it (`after`: each turn after
-    one of the strongest hits -> that hit). When the turn after a hit is a short question (it
-    asks, and is short enough for its answer's context tail to hold it whole), it asks about
-    the hit, and the turn after it answers: "Last weekend I had a picnic with friends from
-    church." / "Fun! What did you play?" / "Charades and a scavenger hunt!". The answer speaks
-    of the hit in other words, two links from it. A forgotten question's text is '', which
-    asks nothing."""
-    asking: list[int] = []
-    wanted = list(after)
-    for i in range(0, len(wanted), 500):
-        chunk = wanted[i : i + 500]
-        for seq, body in conn.execute(
-            "SELECT t.seq, t.body FROM recall_message_text t"
-            f" WHERE t.seq IN ({','.join('?' * len(chunk))})",
-            chunk,
-        ):
-            if _asks(str(body or "")):
-                asking.append(int(seq))
-    out: dict[int, list[int]] = {}
-    for seq, question in _following(conn, scope, asking).items():
-        out.setdefault(after[question], []).append(seq)
+            out.setdefault(after[int(question)][0], []).append(int(seq))
     return out
 
 
