@@ -347,6 +347,30 @@ def test_a_hits_turn_before_comes_from_its_row(core: ChronicleCore) -> None:
     assert "recall_messages_by_prev" in names  # the turn after: found through its own index
 
 
+def test_the_turns_after_the_hits_are_found_through_their_own_index(tmp_path: Path) -> None:
+    """The turns after the strongest hits, and the answers to a question among them, are
+    looked up by `prev` within the search's scope: through the index on `prev`, not the
+    scope's index (which would read every message of the scope)."""
+    c = open_core("file", tmp_path)
+    try:
+        say(c, "s", "We had a picnic with the church group last weekend.")
+        say(c, "s", "Lovely! What did you play?", role="assistant")
+        answer = say(c, "s", "Charades and a scavenger hunt.")
+        for i in range(20):
+            say(c, "s", f"Unrelated remark number {i} about the weather.")
+        c.recall.catch_up()
+        with traced(c) as ran:
+            found = c.recall.search("church picnic", scope="messages")
+        assert f"m{answer}" in [r["id"] for r in found]
+        lookups = [sql for sql in ran if "prev IN" in sql]
+        assert len(lookups) == 2, lookups  # the turns after the hits; the answers
+        for sql in lookups:
+            text = plan(c, sql)
+            assert "USING INDEX recall_messages_by_prev (prev=?)" in text, f"{sql}\n  {text}"
+    finally:
+        c.shutdown()
+
+
 def test_the_turns_around_a_hit_lift_it_as_before(tmp_path: Path) -> None:
     """A hit's neighbours get their share whether its row was read first or not: the answer
     after a question is found by the question's words."""

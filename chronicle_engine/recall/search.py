@@ -761,13 +761,15 @@ def _links(
             chunk,
         ):
             out[seq] = [prev] if prev is not None else []
+    # ("+m.scope": the scope only filters. Its equality would otherwise lead SQLite's planner,
+    # without statistics, to the scope's index, which reads every message of the scope.)
     after: dict[int, tuple[int, str]] = {}
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
         for seq, prev, body in conn.execute(
             "SELECT m.seq, m.prev, t.body FROM recall_messages m"
             " JOIN recall_message_text t ON t.seq = m.seq"
-            f" WHERE m.prev IN ({','.join('?' * len(chunk))}) AND m.scope = ?",
+            f" WHERE m.prev IN ({','.join('?' * len(chunk))}) AND +m.scope = ?",
             (*chunk, scope),
         ):
             after[int(seq)] = (int(prev), str(body or ""))
@@ -792,7 +794,7 @@ def _answers(
         chunk = asking[i : i + 500]
         for seq, question in conn.execute(
             f"SELECT seq, prev FROM recall_messages WHERE prev IN ({','.join('?' * len(chunk))})"
-            " AND scope = ?",
+            " AND +scope = ?",
             (*chunk, scope),
         ):
             out.setdefault(after[int(question)][0], []).append(int(seq))
