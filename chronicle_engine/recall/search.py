@@ -165,7 +165,7 @@ def message_rows(
     wanted = list(seqs)
     out: dict[int, MessageRow] = {}
     columns = f", m.body, {PERSON_TEXT}" if text else ""
-    scoped = " AND m.scope = ?" if scope is not None else ""
+    scoped = " AND +m.scope = ?" if scope is not None else ""  # a filter: see `_links`
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
         sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)), scoped=scoped)
@@ -762,7 +762,8 @@ def _links(
         ):
             out[seq] = [prev] if prev is not None else []
     # ("+m.scope": the scope only filters. Its equality would otherwise lead SQLite's planner,
-    # without statistics, to the scope's index, which reads every message of the scope.)
+    # without statistics, to recall_messages_by_time (scope, ts), reading every message of the
+    # scope.)
     after: dict[int, tuple[int, str]] = {}
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
