@@ -46,6 +46,9 @@ BETWEEN = {
         "what did you all play?"
     ),
     "a short remark": "Sounds lovely, I wish I had been there.",
+    # Few words but long ones (a tool's output of hashes): not a question of a few words.
+    "a few long words after a question": "Which ones changed? "
+    + " ".join(["d41d8cd98f00b204e9800998ecf8427e"] * 12),
 }
 
 
@@ -114,7 +117,14 @@ def test_the_answer_to_a_short_question_gets_the_share_of_the_share(target, chat
     assert score[ANSWER] / score[HIT] == pytest.approx(share * share, rel=0.01)
 
 
-@pytest.mark.parametrize("between", ["a long reply ending in a question", "a short remark"])
+@pytest.mark.parametrize(
+    "between",
+    [
+        "a long reply ending in a question",
+        "a short remark",
+        "a few long words after a question",
+    ],
+)
 def test_only_a_short_question_links_the_turn_after_it(target, chats, between: str) -> None:
     chats.append(chat := Chat(target, BETWEEN[between]))
     found = [text for text, _ in chat.found()]

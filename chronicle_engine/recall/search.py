@@ -39,7 +39,7 @@ from ..log.tables import Statements
 from .reach import Reach, Told
 from .related import group_weight, idf, related_words
 from .schema import PERSON_TEXT, log_texts, message_index
-from .text import CONTEXT_WORDS, match_any, name_words, quote
+from .text import CONTEXT_CHARS, CONTEXT_WORDS, match_any, name_words, quote
 from .when import Moment, Span
 
 __all__ = [
@@ -742,9 +742,10 @@ def _links(
     conn: Statements, scope: int, seqs: Iterable[int], known: Mapping[int, MessageRow]
 ) -> tuple[dict[int, list[int]], dict[int, tuple[int, str]]]:
     """seq -> the turns just before and after it in its session, and each turn after (of
-    `scope`) -> (the seq it follows, its text: '' once forgotten). The turn before is a row's
-    `prev`: taken from `known` (rows already read), else read by seq; the turns after are found
-    through the index on `prev`, their text read with them."""
+    `scope`) -> (the seq it follows, the start of its text: '' once forgotten). The turn before
+    is a row's `prev`: taken from `known` (rows already read), else read by seq; the turns after
+    are found through the index on `prev`, the start of their text read with them (enough to
+    tell a short question: a tool's output of megabytes is not carried for it)."""
     wanted = list(seqs)
     out: dict[int, list[int]] = {}
     unread = []
@@ -768,10 +769,10 @@ def _links(
     for i in range(0, len(wanted), 500):
         chunk = wanted[i : i + 500]
         for seq, prev, body in conn.execute(
-            "SELECT m.seq, m.prev, t.body FROM recall_messages m"
+            "SELECT m.seq, m.prev, substr(t.body, 1, ?) FROM recall_messages m"
             " JOIN recall_message_text t ON t.seq = m.seq"
             f" WHERE m.prev IN ({','.join('?' * len(chunk))}) AND +m.scope = ?",
-            (*chunk, scope),
+            (CONTEXT_CHARS + 1, *chunk, scope),
         ):
             after[int(seq)] = (int(prev), str(body or ""))
             if prev in out:
@@ -804,8 +805,12 @@ def _answers(
 
 def _asks(text: str) -> bool:
     """Whether `text` is a short question: a question mark, and at most `CONTEXT_WORDS` words
-    (what a context tail holds)."""
-    return "?" in text and len(text.split(None, CONTEXT_WORDS)) <= CONTEXT_WORDS
+    (what a context tail holds) in at most `CONTEXT_CHARS` characters."""
+    return (
+        "?" in text
+        and len(text) <= CONTEXT_CHARS
+        and len(text.split(None, CONTEXT_WORDS)) <= CONTEXT_WORDS
+    )
 
 
 def _by_score(item: tuple[float, MessageRow]) -> tuple[float, int]:

@@ -140,7 +140,10 @@ def context_tail(before: str, limit: int = CONTEXT_WORDS) -> str:
     return _sentences_tail(text, limit, cut=False) or ""
 
 
-_TAIL_CHARS = 300  # of a long message, read first (25 words are rarely more than 300)
+CONTEXT_CHARS = 300
+"""What `CONTEXT_WORDS` words are rarely longer than."""
+
+_TAIL_CHARS = CONTEXT_CHARS  # of a long message, read first
 
 
 def _sentences_tail(text: str, limit: int, *, cut: bool) -> str | None:
