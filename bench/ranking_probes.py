@@ -31,16 +31,25 @@ Probes:
   frequent sense as a noun, a verb and an adjective, the noun sense alone, or every sense),
   searched and weighed as related words are (`related.group_weight`: never above the word the
   query wrote). Needs WordNet's database files (`--wordnet DIR`; Debian's wordnet-base).
+- `qa-off`, `qa-end`, `qa-long`: the answer to a question asked right after a hit
+  (`search._answers`) not linked; linked only when the question ends with its question mark;
+  linked whatever the question's length.
+- `ask-W`, `askall-W`: a short question's score factor (`question_weight`) is W (`ask-1`: no
+  factor), the pooled ranking of `by_session` counting it in full as the plugin does; in
+  `askall-W`, W there too.
 
 Printed per probe: LoCoMo recall@10 (categories 1-4) and LongMemEval turn recall_all@10 on each
 half, every evidence session among the ten of `by_session` on each half, and the mean process CPU
-time of one plain search on each set (the probe's own work included).
+time of one plain search on each set (the probe's own work included). Then how deep the base
+ranking holds the evidence, and how many of each set's turns, and of its evidence turns, are
+short questions (`text.asks`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -68,7 +77,7 @@ from chronicle_engine.recall.porter import stem  # noqa: E402
 from chronicle_engine.recall.related import RELATED, idf  # noqa: E402
 from chronicle_engine.recall.schema import message_index  # noqa: E402
 from chronicle_engine.recall.search import Hit, MessageSearch  # noqa: E402
-from chronicle_engine.recall.text import IRREGULAR, index_row, query_words, tokens  # noqa: E402
+from chronicle_engine.recall.text import IRREGULAR, asks, index_row, query_words, tokens  # noqa: E402
 from chronicle_engine.recall.tools import RECALL_TOOLS  # noqa: E402
 from chronicle_engine.tools import dispatch  # noqa: E402
 
@@ -93,6 +102,13 @@ PROBES = (
     "qa-off",
     "qa-end",
     "qa-long",
+    "ask-1",
+    "ask-0.5",
+    "ask-0.6",
+    "ask-0.7",
+    "ask-0.85",
+    "ask-0.9",
+    "askall-0.75",
 )
 THESAURUS = {
     "first": {"parts": "nva", "first_sense": True},
@@ -393,16 +409,41 @@ def _asks_variant(how: str, short_question: Callable[[str], bool]) -> Callable[[
 def answers_variant(how: str) -> Iterator[None]:
     """`qa-off`: no answer links; `qa-end`: only a short turn that ends with its question;
     `qa-long`: a turn that asks, whatever its length."""
-    asks = search_module._asks
-    search_module._asks = _asks_variant(how, asks)
+    asks = search_module.asks
+    search_module.asks = _asks_variant(how, asks)
     try:
         yield
     finally:
-        search_module._asks = asks
+        search_module.asks = asks
+
+
+# -- probe: a short question tells less than it asks ------------------------------------------------
+
+
+@contextlib.contextmanager
+def asking_variant(weight: float, pooled: bool) -> Iterator[None]:
+    """`ask-W`: a short question's score factor (`question_weight`, 0.75 in the plugin) is W,
+    its score counted in full when pooled by session (as the plugin does); `askall-W`: W in
+    the pooled ranking too."""
+    of = search_module._Lift.of
+
+    def weighed(cls: type, *args: Any, **kwargs: Any) -> Any:
+        lift = of(*args, **kwargs)
+        if kwargs.get("pooling") and not pooled:
+            return lift
+        return dataclasses.replace(lift, question_weight=weight)
+
+    search_module._Lift.of = classmethod(weighed)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        search_module._Lift.of = of  # type: ignore[method-assign]
 
 
 def probe(name: str) -> contextlib.AbstractContextManager[None]:
     kind, _, arg = name.partition("-")
+    if kind in ("ask", "askall"):
+        return asking_variant(float(arg), pooled=kind == "askall")
     if kind == "qa" and arg in ("off", "end", "long"):
         return answers_variant(arg)
     if kind == "wn" and arg in THESAURUS:
@@ -528,6 +569,34 @@ def run_lme(
             core.shutdown()
 
 
+def short_questions(locomo_data: Path, lme_data: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Per set: (turns, short questions among them (`text.asks`), evidence turns, short
+    questions among those), over LoCoMo's conversations (its evidence: the turns questions of
+    categories 1-4 cite) and LongMemEval's scored haystacks (its evidence: the user turns
+    marked `has_answer`). The grounds of `question_weight`, counted from the datasets."""
+    turns = asked = gold = gold_asked = 0
+    for sample in json.loads(locomo_data.read_text(encoding="utf-8")):
+        cited = {d for _, _, rel in locomo.questions(sample) for d in rel}
+        conversation = sample["conversation"]
+        for n in locomo.session_numbers(conversation):
+            for turn in conversation[f"session_{n}"]:
+                question = asks(locomo.turn_text(turn))
+                turns, asked = turns + 1, asked + question
+                if turn["dia_id"] in cited:
+                    gold, gold_asked = gold + 1, gold_asked + question
+    out = {"LoCoMo": (turns, asked, gold, gold_asked)}
+    turns = asked = gold = gold_asked = 0
+    for q in longmemeval.load(lme_data):
+        for sid, _, session in q.sessions:
+            for i, turn in enumerate(session):
+                question = asks(str(turn.get("content") or ""))
+                turns, asked = turns + 1, asked + question
+                if longmemeval.turn_id(sid, i) in q.gold_turns:
+                    gold, gold_asked = gold + 1, gold_asked + question
+    out["LongMemEval"] = (turns, asked, gold, gold_asked)
+    return out
+
+
 COLUMNS = (
     "LoCoMo 1-3 r@10",
     "LoCoMo 4-5 r@10",
@@ -579,6 +648,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "\nthe base ranking's evidence by depth: "
         + ", ".join(f"{k} {v:.3f}" for k, v in reach.items())
     )
+    questions = short_questions(args.locomo_data, args.lme_data)
+    for name, (turns, asked, gold, gold_asked) in questions.items():
+        print(
+            f"{name}: {asked:,} of {turns:,} turns are short questions ({asked / turns:.3f}),"
+            f" {gold_asked:,} of {gold:,} evidence turns ({gold_asked / gold:.3f})"
+        )
     print(f"load average (1 min) at the start and the end: {load[0]:.1f}, {load[1]:.1f}")
     document = {
         "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} CPUs",
@@ -586,6 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + " ".join(sys.argv[1:] if argv is None else argv),
         "load average at start and end": load,
         "evidence by depth (base ranking)": reach,
+        "short questions (turns, short questions, evidence turns, short questions)": questions,
         "figures": {
             name: {c: sum(row[c]) / len(row[c]) for c in COLUMNS} for name, row in out.items()
         },

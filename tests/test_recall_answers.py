@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from postgres_support import Target, own_schema
+from postgres_support import Target
 
 from chronicle_engine.config import Config
 from chronicle_engine.recall.events import MemoryForgotten
@@ -78,7 +78,7 @@ class Chat:
         return [(hit.raw, hit.score) for hit in hits]
 
     def forget(self, text: str) -> None:
-        (hit,) = [h for h in self.index.hits(text, user_id="cam", limit=1) if h.raw == text]
+        (hit,) = [h for h in self.index.hits(text, user_id="cam") if h.raw == text]
         self.parts.store.append(
             [
                 self.parts.reader.types.pending(
@@ -87,15 +87,6 @@ class Chat:
             ]
         )
         self.index.catch_up()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def target(request: pytest.FixtureRequest, tmp_path) -> Iterator[Target]:
-    if request.param == "sqlite":
-        yield Target("sqlite", str(tmp_path / "recall.db"))
-        return
-    with own_schema(request.getfixturevalue("postgres_cluster")) as conninfo:
-        yield Target("postgres", conninfo)
 
 
 @pytest.fixture
@@ -109,11 +100,14 @@ def chats() -> Iterator[list[Chat]]:
 def test_the_answer_to_a_short_question_gets_the_share_of_the_share(target, chats) -> None:
     chats.append(chat := Chat(target, QUESTION))
     found = chat.found()
-    # The hit, the turns beside it (a neighbour's share), then the answer (that share's share).
-    assert [text for text, _ in found] == [HIT, QUESTION, FILLER[2], ANSWER], found
+    # The hit, the turns beside it (a neighbour's share; the question, a short one, weighs
+    # `question_weight` of it), then the answer (that share's share).
+    assert [text for text, _ in found] == [HIT, FILLER[2], QUESTION, ANSWER], found
     score = dict(found)
-    share = Config().settings.recall.neighbour_weight
-    assert score[QUESTION] / score[HIT] == pytest.approx(share, rel=0.01)
+    tuning = Config().settings.recall
+    share = tuning.neighbour_weight
+    assert score[FILLER[2]] / score[HIT] == pytest.approx(share, rel=0.01)
+    assert score[QUESTION] / score[HIT] == pytest.approx(share * tuning.question_weight, rel=0.01)
     assert score[ANSWER] / score[HIT] == pytest.approx(share * share, rel=0.01)
 
 

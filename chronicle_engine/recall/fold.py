@@ -26,7 +26,7 @@ from ..log.tables import Statements
 from .beliefs import Claim, extract, norm_key, norm_value
 from .events import NAMESPACE as RECALL
 from .schema import create_message_index, log_texts, message_index
-from .text import index_row, name_words
+from .text import asks, index_row, name_words
 
 __all__ = [
     "FOLD_NAME",
@@ -220,6 +220,7 @@ class RecallFold:
             "recall_hidden",
             "recall_messages",
             "recall_name_words",
+            "recall_questions",
             "recall_scopes",
             "recall_vectors",
         ):
@@ -292,6 +293,11 @@ class RecallFold:
                 before = str(ctx[0]) if ctx else ""
             self._fresh[env.seq] = index_row(m.name, m.body, before)
             self._last[env.session] = (env.seq, m.body)
+            if asks(m.body):  # ranking reads it with the row (search.MessageRow.asks)
+                conn.execute(
+                    "INSERT INTO recall_questions(seq) VALUES (?) ON CONFLICT DO NOTHING",
+                    (env.seq,),
+                )
         else:
             self._last.pop(env.session, None)
         for word in name_words(m.name):

@@ -233,8 +233,9 @@ class RecallIndex:
         use_vectors: bool = True,
         sections: bool = True,
         in_session: str | None = None,
+        pooling: bool = False,
     ) -> list[Hit]:
-        """Ranked hits. Narrowing (scope "session", a window to leave `outside`) is done in the
+        """Ranked hits (`pooling`: to be pooled by session, `MessageSearch.rank`). Narrowing (scope "session", a window to leave `outside`) is done in the
         candidate queries; `keep_message` then judges each candidate row (with its text when
         `message_text`)."""
         if scope not in SCOPES:
@@ -279,6 +280,7 @@ class RecallIndex:
                     text=message_text,
                     limit=limit,
                     moment=moment,
+                    pooling=pooling,
                 )
                 if query_vector is not None:
                     nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)

@@ -88,7 +88,7 @@ from .index import RecallIndex
 from .porter import stem
 from .reach import Reach
 from .search import BeliefIndex, MessageSearch
-from .text import index_row, name_words, tokens
+from .text import CONTEXT_CHARS, asks, index_row, name_words, tokens
 from .vectors import Embedder
 
 __all__ = [
@@ -501,6 +501,7 @@ def _m009_tsv_text(conn: Connection) -> None:
 
 def _emptied(conn: Statements) -> None:
     """Recall's folded rows dropped, for a rebuild (`PostgresRecallFold.reset`)."""
+    conn.execute(_QUESTIONS)  # m010 empties the tables before m013 makes this one
     for table in (
         "recall_corrections",
         "recall_belief_sources",
@@ -512,6 +513,7 @@ def _emptied(conn: Statements) -> None:
         "recall_lexeme_docs",
         "recall_messages",
         "recall_name_words",
+        "recall_questions",
         "recall_scopes",
         "recall_vectors",
     ):
@@ -555,6 +557,26 @@ def _m012_messages_by_time(conn: Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS recall_messages_by_time ON recall_messages(scope, ts)")
 
 
+_QUESTIONS = "CREATE TABLE IF NOT EXISTS recall_questions (seq BIGINT PRIMARY KEY)"
+
+
+def _m013_questions(conn: Connection) -> None:
+    """SQLite's recall.m012: the short questions among the messages already folded."""
+    conn.execute(_QUESTIONS)
+    rows = conn.execute(
+        "SELECT t.seq, substr(t.body, 1, %s) FROM recall_message_text t"
+        " WHERE NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
+        (CONTEXT_CHARS + 1,),
+    ).fetchall()
+    asking = [int(seq) for seq, head in rows if asks(str(head or ""))]
+    if asking:
+        conn.execute(
+            "INSERT INTO recall_questions(seq) SELECT * FROM unnest(%s::bigint[])"
+            " ON CONFLICT DO NOTHING",
+            (asking,),
+        )
+
+
 PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     # SQLite's recall.m001-m008 in one step, the forget rule and the person's words once included.
     PostgresMigration("recall.m001_tables", _m001_recall),
@@ -569,6 +591,7 @@ PG_RECALL_MIGRATIONS: tuple[PostgresMigration, ...] = (
     PostgresMigration("recall.m010_scopes_from_the_log", _m010_scopes_from_the_log),
     PostgresMigration("recall.m011_vectors_by_model", _m011_vectors_by_model),
     PostgresMigration("recall.m012_messages_by_time", _m012_messages_by_time),
+    PostgresMigration("recall.m013_questions", _m013_questions),
 )
 
 
@@ -663,10 +686,13 @@ class PostgresRecallFold(RecallFold):
         rows: list[tuple[object, ...]] = []
         indexed: list[tuple[int, int, int, str]] = []
         names: set[str] = set()
+        asking: list[int] = []
         for env, m in run:
             scope = scopes[(m.user_id or "", m.profile or "")]
             prev, before = last.get(env.session, (None, ""))
             rows.append(m.row(env, scope, prev, m.body, env.created_at))
+            if asks(m.body):
+                asking.append(env.seq)
             last[env.session] = (env.seq, m.body)
             name, body, ctx = index_row(m.name, m.body, before)
             literal, length = terms((("A", name), ("B", body), ("C", ctx)))
@@ -683,6 +709,12 @@ class PostgresRecallFold(RecallFold):
                 "INSERT INTO recall_name_words(word) SELECT * FROM unnest(?::text[])"
                 " ON CONFLICT DO NOTHING",
                 (sorted(names),),
+            )
+        if asking:
+            conn.execute(
+                "INSERT INTO recall_questions(seq) SELECT * FROM unnest(?::bigint[])"
+                " ON CONFLICT DO NOTHING",
+                (asking,),
             )
         _add_terms(conn, indexed)
         for env, m in run:

@@ -157,6 +157,7 @@ class Recall:
             profile=profile,
             limit=max(tuning.candidates, wanted) if by_session else wanted,
             in_session=in_session,
+            pooling=by_session,
         )
         if by_session:
             hits = pool_sessions(hits, k=wanted, limit=wanted)

@@ -32,7 +32,7 @@ from ..log.store import (
     stored_texts,
 )
 from ..log.tables import SQLConnection
-from .text import TOKENIZER, index_row, tokens
+from .text import CONTEXT_CHARS, TOKENIZER, asks, index_row, tokens
 
 __all__ = [
     "RECALL_MIGRATIONS",
@@ -332,6 +332,22 @@ def _m011_messages_by_time(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS recall_messages_by_time ON recall_messages(scope, ts)")
 
 
+def _m012_questions(conn: sqlite3.Connection) -> None:
+    # The short questions among the messages (`text.asks`): ranking weighs them lower
+    # (`question_weight`) and reads the mark with a row's metadata, not its text. The fold adds
+    # each new one; the messages already folded are read once here.
+    conn.execute("CREATE TABLE IF NOT EXISTS recall_questions (seq INTEGER PRIMARY KEY)")
+    rows = conn.execute(
+        "SELECT t.seq, substr(t.body, 1, ?) FROM recall_message_text t"
+        " WHERE NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
+        (CONTEXT_CHARS + 1,),
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO recall_questions(seq) VALUES (?)",
+        ((seq,) for seq, head in rows if asks(str(head or ""))),
+    )
+
+
 def _m006_context_tail(conn: sqlite3.Connection) -> None:
     # The context column holds the end of the turn before, about two sentences (it held the
     # last sentence only, too little for a short chat's question spread over two).
@@ -350,6 +366,7 @@ RECALL_MIGRATIONS = (
     Migration("recall.m009_body_from_log", _m009_body_from_log),
     Migration("recall.m010_names", _m010_names),
     Migration("recall.m011_messages_by_time", _m011_messages_by_time),
+    Migration("recall.m012_questions", _m012_questions),
 )
 
 MIGRATIONS = (*CHRONICLE_MIGRATIONS, *RECALL_MIGRATIONS)

@@ -39,7 +39,7 @@ from ..log.tables import Statements
 from .reach import Reach, Told
 from .related import group_weight, idf, related_words
 from .schema import PERSON_TEXT, log_texts, message_index
-from .text import CONTEXT_CHARS, CONTEXT_WORDS, match_any, name_words, quote
+from .text import CONTEXT_CHARS, asks, match_any, name_words, quote
 from .when import Moment, Span
 
 __all__ = [
@@ -142,15 +142,19 @@ class MessageRow:
     ts: float
     at: str
     prev: int | None
+    asks: bool  # a short question (`text.asks`), as the fold noted it in `recall_questions`
     body: str = ""
     person: str = ""
 
 
 _ROW_SQL = (
-    "SELECT m.seq, m.session, m.role, m.speaker, m.name, m.ts, m.at, m.prev{text}"
+    "SELECT m.seq, m.session, m.role, m.speaker, m.name, m.ts, m.at, m.prev,"
+    " EXISTS (SELECT 1 FROM recall_questions q WHERE q.seq = m.seq){text}"
     " FROM recall_messages m WHERE m.seq IN ({marks}){scoped}"
     " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || m.seq)"
 )
+"""A row's `asks` is whether `recall_questions` holds it: the fold notes each short question
+(`text.asks`) as it indexes it, so ranking reads no text to tell one."""
 
 
 def message_rows(
@@ -170,7 +174,11 @@ def message_rows(
         chunk = wanted[i : i + 500]
         sql = _ROW_SQL.format(text=columns, marks=",".join("?" * len(chunk)), scoped=scoped)
         for r in conn.execute(sql, [*chunk, scope] if scoped else chunk):
-            out[r[0]] = MessageRow(*r)
+            seq, session, role, speaker, name, ts, at, prev, question = r[:9]
+            body, person = (r[9], r[10]) if text else ("", "")
+            out[seq] = MessageRow(
+                seq, session, role, speaker, name, ts, at, prev, bool(question), body, person
+            )
     if text:
         _from_log(conn, out.values())
     return out
@@ -502,16 +510,18 @@ class MessageSearch:
         text: bool = False,
         limit: int = 10,
         moment: Moment | Span | None = None,
+        pooling: bool = False,
     ) -> list[Hit]:
         """The best `limit` messages within `reach` that `keep` accepts. With `text`, rows reach
         `keep` with their text (read with them, in the same query). A `moment` the query names
         counts as one more of its words, which the messages of that time hold (`_add_time`),
-        and lifts them."""
+        and lifts them. `pooling`: the ranking is pooled into sessions (`pool.pool_sessions`),
+        so a short question keeps its whole score: it shows what its session spoke of."""
         size = _row_chunk(limit)
         relevance, known = self._relevance(conn, scope, words, reach, text, size, moment)
         if not relevance:
             return []
-        lift = _Lift.of(conn, scope, self.tuning, query_tokens, moment)
+        lift = _Lift.of(conn, scope, self.tuning, query_tokens, moment, pooling=pooling)
         scored: list[tuple[float, MessageRow]] = []
         best: list[float] = []  # the `limit` best scores so far, a min-heap
         # Rows are read in relevance order, a chunk at a time, until no unread candidate can
@@ -604,7 +614,9 @@ class MessageSearch:
 class _Lift:
     """What a message row's relevance is multiplied by in the ranking: its speaker's role weight,
     a mild recency gain, `speaker_boost` when the query names its speaker (or speaks in the first
-    person and the row is the person's), `time_boost` when it falls in the time the query names.
+    person and the row is the person's), `time_boost` when it falls in the time the query names,
+    `question_weight` when it is a short question (it holds the words of what it asks about,
+    seldom the answer: that is the turn after it, which `_answers` links).
     `ceiling` is the most any row can be lifted by for this query. The settings it reads are
     copied out of `RecallSettings` once (`score` runs for every row read, and an attribute of a
     pydantic model is read by the slow, unspecialised path)."""
@@ -619,6 +631,7 @@ class _Lift:
     moment: Moment | Span | None
     ceiling: float
     half_life: float
+    question_weight: float
 
     @classmethod
     def of(
@@ -628,6 +641,8 @@ class _Lift:
         tuning: RecallSettings,
         query_tokens: set[str],
         moment: Moment | Span | None,
+        *,
+        pooling: bool = False,
     ) -> _Lift:
         newest = conn.execute(
             "SELECT ts FROM recall_messages WHERE scope = ? ORDER BY seq DESC LIMIT 1", (scope,)
@@ -639,6 +654,7 @@ class _Lift:
         if speaks_as_person or _may_name(conn, query_tokens, tuning.speaker_boost):
             ceiling *= max(tuning.speaker_boost, 1.0)
         ceiling *= max(tuning.time_boost, 1.0) if moment else 1.0
+        ceiling *= 1.0 if pooling else max(tuning.question_weight, 1.0)
         newest_ts = float(newest[0]) if newest else 0.0
         half_life = max(tuning.recency_half_life_days, 1e-6) * 86400.0
         return cls(
@@ -652,6 +668,7 @@ class _Lift:
             moment,
             ceiling,
             half_life,
+            1.0 if pooling else tuning.question_weight,
         )
 
     def score(self, row: MessageRow, relevance: float) -> float:
@@ -664,6 +681,8 @@ class _Lift:
             score *= self.speaker_boost
         if self.moment is not None and self.moment.holds(row.ts):
             score *= self.time_boost
+        if self.question_weight != 1.0 and row.asks:
+            score *= self.question_weight
         return score
 
 
@@ -790,7 +809,7 @@ def _answers(
     with friends from church." / "Fun! What did you play?" / "Charades and a scavenger hunt!".
     The answer speaks of the hit in other words, two links from it. A forgotten question's
     text is '', which asks nothing."""
-    asking = [seq for seq, (_, body) in after.items() if _asks(body)]
+    asking = [seq for seq, (_, body) in after.items() if asks(body)]
     out: dict[int, list[int]] = {}
     for i in range(0, len(asking), 500):
         chunk = asking[i : i + 500]
@@ -801,16 +820,6 @@ def _answers(
         ):
             out.setdefault(after[int(question)][0], []).append(int(seq))
     return out
-
-
-def _asks(text: str) -> bool:
-    """Whether `text` is a short question: a question mark, and at most `CONTEXT_WORDS` words
-    (what a context tail holds) in at most `CONTEXT_CHARS` characters."""
-    return (
-        "?" in text
-        and len(text) <= CONTEXT_CHARS
-        and len(text.split(None, CONTEXT_WORDS)) <= CONTEXT_WORDS
-    )
 
 
 def _by_score(item: tuple[float, MessageRow]) -> tuple[float, int]:

@@ -146,6 +146,18 @@ CONTEXT_CHARS = 300
 _TAIL_CHARS = CONTEXT_CHARS  # of a long message, read first
 
 
+def asks(text: str) -> bool:
+    """Whether `text` is a short question: a question mark, and at most `CONTEXT_WORDS` words
+    (what a context tail holds: the turn after it is indexed with it whole) in at most
+    `CONTEXT_CHARS` characters. A turn that asks holds the words of what it asks about and
+    seldom the answer, which the turn after it gives."""
+    return (
+        len(text) <= CONTEXT_CHARS
+        and "?" in text
+        and len(text.split(None, CONTEXT_WORDS)) <= CONTEXT_WORDS
+    )
+
+
 def _sentences_tail(text: str, limit: int, *, cut: bool) -> str | None:
     """`context_tail` of `text`; when `cut` (`text` is the end of a longer one, so its first
     sentence may be only the end of a sentence), None where the answer depends on how that
