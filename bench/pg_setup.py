@@ -115,6 +115,7 @@ def ask_index(
         scope=scope,
         user_id=user,
         limit=max(index.tuning.candidates, limit) if by_session else limit,
+        pooling=by_session,
     )
     if by_session:
         hits = pool_sessions(hits, k=limit, limit=limit)

@@ -275,9 +275,10 @@ class RecallSettings(_Section):
     )
     question_weight: Number = Field(
         0.75,
-        description="Score factor for a short question (a question mark, at most 25 words): it "
-        "holds the words of what it asks about, seldom the answer, which the turn after it "
-        "gives. A search pooled by session (by_session) counts it in full.",
+        description="Score factor for a short question (a question mark, at most 25 words in at "
+        "most 300 characters): it holds the words of what it asks about, seldom the answer, "
+        "which the turn after it gives. A search pooled by session (by_session) counts it in "
+        "full.",
     )
     recency_weight: Number = Field(
         0.1, description="How much newer messages gain: score x (1 + w x 2^(-age/half-life))."

@@ -17,6 +17,7 @@ import pytest
 from postgres_support import Target
 
 from chronicle_engine.config import Config
+from chronicle_engine.recall.events import MemoryForgotten
 from chronicle_engine.recall.index import RecallIndex
 from chronicle_engine.recall.postgres import PG_RECALL_MIGRATIONS, PostgresRecallIndex
 from chronicle_engine.recall.schema import RECALL_MIGRATIONS
@@ -89,6 +90,20 @@ def memories() -> Iterator[list[Memory]]:
 def test_the_fold_notes_the_short_questions_alone(target, memories) -> None:
     memories.append(memory := Memory(target, [STATEMENT, QUESTION, *NOT_QUESTIONS]))
     assert memory.marked() == {QUESTION}
+
+
+def test_a_forgotten_question_leaves_no_note(target, memories) -> None:
+    memories.append(memory := Memory(target, [STATEMENT, QUESTION]))
+    memory.parts.store.append(
+        [
+            memory.parts.reader.types.pending(
+                MemoryForgotten(target=f"m{memory.seqs[QUESTION]}", user_id="cam", profile=None)
+            )
+        ]
+    )
+    memory.index.catch_up()
+    assert memory.marked() == set()
+    assert [text for text, _ in memory.found()] == [STATEMENT]
 
 
 def test_a_short_question_keeps_the_question_weight_of_its_score(target, memories) -> None:

@@ -386,6 +386,7 @@ class RecallFold:
         # Unindexed above with its words; now the words go too (the log keeps the event).
         conn.execute("UPDATE recall_messages SET body = '', person = '' WHERE seq = ?", (seq,))
         conn.execute("DELETE FROM recall_vectors WHERE target = ?", (f"m{seq}",))
+        conn.execute("DELETE FROM recall_questions WHERE seq = ?", (seq,))
         for nxt, its_scope in following:
             if not _hidden(conn, f"m{nxt}"):
                 self._index(conn, its_scope, nxt)

@@ -235,9 +235,9 @@ class RecallIndex:
         in_session: str | None = None,
         pooling: bool = False,
     ) -> list[Hit]:
-        """Ranked hits (`pooling`: to be pooled by session, `MessageSearch.rank`). Narrowing (scope "session", a window to leave `outside`) is done in the
+        """Ranked hits. Narrowing (scope "session", a window to leave `outside`) is done in the
         candidate queries; `keep_message` then judges each candidate row (with its text when
-        `message_text`)."""
+        `message_text`). `pooling`: the hits are to be pooled by session (`MessageSearch.rank`)."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
         limit = max(1, min(int(limit or self.tuning.search_limit), 100))

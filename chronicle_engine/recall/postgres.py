@@ -563,10 +563,11 @@ _QUESTIONS = "CREATE TABLE IF NOT EXISTS recall_questions (seq BIGINT PRIMARY KE
 def _m013_questions(conn: Connection) -> None:
     """SQLite's recall.m012: the short questions among the messages already folded."""
     conn.execute(_QUESTIONS)
-    rows = conn.execute(
-        "SELECT t.seq, substr(t.body, 1, %s) FROM recall_message_text t"
-        " WHERE NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
-        (CONTEXT_CHARS + 1,),
+    rows = conn.execute(  # the text's length and question mark tested by the server
+        "SELECT t.seq, t.body FROM recall_message_text t"
+        " WHERE length(t.body) <= %s AND strpos(t.body, '?') > 0"
+        " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
+        (CONTEXT_CHARS,),
     ).fetchall()
     asking = [int(seq) for seq, head in rows if asks(str(head or ""))]
     if asking:

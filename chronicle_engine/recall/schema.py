@@ -338,9 +338,10 @@ def _m012_questions(conn: sqlite3.Connection) -> None:
     # each new one; the messages already folded are read once here.
     conn.execute("CREATE TABLE IF NOT EXISTS recall_questions (seq INTEGER PRIMARY KEY)")
     rows = conn.execute(
-        "SELECT t.seq, substr(t.body, 1, ?) FROM recall_message_text t"
-        " WHERE NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
-        (CONTEXT_CHARS + 1,),
+        "SELECT t.seq, t.body FROM recall_message_text t"
+        " WHERE length(t.body) <= ? AND instr(t.body, '?') > 0"
+        " AND NOT EXISTS (SELECT 1 FROM recall_hidden h WHERE h.target = 'm' || t.seq)",
+        (CONTEXT_CHARS,),
     )
     conn.executemany(
         "INSERT OR IGNORE INTO recall_questions(seq) VALUES (?)",
