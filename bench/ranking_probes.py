@@ -106,6 +106,7 @@ PROBES = (
     "ask-0.5",
     "ask-0.6",
     "ask-0.7",
+    "ask-0.8",
     "ask-0.85",
     "ask-0.9",
     "askall-0.75",
@@ -506,7 +507,7 @@ def run_locomo(
                 half = "LoCoMo 1-3" if n <= 3 else "LoCoMo 4-5"
                 for _, question, relevant in locomo.questions(sample):
                     deep = core.recall.index.hits(
-                        question, scope="messages", user_id=user, limit=DEPTHS[-1]
+                        question, scope="messages", user_id=user, limit=DEPTHS[-1], pooling=True
                     )
                     _depths(
                         depth,
@@ -547,7 +548,7 @@ def run_lme(
         try:
             turn_of = longmemeval.turn_map(core.recall.index, q)
             core.recall.index.clock = q.date.timestamp
-            deep = core.recall.index.hits(q.text, limit=DEPTHS[-1])
+            deep = core.recall.index.hits(q.text, limit=DEPTHS[-1], pooling=True)
             _depths(
                 depth,
                 "LME recall_all",

@@ -46,7 +46,7 @@ def pooled(hits: Sequence[Hit], k: int) -> list[str]:
 
 def candidates(core: ChronicleCore, query: str, **who: str) -> list[Hit]:
     depth = max(core.recall.index.tuning.candidates, LIMIT)
-    return core.recall.index.hits(query, limit=depth, **who)
+    return core.recall.index.hits(query, limit=depth, pooling=True, **who)
 
 
 def run_lme(folder: Path, data: Path, ks: Sequence[int]) -> dict[int, dict[str, list[float]]]:

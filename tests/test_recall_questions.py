@@ -41,6 +41,22 @@ def test_a_short_question_is_one_of_at_most_25_words_in_at_most_300_characters()
     assert len(NOT_QUESTIONS[1]) > CONTEXT_CHARS  # few words, but long ones
 
 
+def captured(capture: Any, index: Any, store: Any, turns: list[str]) -> dict[str, int]:
+    """text -> seq of each of `turns`, captured one session each and folded by `index`."""
+    for i, text in enumerate(turns):
+        capture.capture_messages(
+            f"chat-{i}",
+            [{"role": "user", "content": text}],
+            user_id="cam",
+            platform="test",
+            created_at="2026-05-01T10:00:00+00:00",
+        )
+    index.catch_up()
+    with store.reading() as conn:
+        rows = conn.execute("SELECT seq, body FROM recall_message_text").fetchall()
+    return {str(text): int(seq) for seq, text in rows}
+
+
 class Memory:
     """A store of `target`'s kind holding `turns`, one session each unless `session` names it."""
 
@@ -50,23 +66,7 @@ class Memory:
         self.index = build(
             self.parts.reader, config or Config(), self.parts.sessions, self.parts.capture
         )
-        self.seqs: dict[str, int] = {}
-        for i, text in enumerate(turns):
-            self.parts.capture.capture_messages(
-                f"chat-{i}",
-                [{"role": "user", "content": text}],
-                user_id="cam",
-                platform="test",
-                created_at="2026-05-01T10:00:00+00:00",
-            )
-        self.index.catch_up()
-        with self.parts.store.reading() as conn:
-            self.seqs = {
-                text: seq
-                for seq, text in conn.execute(
-                    "SELECT seq, body FROM recall_message_text ORDER BY seq"
-                ).fetchall()
-            }
+        self.seqs = captured(self.parts.capture, self.index, self.parts.store, turns)
 
     def marked(self) -> set[str]:
         with self.parts.store.reading() as conn:
@@ -142,3 +142,27 @@ def test_a_store_folded_before_the_note_gets_it_from_its_migration(target, memor
     store.migrate(PG_RECALL_MIGRATIONS if target.kind == "postgres" else RECALL_MIGRATIONS)
     assert memory.marked() == {QUESTION}
     assert [text for text, _ in memory.found()] == [STATEMENT, QUESTION]
+
+
+def notes(core: Any) -> set[int]:
+    with core.store.reading() as conn:
+        return {int(seq) for (seq,) in conn.execute("SELECT seq FROM recall_questions")}
+
+
+def test_a_rebuild_notes_the_questions_afresh(store_core) -> None:
+    seqs = captured(store_core.capture, store_core.recall, store_core.store, [STATEMENT, QUESTION])
+    with store_core.store.atomic() as conn:  # a stale note, as a changed `asks` would leave
+        conn.execute(f"INSERT INTO recall_questions(seq) VALUES ({seqs[STATEMENT]})")
+    assert notes(store_core) == {seqs[STATEMENT], seqs[QUESTION]}
+    store_core.recall.rebuild()
+    assert notes(store_core) == {seqs[QUESTION]}
+
+
+def test_chronicle_search_by_session_counts_a_question_in_full(store_core) -> None:
+    captured(store_core.capture, store_core.recall, store_core.store, [STATEMENT, QUESTION])
+    recall = store_core.recall
+    plain = recall.search(QUERY, scope="messages", user_id="cam")
+    pooled = recall.search(QUERY, scope="messages", user_id="cam", by_session=True)
+    assert [r["text"] for r in plain] == [STATEMENT, QUESTION], plain
+    # Equal in full, the newer turn's session first: the pool ranks what the ranking gave it.
+    assert [r["text"] for r in pooled] == [QUESTION, STATEMENT], pooled
