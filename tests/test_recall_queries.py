@@ -386,3 +386,29 @@ def test_the_turns_around_a_hit_lift_it_as_before(tmp_path: Path) -> None:
         assert ids[:2] == [f"m{question}", f"m{answer}"]
     finally:
         c.shutdown()
+
+
+def test_a_month_of_any_year_reads_only_its_own_messages(tmp_path: Path) -> None:
+    """A query naming a month of any year ("in February") holds several stretches of time, one
+    a year. The candidates' times are read by their seqs, never through the (scope, ts) index
+    for the scope alone: without statistics, SQLite's planner chose that walk of every message
+    of the scope for the stretches' OR (180 ms a search at 1M messages)."""
+    c = open_core("file", tmp_path)
+    try:
+        picnics = [
+            say(c, "y1", "We had a picnic by the lake.", created_at="2024-02-10T12:00:00+00:00"),
+            say(c, "y2", "Another picnic, in the snow.", created_at="2025-02-12T12:00:00+00:00"),
+        ]
+        for i in range(12):
+            say(c, "rest", f"A picnic story number {i}.", created_at="2025-06-01T12:00:00+00:00")
+        c.recall.catch_up()
+        c.recall.search("picnic in February", scope="messages")
+        with traced(c) as ran:
+            found = c.recall.search("Where did we have a picnic in February?", scope="messages")
+        assert [r["id"] for r in found[:2]] == [f"m{seq}" for seq in reversed(picnics)], found
+        plans = {sql: plan(c, sql) for sql in ran if sql.lstrip().upper().startswith("SELECT")}
+        assert any("m.ts >= " in sql for sql in plans)  # the time was searched as a word
+        for sql, text in plans.items():
+            assert "recall_messages_by_time (scope=?)" not in text, f"{sql}\n  {text}"
+    finally:
+        c.shutdown()
