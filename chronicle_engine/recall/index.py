@@ -282,12 +282,14 @@ class RecallIndex:
                     moment=moment,
                     pooling=pooling,
                 )
-                if query_vector is not None:
+                if query_vector is not None and (pooling or len(found) < limit):
                     nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)
-                    if nearest:
+                    if nearest and pooling:
                         found = fuse(
                             [(1.0, found), (1.0, nearest)], k=self.tuning.rrf_k, limit=limit
                         )
+                    elif nearest:
+                        found = _filled(found, nearest, k=self.tuning.rrf_k, limit=limit)
                 lists.append((1.0, found))
             if scope in ("all", "session", "beliefs"):
                 lists.append(
@@ -384,3 +386,19 @@ def _span(conn: Statements, sessions: Sequence[str]) -> tuple[int, int] | None:
         list(sessions),
     ).fetchone()
     return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+
+def _filled(found: Sequence[Hit], nearest: Sequence[Hit], *, k: int, limit: int) -> list[Hit]:
+    """A plain search with vectors: the full-text ranking as it is, and the nearest messages it
+    did not find after it, while it holds fewer than `limit` (a question in other words than
+    its answer finds something). Fused by rank instead, vectors lowered recall@10 on every half
+    of both development sets (docs/benchmarks.md "Vectors"); a search pooled by session fuses
+    them, where they raised LongMemEval's sessions. When anything is added, the list is scored
+    by position as `fuse` scores one list."""
+    if len(found) >= limit:
+        return list(found)
+    ids = {hit.id for hit in found}
+    ordered = [*found, *(hit for hit in nearest if hit.id not in ids)][:limit]
+    if len(ordered) == len(found):
+        return list(found)
+    return [hit.rescored(1.0 / (k + rank)) for rank, hit in enumerate(ordered, start=1)]
