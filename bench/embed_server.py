@@ -4,7 +4,8 @@ Chronicle's vectors come from an OpenAI-compatible `/v1/embeddings` endpoint (of
 `recall.embeddings.url`). This script is such an endpoint, serving all-MiniLM-L6-v2 (384
 dimensions, mean pooling, unit length) from the weights a registry package ships, so the benches
 can measure recall with and without vectors on a machine that reaches nothing but the package
-registries. It needs no torch: the six BERT layers run in numpy, the tokenizer is Hugging Face's
+registries. It needs no torch (`--torch` runs the same model with it, faster, where it is
+installed): the six BERT layers run in numpy, the tokenizer is Hugging Face's
 `tokenizers`, the weights are read with `safetensors`:
 
     pip install -e ".[embeddings]"                  # numpy, safetensors, tokenizers
@@ -188,7 +189,7 @@ class Cache:
 
 
 class Embeddings:
-    def __init__(self, model: MiniLM, cache: Cache) -> None:
+    def __init__(self, model: MiniLM | TorchMiniLM, cache: Cache) -> None:
         self.model = model
         self.cache = cache
         self.lock = threading.Lock()  # one forward pass at a time: the machine has few cores
@@ -248,9 +249,11 @@ def handler(embed: Embeddings) -> type[BaseHTTPRequestHandler]:
 
 class TorchMiniLM:
     """The same model run by torch and transformers (`--torch`), about twice as fast on a
-    2-core CPU; its vectors agree with `MiniLM`'s to 1e-6. Neither is a dependency of the
-    plugin or its extras: `pip install torch==2.13.0 transformers` in the bench's venv (the
-    CPU build; a newer torch from the index brings several GB of CUDA libraries)."""
+    2-core CPU; its vectors agree with `MiniLM`'s to 2e-7. Neither is a dependency of the
+    plugin or its extras: `pip install torch==2.13.0 transformers` in the bench's venv took
+    the CPU build from the wheels on this machine's disk; from the package index, ask for the
+    CPU build (`--index-url https://download.pytorch.org/whl/cpu` where that index is
+    reachable), or torch brings several GB of CUDA libraries."""
 
     def __init__(self, model_dir: Path) -> None:
         import torch

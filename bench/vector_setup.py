@@ -48,5 +48,6 @@ def add_embeddings_option(parser: argparse.ArgumentParser) -> None:
         default="",
         metavar="URL",
         help="an OpenAI-compatible embedding endpoint (bench/embed_server.py): the protocol "
-        "variant fuses vectors with full text",
+        "variant searches with vectors (fused with full text in a search by session; after "
+        "full text when it leaves places in a plain search)",
     )

@@ -412,3 +412,19 @@ def test_a_month_of_any_year_reads_only_its_own_messages(tmp_path: Path) -> None
             assert "recall_messages_by_time (scope=?)" not in text, f"{sql}\n  {text}"
     finally:
         c.shutdown()
+
+
+def test_only_the_candidates_within_the_time_gain_its_word(tmp_path: Path) -> None:
+    """The time a query names scores as one more word that only its messages hold: with the
+    time's boost off, the one turn told in February outranks the same words told in June."""
+    c = open_core("file", tmp_path, recall__time_boost=1.0)
+    try:
+        february = say(c, "a", "A picnic by the lake.", created_at="2024-02-10T12:00:00+00:00")
+        june = say(c, "b", "A picnic by the lake.", created_at="2025-06-12T12:00:00+00:00")
+        c.recall.catch_up()
+        found = [r["id"] for r in c.recall.search("picnic lake", scope="messages")]
+        assert found[:2] == [f"m{june}", f"m{february}"]  # without a time: the later first
+        found = [r["id"] for r in c.recall.search("picnic lake in February", scope="messages")]
+        assert found[:2] == [f"m{february}", f"m{june}"], found
+    finally:
+        c.shutdown()

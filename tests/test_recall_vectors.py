@@ -120,13 +120,39 @@ def test_a_plain_search_keeps_the_full_text_order_and_vectors_fill_what_it_leave
             say(core, "n2", "An automobile"),
         ]
         core.recall.embed_pending()
+        asked = len(_Stub.requests)
         plain = [r["id"] for r in core.recall.search("car", scope="messages", limit=2)]
+        assert len(_Stub.requests) == asked  # full text filled the places: nothing embedded
         assert set(plain) <= {f"m{seq}" for seq in worded} and len(plain) == 2, plain
         more = [r["id"] for r in core.recall.search("car", scope="messages", limit=5)]
         assert more[:3] == [f"m{seq}" for seq in reversed(worded)], more
         assert set(more[3:]) == {f"m{seq}" for seq in near}, more
         pooled = core.recall.search("car", scope="messages", limit=5, by_session=True)
         assert {"n1", "n2"} <= {r["session"] for r in pooled}, pooled
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_vectors_fill_only_the_places_the_whole_search_leaves(stub, tmp_path, kind, request):
+    """Scope all: the messages' list is fused with beliefs and sections first; the nearest
+    messages come after that ranking, never between its hits."""
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    ) as core:
+        say(core, "w", "The old car needs new tires")
+        for i in range(6):
+            core.recall.remember(f"The car note number {i}")
+        near = {say(core, f"n{i}", text) for i, text in enumerate(["A red sedan", "My vehicle"])}
+        core.recall.embed_pending()
+
+        def found(limit: int, use_vectors: bool = True) -> list[str]:
+            return [
+                h.id for h in core.recall.index.hits("car", limit=limit, use_vectors=use_vectors)
+            ]
+
+        assert found(5) == found(5, use_vectors=False)
+        wider = found(9)
+        assert wider[:7] == found(9, use_vectors=False), wider
+        assert set(wider[7:]) == {f"m{seq}" for seq in near}, wider
 
 
 @pytest.mark.parametrize("kind", STORES)

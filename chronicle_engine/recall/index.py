@@ -248,7 +248,10 @@ class RecallIndex:
         query_tokens = set(tokens(query))
         moment = named_time(query, self.clock(), query_tokens)
         self.catch_up()
-        query_vector = self.query_vector(query) if use_vectors else None
+        # A search pooled by session fuses the vectors' nearest with full text; a plain search
+        # asks for them only when full text leaves places (`_filled`, below).
+        query_vector = self.query_vector(query) if use_vectors and pooling else None
+        messages = False
         with self.reading("searching memory") as conn:
             n = self.scope(conn, session_id, user_id, profile)
             if n is None:
@@ -282,14 +285,13 @@ class RecallIndex:
                     moment=moment,
                     pooling=pooling,
                 )
-                if query_vector is not None and (pooling or len(found) < limit):
+                messages = True
+                if query_vector is not None:
                     nearest = self._nearest(conn, n, query_vector, reach, keep_message, limit)
-                    if nearest and pooling:
+                    if nearest:
                         found = fuse(
                             [(1.0, found), (1.0, nearest)], k=self.tuning.rrf_k, limit=limit
                         )
-                    elif nearest:
-                        found = _filled(found, nearest, k=self.tuning.rrf_k, limit=limit)
                 lists.append((1.0, found))
             if scope in ("all", "session", "beliefs"):
                 lists.append(
@@ -313,8 +315,16 @@ class RecallIndex:
         if not lists:
             return []
         if len(lists) == 1:
-            return list(lists[0][1])[:limit]
-        return fuse(lists, k=self.tuning.rrf_k, limit=limit)
+            ranked = list(lists[0][1])[:limit]
+        else:
+            ranked = fuse(lists, k=self.tuning.rrf_k, limit=limit)
+        if use_vectors and not pooling and messages and len(ranked) < limit:
+            vector = self.query_vector(query)  # outside the read: a request may take a while
+            if vector is not None:
+                with self.reading("searching memory") as conn:
+                    nearest = self._nearest(conn, n, vector, reach, keep_message, limit)
+                ranked = _filled(ranked, nearest, k=self.tuning.rrf_k, limit=limit)
+        return ranked
 
     # -- vectors -------------------------------------------------------------------------------
 
@@ -389,12 +399,13 @@ def _span(conn: Statements, sessions: Sequence[str]) -> tuple[int, int] | None:
 
 
 def _filled(found: Sequence[Hit], nearest: Sequence[Hit], *, k: int, limit: int) -> list[Hit]:
-    """A plain search with vectors: the full-text ranking as it is, and the nearest messages it
-    did not find after it, while it holds fewer than `limit` (a question in other words than
-    its answer finds something). Fused by rank instead, vectors lowered recall@10 on every half
-    of both development sets (docs/benchmarks.md "Vectors"); a search pooled by session fuses
-    them, where they raised LongMemEval's sessions. When anything is added, the list is scored
-    by position as `fuse` scores one list."""
+    """A plain search with vectors: its ranking as full text, beliefs and sections made it,
+    and the nearest messages it did not find after it, while it holds fewer than `limit` (a
+    question in other words than its answer finds something). Fused by rank instead, vectors
+    lowered recall@10 (LoCoMo) and turn recall_all@10 (LongMemEval) on every half of both
+    development sets (docs/benchmarks.md "Vectors"); a search pooled by session fuses them,
+    where they raised LongMemEval's sessions. When anything is added, the list is scored by
+    position as `fuse` scores one list."""
     if len(found) >= limit:
         return list(found)
     ids = {hit.id for hit in found}

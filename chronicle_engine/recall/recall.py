@@ -2,8 +2,9 @@
 
 `core.recall` is this class. It keeps recall's projection (the recall fold) caught up with the log
 before every read, and answers:
-- `search` (chronicle_search): full text over messages, beliefs and sections, optionally fused
-  with vectors from a local embedding server;
+- `search` (chronicle_search): full text over messages, beliefs and sections; with a local
+  embedding server, its nearest messages are fused in a search by session and fill the places
+  a plain search's full text leaves;
 - `prefetch`: per-turn memory behind the relevance gate, never from the conversation already in
   the window, never for a scheduled job's turn (prefetch.py); `queue_prefetch` only works ahead
   (folds and embeds): the next turn's message is not known until prefetch is asked;
