@@ -155,6 +155,30 @@ def test_vectors_fill_only_the_places_the_whole_search_leaves(stub, tmp_path, ki
         assert set(wider[7:]) == {f"m{seq}" for seq in near}, wider
 
 
+def test_a_failed_read_of_the_vectors_leaves_the_ranking_made(stub, tmp_path, caplog):
+    """The nearest messages are read in a second read; when the store refuses it (busy,
+    gone), the search answers with what its full text found, and says so once."""
+    from chronicle_engine.errors import StoreBusy
+
+    core = open_core("file", tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m")
+    try:
+        worded = say(core, "w", "The old car needs new tires")
+        say(core, "n", "A red sedan")
+        core.recall.embed_pending()
+
+        def busy(*args: object, **kwargs: object) -> None:
+            raise StoreBusy("searching memory: the database stayed locked")
+
+        core.recall.index._nearest = busy  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING):
+            for _ in range(2):
+                found = core.recall.search("car", scope="messages", limit=5)
+                assert [r["id"] for r in found] == [f"m{worded}"]
+        assert sum("vectors unread" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        core.shutdown()
+
+
 @pytest.mark.parametrize("kind", STORES)
 def test_a_new_model_replaces_the_vectors_and_a_forget_drops_them(stub, tmp_path, kind, request):
     """A vector is a cache keyed by what it embeds: embedding again with another model replaces

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from ..config import Config
-from ..errors import StoreBusy, StoreReadOnly, UsageError
+from ..errors import StoreBusy, StoreError, StoreReadOnly, UsageError
 from ..log.events import EventReader
 from ..log.port import LogStore
 from ..log.projector import Projector
@@ -249,8 +249,10 @@ class RecallIndex:
         moment = named_time(query, self.clock(), query_tokens)
         self.catch_up()
         # A search pooled by session fuses the vectors' nearest with full text; a plain search
-        # asks for them only when full text leaves places (`_filled`, below).
-        query_vector = self.query_vector(query) if use_vectors and pooling else None
+        # asks for them only when its whole ranking (full text, beliefs, sections) leaves
+        # places (`_filled`, below).
+        fuses = use_vectors and pooling and scope in ("all", "session", "messages")
+        query_vector = self.query_vector(query) if fuses else None
         messages = False
         with self.reading("searching memory") as conn:
             n = self.scope(conn, session_id, user_id, profile)
@@ -321,8 +323,12 @@ class RecallIndex:
         if use_vectors and not pooling and messages and len(ranked) < limit:
             vector = self.query_vector(query)  # outside the read: a request may take a while
             if vector is not None:
-                with self.reading("searching memory") as conn:
-                    nearest = self._nearest(conn, n, vector, reach, keep_message, limit)
+                try:
+                    with self.reading("searching memory") as conn:
+                        nearest = self._nearest(conn, n, vector, reach, keep_message, limit)
+                except StoreError as exc:  # the ranking already made stands without them
+                    self.warn_once("vectors_read", "chronicle recall: vectors unread (%s)", exc)
+                    return ranked
                 ranked = _filled(ranked, nearest, k=self.tuning.rrf_k, limit=limit)
         return ranked
 
