@@ -404,7 +404,7 @@ class MaintenanceSettings(_Section):
     drain_budget_ms: Number = Field(
         5,
         description="A draining hook call claims no new job once it has spent this long (ms) "
-        "running jobs.",
+        "running jobs (its first job is always claimed).",
     )
     schedules: Schedules = Field(default_factory=Schedules)
 

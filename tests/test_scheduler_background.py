@@ -661,3 +661,20 @@ def test_a_forked_child_starts_its_own_thread_and_is_not_held_by_the_parents_loc
     assert ran == [os.getpid()]  # the parent's thread ran once, for the parent's nudge
     assert worker.stop(10)
     core.shutdown()
+
+
+def test_a_drain_whose_budget_is_spent_before_its_first_job_still_runs_one(where) -> None:
+    """The budget bounds the work after the first job: spent before it (the reclaim's round
+    trips to a slow server), a drain that claimed nothing would leave every hook with nothing
+    run. With no budget at all, each drain runs exactly one job."""
+    core = open_core(where, {"maintenance": {"background": False, "drain_budget_ms": 0}})
+    try:
+        sched = core.scheduler
+        ran: list[str] = []
+        sched.handle("one", lambda ctx: ran.append("one") or SweepReport("one", processed=1))
+        for key in "abc":
+            sched.queue.enqueue(JobSpec("one", "maintenance", key=key))
+        assert [sched.drain("sync_turn") for _ in range(4)] == [1, 1, 1, 0]
+        assert ran == ["one"] * 3
+    finally:
+        core.shutdown()

@@ -469,7 +469,10 @@ class Scheduler:
 
     def _claims(self) -> Iterator[Job]:
         """Claim up to `drain_per_hook` jobs, shared by class weight, one at a time: the caller
-        runs each before the next is claimed, so the drain budget counts the work itself."""
+        runs each before the next is claimed, so the drain budget counts the work itself. The
+        first job is always claimed: a budget spent before it (the reclaim's round trips to a
+        slow server) would otherwise leave every hook with nothing run, the queue never moving
+        while maintenance runs on hooks alone."""
         started = self._timer()
         budget = self.settings.drain_budget_ms / 1000.0
         for reclaimed in self.queue.reclaim():
@@ -480,9 +483,13 @@ class Scheduler:
         order = sorted(JOB_CLASSES, key=lambda c: -self.settings.shares.get(c, 0.0))
         # A job runs at most once per call: one that asked to be retried waits for the next hook.
         seen: list[int] = []
+
+        def spent() -> bool:
+            return bool(seen) and self._timer() - started > budget
+
         for job_class in order:
             for _ in range(quotas.get(job_class, 0)):
-                if self._timer() - started > budget or self._stopping:
+                if spent() or self._stopping:
                     return
                 found = self.queue.claim(job_class, skip=seen)
                 if found is None:
@@ -490,7 +497,7 @@ class Scheduler:
                 seen.append(found.id)
                 yield found
         # Slots a quiet class left unused go to whoever has work, oldest first.
-        while len(seen) < total and self._timer() - started <= budget and not self._stopping:
+        while len(seen) < total and not spent() and not self._stopping:
             found = self.queue.claim(skip=seen)
             if found is None:
                 return
