@@ -251,6 +251,37 @@ def test_maintenance_reports_and_runs_pending_jobs(db, capsys):
     assert code == Exit.OK and isinstance(data["ran"], int)
 
 
+def test_maintenance_reindex_folds_recall_again_and_notes_what_an_older_host_did_not(
+    tmp_path, capsys
+):
+    db = tmp_path / "reindex.db"
+    core = ChronicleCore.get(db)
+    try:
+        core.capture.capture_messages(
+            "s1",
+            [
+                {"role": "user", "content": "Where did we leave the heron-api port?"},
+                {"role": "assistant", "content": "On 8443, set yesterday."},
+            ],
+        )
+        core.recall.catch_up()
+    finally:
+        core.shutdown()
+    # a host older than the question notes folded these messages: no note of the question
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM recall_questions").fetchone() == (1,)
+        conn.execute("DELETE FROM recall_questions")
+    code, data = run_json(capsys, "maintenance", "--reindex", "--db", str(db))
+    assert code == Exit.OK
+    assert data["reindexed"]["events"] >= 2 and data["reindexed"]["seconds"] >= 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM recall_questions").fetchone() == (1,)
+    code, data = run_json(capsys, "search", "heron-api port", "--db", str(db))
+    assert code == Exit.OK and any("8443" in json.dumps(hit) for hit in data["hits"])
+    assert main(["maintenance", "--reindex", "--db", str(db)]) == Exit.OK
+    assert "recall's index folded again" in capsys.readouterr().out
+
+
 def test_search_finds_captured_memory_in_the_latest_sessions_partition(tmp_path, capsys):
     db = tmp_path / "search.db"
     core = ChronicleCore.get(db)

@@ -1,8 +1,10 @@
-"""`chronicle maintenance`: what the scheduler has due, and running jobs now."""
+"""`chronicle maintenance`: what the scheduler has due, running jobs now, and folding recall's
+search index again from the log (`--reindex`)."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import TYPE_CHECKING
 
 from ..options import add_common_options
@@ -32,12 +34,13 @@ TASKS = (
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "maintenance",
-        help="show maintenance status; --run queues tasks and runs what is pending now",
+        help="show maintenance status; --run queues tasks and runs what is pending now; "
+        "--reindex folds recall's search index again from the log",
         description="Chronicle has no daemon: Hermes' hooks start its scheduled tasks, in Hermes' "
         "own process. This shows "
         "them, the job queue and how far consolidation has got; --json prints all of it.",
         epilog="examples:\n  chronicle maintenance\n  chronicle maintenance --run\n"
-        "  chronicle maintenance --run integrity consolidate",
+        "  chronicle maintenance --run integrity consolidate\n  chronicle maintenance --reindex",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -49,6 +52,14 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="queue these scheduled tasks now (none: just run what is already pending), "
         f"then run the pending jobs instead of waiting for Hermes' next hook; TASK is one of "
         f"{', '.join(TASKS)}",
+    )
+    p.add_argument(
+        "--reindex",
+        action="store_true",
+        help="drop recall's search index and fold the whole log into it again (same rows, "
+        "nothing in the log changes): after every host of a shared store runs a newer "
+        "Chronicle, so what an older host indexed gets what the new one notes; searches meanwhile "
+        "see only what is folded so far",
     )
     add_common_options(p)
     p.set_defaults(run=run)
@@ -97,6 +108,11 @@ def run(s: Session) -> Outcome:
 
     core = s.core()
     scheduler = core.scheduler
+    reindexed: dict[str, float] | None = None
+    if s.args.reindex:
+        started = time.perf_counter()
+        events = core.recall.rebuild()
+        reindexed = {"events": events, "seconds": round(time.perf_counter() - started, 3)}
     ran: int | None = None
     queued: list[str] = []
     if s.args.run_tasks is not None:
@@ -105,9 +121,16 @@ def run(s: Session) -> Outcome:
             queued.append(task)
         ran = scheduler.run_pending()
     status = scheduler.maintenance_status()
-    data = {"queued": queued, "ran": ran, "status": status}
+    data: dict[str, object] = {"queued": queued, "ran": ran, "status": status}
+    if reindexed is not None:
+        data["reindexed"] = reindexed
 
     def draw(console: Console) -> None:
+        if reindexed is not None:
+            console.print(
+                f"recall's index folded again: {reindexed['events']:,} events in"
+                f" {reindexed['seconds']:.1f}s"
+            )
         if ran is not None:
             console.print(f"queued {', '.join(queued) or 'nothing new'}; ran {ran} jobs")
         for line in summary(status):
