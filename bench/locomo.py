@@ -60,17 +60,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from chronicle_engine.core import ChronicleCore
-from chronicle_engine.recall.text import content_words, quote
-from chronicle_engine.recall.tools import RECALL_TOOLS
-from chronicle_engine.sessions.capture import Capture
-from chronicle_engine.tools import dispatch
-
+# This checkout's code, not an installed one (an older checkout's bench measures its own code).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pg_setup import ask_index, cluster, postgres_recall  # noqa: E402
 from vector_setup import add_embeddings_option, embed_everything, vector_config  # noqa: E402
 
+from chronicle_engine.core import ChronicleCore  # noqa: E402
+from chronicle_engine.recall.text import content_words, quote  # noqa: E402
+from chronicle_engine.recall.tools import RECALL_TOOLS  # noqa: E402
+from chronicle_engine.sessions.capture import Capture  # noqa: E402
+from chronicle_engine.tools import dispatch  # noqa: E402
 from provider import ChronicleMemoryProvider  # noqa: E402
 
 DEFAULT_DATA = Path("/work/shared/data/locomo/locomo-dev.json")

@@ -31,6 +31,13 @@ Probes:
   frequent sense as a noun, a verb and an adjective, the noun sense alone, or every sense),
   searched and weighed as related words are (`related.group_weight`: never above the word the
   query wrote). Needs WordNet's database files (`--wordnet DIR`; Debian's wordnet-base).
+- `kinds-1`, `kinds-2`: in a search pooled by session (`by_session`) only, each query noun's
+  WordNet synonyms and its kinds one or two levels down (hyponyms and instances of its most
+  frequent sense: "siblings" -> "twin" at one, "brother" at two), the nearest 40, searched and
+  weighed as related words. Needs `--wordnet DIR`.
+- `related-numbers`, `related-titles`, `related-kin`: the closed lists of `recall/related.py`
+  cut back: numbers alone (the plugin before titles and kinship words), numbers and titles,
+  numbers and kinship words.
 - `qa-off`, `qa-end`, `qa-long`: the answer to a question asked right after a hit
   (`search._answers`) not linked; linked only when the question ends with its question mark;
   linked whatever the question's length.
@@ -99,6 +106,11 @@ PROBES = (
     "wn-first",
     "wn-nouns",
     "wn-all",
+    "kinds-1",
+    "kinds-2",
+    "related-numbers",
+    "related-titles",
+    "related-kin",
     "qa-off",
     "qa-end",
     "qa-long",
@@ -392,6 +404,64 @@ def thesaurus(how: Mapping[str, Any]) -> Iterator[None]:
         related_module.RELATED = listed
 
 
+@contextlib.contextmanager
+def kinds(levels: int, cap: int = 40) -> Iterator[None]:
+    """`kinds-L`: in a search pooled by session only, each query noun's WordNet synonyms and
+    the kinds up to L levels below it ("siblings" -> "sister" at two), nearest first, at most
+    `cap`, searched and weighed as related words are."""
+    reader = WORDNET["reader"]
+    pooling = [False]
+    plain_related = search_module.related_words
+    rank = MessageSearch.rank
+
+    def related(words: Sequence[str]) -> dict[str, str]:
+        out = plain_related(words)
+        if not pooling[0]:
+            return out
+        held = set(words) | {stem(w) for w in words}
+        for word in words:
+            if " " in word:
+                continue
+            for form in reader.kinds(word, levels=levels)[:cap]:
+                if form not in held and stem(form) not in held:
+                    out.setdefault(form, word)
+        return out
+
+    def ranked(self: MessageSearch, *args: Any, **kwargs: Any) -> Any:
+        pooling[0] = bool(kwargs.get("pooling"))
+        try:
+            return rank(self, *args, **kwargs)
+        finally:
+            pooling[0] = False
+
+    search_module.related_words = related  # type: ignore[assignment]
+    MessageSearch.rank = ranked  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        search_module.related_words = plain_related
+        MessageSearch.rank = rank  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def related_lists(which: str) -> Iterator[None]:
+    """`related-numbers`: the related words before the closed lists of titles and kinship
+    words (numbers alone); `related-titles`, `related-kin`: the numbers and that one list."""
+    listed = related_module.RELATED
+    numbers = related_module._pairs(related_module._NUMBERS)
+    titles = related_module._pairs(related_module._TITLES)
+    extra = {
+        "numbers": {},
+        "titles": {**titles, **related_module._plurals(titles)},
+        "kin": related_module._groups(related_module._KIN),
+    }[which]
+    related_module.RELATED = {**numbers, **extra}
+    try:
+        yield
+    finally:
+        related_module.RELATED = listed
+
+
 # -- probe: the answer to a short question asked after a hit ---------------------------------------
 
 
@@ -449,6 +519,10 @@ def probe(name: str) -> contextlib.AbstractContextManager[None]:
         return answers_variant(arg)
     if kind == "wn" and arg in THESAURUS:
         return thesaurus(THESAURUS[arg])
+    if kind == "related" and arg in ("numbers", "titles", "kin"):
+        return related_lists(arg)
+    if kind == "kinds":
+        return kinds(int(arg))
     if kind == "cover":
         return cover(float(arg))
     if kind == "bm25":
@@ -626,7 +700,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lme", type=Path, required=True, help="bench/longmemeval.py --keep DIR")
     parser.add_argument("--lme-data", type=Path, default=longmemeval.DEFAULT_DATA)
     parser.add_argument("--locomo-data", type=Path, default=locomo.DEFAULT_DATA)
-    parser.add_argument("--probes", default=",".join(p for p in PROBES if not p.startswith("wn-")))
+    parser.add_argument(
+        "--probes", default=",".join(p for p in PROBES if not p.startswith(("wn-", "kinds-")))
+    )
     parser.add_argument(
         "--wordnet", type=Path, default=DEFAULT_DIR, help="WordNet 3.0's database (wn-* probes)"
     )
@@ -635,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     probes = args.probes.split(",")
     for name in probes:
         probe(name)  # an unknown name stops here, before any work
-    if any(name.startswith("wn-") for name in probes):
+    if any(name.startswith(("wn-", "kinds-")) for name in probes):
         WORDNET["reader"] = WordNet(args.wordnet)
     out: Figures = {name: defaultdict(list) for name in probes}
     load = [os.getloadavg()[0]]

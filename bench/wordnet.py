@@ -77,6 +77,40 @@ class WordNet:
         count = int(fields[3], 16)
         return tuple(fields[4 + 2 * i] for i in range(count))
 
+    @lru_cache(maxsize=100_000)  # noqa: B019 - one reader per run
+    def _narrower(self, offset: int) -> tuple[int, ...]:
+        """The noun synsets directly below a noun synset: its hyponyms and instances."""
+        data = self._data["n"]
+        data.seek(offset)
+        fields = data.readline().decode("latin-1").split("|")[0].split()
+        at = 4 + 2 * int(fields[3], 16)
+        count = int(fields[at])
+        pointers = [fields[at + 1 + 4 * i : at + 5 + 4 * i] for i in range(count)]
+        return tuple(int(p[1]) for p in pointers if p[0] in ("~", "~i") and p[2] == "n")
+
+    def kinds(self, word: str, *, levels: int = 1, first_sense: bool = True) -> list[str]:
+        """The one-word lemmas of `word`'s noun synsets (its most frequent sense, or every one)
+        and of the synsets up to `levels` below them (its kinds: "sibling" -> "brother",
+        "sister"), nearest first, without the word's own forms."""
+        bases = self.base_forms(word, "n")
+        own = {word.lower(), *bases}
+        out: list[str] = []
+        for base in bases:
+            offsets = self._senses["n"][base]
+            level = list(offsets[:1] if first_sense else offsets)
+            seen = set(level)
+            for depth in range(levels + 1):
+                for offset in level:
+                    for lemma in self._lemmas("n", offset):
+                        one = _one_word(lemma)
+                        if one and one not in own and one not in out:
+                            out.append(one)
+                if depth == levels:
+                    break
+                level = [n for o in level for n in self._narrower(o) if n not in seen]
+                seen.update(level)
+        return out
+
     def synonyms(self, word: str, *, parts: str = "nva", first_sense: bool = True) -> list[str]:
         """The one-word lemmas of `word`'s synsets (its most frequent sense per part of speech,
         or every sense), in sense order, without the word's own forms."""

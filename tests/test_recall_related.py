@@ -14,15 +14,34 @@ from chronicle_engine.recall.text import query_words
 
 
 def test_a_number_brings_its_other_spelling():
-    assert related_words(query_words("my three kids")) == {"3": "three"}
+    assert related_words(query_words("my three cats")) == {"3": "three"}
     assert related_words(query_words("a family with 3 sisters")) == {"three": "3"}
     assert related_words(query_words("the 2nd floor")) == {"second": "2nd"}
     assert related_words(query_words("Which was first?")) == {"1st": "first"}
 
 
+def test_a_title_and_its_abbreviation_bring_each_other():
+    assert related_words(query_words("How many doctors did I see?")) == {"dr": "doctors"}
+    assert related_words(query_words("the doctor said rest")) == {"dr": "doctor"}
+    assert related_words(query_words("Dr. Patel")) == {"doctor": "dr"}
+    assert related_words(query_words("our trip to Mt. Hood")) == {"mount": "mt"}
+
+
+def test_a_kinship_word_for_a_group_brings_its_members_and_not_the_other_way():
+    assert related_words(query_words("How many siblings do I have?")) == {
+        "brother": "siblings",
+        "sister": "siblings",
+    }
+    assert set(related_words(query_words("what my kids like"))) == {"son", "daughter"}
+    # a member names one relative: "my sister" is not a search for a brother
+    assert related_words(query_words("my sister's wedding")) == {}
+    assert related_words(query_words("my mom and dad")) == {}
+
+
 def test_a_word_the_query_wrote_is_not_brought_again():
-    assert related_words(query_words("three or 3 doctors")) == {}
-    assert related_words(query_words("the doctor said rest")) == {}
+    assert related_words(query_words("three or 3 dogs")) == {}
+    assert related_words(query_words("the doctor, Dr. Lee, said rest")) == {}
+    assert related_words(query_words("my siblings: a brother and a sister")) == {}
 
 
 def test_every_related_word_is_one_index_word():
@@ -105,6 +124,23 @@ def test_the_written_word_ranks_above_its_related_word(store_core):
     ]
     written, related = (h["score"] for h in found if "the night train" in h["text"])
     assert written > related > 0
+
+
+def test_a_question_about_siblings_finds_the_turn_that_names_a_sister(store_core):
+    _capture(
+        store_core,
+        [
+            *FILLER[:10],
+            "I grew up in a house with 3 sisters, so it was never quiet.",
+            *FILLER[10:],
+            "Siblings of the tulips: we also planted daffodils.",
+        ],
+    )
+    found = store_core.recall.search("how many siblings do I have", scope="messages", user_id="ann")
+    texts = [hit["text"] for hit in found]
+    assert "I grew up in a house with 3 sisters, so it was never quiet." in texts, texts
+    # the word the query wrote still ranks first
+    assert texts[0] == "Siblings of the tulips: we also planted daffodils."
 
 
 @pytest.mark.parametrize("count", [1, 7, 300])
