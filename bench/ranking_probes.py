@@ -521,7 +521,7 @@ def probe(name: str) -> contextlib.AbstractContextManager[None]:
         return thesaurus(THESAURUS[arg])
     if kind == "related" and arg in ("numbers", "titles", "kin"):
         return related_lists(arg)
-    if kind == "kinds":
+    if kind == "kinds" and arg.isdigit():
         return kinds(int(arg))
     if kind == "cover":
         return cover(float(arg))

@@ -273,7 +273,7 @@ def test_maintenance_reindex_folds_recall_again_and_notes_what_an_older_host_did
         conn.execute("DELETE FROM recall_questions")
     code, data = run_json(capsys, "maintenance", "--reindex", "--db", str(db))
     assert code == Exit.OK
-    assert data["reindexed"]["events"] >= 2 and data["reindexed"]["seconds"] >= 0
+    assert data["reindexed"]["events"] >= 2
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM recall_questions").fetchone() == (1,)
     code, data = run_json(capsys, "search", "heron-api port", "--db", str(db))

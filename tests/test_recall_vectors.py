@@ -321,3 +321,32 @@ def test_a_forget_while_its_message_is_embedded_leaves_no_vector(stub, tmp_path,
         with core.recall.index.reading("test") as conn:
             left = [r[0] for r in conn.execute("SELECT target FROM recall_vectors")]
         assert left == [f"m{kept}"]
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_vector_under_a_stale_scope_number_never_shows_another_users_message(
+    stub, tmp_path, kind, request
+):
+    """A vector is written from a read made before it is embedded; a rebuild in between may
+    number the scopes again (PostgreSQL), so the vector can carry another scope's number. The
+    search reads each nearest message within its own scope (review finding on 9ae9d90)."""
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    ) as core:
+        say(core, "a1", "The weather was lovely in the park", user_id="ann")
+        bobs = say(core, "b1", "I bought a sedan for my commute", user_id="bob")
+        assert core.recall.embed_pending() == 2
+        with core.recall.index.reading("test") as conn:
+            ann = conn.execute(
+                "SELECT n FROM recall_scopes WHERE user_id = ?", ("ann",)
+            ).fetchone()[0]
+        with core.recall.index.writing("a stale scope number") as conn:
+            conn.execute("UPDATE recall_vectors SET scope = ? WHERE seq = ?", (ann, bobs))
+        for by_session in (False, True):
+            found = core.recall.search(
+                "automobile", scope="messages", user_id="ann", by_session=by_session
+            )
+            assert f"m{bobs}" not in [r["id"] for r in found], found
+        # bob's own search still finds it by words
+        found = core.recall.search("sedan", scope="messages", user_id="bob")
+        assert [r["id"] for r in found] == [f"m{bobs}"]

@@ -365,7 +365,9 @@ class RecallIndex:
             sql, (scope, self.embedder.model, *params, self.tuning.vector_scan)
         ).fetchall()
         top = nearest(vector, rows, limit * 3)
-        found = message_rows(conn, [seq for _, seq in top])
+        # The message's own scope, not the vector's: a vector written from a read made before a
+        # rebuild renumbered the scopes (PostgreSQL) may carry another scope's number.
+        found = message_rows(conn, [seq for _, seq in top], scope=scope)
         hits = [
             message_hit(found[seq], sim)
             for sim, seq in top

@@ -15,8 +15,9 @@ Invariants:
   flat as the log grows.
 
 Ranking of messages: bm25 (body, the end of the turn before, speaker name; a compound word of
-the query, "vault-3", also as a phrase; a number's other spelling, "3" for "three", weighed as
-the two would be as one word, `related.py`), plus a share of the score of the turns just before
+the query, "vault-3", also as a phrase; related words, `related.py`: a number's other spelling,
+"3" for "three", a title's abbreviation, a kinship group's members, weighed as the group would
+be as one word), plus a share of the score of the turns just before
 and after (an answer sits next to its question), times the speaker's role weight, a mild recency
 gain and a boost when the query names the speaker (a query in the first person names the person
 whose memory it is). One session may take at most `session_share` of the results while other
@@ -429,20 +430,28 @@ class MessageSearch:
         related: Mapping[str, str],
         reach: Reach | None,
     ) -> None:
-        """Add to `scored` the bm25 of each related word (`related.related_words`), weighed by
-        `group_weight`. A word too common for the match budget is left out: its newest matches
-        carry no bm25 score to weigh, and a word that common would weigh next to nothing."""
+        """Add to `scored` the bm25 of each query word's related words (`related.related_words`),
+        each weighed by `group_weight`; a message holding several words related to one query word
+        ("mother" and "father" for "parents") gains the best of them, not their sum, so it never
+        passes a message of the same length holding the query word itself. A word too common for
+        the match budget is left out: its newest matches carry no bm25 score to weigh, and a word
+        that common would weigh next to nothing."""
         key = self.index_key(scope)
         budget = max(self.tuning.match_budget, 1)
         words = {*related, *related.values()}
         frequency = self._frequencies(conn, key, list(words), budget + 1)
         documents = self.documents(conn, scope)
-        for form in related:
+        best: dict[str, dict[int, float]] = {}  # query word -> seq -> its best related score
+        for form, source in related.items():
             if not 0 < frequency[form] <= budget:
                 continue
             weight = group_weight(form, related, frequency, documents)
+            gained = best.setdefault(source, {})
             for seq, score in self.bm25(conn, scope, [form], reach).items():
-                scored[seq] = scored.get(seq, 0.0) + weight * score
+                gained[seq] = max(gained.get(seq, 0.0), weight * score)
+        for gained in best.values():
+            for seq, score in gained.items():
+                scored[seq] = scored.get(seq, 0.0) + score
 
     def _add_time(
         self,

@@ -56,10 +56,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--reindex",
         action="store_true",
-        help="drop recall's search index and fold the whole log into it again (same rows, "
-        "nothing in the log changes): after every host of a shared store runs a newer "
-        "Chronicle, so what an older host indexed gets what the new one notes; searches meanwhile "
-        "see only what is folded so far",
+        help="drop recall's search index and fold the whole log into it again (nothing in the "
+        "log changes): after every host of a shared store runs a newer Chronicle, so what an "
+        "older host indexed gets what the new one notes; searches meanwhile see only what is "
+        "folded so far, and with embeddings on every message is embedded again",
     )
     add_common_options(p)
     p.set_defaults(run=run)
@@ -108,7 +108,7 @@ def run(s: Session) -> Outcome:
 
     core = s.core()
     scheduler = core.scheduler
-    reindexed: dict[str, float] | None = None
+    reindexed: dict[str, int | float] | None = None
     if s.args.reindex:
         started = time.perf_counter()
         events = core.recall.rebuild()
