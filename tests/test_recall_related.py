@@ -4,6 +4,7 @@ names, searched beside it at a weight that never exceeds its own, on every store
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
 from hypothesis import given
@@ -42,8 +43,6 @@ def test_a_kinship_word_for_a_group_brings_its_members_and_not_the_other_way():
     assert related_words(query_words("How many siblings do I have?")) == {
         "brother": "siblings",
         "sister": "siblings",
-        "bro": "siblings",
-        "sis": "siblings",
     }
     assert set(related_words(query_words("what my kids like"))) == {"son", "daughter"}
     # a member names one relative: "my sister" is not a search for a brother
@@ -51,7 +50,9 @@ def test_a_kinship_word_for_a_group_brings_its_members_and_not_the_other_way():
     assert related_words(query_words("my mom and dad")) == {}
 
 
-def test_no_word_is_in_two_lists():
+def test_no_word_is_listed_twice():
+    written = Counter(re.findall(r"\w+", _NUMBERS + _TITLES + _KIN))
+    assert [word for word, count in written.items() if count > 1] == []
     parts = [_pairs(_NUMBERS), _pairs(_TITLES), _plurals(_pairs(_TITLES)), _groups(_KIN)]
     assert len(RELATED) == sum(len(part) for part in parts)
 
@@ -59,7 +60,7 @@ def test_no_word_is_in_two_lists():
 def test_a_word_the_query_wrote_is_not_brought_again():
     assert related_words(query_words("three or 3 dogs")) == {}
     assert related_words(query_words("the doctor, Dr. Lee, said rest")) == {}
-    assert related_words(query_words("my siblings: a brother and a sister, bro and sis")) == {}
+    assert related_words(query_words("my siblings: a brother and a sister")) == {}
 
 
 def test_every_related_word_is_one_index_word():
@@ -172,17 +173,17 @@ def test_a_turn_holding_several_members_never_passes_the_turn_holding_the_group_
         store_core,
         [
             *filler[:100],
-            "My parents visited the lake cabin.",
+            "My parents visited the old lake cabin.",
             *filler[100:104],
-            "My mother and father visited the lake cabin.",
+            "My mother and father visited the cabin.",
             *filler[104:],
         ],
     )
-    for query in ("parents", "parents lake cabin"):
+    for query in ("parents", "parents visited the cabin"):
         found = store_core.recall.search(query, scope="messages", user_id="ann")
         texts = [hit["text"] for hit in found]
-        assert texts[0] == "My parents visited the lake cabin.", (query, texts)
-        assert "My mother and father visited the lake cabin." in texts, (query, texts)
+        assert texts[0] == "My parents visited the old lake cabin.", (query, texts)
+        assert "My mother and father visited the cabin." in texts, (query, texts)
 
 
 @pytest.mark.parametrize("count", [1, 7, 300])

@@ -333,7 +333,7 @@ def test_a_vector_under_a_stale_scope_number_never_shows_another_users_message(
     with core_on(
         kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
     ) as core:
-        say(core, "a1", "The weather was lovely in the park", user_id="ann")
+        anns = say(core, "a1", "The weather was lovely in the park", user_id="ann")
         bobs = say(core, "b1", "I bought a sedan for my commute", user_id="bob")
         assert core.recall.embed_pending() == 2
         with core.recall.index.reading("test") as conn:
@@ -347,6 +347,39 @@ def test_a_vector_under_a_stale_scope_number_never_shows_another_users_message(
                 "automobile", scope="messages", user_id="ann", by_session=by_session
             )
             assert f"m{bobs}" not in [r["id"] for r in found], found
-        # bob's own search still finds it by words
+        # bob's own search still finds it by words, and ann's vectors still find her message
         found = core.recall.search("sedan", scope="messages", user_id="bob")
         assert [r["id"] for r in found] == [f"m{bobs}"]
+        found = core.recall.search("sunny weather", scope="messages", user_id="ann", limit=5)
+        assert [r["id"] for r in found][:1] == [f"m{anns}"], found
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_a_vector_takes_its_messages_scope_as_it_is_when_written(stub, tmp_path, kind, request):
+    """The rows are read, embedded with no transaction open, then written: a rebuild that
+    numbers the scopes again in between (PostgreSQL numbers them from its sequence) is seen
+    when they are written (review finding on 1185640)."""
+    with core_on(
+        kind, request, tmp_path, recall__embeddings__url=stub, recall__embeddings__model="m"
+    ) as core:
+        seq = say(core, "a1", "The weather was lovely in the park", user_id="ann")
+        embedder = core.recall.index.embedder
+        assert embedder is not None
+        real = embedder.embed
+
+        def embed_then_renumber(texts, **kwargs):
+            vectors = real(texts, **kwargs)
+            # what a rebuild that numbers the scopes again leaves (the row is append-only, so
+            # its guard is dropped for this one change)
+            on = " ON recall_messages" if kind == "postgres" else ""
+            with core.recall.index.writing("a rebuild's new numbers") as conn:
+                conn.execute(f"DROP TRIGGER recall_messages_never_update{on}")
+                conn.execute("UPDATE recall_messages SET scope = scope + 100 WHERE seq = ?", (seq,))
+            return vectors
+
+        embedder.embed = embed_then_renumber  # type: ignore[method-assign]
+        assert core.recall.embed_pending() == 1
+        with core.recall.index.reading("test") as conn:
+            (message,) = conn.execute("SELECT scope FROM recall_messages WHERE seq = ?", (seq,))
+            (vector,) = conn.execute("SELECT scope FROM recall_vectors WHERE seq = ?", (seq,))
+        assert vector[0] == message[0]

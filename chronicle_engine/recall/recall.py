@@ -204,6 +204,17 @@ class Recall:
                 # Held against recall's fold: a forget folded while these were embedded is
                 # seen below, and one folded after waits, then deletes what this wrote.
                 self.index.hold_fold(conn)
+                # Each message's scope as it is now, not as it was read: a rebuild folded while
+                # these were embedded may have numbered the scopes again (PostgreSQL), or
+                # dropped the row.
+                seqs = [seq for seq, _, _ in rows]
+                now: dict[int, int] = dict(
+                    conn.execute(
+                        "SELECT seq, scope FROM recall_messages"
+                        f" WHERE seq IN ({','.join('?' * len(seqs))})",
+                        seqs,
+                    ).fetchall()
+                )
                 conn.executemany(
                     # (an upsert both stores read alike: a vector of another model is replaced)
                     "INSERT INTO recall_vectors(target, scope, model, seq, dim, vec)"
@@ -211,8 +222,9 @@ class Recall:
                     " scope = excluded.scope, model = excluded.model, seq = excluded.seq,"
                     " dim = excluded.dim, vec = excluded.vec",
                     [
-                        (f"m{seq}", scope, model, seq, len(vec), pack(vec))
-                        for (seq, scope, _), vec in zip(rows, vectors, strict=True)
+                        (f"m{seq}", now[seq], model, seq, len(vec), pack(vec))
+                        for (seq, _, _), vec in zip(rows, vectors, strict=True)
+                        if seq in now
                     ],
                 )
                 targets = [f"m{seq}" for seq, _, _ in rows]

@@ -8,7 +8,9 @@ Invariants:
   words and in digits (the whole list); the usual titles and ranks written before a person's
   name with their usual abbreviation (not every rank there is; left out where the title is also
   a common word of another sense: "general", "major", "private"); the kinship words that name a
-  group of relatives, each with the words, formal and everyday, for its members. A group word
+  group of relatives, each with the words, formal and everyday, for its members (not "bro" and
+  "sis", as often a form of address as a sibling: a review's chat of "thanks bro" turns lost the
+  sisters to them). A group word
   brings its members, not the other way: "my sister" does not search for "brother". Not here:
   synonyms in general, and the narrower words of a general thesaurus (WordNet 3.0's synonyms,
   and its kinds one and two levels down in a search by session, lowered figures on both
@@ -60,7 +62,7 @@ _TITLES = """
 brings the abbreviation."""
 
 _KIN = """
-    siblings sibling: brother sister bro sis;
+    siblings sibling: brother sister;
     parents parent: mother father mom mum dad mommy daddy;
     children child kids kid offspring: son daughter;
     grandparents grandparent: grandmother grandfather grandma grandpa granny nana;
@@ -91,7 +93,8 @@ def _groups(spec: str) -> dict[str, tuple[str, ...]]:
 
 def _plurals(pairs: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
     """Each title's plural (all of them add an s) -> its abbreviation."""
-    assert all(len(other) == 1 for other in pairs.values()), "a title pairs with one abbreviation"
+    if any(len(other) != 1 for other in pairs.values()):
+        raise ValueError("a title pairs with one abbreviation")
     return {title + "s": (short,) for short, (title,) in pairs.items() if len(title) > len(short)}
 
 
