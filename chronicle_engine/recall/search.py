@@ -433,9 +433,9 @@ class MessageSearch:
         """Add to `scored` the bm25 of each query word's related words (`related.related_words`),
         each weighed by `group_weight`; a message holding several words related to one query word
         ("mother" and "father" for "parents") gains the best of them, not their sum, so it never
-        passes a message of the same length holding the query word itself (each word once). A word too common for
-        the match budget is left out: its newest matches carry no bm25 score to weigh, and a word
-        that common would weigh next to nothing."""
+        passes a message of the same length holding the query word itself (each word once). A
+        word too common for the match budget is left out: its newest matches carry no bm25 score
+        to weigh, and a word that common would weigh next to nothing."""
         key = self.index_key(scope)
         budget = max(self.tuning.match_budget, 1)
         words = {*related, *related.values()}
